@@ -1,0 +1,5 @@
+import sys
+
+from mpiop.cli import main
+
+sys.exit(main())

@@ -1,0 +1,292 @@
+"""The MPIJob API, kubeflow.org/v2beta1: the single source of truth for the CRD, docs and controller.
+
+Field names and meanings follow kubeflow/mpi-operator's v2beta1 types so that existing manifests, Kueue
+and the Kubeflow SDK work unchanged. Python attributes are snake_case; the wire format is camelCase.
+Pod templates stay plain dicts: they are validated by the apiserver against the real PodTemplateSpec
+schema, and every field in them, known to us or not, survives a parse/serialize round trip.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, PlainSerializer, field_validator
+from pydantic.alias_generators import to_camel
+
+GROUP = "kubeflow.org"
+VERSION = "v2beta1"
+API_VERSION = f"{GROUP}/{VERSION}"
+KIND = "MPIJob"
+PLURAL = "mpijobs"
+SINGULAR = "mpijob"
+SHORT_NAMES = ("mpij",)
+
+ReplicaType = Literal["Launcher", "Worker"]
+LAUNCHER: Literal["Launcher"] = "Launcher"
+WORKER: Literal["Worker"] = "Worker"
+RestartPolicy = Literal["Always", "OnFailure", "Never", "ExitCode"]
+CleanPodPolicy = Literal["None", "Running", "All"]
+LauncherCreationPolicy = Literal["AtStartup", "WaitForWorkersReady"]
+MPIImplementation = Literal["OpenMPI", "Intel", "MPICH"]
+ConditionType = Literal["Created", "Running", "Restarting", "Succeeded", "Failed", "Suspended"]
+ConditionStatus = Literal["True", "False", "Unknown"]
+
+DEFAULT_SSH_AUTH_MOUNT_PATH = "/root/.ssh"
+DEFAULT_BACKOFF_LIMIT = 6  # what a batch/v1 Job (kubeflow's launcher) defaults to
+
+
+def format_time(value: dt.datetime) -> str:
+    """metav1.Time's wire format: RFC 3339 in UTC, whole seconds."""
+    if value.tzinfo is None:
+        value = value.replace(tzinfo=dt.UTC)
+    return value.astimezone(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+Time = Annotated[dt.datetime, PlainSerializer(format_time, return_type=str, when_used="json-unless-none")]
+
+
+class ApiModel(BaseModel):
+    """camelCase on the wire, snake_case in Python; unknown fields are ignored, as a pruning apiserver would."""
+
+    model_config = ConfigDict(
+        alias_generator=to_camel,
+        populate_by_name=True,
+        extra="ignore",
+    )
+
+    def to_json(self) -> dict[str, Any]:
+        """The wire form: camelCase, unset optionals left out."""
+        return self.model_dump(mode="json", by_alias=True, exclude_none=True)
+
+
+class ReplicaSpec(ApiModel):
+    """How to run one kind of replica (the launcher, or the workers)."""
+
+    replicas: Annotated[int, Field(ge=0)] | None = Field(
+        default=None,
+        description="Number of pods of this replica type. Defaults to 1. The Launcher must have exactly 1.",
+    )
+    template: dict[str, Any] = Field(
+        default_factory=dict,
+        description="The pod template (a core/v1 PodTemplateSpec) that each replica is created from.",
+    )
+    restart_policy: RestartPolicy | None = Field(
+        default=None,
+        description=(
+            "Restart policy of the replica's pods: Always, OnFailure, Never or ExitCode. ExitCode lets the "
+            "kubelet restart containers that exit with a retryable code (128-255 are retryable, 1-127 "
+            "permanent). Defaults to Never."
+        ),
+    )
+
+    @property
+    def replica_count(self) -> int:
+        return 1 if self.replicas is None else self.replicas
+
+
+class SchedulingPolicy(ApiModel):
+    """Gang-scheduling hints (Volcano, scheduler-plugins coscheduling, Kueue)."""
+
+    min_available: Annotated[int, Field(ge=0)] | None = Field(
+        default=None, description="Pods that must be schedulable together. Defaults to all workers + launcher."
+    )
+    queue: str | None = Field(default=None, description="Queue name for the gang scheduler.")
+    min_resources: dict[str, int | str] | None = Field(
+        default=None, description="Minimum resources the gang needs (resource name to quantity)."
+    )
+    priority_class: str | None = Field(default=None, description="PriorityClass of the gang.")
+    schedule_timeout_seconds: Annotated[int, Field(ge=0)] | None = Field(
+        default=None, description="How long the gang may wait to be scheduled."
+    )
+
+
+class RunPolicy(ApiModel):
+    """Run-time policies of a job: clean-up, deadlines, retries, suspension."""
+
+    clean_pod_policy: CleanPodPolicy | None = Field(
+        default=None,
+        description=(
+            "Which pods to delete once the job finished: None keeps all, Running deletes those still "
+            "Pending or Running (freeing their GPUs), All deletes every pod. Defaults to Running."
+        ),
+    )
+    ttl_seconds_after_finished: Annotated[int, Field(ge=0)] | None = Field(
+        default=None,
+        description="Seconds after the job finished (Succeeded or Failed) when the MPIJob itself is deleted.",
+    )
+    active_deadline_seconds: Annotated[int, Field(ge=0)] | None = Field(
+        default=None,
+        description="Seconds from startTime the job may run before it is failed with reason DeadlineExceeded.",
+    )
+    backoff_limit: Annotated[int, Field(ge=0)] | None = Field(
+        default=None,
+        description="Restarts of the whole job (after a failed pod) before it is marked Failed. Defaults to 6.",
+    )
+    scheduling_policy: SchedulingPolicy | None = Field(
+        default=None, description="Gang-scheduling parameters."
+    )
+    suspend: bool | None = Field(
+        default=None,
+        description=(
+            "While true, the job's pods are deleted and not created; resuming recreates them from the "
+            "current templates. Defaults to false."
+        ),
+    )
+    managed_by: str | None = Field(
+        default=None,
+        description=(
+            "The controller that reconciles this job. Empty or kubeflow.org/mpi-operator means mpiop; any "
+            "other value (e.g. kueue.x-k8s.io/multikueue) makes mpiop leave the job alone. Immutable."
+        ),
+    )
+
+    @property
+    def effective_clean_pod_policy(self) -> CleanPodPolicy:
+        return self.clean_pod_policy or "Running"
+
+    @property
+    def effective_backoff_limit(self) -> int:
+        return DEFAULT_BACKOFF_LIMIT if self.backoff_limit is None else self.backoff_limit
+
+
+class MPIJobSpec(ApiModel):
+    slots_per_worker: Annotated[int, Field(ge=0)] | None = Field(
+        default=None,
+        description=(
+            "Slots (MPI processes) per worker in the hostfile. When unset, the worker container's GPU limit "
+            "(nvidia.com/gpu, amd.com/gpu or another */gpu resource) is used, else 1."
+        ),
+    )
+    run_launcher_as_worker: bool | None = Field(
+        default=None,
+        description="Whether the launcher also runs ranks (it is listed first in the hostfile). Defaults to false.",
+    )
+    ssh_auth_mount_path: str | None = Field(
+        default=None,
+        description="Where the SSH key Secret is mounted in launcher and workers. Defaults to /root/.ssh.",
+    )
+    launcher_creation_policy: LauncherCreationPolicy | None = Field(
+        default=None,
+        description=(
+            "When the launcher pod is created: AtStartup (with the workers) or WaitForWorkersReady (once "
+            "every worker pod is Ready). Defaults to AtStartup."
+        ),
+    )
+    mpi_implementation: MPIImplementation | None = Field(
+        default=None,
+        description=(
+            "The MPI implementation, which sets the hostfile format and launcher env: OpenMPI, Intel or "
+            "MPICH. Defaults to OpenMPI."
+        ),
+    )
+    mpi_replica_specs: dict[ReplicaType, ReplicaSpec] = Field(
+        default_factory=dict,
+        description="The Launcher and Worker replica specs.",
+    )
+    run_policy: RunPolicy = Field(default_factory=RunPolicy, description="Run-time policies of the job.")
+
+    @field_validator("mpi_replica_specs", mode="before")
+    @classmethod
+    def _known_replica_types(cls, value: Any) -> Any:
+        if isinstance(value, dict):
+            unknown = sorted(set(value) - {LAUNCHER, WORKER})
+            if unknown:
+                raise ValueError(f"spec.mpiReplicaSpecs: unknown replica type(s) {unknown}; use Launcher, Worker")
+        return value
+
+    @property
+    def launcher(self) -> ReplicaSpec | None:
+        return self.mpi_replica_specs.get(LAUNCHER)
+
+    @property
+    def worker(self) -> ReplicaSpec | None:
+        return self.mpi_replica_specs.get(WORKER)
+
+    @property
+    def worker_replicas(self) -> int:
+        return self.worker.replica_count if self.worker is not None else 0
+
+    @property
+    def effective_ssh_auth_mount_path(self) -> str:
+        return self.ssh_auth_mount_path or DEFAULT_SSH_AUTH_MOUNT_PATH
+
+    @property
+    def effective_launcher_creation_policy(self) -> LauncherCreationPolicy:
+        return self.launcher_creation_policy or "AtStartup"
+
+    @property
+    def effective_mpi_implementation(self) -> MPIImplementation:
+        return self.mpi_implementation or "OpenMPI"
+
+
+class JobCondition(ApiModel):
+    type: ConditionType
+    status: ConditionStatus
+    reason: str | None = None
+    message: str | None = None
+    last_update_time: Time | None = None
+    last_transition_time: Time | None = None
+
+
+class ReplicaStatus(ApiModel):
+    active: int | None = Field(default=None, description="Pods of this type that are Pending or Running.")
+    succeeded: int | None = Field(default=None, description="Pods of this type that Succeeded.")
+    failed: int | None = Field(default=None, description="Pods of this type that Failed.")
+    ready: int | None = Field(
+        default=None, description="mpiop extension: pods of this type that are Running and Ready."
+    )
+    selector: str | None = Field(
+        default=None, description="Label selector of this type's pods, in the string form (for kubectl and HPA)."
+    )
+
+
+class JobStatus(ApiModel):
+    conditions: list[JobCondition] = Field(default_factory=list, description="Observed conditions of the job.")
+    replica_statuses: dict[ReplicaType, ReplicaStatus] = Field(
+        default_factory=dict, description="Pod counts per replica type."
+    )
+    start_time: Time | None = Field(default=None, description="When the job's pods were first created.")
+    completion_time: Time | None = Field(default=None, description="When the job finished.")
+    last_reconcile_time: Time | None = Field(default=None, description="When mpiop last changed this status.")
+    restart_count: int | None = Field(
+        default=None,
+        description="mpiop extension: how many times the whole job was restarted after a failed pod.",
+    )
+
+    def condition(self, condition_type: ConditionType) -> JobCondition | None:
+        return next((c for c in self.conditions if c.type == condition_type), None)
+
+    def is_true(self, condition_type: ConditionType) -> bool:
+        found = self.condition(condition_type)
+        return found is not None and found.status == "True"
+
+    @property
+    def finished(self) -> bool:
+        return self.is_true("Succeeded") or self.is_true("Failed")
+
+
+class ObjectMeta(ApiModel):
+    """The metadata mpiop reads; everything else in metadata is kept by the apiserver, not by us."""
+
+    name: str = ""
+    namespace: str = ""
+    uid: str = ""
+    resource_version: str | None = None
+    generation: int | None = None
+    labels: dict[str, str] = Field(default_factory=dict)
+    annotations: dict[str, str] = Field(default_factory=dict)
+    creation_timestamp: Time | None = None
+    deletion_timestamp: Time | None = None
+
+
+class MPIJob(ApiModel):
+    api_version: str = API_VERSION
+    kind: str = KIND
+    metadata: ObjectMeta = Field(default_factory=ObjectMeta)
+    spec: MPIJobSpec = Field(default_factory=MPIJobSpec)
+    status: JobStatus = Field(default_factory=JobStatus)
+
+    @property
+    def key(self) -> str:
+        return f"{self.metadata.namespace}/{self.metadata.name}"

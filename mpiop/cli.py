@@ -1,0 +1,50 @@
+"""The `mpiop` command line: run the operator, print the CRD, and manage a local dev control plane."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+
+from mpiop import __version__
+
+
+def _build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="mpiop",
+        description="mpiop: a Kubernetes operator for MPIJobs (kubeflow.org/v2beta1).",
+    )
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND")
+    commands.add_parser("version", help="print mpiop's version and the pinned Kubernetes version")
+
+    dev = commands.add_parser("dev-cluster", help="a local real control plane (etcd + kube-apiserver + ...)")
+    dev_commands = dev.add_subparsers(dest="dev_command", metavar="ACTION", required=True)
+    dev_up = dev_commands.add_parser("up", help="start it in the background; prints `export KUBECONFIG=...`")
+    dev_up.add_argument("--no-scheduler", action="store_true", help="do not start kube-scheduler")
+    dev_commands.add_parser("status", help="show whether it runs, and its processes")
+    dev_commands.add_parser("down", help="stop it and every process it started")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = _build_parser()
+    args = parser.parse_args(argv)
+    if args.command == "version":
+        from mpiop.devcluster.versions import KUBERNETES_VERSION
+
+        print(f"mpiop {__version__} (kubeflow.org/v2beta1; tested against Kubernetes {KUBERNETES_VERSION})")
+        return 0
+    if args.command == "dev-cluster":
+        from mpiop.devcluster import background
+
+        if args.dev_command == "up":
+            return background.up(scheduler=not args.no_scheduler)
+        if args.dev_command == "status":
+            return background.status()
+        return background.down()
+    parser.print_help()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,230 @@
+"""Find the Kubernetes binaries, or build them from their Go modules into a cache.
+
+Order, per binary: ``KUBEBUILDER_ASSETS`` (the controller-runtime envtest convention), then ``PATH``
+(only when the binary reports the pinned version, so a stray older kubectl is not mixed in), then the
+cache, which the first caller fills with ``go build`` from a small wrapper module that requires
+``k8s.io/kubernetes`` and replaces every ``k8s.io/*`` staging module with its ``v0.Y.Z`` tag.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+from mpiop.devcluster.versions import ETCD_VERSION, KUBERNETES_VERSION, staging_version
+
+KUBE_COMMANDS = {
+    "kube-apiserver": "k8s.io/kubernetes/cmd/kube-apiserver",
+    "kube-controller-manager": "k8s.io/kubernetes/cmd/kube-controller-manager",
+    "kube-scheduler": "k8s.io/kubernetes/cmd/kube-scheduler",
+    "kubectl": "k8s.io/kubernetes/cmd/kubectl",
+    "kubelet": "k8s.io/kubernetes/cmd/kubelet",
+}
+# Built together on first use; the kubelet only when a node is asked for (it is the slowest).
+CONTROL_PLANE = ("kube-apiserver", "kube-controller-manager", "kube-scheduler", "kubectl")
+
+
+class BinaryError(RuntimeError):
+    """A binary could not be found or built."""
+
+
+def project_root() -> Path | None:
+    """The source checkout this package runs from, if any (editable installs)."""
+    candidate = Path(__file__).resolve().parents[2]
+    return candidate if (candidate / "pyproject.toml").is_file() else None
+
+
+def cache_dir() -> Path:
+    """Where built binaries live: $MPIOP_CACHE_DIR, else the checkout's git-ignored .cache/."""
+    if env := os.environ.get("MPIOP_CACHE_DIR"):
+        return Path(env)
+    root = project_root()
+    if root is not None:
+        return root / ".cache"
+    return Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "mpiop"
+
+
+def kube_bin_dir(version: str = KUBERNETES_VERSION) -> Path:
+    return cache_dir() / "kubernetes" / version / "bin"
+
+
+def _log(message: str) -> None:
+    print(f"[mpiop binaries] {message}", file=sys.stderr, flush=True)
+
+
+def _reports_version(path: Path, version: str) -> bool:
+    try:
+        out = subprocess.run(
+            [str(path), "--version"], capture_output=True, text=True, timeout=30, check=False
+        ).stdout
+    except OSError:
+        return False
+    return re.search(rf"\b{re.escape(version)}\b", out) is not None
+
+
+def _from_assets_or_path(name: str, version: str | None) -> Path | None:
+    if assets := os.environ.get("KUBEBUILDER_ASSETS"):
+        candidate = Path(assets) / name
+        if candidate.is_file() and os.access(candidate, os.X_OK):
+            return candidate
+    found = shutil.which(name)
+    if found and (version is None or _reports_version(Path(found), version)):
+        return Path(found)
+    return None
+
+
+@contextmanager
+def _build_lock(directory: Path) -> Iterator[None]:
+    """Serialise builds between processes (pytest and `mpiop dev-cluster up` may race)."""
+    directory.mkdir(parents=True, exist_ok=True)
+    with (directory / ".lock").open("w") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def _go() -> str:
+    go = shutil.which("go")
+    if go is None:
+        raise BinaryError("Go is needed to build the Kubernetes binaries, and `go` is not on PATH")
+    return go
+
+
+def _run_go(args: list[str], cwd: Path) -> None:
+    env = {**os.environ, "GOFLAGS": "-mod=mod", "GOWORK": "off"}
+    result = subprocess.run([_go(), *args], cwd=cwd, env=env, check=False)
+    if result.returncode != 0:
+        raise BinaryError(f"`go {' '.join(args)}` failed in {cwd} (exit {result.returncode})")
+
+
+def _staging_replaces(version: str, workdir: Path) -> list[str]:
+    """The k8s.io staging modules, read from k8s.io/kubernetes's own go.mod at that version."""
+    env = {**os.environ, "GOFLAGS": "-mod=mod", "GOWORK": "off"}
+    out = subprocess.run(
+        [_go(), "mod", "download", "-json", f"k8s.io/kubernetes@{version}"],
+        cwd=workdir, env=env, capture_output=True, text=True, check=False,
+    )
+    info = json.loads(out.stdout or "{}")
+    if out.returncode != 0 or "GoMod" not in info:
+        raise BinaryError(f"cannot download k8s.io/kubernetes@{version}: {info.get('Error', out.stderr)}")
+    text = Path(info["GoMod"]).read_text()
+    return sorted(set(re.findall(r"^\s*(k8s\.io/[\w.-]+)\s*=>\s*\./staging/", text, flags=re.M)))
+
+
+def _write_wrapper_module(workdir: Path, version: str) -> None:
+    """go.mod requiring k8s.io/kubernetes, its staging modules pinned, and a tools.go naming the commands."""
+    workdir.mkdir(parents=True, exist_ok=True)
+    staging = staging_version(version)
+    (workdir / "go.mod").write_text("module mpiop.local/kubebins\n\ngo 1.24.0\n")
+    replaces = "".join(f"replace {m} => {m} {staging}\n" for m in _staging_replaces(version, workdir))
+    (workdir / "go.mod").write_text(
+        f"module mpiop.local/kubebins\n\ngo 1.24.0\n\nrequire k8s.io/kubernetes {version}\n\n{replaces}"
+    )
+    imports = "".join(f'\t_ "{KUBE_COMMANDS[c]}"\n' for c in sorted(KUBE_COMMANDS))
+    (workdir / "tools.go").write_text(f"//go:build tools\n\npackage tools\n\nimport (\n{imports})\n")
+
+
+def _version_ldflags(version: str) -> str:
+    major, minor, _patch = version.lstrip("v").split(".")
+    flags = ["-s", "-w"]
+    for pkg in ("k8s.io/component-base/version", "k8s.io/client-go/pkg/version"):
+        flags += [
+            f"-X {pkg}.gitVersion={version}",
+            f"-X {pkg}.gitMajor={major}",
+            f"-X {pkg}.gitMinor={minor}",
+            f"-X {pkg}.gitTreeState=clean",
+        ]
+    return " ".join(flags)
+
+
+def build_kubernetes(commands: Iterable[str], version: str = KUBERNETES_VERSION) -> Path:
+    """Build the named commands of k8s.io/kubernetes@version into the cache; return the bin dir."""
+    wanted = sorted(set(commands))
+    bin_dir = kube_bin_dir(version)
+    with _build_lock(bin_dir.parent):
+        missing = [c for c in wanted if not (bin_dir / c).is_file()]
+        if not missing:
+            return bin_dir
+        workdir = bin_dir.parent / "gomod"
+        if not (workdir / "go.sum").is_file():
+            _log(f"preparing the Go wrapper module for k8s.io/kubernetes {version} in {workdir}")
+            _write_wrapper_module(workdir, version)
+            _run_go(["mod", "tidy"], workdir)
+        _log(f"building {', '.join(missing)} {version} (first time only; minutes on 2 cores)")
+        staging_out = bin_dir.parent / "bin.partial"
+        staging_out.mkdir(parents=True, exist_ok=True)
+        _run_go(
+            ["build", "-trimpath", "-ldflags", _version_ldflags(version), "-o", f"{staging_out}/",
+             *(KUBE_COMMANDS[c] for c in missing)],
+            workdir,
+        )
+        bin_dir.mkdir(parents=True, exist_ok=True)
+        for command in missing:
+            (staging_out / command).replace(bin_dir / command)
+        return bin_dir
+
+
+def build_etcd(version: str = ETCD_VERSION) -> Path:
+    """Build etcd from its Go module, for machines without Debian's etcd-server."""
+    bin_dir = cache_dir() / "etcd" / version / "bin"
+    with _build_lock(bin_dir.parent):
+        if (bin_dir / "etcd").is_file():
+            return bin_dir / "etcd"
+        _log(f"building etcd {version} from go.etcd.io/etcd/server/v3")
+        bin_dir.mkdir(parents=True, exist_ok=True)
+        env = {**os.environ, "GOBIN": str(bin_dir), "GOWORK": "off"}
+        result = subprocess.run(
+            [_go(), "install", f"go.etcd.io/etcd/server/v3@{version}"], env=env, check=False
+        )
+        if result.returncode != 0:
+            raise BinaryError(f"building etcd {version} failed (exit {result.returncode})")
+        (bin_dir / "v3").replace(bin_dir / "etcd")
+        return bin_dir / "etcd"
+
+
+def kube_binary(name: str, version: str = KUBERNETES_VERSION) -> Path:
+    """Path to a Kubernetes binary of the pinned version, building it (and its siblings) if needed."""
+    if found := _from_assets_or_path(name, version):
+        return found
+    cached = kube_bin_dir(version) / name
+    if cached.is_file():
+        return cached
+    group = CONTROL_PLANE if name in CONTROL_PLANE else (name,)
+    return build_kubernetes(group, version) / name
+
+
+def etcd_binary() -> Path:
+    if found := _from_assets_or_path("etcd", None):
+        return found
+    return build_etcd()
+
+
+def ensure_all(names: Iterable[str]) -> dict[str, Path]:
+    """Resolve several binaries at once so that missing ones are built in a single `go build`."""
+    names = list(names)
+    kube = [n for n in names if n in KUBE_COMMANDS]
+    missing = [
+        n for n in kube
+        if _from_assets_or_path(n, KUBERNETES_VERSION) is None and not (kube_bin_dir() / n).is_file()
+    ]
+    if missing:
+        build_kubernetes(missing)
+    resolved = {n: kube_binary(n) for n in kube}
+    if "etcd" in names:
+        resolved["etcd"] = etcd_binary()
+    return resolved
+
+
+if __name__ == "__main__":
+    for binary, location in ensure_all(["etcd", *CONTROL_PLANE]).items():
+        print(f"{binary:<24} {location}")

@@ -1,0 +1,48 @@
+"""Fixtures shared by all tests: a real control plane (started once, on first use) and per-test namespaces."""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+import uuid
+from collections.abc import AsyncIterator, Iterator
+
+import pytest
+
+from mpiop.devcluster.controlplane import ControlPlane
+from mpiop.kube.client import NAMESPACES, ApiError, KubeClient
+
+# `kill <pytest>` should tear the control plane down like Ctrl-C does (fixtures' finalizers run);
+# a SIGKILL is covered by the components' parent-death signal.
+signal.signal(signal.SIGTERM, signal.default_int_handler)
+
+
+@pytest.fixture(scope="session")
+def control_plane() -> Iterator[ControlPlane]:
+    """etcd + kube-apiserver + kube-controller-manager on loopback, for the whole session."""
+    with ControlPlane(scheduler=False) as plane:
+        yield plane
+
+
+@pytest.fixture(scope="session")
+async def kube(control_plane: ControlPlane) -> AsyncIterator[KubeClient]:
+    client = await KubeClient.connect(str(control_plane.kubeconfig), qps=0, burst=1000)
+    yield client
+    await client.close()
+
+
+@pytest.fixture
+async def namespace(kube: KubeClient) -> AsyncIterator[str]:
+    """A fresh namespace, ready for Pods (its default ServiceAccount exists), deleted afterwards."""
+    name = f"t-{uuid.uuid4().hex[:10]}"
+    await kube.create(NAMESPACES, None, {"metadata": {"name": name}})
+    for _ in range(300):
+        try:
+            await kube.request("GET", f"/api/v1/namespaces/{name}/serviceaccounts/default")
+            break
+        except ApiError as error:
+            if not error.not_found:
+                raise
+            await asyncio.sleep(0.05)
+    yield name
+    await kube.delete(NAMESPACES, None, name)
