@@ -238,14 +238,18 @@ class KubeClient:
         return await self.request("DELETE", resource.path(namespace, name), body=options)
 
     async def watch(self, resource: Resource, namespace: str | None, *, resource_version: str,
-                    label_selector: str | None = None, timeout_seconds: int = 300) -> AsyncIterator[JSON]:
-        """Yield watch events ({type, object}) as raw dicts until the server closes the stream."""
+                    label_selector: str | None = None, timeout_seconds: int = 300,
+                    idle_timeout: float | None = None) -> AsyncIterator[JSON]:
+        """Yield watch events ({type, object}) as raw dicts until the server closes the stream.
+
+        `idle_timeout` is a watchdog: a stream silent for longer raises TimeoutError.
+        """
         path = resource.path(namespace)
         query = {
             "watch": "true", "resourceVersion": resource_version, "allowWatchBookmarks": "true",
             "timeoutSeconds": str(timeout_seconds), "labelSelector": label_selector,
         }
-        timeout = aiohttp.ClientTimeout(total=None, sock_connect=30, sock_read=None)
+        timeout = aiohttp.ClientTimeout(total=None, sock_connect=30, sock_read=idle_timeout)
         started = time.monotonic()
         response = await self._send("GET", path, query, None, "application/json", timeout)
         if self.observer is not None:
