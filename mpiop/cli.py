@@ -23,6 +23,10 @@ def _build_parser() -> argparse.ArgumentParser:
     dev_up.add_argument("--no-scheduler", action="store_true", help="do not start kube-scheduler")
     dev_commands.add_parser("status", help="show whether it runs, and its processes")
     dev_commands.add_parser("down", help="stop it and every process it started")
+
+    from mpiop.controller.options import add_run_arguments
+
+    add_run_arguments(commands.add_parser("run", help="run the operator"))
     return parser
 
 
@@ -42,6 +46,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.dev_command == "status":
             return background.status()
         return background.down()
+    if args.command == "run":
+        from mpiop.controller.options import run_from_args
+
+        return run_from_args(args)
     parser.print_help()
     return 0
 

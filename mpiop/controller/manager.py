@@ -1,0 +1,138 @@
+"""Wires informers, the work queue and the reconcile workers together, and shuts them down cleanly.
+
+Informer events enqueue the owning job's key; `workers` coroutines take keys off the queue and
+reconcile them (never one key in two workers at once); errors go back with per-key exponential backoff,
+timers (deadlines, TTLs) with a delayed add. Every `resync_seconds` all jobs are enqueued again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import structlog
+
+from mpiop import metrics
+from mpiop.controller.caches import Caches, owner_key
+from mpiop.controller.events import EventRecorder
+from mpiop.controller.reconciler import Reconciler
+from mpiop.controller.workqueue import (
+    BucketRateLimiter,
+    ItemExponentialFailureRateLimiter,
+    MaxOfRateLimiter,
+    QueueShutDownError,
+    WorkQueue,
+)
+from mpiop.kube.client import JSON, KubeClient
+from mpiop.kube.informer import object_key
+
+log = structlog.get_logger(__name__)
+
+
+@dataclass
+class ManagerConfig:
+    namespace: str | None = None
+    workers: int = 8
+    cluster_domain: str = ""
+    resync_seconds: float = 300.0
+    watch_timeout_seconds: int = 300
+    queue_qps: float = 10.0
+    queue_burst: int = 100
+
+
+class Manager:
+    def __init__(self, client: KubeClient, config: ManagerConfig) -> None:
+        self.client = client
+        self.config = config
+        self.caches = Caches.create(client, config.namespace, config.watch_timeout_seconds,
+                                    on_watch_restart=metrics.observe_watch_restart)
+        self.queue: WorkQueue[str] = WorkQueue(
+            MaxOfRateLimiter(ItemExponentialFailureRateLimiter(0.005, 1000.0),
+                             BucketRateLimiter(config.queue_qps, config.queue_burst)),
+            on_wait=metrics.QUEUE_WAIT_SECONDS.observe,
+        )
+        self.reconciler = Reconciler(client, self.caches, EventRecorder(client), cluster_domain=config.cluster_domain)
+        self.synced = asyncio.Event()
+        self._ids = itertools.count(1)
+        self.caches.jobs.handlers.append(self._on_job)
+        for informer in self.caches.owned():
+            informer.handlers.append(self._on_owned)
+
+    def _on_job(self, old: JSON | None, new: JSON | None) -> None:
+        self.queue.add(object_key(new if new is not None else old))  # type: ignore[arg-type]
+        metrics.QUEUE_DEPTH.set(len(self.queue))
+
+    def _on_owned(self, old: JSON | None, new: JSON | None) -> None:
+        key = owner_key(new if new is not None else old)  # type: ignore[arg-type]
+        if key is not None:
+            self.queue.add(key)
+            metrics.QUEUE_DEPTH.set(len(self.queue))
+
+    async def run(self, stop: asyncio.Event) -> None:
+        """Run until `stop` is set; then finish in-flight reconciles and return."""
+        informers = [asyncio.create_task(i.run(), name=f"informer-{i.resource.plural}") for i in self.caches.all()]
+        workers: list[asyncio.Task[None]] = []
+        try:
+            started = time.monotonic()
+            waiting: asyncio.Future[Any] = asyncio.gather(*(i.synced.wait() for i in self.caches.all()))
+            stopped: asyncio.Future[Any] = asyncio.ensure_future(stop.wait())
+            await asyncio.wait([waiting, stopped], return_when=asyncio.FIRST_COMPLETED)
+            for pending in (waiting, stopped):
+                pending.cancel()
+            if stop.is_set():
+                return
+            self.synced.set()
+            log.info("caches synced", seconds=round(time.monotonic() - started, 3),
+                     jobs=len(self.caches.jobs.store), pods=len(self.caches.pods.store))
+            workers = [asyncio.create_task(self._work(), name=f"worker-{n}") for n in range(self.config.workers)]
+            resync = asyncio.create_task(self._resync(), name="resync")
+            await stop.wait()
+            resync.cancel()
+            log.info("stopping: finishing in-flight reconciles")
+            await self.queue.shut_down_with_drain()
+            await asyncio.gather(*workers, return_exceptions=True)
+        finally:
+            self.queue.shut_down()
+            for task in [*informers, *workers]:
+                task.cancel()
+            await asyncio.gather(*informers, *workers, return_exceptions=True)
+
+    async def _resync(self) -> None:
+        while True:
+            await asyncio.sleep(self.config.resync_seconds)
+            for key in list(self.caches.jobs.store):
+                self.queue.add(key)
+
+    async def _work(self) -> None:
+        while True:
+            try:
+                key = await self.queue.get()
+            except QueueShutDownError:
+                return
+            metrics.QUEUE_DEPTH.set(len(self.queue))
+            await self._process(key)
+
+    async def _process(self, key: str) -> None:
+        reconcile_id = next(self._ids)
+        started = time.monotonic()
+        with structlog.contextvars.bound_contextvars(job=key, reconcile_id=reconcile_id):
+            try:
+                requeue_after = await self.reconciler.reconcile(key)
+            except asyncio.CancelledError:
+                raise
+            except Exception as error:
+                metrics.RECONCILE_SECONDS.labels("error").observe(time.monotonic() - started)
+                metrics.QUEUE_RETRIES.inc()
+                log.warning("reconcile failed; retrying with backoff", error=str(error),
+                            retries=self.queue.num_requeues(key), exc_info=not isinstance(error, OSError))
+                self.queue.add_rate_limited(key)
+            else:
+                metrics.RECONCILE_SECONDS.labels("ok").observe(time.monotonic() - started)
+                self.queue.forget(key)
+                if requeue_after is not None:
+                    self.queue.add_after(key, requeue_after)
+            finally:
+                self.queue.done(key)

@@ -1,0 +1,156 @@
+"""Reconcile one MPIJob: read the caches, decide (pure), carry the plan out, status first.
+
+Writes are idempotent and only what differs: names are deterministic (AlreadyExists and NotFound are
+success), the status is written only when it changed, and every answer to our own writes is fed back
+into the caches so the next pass does not act on what it just did.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime as dt
+from collections.abc import Callable
+from typing import Any
+
+import structlog
+
+from mpiop import metrics, podstate, ssh
+from mpiop.api.v2beta1 import JobStatus, MPIJob, format_time
+from mpiop.controller.caches import Caches
+from mpiop.controller.events import EventRecorder
+from mpiop.decide import decide
+from mpiop.desired import objects
+from mpiop.kube.client import CONFIGMAPS, MPIJOBS, PODS, SECRETS, SERVICES, ApiError, KubeClient, Resource
+from mpiop.plan import Plan
+from mpiop.policies import managed_by, refused
+
+log = structlog.get_logger(__name__)
+JSON = dict[str, Any]
+RESOURCES: dict[str, Resource] = {"Pod": PODS, "ConfigMap": CONFIGMAPS, "Secret": SECRETS, "Service": SERVICES}
+
+
+def utcnow() -> dt.datetime:
+    return dt.datetime.now(dt.UTC).replace(microsecond=0)
+
+
+def status_patch(old: JobStatus, new: JobStatus) -> JSON | None:
+    """A merge patch turning `old` into `new` (cleared fields sent as null), or None when they agree."""
+    old_json, new_json = old.to_json(), new.to_json()
+    old_json.pop("lastReconcileTime", None)
+    new_json.pop("lastReconcileTime", None)
+    if old_json == new_json:
+        return None
+    patch: JSON = {k: None for k in old_json if k not in new_json}
+    patch.update(new_json)
+    return patch
+
+
+class Reconciler:
+    def __init__(self, client: KubeClient, caches: Caches, recorder: EventRecorder, *,
+                 clock: Callable[[], dt.datetime] = utcnow, cluster_domain: str = "",
+                 create_concurrency: int = 32) -> None:
+        self.client = client
+        self.caches = caches
+        self.recorder = recorder
+        self.clock = clock
+        self.cluster_domain = cluster_domain
+        self.create_limit = asyncio.Semaphore(create_concurrency)
+
+    async def reconcile(self, key: str) -> float | None:
+        """One level-triggered pass; returns seconds after which to look again, if a timer matters."""
+        raw = self.caches.jobs.get(key)
+        if raw is None:
+            return None  # deleted: the garbage collector removes what it owned
+        job = MPIJob.model_validate(raw)
+        if job.metadata.deletion_timestamp is not None or not managed_by.is_ours(job):
+            return None
+        now = self.clock()
+        plan = decide(job, self.caches.observed(job), now, self.cluster_domain)
+        if plan.delete_job:
+            await self._delete_job(job)
+            return None
+        await self._write_status(job, plan, now)
+        refusal = await self._apply_objects(job, plan)
+        if refusal is not None:
+            kind, name, message = refusal
+            failed = Plan(status=plan.status.model_copy(deep=True))
+            refused.apply(failed, job, kind, name, message, now)
+            await self._write_status(job.model_copy(update={"status": plan.status}), failed, now)
+            return None
+        return plan.requeue_after
+
+    # -- status ------------------------------------------------------------------------------------
+    async def _write_status(self, job: MPIJob, plan: Plan, now: dt.datetime) -> None:
+        patch = status_patch(job.status, plan.status)
+        if patch is None:
+            return
+        patch["lastReconcileTime"] = format_time(now)
+        body = {"metadata": {"resourceVersion": job.metadata.resource_version}, "status": patch}
+        updated = await self.client.patch(MPIJOBS, job.metadata.namespace, job.metadata.name, body,
+                                          subresource="status")
+        self.caches.jobs.observe_write(updated)
+        job.metadata.resource_version = updated["metadata"]["resourceVersion"]
+        self._count_transitions(job.status, plan.status)
+        for event in plan.events:
+            await self.recorder.record(job, event, now)
+
+    @staticmethod
+    def _count_transitions(old: JobStatus, new: JobStatus) -> None:
+        if old.condition("Created") is None and new.condition("Created") is not None:
+            metrics.JOBS_CREATED.inc()
+        if not old.is_true("Succeeded") and new.is_true("Succeeded"):
+            metrics.JOBS_SUCCESSFUL.inc()
+        if not old.is_true("Failed") and new.is_true("Failed"):
+            metrics.JOBS_FAILED.inc()
+        if (new.restart_count or 0) > (old.restart_count or 0):
+            metrics.JOBS_RESTARTED.inc()
+
+    # -- objects -----------------------------------------------------------------------------------
+    async def _apply_objects(self, job: MPIJob, plan: Plan) -> tuple[str, str, str] | None:
+        """Carry out creations, updates and deletions; return (kind, name, message) of a refused object."""
+        if plan.create_ssh_secret:
+            private, public = ssh.generate_key_pair(comment=f"mpiop@{job.key}")
+            await self._create(objects.ssh_secret(job, private, public))
+        refusals = await asyncio.gather(*(self._create(obj) for obj in plan.create))
+        for obj in plan.update:
+            updated = await self.client.patch(RESOURCES[obj["kind"]], job.metadata.namespace,
+                                              obj["metadata"]["name"], {"data": obj["data"]})
+            self.caches.informer_for(obj["kind"]).observe_write(updated)
+        await asyncio.gather(*(self._delete_pod(pod) for pod in plan.delete))
+        return next((r for r in refusals if r is not None), None)
+
+    async def _create(self, obj: JSON) -> tuple[str, str, str] | None:
+        kind, name = obj["kind"], obj["metadata"]["name"]
+        async with self.create_limit:
+            try:
+                created = await self.client.create(RESOURCES[kind], obj["metadata"]["namespace"], obj)
+            except ApiError as error:
+                if error.already_exists:
+                    return None
+                if error.invalid:
+                    return kind, name, error.message
+                raise
+        self.caches.informer_for(kind).observe_write(created)
+        return None
+
+    async def _delete_pod(self, pod: podstate.Pod) -> None:
+        meta = pod["metadata"]
+        try:
+            answer = await self.client.delete(PODS, meta["namespace"], meta["name"], uid=meta.get("uid"))
+        except ApiError as error:
+            if error.not_found or error.conflict:  # gone already, or a newer pod of that name
+                return
+            raise
+        if answer.get("kind") == "Pod" and answer["metadata"].get("deletionTimestamp"):
+            self.caches.pods.observe_write(answer)
+        else:
+            self.caches.pods.observe_delete(f"{meta['namespace']}/{meta['name']}")
+
+    async def _delete_job(self, job: MPIJob) -> None:
+        try:
+            await self.client.delete(MPIJOBS, job.metadata.namespace, job.metadata.name,
+                                     propagation="Foreground", uid=job.metadata.uid)
+        except ApiError as error:
+            if not (error.not_found or error.conflict):
+                raise
+        log.info("deleted finished job (ttlSecondsAfterFinished)", job=job.key)

@@ -1,0 +1,52 @@
+"""Compare what the job wants with what exists and plan the creations, updates and deletions.
+
+Only differences are planned: a settled job plans nothing. Pods of an earlier attempt, and workers
+beyond the wanted count, are deleted; a pod is made again only once its predecessor of the same name
+is gone. The launcher comes with the workers (AtStartup) or once every worker is Ready
+(WaitForWorkersReady).
+"""
+
+from __future__ import annotations
+
+from mpiop import podstate
+from mpiop.api.v2beta1 import MPIJob
+from mpiop.desired import names, objects, pods
+from mpiop.plan import Observed, Plan
+
+
+def _stale(job: MPIJob, pod: podstate.Pod, attempt: int) -> bool:
+    if podstate.attempt(pod) != attempt:
+        return True
+    index = podstate.replica_index(pod)
+    return podstate.role(pod) == names.WORKER_ROLE and (index is None or index >= job.spec.worker_replicas)
+
+
+def apply(plan: Plan, job: MPIJob, observed: Observed, cluster_domain: str = "") -> None:
+    attempt = plan.status.restart_count or 0
+    if observed.secret is None:
+        plan.create_ssh_secret = True
+    if observed.service is None:
+        plan.create.append(objects.service(job))
+
+    workers = observed.workers(job, attempt)
+    running = [i for i, p in workers.items() if i < job.spec.worker_replicas and podstate.is_running(p)]
+    wanted_data = objects.config_map_data(job, running, cluster_domain)
+    if observed.config_map is None:
+        plan.create.append(objects.config_map(job, running, cluster_domain))
+    elif observed.config_map.get("data") != wanted_data:
+        plan.update.append(objects.config_map(job, running, cluster_domain))
+
+    plan.delete_pods([p for p in observed.pods if _stale(job, p, attempt)])
+    for index in range(job.spec.worker_replicas):
+        if observed.pod(names.worker_name(job, index)) is None:
+            plan.create.append(pods.worker_pod(job, index, attempt))
+
+    if observed.launcher(job) is None and _launcher_may_start(job, observed, attempt):
+        plan.create.append(pods.launcher_pod(job, attempt))
+
+
+def _launcher_may_start(job: MPIJob, observed: Observed, attempt: int) -> bool:
+    if job.spec.effective_launcher_creation_policy == "AtStartup":
+        return True
+    workers = observed.workers(job, attempt)
+    return all(i in workers and podstate.is_ready(workers[i]) for i in range(job.spec.worker_replicas))

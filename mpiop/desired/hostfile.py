@@ -1,0 +1,40 @@
+"""The hostfile and Horovod's discover_hosts.sh, in each MPI implementation's format."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from mpiop.api.v2beta1 import MPIImplementation, MPIJob
+from mpiop.desired import names
+from mpiop.desired.slots import slots_per_worker
+
+
+def host_line(implementation: MPIImplementation, host: str, slots: int) -> str:
+    """Open MPI: `<host> slots=N`; Intel MPI and MPICH (Hydra): `<host>:N`."""
+    if implementation == "OpenMPI":
+        return f"{host} slots={slots}"
+    return f"{host}:{slots}"
+
+
+def _hosts(job: MPIJob, worker_indexes: Iterable[int], cluster_domain: str) -> list[str]:
+    hosts = []
+    if job.spec.run_launcher_as_worker:
+        hosts.append(names.host_name(job, names.launcher_name(job), cluster_domain))
+    hosts += [names.host_name(job, names.worker_name(job, i), cluster_domain) for i in worker_indexes]
+    return hosts
+
+
+def hostfile(job: MPIJob, cluster_domain: str = "") -> str:
+    """Every host of the job, the launcher first when it also works."""
+    slots = slots_per_worker(job)
+    implementation = job.spec.effective_mpi_implementation
+    hosts = _hosts(job, range(job.spec.worker_replicas), cluster_domain)
+    return "".join(f"{host_line(implementation, h, slots)}\n" for h in hosts)
+
+
+def discover_hosts(job: MPIJob, running_worker_indexes: Iterable[int], cluster_domain: str = "") -> str:
+    """For elastic Horovod: a script that prints the hosts that are Running now, as `host:slots`."""
+    slots = slots_per_worker(job)
+    lines = ["#!/bin/sh"]
+    lines += [f"echo {h}:{slots}" for h in _hosts(job, sorted(running_worker_indexes), cluster_domain)]
+    return "\n".join(lines) + "\n"

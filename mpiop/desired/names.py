@@ -1,0 +1,91 @@
+"""Deterministic names and kubeflow-compatible labels of everything an MPIJob owns.
+
+Names are a pure function of the job, so a restarted operator finds what it made before and never
+creates a duplicate. Label keys and values are kubeflow/mpi-operator's, for Kueue and existing dashboards.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from mpiop.api.v2beta1 import API_VERSION, KIND, MPIJob
+
+JOB_NAME_LABEL = "training.kubeflow.org/job-name"
+OPERATOR_NAME_LABEL = "training.kubeflow.org/operator-name"
+JOB_ROLE_LABEL = "training.kubeflow.org/job-role"
+REPLICA_INDEX_LABEL = "training.kubeflow.org/replica-index"
+# mpiop's own: which restart attempt a pod belongs to, so a failure is counted once.
+ATTEMPT_LABEL = "mpiop.kubeflow.org/attempt"
+
+OPERATOR_NAME = "mpi-operator"
+OWNED_SELECTOR = f"{OPERATOR_NAME_LABEL}={OPERATOR_NAME}"
+
+LAUNCHER_ROLE = "launcher"
+WORKER_ROLE = "worker"
+
+CONFIG_MOUNT_PATH = "/etc/mpi"
+HOSTFILE_NAME = "hostfile"
+DISCOVER_HOSTS_NAME = "discover_hosts.sh"
+
+
+def launcher_name(job: MPIJob) -> str:
+    return f"{job.metadata.name}-launcher"
+
+
+def worker_name(job: MPIJob, index: int) -> str:
+    return f"{job.metadata.name}-worker-{index}"
+
+
+def config_map_name(job: MPIJob) -> str:
+    return f"{job.metadata.name}-config"
+
+
+def ssh_secret_name(job: MPIJob) -> str:
+    return f"{job.metadata.name}-ssh"
+
+
+def service_name(job: MPIJob) -> str:
+    return job.metadata.name
+
+
+def host_name(job: MPIJob, pod_name: str, cluster_domain: str = "") -> str:
+    """`<pod>.<service>.<namespace>.svc`, with the cluster domain appended when one is configured."""
+    host = f"{pod_name}.{service_name(job)}.{job.metadata.namespace}.svc"
+    return f"{host}.{cluster_domain}" if cluster_domain else host
+
+
+def job_labels(job: MPIJob) -> dict[str, str]:
+    return {OPERATOR_NAME_LABEL: OPERATOR_NAME, JOB_NAME_LABEL: job.metadata.name}
+
+
+def role_labels(job: MPIJob, role: str, index: int | None = None, attempt: int = 0) -> dict[str, str]:
+    labels = {**job_labels(job), JOB_ROLE_LABEL: role, ATTEMPT_LABEL: str(attempt)}
+    if index is not None:
+        labels[REPLICA_INDEX_LABEL] = str(index)
+    return labels
+
+
+def selector_string(job: MPIJob, role: str) -> str:
+    """The label selector of one role's pods, as replicaStatuses[].selector reports it."""
+    labels = {**job_labels(job), JOB_ROLE_LABEL: role}
+    return ",".join(f"{k}={v}" for k, v in sorted(labels.items()))
+
+
+def owner_reference(job: MPIJob) -> dict[str, Any]:
+    return {
+        "apiVersion": API_VERSION,
+        "kind": KIND,
+        "name": job.metadata.name,
+        "uid": job.metadata.uid,
+        "controller": True,
+        "blockOwnerDeletion": True,
+    }
+
+
+def owned_metadata(job: MPIJob, name: str, labels: dict[str, str] | None = None) -> dict[str, Any]:
+    return {
+        "name": name,
+        "namespace": job.metadata.namespace,
+        "labels": labels if labels is not None else job_labels(job),
+        "ownerReferences": [owner_reference(job)],
+    }

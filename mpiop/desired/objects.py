@@ -1,0 +1,55 @@
+"""The Secret, ConfigMap and headless Service an MPIJob owns, as pure functions of the job."""
+
+from __future__ import annotations
+
+import base64
+from collections.abc import Iterable
+from typing import Any
+
+from mpiop.api.v2beta1 import MPIJob
+from mpiop.desired import hostfile, names
+
+
+def ssh_secret(job: MPIJob, private_key: bytes, public_key: bytes) -> dict[str, Any]:
+    """kubernetes.io/ssh-auth, immutable: the key pair is made once per job and never rotated mid-run."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "metadata": names.owned_metadata(job, names.ssh_secret_name(job)),
+        "type": "kubernetes.io/ssh-auth",
+        "immutable": True,
+        "data": {
+            "ssh-privatekey": base64.b64encode(private_key).decode(),
+            "ssh-publickey": base64.b64encode(public_key).decode(),
+        },
+    }
+
+
+def config_map_data(job: MPIJob, running_worker_indexes: Iterable[int], cluster_domain: str = "") -> dict[str, str]:
+    return {
+        names.HOSTFILE_NAME: hostfile.hostfile(job, cluster_domain),
+        names.DISCOVER_HOSTS_NAME: hostfile.discover_hosts(job, running_worker_indexes, cluster_domain),
+    }
+
+
+def config_map(job: MPIJob, running_worker_indexes: Iterable[int], cluster_domain: str = "") -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": names.owned_metadata(job, names.config_map_name(job)),
+        "data": config_map_data(job, running_worker_indexes, cluster_domain),
+    }
+
+
+def service(job: MPIJob) -> dict[str, Any]:
+    """Headless, and publishing not-ready pods, so every hostfile name resolves as soon as its pod exists."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": names.owned_metadata(job, names.service_name(job)),
+        "spec": {
+            "clusterIP": "None",
+            "selector": names.job_labels(job),
+            "publishNotReadyAddresses": True,
+        },
+    }

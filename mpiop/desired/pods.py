@@ -1,0 +1,100 @@
+"""The launcher and worker Pods an MPIJob wants: pure functions of (job, index, attempt).
+
+The user's template is the base; mpiop adds the identity (name, hostname + subdomain so the headless
+Service gives each pod a DNS name), kubeflow's labels, the SSH key and hostfile volumes, and the launcher's
+MPI environment. Whatever the user set in the template wins over our defaults.
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+from mpiop.api.v2beta1 import MPIJob, ReplicaSpec
+from mpiop.desired import env, names
+
+SSH_VOLUME = "ssh-auth"
+CONFIG_VOLUME = "mpi-job-config"
+WORKER_DEFAULT_COMMAND = ["/usr/sbin/sshd", "-De"]
+
+
+def pod_restart_policy(replica: ReplicaSpec) -> str:
+    """ExitCode is decided by mpiop from the exit code, so the kubelet must not restart: Never."""
+    policy = replica.restart_policy or replica.template.get("spec", {}).get("restartPolicy") or "Never"
+    return "Never" if policy == "ExitCode" else str(policy)
+
+
+def _ssh_volume(job: MPIJob) -> dict[str, Any]:
+    return {
+        "name": SSH_VOLUME,
+        "secret": {
+            "secretName": names.ssh_secret_name(job),
+            "defaultMode": 0o600,
+            "items": [
+                {"key": "ssh-privatekey", "path": "id_rsa"},
+                {"key": "ssh-publickey", "path": "id_rsa.pub"},
+                {"key": "ssh-publickey", "path": "authorized_keys"},
+            ],
+        },
+    }
+
+
+def _config_volume(job: MPIJob) -> dict[str, Any]:
+    return {
+        "name": CONFIG_VOLUME,
+        "configMap": {
+            "name": names.config_map_name(job),
+            "items": [
+                {"key": names.HOSTFILE_NAME, "path": names.HOSTFILE_NAME, "mode": 0o444},
+                {"key": names.DISCOVER_HOSTS_NAME, "path": names.DISCOVER_HOSTS_NAME, "mode": 0o555},
+            ],
+        },
+    }
+
+
+def _add_volume(spec: dict[str, Any], volume: dict[str, Any], mount_path: str) -> None:
+    volumes = spec.setdefault("volumes", [])
+    if not any(v.get("name") == volume["name"] for v in volumes):
+        volumes.append(volume)
+    main = spec["containers"][0]
+    mounts = main.setdefault("volumeMounts", [])
+    if not any(m.get("name") == volume["name"] for m in mounts):
+        mounts.append({"name": volume["name"], "mountPath": mount_path})
+
+
+def _base_pod(job: MPIJob, replica: ReplicaSpec, name: str, labels: dict[str, str]) -> dict[str, Any]:
+    template = copy.deepcopy(replica.template)
+    meta = template.get("metadata") or {}
+    spec: dict[str, Any] = template.get("spec") or {}
+    spec.setdefault("containers", [{}])
+    spec["hostname"] = name
+    spec["subdomain"] = names.service_name(job)
+    spec["restartPolicy"] = pod_restart_policy(replica)
+    _add_volume(spec, _ssh_volume(job), job.spec.effective_ssh_auth_mount_path)
+    metadata = names.owned_metadata(job, name, labels={**(meta.get("labels") or {}), **labels})
+    if meta.get("annotations"):
+        metadata["annotations"] = dict(meta["annotations"])
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": metadata, "spec": spec}
+
+
+def worker_pod(job: MPIJob, index: int, attempt: int) -> dict[str, Any]:
+    replica = job.spec.worker
+    assert replica is not None, "worker_pod needs a Worker replica spec"
+    pod = _base_pod(job, replica, names.worker_name(job, index),
+                    names.role_labels(job, names.WORKER_ROLE, index, attempt))
+    main = pod["spec"]["containers"][0]
+    if not main.get("command") and not main.get("args"):
+        main["command"] = list(WORKER_DEFAULT_COMMAND)
+    main["env"] = env.merge_env(main.get("env"), env.worker_env())
+    return pod
+
+
+def launcher_pod(job: MPIJob, attempt: int) -> dict[str, Any]:
+    replica = job.spec.launcher
+    assert replica is not None, "launcher_pod needs a Launcher replica spec"
+    pod = _base_pod(job, replica, names.launcher_name(job),
+                    names.role_labels(job, names.LAUNCHER_ROLE, 0, attempt))
+    _add_volume(pod["spec"], _config_volume(job), names.CONFIG_MOUNT_PATH)
+    main = pod["spec"]["containers"][0]
+    main["env"] = env.merge_env(main.get("env"), env.launcher_env(job))
+    return pod

@@ -1,0 +1,211 @@
+"""List-then-watch into a local cache of trimmed raw dicts, with indexes and change callbacks.
+
+The shape of client-go's reflector + indexer, compact: one coroutine per informer lists (paginated),
+then watches from the list's resourceVersion with bookmarks. 410 Gone re-lists; a broken stream, or one
+silent for longer than the server's own timeout (the watchdog), is re-opened from the last version
+seen. Cached objects are trimmed to what the controller decides on, to keep memory flat at scale.
+Writes the controller makes are fed back with `observe_write`, so the next reconcile sees them at once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import random
+from collections import defaultdict
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+import aiohttp
+import structlog
+
+from mpiop.kube.client import JSON, ApiError, KubeClient, Resource
+
+log = structlog.get_logger(__name__)
+
+Trim = Callable[[JSON], JSON]
+Indexer = Callable[[JSON], Iterable[str]]
+ChangeHandler = Callable[[JSON | None, JSON | None], None]
+"""Called with (old, new): new is None on delete, old is None on add."""
+
+
+def object_key(obj: JSON) -> str:
+    meta = obj["metadata"]
+    return f"{meta['namespace']}/{meta['name']}" if meta.get("namespace") else str(meta["name"])
+
+
+def _newer_or_equal(candidate: JSON, current: JSON | None) -> bool:
+    """resourceVersions are opaque, but etcd's are integers; compare them so late events can't regress us."""
+    if current is None:
+        return True
+    try:
+        return int(candidate["metadata"]["resourceVersion"]) >= int(current["metadata"]["resourceVersion"])
+    except (KeyError, ValueError, TypeError):
+        return True
+
+
+@dataclass
+class InformerStats:
+    lists: int = 0
+    watch_restarts: int = 0
+    events: int = 0
+
+
+@dataclass
+class Informer:
+    client: KubeClient
+    resource: Resource
+    namespace: str | None = None
+    label_selector: str | None = None
+    trim: Trim = field(default=lambda obj: obj)
+    indexers: dict[str, Indexer] = field(default_factory=dict)
+    handlers: list[ChangeHandler] = field(default_factory=list)
+    watch_timeout_seconds: int = 300
+    page_size: int = 500
+    on_watch_restart: Callable[[str], None] | None = None
+
+    store: dict[str, JSON] = field(default_factory=dict, init=False)
+    indexes: dict[str, defaultdict[str, set[str]]] = field(default_factory=dict, init=False)
+    synced: asyncio.Event = field(default_factory=asyncio.Event, init=False)
+    stats: InformerStats = field(default_factory=InformerStats, init=False)
+    _resource_version: str = field(default="", init=False)
+
+    def __post_init__(self) -> None:
+        self.indexes = {name: defaultdict(set) for name in self.indexers}
+
+    # -- reading the cache -------------------------------------------------------------------------
+    def get(self, key: str) -> JSON | None:
+        return self.store.get(key)
+
+    def by_index(self, index: str, value: str) -> list[JSON]:
+        return [self.store[k] for k in sorted(self.indexes[index].get(value, ())) if k in self.store]
+
+    # -- writing the cache -------------------------------------------------------------------------
+    def _index(self, key: str, obj: JSON | None, add: bool) -> None:
+        if obj is None:
+            return
+        for name, indexer in self.indexers.items():
+            for value in indexer(obj):
+                bucket = self.indexes[name][value]
+                if add:
+                    bucket.add(key)
+                else:
+                    bucket.discard(key)
+                    if not bucket:
+                        del self.indexes[name][value]
+
+    def _set(self, obj: JSON, notify: bool = True) -> None:
+        trimmed = self.trim(obj)
+        key = object_key(trimmed)
+        old = self.store.get(key)
+        if not _newer_or_equal(trimmed, old):
+            return
+        self._index(key, old, add=False)
+        self.store[key] = trimmed
+        self._index(key, trimmed, add=True)
+        if notify and old != trimmed:
+            for handler in self.handlers:
+                handler(old, trimmed)
+
+    def _delete(self, key: str, notify: bool = True) -> None:
+        old = self.store.pop(key, None)
+        self._index(key, old, add=False)
+        if notify and old is not None:
+            for handler in self.handlers:
+                handler(old, None)
+
+    def observe_write(self, obj: JSON) -> None:
+        """Feed the apiserver's answer to our own write into the cache (without firing handlers)."""
+        if obj.get("kind") == "Status":
+            return
+        self._set(obj, notify=False)
+
+    def observe_delete(self, key: str) -> None:
+        self._delete(key, notify=False)
+
+    # -- the loop ----------------------------------------------------------------------------------
+    async def run(self) -> None:
+        backoff = 0.5
+        while True:
+            try:
+                await self._list()
+                backoff = 0.5
+                await self._watch_until_gone()
+            except asyncio.CancelledError:
+                raise
+            except (ApiError, aiohttp.ClientError, TimeoutError, ValueError, OSError) as error:
+                log.warning("informer error; re-listing", resource=self.resource.plural, error=str(error),
+                            retry_in=round(backoff, 2))
+                await asyncio.sleep(backoff * (1 + random.random() / 2))
+                backoff = min(backoff * 2, 30.0)
+
+    async def _list(self) -> None:
+        seen: dict[str, JSON] = {}
+        continue_token: str | None = None
+        while True:
+            page = await self.client.list(
+                self.resource, self.namespace, labelSelector=self.label_selector,
+                limit=self.page_size, **({"continue": continue_token} if continue_token else {}),
+            )
+            for item in page.get("items", []):
+                item.setdefault("kind", self.resource.kind)
+                item.setdefault("apiVersion", self.resource.api_version)
+                seen[object_key(item)] = item
+            continue_token = page.get("metadata", {}).get("continue")
+            if not continue_token:
+                self._resource_version = page["metadata"]["resourceVersion"]
+                break
+        self.stats.lists += 1
+        for key in [k for k in self.store if k not in seen]:
+            self._delete(key)
+        for obj in seen.values():
+            self._set(obj)
+        self.synced.set()
+
+    async def _watch_until_gone(self) -> None:
+        """Watch from the last version; return when a re-list is needed (410 Gone)."""
+        while True:
+            try:
+                async for event in self.client.watch(
+                    self.resource, self.namespace, resource_version=self._resource_version,
+                    label_selector=self.label_selector, timeout_seconds=self.watch_timeout_seconds,
+                    idle_timeout=self.watch_timeout_seconds + 30,
+                ):
+                    if self._handle(event):
+                        return
+            except ApiError as error:
+                if error.gone:
+                    return
+                raise
+            except (aiohttp.ClientError, TimeoutError) as error:
+                self._restarted(f"stream broke: {type(error).__name__}")
+                await asyncio.sleep(0.2)
+                continue
+            self._restarted("server closed the stream")
+
+    def _restarted(self, why: str) -> None:
+        self.stats.watch_restarts += 1
+        if self.on_watch_restart is not None:
+            self.on_watch_restart(self.resource.plural)
+        log.debug("watch restarted", resource=self.resource.plural, reason=why)
+
+    def _handle(self, event: dict[str, Any]) -> bool:
+        """Apply one watch event; True when the watch has expired and a re-list is due."""
+        kind, obj = event.get("type"), event.get("object", {})
+        self.stats.events += 1
+        if kind == "ERROR":
+            if obj.get("code") == 410:
+                return True
+            raise ApiError(int(obj.get("code", 500)), obj, "WATCH", self.resource.plural)
+        with contextlib.suppress(KeyError):
+            self._resource_version = obj["metadata"]["resourceVersion"]
+        if kind == "BOOKMARK":
+            return False
+        obj.setdefault("kind", self.resource.kind)
+        obj.setdefault("apiVersion", self.resource.api_version)
+        if kind in ("ADDED", "MODIFIED"):
+            self._set(obj)
+        elif kind == "DELETED":
+            self._delete(object_key(obj))
+        return False

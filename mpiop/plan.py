@@ -1,0 +1,80 @@
+"""What one reconcile decided: the status to write and the object changes to make, before any I/O.
+
+The decision functions (policies, desired-object builders, status) fill a Plan from
+(job, observed objects, now); the reconciler only carries it out, status first, so a crash between the
+two writes never loses a decision such as a counted restart.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from mpiop import podstate
+from mpiop.api.v2beta1 import JobStatus, MPIJob
+from mpiop.desired import names
+from mpiop.podstate import Pod
+
+JSON = dict[str, Any]
+
+
+@dataclass(frozen=True)
+class Event:
+    type: Literal["Normal", "Warning"]
+    reason: str
+    message: str
+
+
+@dataclass
+class Observed:
+    """The job's objects as the caches see them now."""
+
+    pods: list[Pod] = field(default_factory=list)
+    config_map: JSON | None = None
+    secret: JSON | None = None
+    service: JSON | None = None
+
+    def pod(self, name: str) -> Pod | None:
+        return next((p for p in self.pods if podstate.name(p) == name), None)
+
+    def pods_of_attempt(self, attempt: int) -> list[Pod]:
+        return [p for p in self.pods if podstate.attempt(p) == attempt]
+
+    def launcher(self, job: MPIJob) -> Pod | None:
+        return self.pod(names.launcher_name(job))
+
+    def workers(self, job: MPIJob, attempt: int) -> dict[int, Pod]:
+        """Current-attempt worker pods by replica index."""
+        found: dict[int, Pod] = {}
+        for pod in self.pods:
+            index = podstate.replica_index(pod)
+            if podstate.role(pod) == names.WORKER_ROLE and podstate.attempt(pod) == attempt and index is not None:
+                found[index] = pod
+        return found
+
+
+@dataclass
+class Plan:
+    status: JobStatus
+    create: list[JSON] = field(default_factory=list)
+    update: list[JSON] = field(default_factory=list)
+    delete: list[Pod] = field(default_factory=list)
+    create_ssh_secret: bool = False
+    delete_job: bool = False
+    events: list[Event] = field(default_factory=list)
+    requeue_after: float | None = None
+
+    def requeue_in(self, seconds: float) -> None:
+        seconds = max(seconds, 0.0)
+        self.requeue_after = seconds if self.requeue_after is None else min(self.requeue_after, seconds)
+
+    def event(self, kind: Literal["Normal", "Warning"], reason: str, message: str) -> None:
+        self.events.append(Event(kind, reason, message))
+
+    def delete_pods(self, pods: list[Pod]) -> None:
+        """Delete these pods (once each; ones already going are left alone)."""
+        planned = {podstate.name(p) for p in self.delete}
+        for pod in pods:
+            if not podstate.is_terminating(pod) and podstate.name(pod) not in planned:
+                self.delete.append(pod)
+                planned.add(podstate.name(pod))

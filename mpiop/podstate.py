@@ -1,0 +1,123 @@
+"""Reading the (trimmed) Pods in the cache: phase, readiness, attempt, and why one failed."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from mpiop.desired import names
+
+Pod = dict[str, Any]
+
+
+def phase(pod: Pod) -> str:
+    return str(pod.get("status", {}).get("phase") or "Pending")
+
+
+def name(pod: Pod) -> str:
+    return str(pod["metadata"]["name"])
+
+
+def labels(pod: Pod) -> dict[str, str]:
+    return pod["metadata"].get("labels") or {}
+
+
+def is_terminating(pod: Pod) -> bool:
+    return bool(pod["metadata"].get("deletionTimestamp"))
+
+
+def is_active(pod: Pod) -> bool:
+    """Pending or Running and not being deleted: what replicaStatuses counts as active."""
+    return phase(pod) in ("Pending", "Running", "Unknown") and not is_terminating(pod)
+
+
+def is_running(pod: Pod) -> bool:
+    return phase(pod) == "Running" and not is_terminating(pod)
+
+
+def is_ready(pod: Pod) -> bool:
+    if not is_running(pod):
+        return False
+    return any(
+        c.get("type") == "Ready" and c.get("status") == "True" for c in pod.get("status", {}).get("conditions") or []
+    )
+
+
+def attempt(pod: Pod) -> int:
+    try:
+        return int(labels(pod).get(names.ATTEMPT_LABEL, "0"))
+    except ValueError:
+        return -1
+
+
+def replica_index(pod: Pod) -> int | None:
+    try:
+        return int(labels(pod)[names.REPLICA_INDEX_LABEL])
+    except (KeyError, ValueError):
+        return None
+
+
+def role(pod: Pod) -> str:
+    return labels(pod).get(names.JOB_ROLE_LABEL, "")
+
+
+def _terminated(container_status: dict[str, Any]) -> dict[str, Any] | None:
+    state = container_status.get("state") or {}
+    last = container_status.get("lastState") or {}
+    terminated = state.get("terminated") or last.get("terminated")
+    return terminated if isinstance(terminated, dict) else None
+
+
+def failed_container(pod: Pod) -> tuple[str, str, int] | None:
+    """(container, reason, exit code) of the first container that terminated with a non-zero code."""
+    for status in pod.get("status", {}).get("containerStatuses") or []:
+        terminated = _terminated(status)
+        if terminated and int(terminated.get("exitCode", 0)) != 0:
+            return str(status.get("name")), str(terminated.get("reason") or "Error"), int(terminated["exitCode"])
+    return None
+
+
+def exit_code(pod: Pod) -> int | None:
+    found = failed_container(pod)
+    return found[2] if found else None
+
+
+def failure_summary(pod: Pod) -> str:
+    """e.g. `pi-worker-1 container main OOMKilled exit 137`, or `pi-worker-0 Evicted: <kubelet's message>`."""
+    found = failed_container(pod)
+    if found is not None:
+        container, reason, code = found
+        return f"{name(pod)} container {container} {reason} exit {code}"
+    status = pod.get("status", {})
+    reason = status.get("reason") or "Failed"
+    message = status.get("message")
+    return f"{name(pod)} {reason}: {message}" if message else f"{name(pod)} {reason}"
+
+
+def trim(pod: Pod) -> Pod:
+    """What the controller decides on; everything else in a Pod is dropped from the cache."""
+    meta = pod.get("metadata", {})
+    status = pod.get("status", {})
+    kept_meta = {k: meta[k] for k in ("name", "namespace", "uid", "resourceVersion", "labels", "deletionTimestamp",
+                                       "creationTimestamp") if k in meta}
+    kept_meta["ownerReferences"] = [
+        {"kind": o.get("kind"), "name": o.get("name"), "uid": o.get("uid")}
+        for o in meta.get("ownerReferences") or [] if o.get("controller")
+    ]
+    kept_status: dict[str, Any] = {k: status[k] for k in ("phase", "reason", "message") if k in status}
+    if status.get("conditions"):
+        kept_status["conditions"] = [
+            {"type": c.get("type"), "status": c.get("status")} for c in status["conditions"] if c.get("type") == "Ready"
+        ]
+    if status.get("containerStatuses"):
+        kept_status["containerStatuses"] = [
+            {"name": s.get("name"), "state": _slim_state(s.get("state")), "lastState": _slim_state(s.get("lastState"))}
+            for s in status["containerStatuses"]
+        ]
+    return {"metadata": kept_meta, "status": kept_status}
+
+
+def _slim_state(state: Any) -> dict[str, Any]:
+    if not isinstance(state, dict) or "terminated" not in state:
+        return {}
+    terminated = state["terminated"] or {}
+    return {"terminated": {k: terminated[k] for k in ("exitCode", "reason") if k in terminated}}

@@ -1,0 +1,23 @@
+"""cleanPodPolicy: which pods go once the job has finished.
+
+Running (mpiop's default) deletes pods still Pending or Running, so a finished job frees its GPUs while
+the launcher's log stays readable; All deletes every pod; None keeps them all.
+"""
+
+from __future__ import annotations
+
+from mpiop import podstate
+from mpiop.api.v2beta1 import CleanPodPolicy, MPIJob
+from mpiop.plan import Observed, Plan
+
+
+def pods_to_delete(policy: CleanPodPolicy, pods: list[podstate.Pod]) -> list[podstate.Pod]:
+    if policy == "All":
+        return [p for p in pods if not podstate.is_terminating(p)]
+    if policy == "Running":
+        return [p for p in pods if podstate.is_active(p)]
+    return []
+
+
+def apply(plan: Plan, job: MPIJob, observed: Observed) -> None:
+    plan.delete_pods(pods_to_delete(job.spec.run_policy.effective_clean_pod_policy, observed.pods))

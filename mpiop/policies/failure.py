@@ -1,0 +1,72 @@
+"""Failure and backoffLimit: a failed pod restarts the whole job, until the failures exceed backoffLimit.
+
+An MPI job cannot lose a rank and go on, so any Failed launcher or worker pod (an error exit, OOMKilled,
+evicted) of the current attempt fails the attempt: the attempt counter in status goes up and every pod
+is deleted and made again. Pods carry their attempt as a label, so one failure is counted once, even
+if the failed pod is still seen by a later reconcile. A pod already being deleted (by a restart, a
+scale-down or a suspend, which can kill it into Failed on its way out) is not a failure. With restartPolicy
+ExitCode, exit codes 1-127 are permanent (the program itself failed) and fail the job at once; 128-255
+(killed by a signal) restart it.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+
+from mpiop import podstate
+from mpiop.api.v2beta1 import MPIJob
+from mpiop.desired import names
+from mpiop.plan import Observed, Plan
+from mpiop.status import conditions as c
+
+
+def _is_permanent(job: MPIJob, pod: podstate.Pod) -> bool:
+    replica = job.spec.launcher if podstate.role(pod) == names.LAUNCHER_ROLE else job.spec.worker
+    if replica is None or replica.restart_policy != "ExitCode":
+        return False
+    code = podstate.exit_code(pod)
+    return code is not None and 1 <= code <= 127
+
+
+def first_failure(job: MPIJob, observed: Observed, attempt: int) -> podstate.Pod | None:
+    """The launcher's failure first (it carries mpirun's exit code), then the lowest worker's."""
+    failed = [p for p in observed.pods_of_attempt(attempt)
+              if podstate.phase(p) == "Failed" and not podstate.is_terminating(p)]
+    failed.sort(key=lambda p: (podstate.role(p) != names.LAUNCHER_ROLE, podstate.replica_index(p) or 0))
+    return failed[0] if failed else None
+
+
+def apply(plan: Plan, job: MPIJob, observed: Observed, now: dt.datetime) -> bool:
+    """Handle a failed attempt; True when it did (the job is restarting or has failed)."""
+    status = plan.status
+    attempt = status.restart_count or 0
+    pod = first_failure(job, observed, attempt)
+    if pod is None:
+        return False
+    summary = podstate.failure_summary(pod)
+    limit = job.spec.run_policy.effective_backoff_limit
+    failures = attempt + 1
+    key = job.key
+    if _is_permanent(job, pod) or failures > limit:
+        why = "permanent exit code (restartPolicy ExitCode)" if _is_permanent(job, pod) else f"backoffLimit {limit}"
+        message = f"MPIJob {key} has failed: {summary} ({why} reached after {attempt} restarts)"
+        mark_failed(plan, c.FAILED_REASON, message, now)
+        return True
+    status.restart_count = failures
+    message = f"MPIJob {key} is restarting: {summary} (restart {failures} of backoffLimit {limit})"
+    c.set_condition(status, "Restarting", "True", c.RESTARTING_REASON, message, now)
+    c.set_false_if_true(status, "Running", c.RESTARTING_REASON, message, now)
+    plan.event("Warning", c.RESTARTING_REASON, message)
+    plan.delete_pods(observed.pods)
+    return True
+
+
+def mark_failed(plan: Plan, reason: str, message: str, now: dt.datetime) -> None:
+    """Failed is final: completionTime is set and Running/Restarting go False."""
+    status = plan.status
+    if c.set_condition(status, "Failed", "True", reason, message, now):
+        plan.event("Warning", reason, message)
+    c.set_false_if_true(status, "Running", reason, message, now)
+    c.set_false_if_true(status, "Restarting", reason, message, now)
+    if status.completion_time is None:
+        status.completion_time = now

@@ -1,0 +1,36 @@
+"""suspend: a suspended job has no pods; resuming makes them again from the current templates.
+
+Kueue suspends jobs while they queue and edits their templates (node selectors, tolerations) before it
+resumes them, so pods are always built anew on resume. The ConfigMap, Secret and Service stay.
+startTime is cleared, so activeDeadlineSeconds counts from the resume.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+
+from mpiop.api.v2beta1 import MPIJob
+from mpiop.plan import Observed, Plan
+from mpiop.status import conditions as c
+
+
+def is_suspended(job: MPIJob) -> bool:
+    return bool(job.spec.run_policy.suspend)
+
+
+def apply(plan: Plan, job: MPIJob, observed: Observed, now: dt.datetime) -> bool:
+    """Suspend (True: nothing else to do this pass) or note a resume (False)."""
+    status = plan.status
+    if is_suspended(job):
+        message = f"MPIJob {job.key} is suspended."
+        if c.set_condition(status, "Suspended", "True", c.SUSPENDED_REASON, message, now):
+            plan.event("Normal", c.SUSPENDED_REASON, message)
+        c.set_false_if_true(status, "Running", c.SUSPENDED_REASON, message, now)
+        status.start_time = None
+        plan.delete_pods(observed.pods)
+        return True
+    if status.is_true("Suspended"):
+        message = f"MPIJob {job.key} is resumed."
+        c.set_condition(status, "Suspended", "False", c.RESUMED_REASON, message, now)
+        plan.event("Normal", c.RESUMED_REASON, message)
+    return False

@@ -1,0 +1,55 @@
+"""Setting job conditions the way kubectl and kubeflow's clients read them.
+
+Transition times move only when a condition's status changes. Conditions whose status is True are
+kept after the False ones, in the order they became True, so `.status.conditions[-1:]` (the CRD's State
+column, as in kubeflow) is always the job's current state.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+
+from mpiop.api.v2beta1 import ConditionStatus, ConditionType, JobCondition, JobStatus
+
+CREATED_REASON = "MPIJobCreated"
+RUNNING_REASON = "MPIJobRunning"
+RESTARTING_REASON = "MPIJobRestarting"
+SUCCEEDED_REASON = "MPIJobSucceeded"
+FAILED_REASON = "MPIJobFailed"
+SUSPENDED_REASON = "MPIJobSuspended"
+RESUMED_REASON = "MPIJobResumed"
+DEADLINE_EXCEEDED_REASON = "DeadlineExceeded"
+VALIDATION_ERROR_REASON = "ValidationError"
+
+
+def set_condition(
+    status: JobStatus,
+    condition_type: ConditionType,
+    value: ConditionStatus,
+    reason: str,
+    message: str,
+    now: dt.datetime,
+) -> bool:
+    """Set one condition; return True when it became True just now (a transition worth an Event)."""
+    existing = status.condition(condition_type)
+    if existing is not None and (existing.status, existing.reason, existing.message) == (value, reason, message):
+        return False
+    became_true = value == "True" and (existing is None or existing.status != "True")
+    if existing is None or existing.status != value:
+        condition = JobCondition(type=condition_type, status=value, reason=reason, message=message,
+                                 last_update_time=now, last_transition_time=now)
+    else:
+        condition = existing.model_copy(update={"reason": reason, "message": message, "last_update_time": now})
+    if existing is not None and not became_true:
+        status.conditions[status.conditions.index(existing)] = condition
+    else:
+        status.conditions = [c for c in status.conditions if c.type != condition_type] + [condition]
+    # False ones first, True ones in the order they became True.
+    status.conditions.sort(key=lambda c: c.status == "True")
+    return became_true
+
+
+def set_false_if_true(status: JobStatus, condition_type: ConditionType, reason: str, message: str,
+                      now: dt.datetime) -> None:
+    if status.is_true(condition_type):
+        set_condition(status, condition_type, "False", reason, message, now)

@@ -1,0 +1,61 @@
+"""Created, Running and Succeeded, and the per-replica pod counts: read off the observed pods."""
+
+from __future__ import annotations
+
+import datetime as dt
+
+from mpiop import podstate
+from mpiop.api.v2beta1 import LAUNCHER, WORKER, MPIJob, ReplicaStatus, ReplicaType
+from mpiop.desired import names
+from mpiop.plan import Observed, Plan
+from mpiop.status import conditions as c
+
+
+def mark_created(plan: Plan, job: MPIJob, now: dt.datetime) -> None:
+    message = f"MPIJob {job.key} is created."
+    if plan.status.condition("Created") is None and c.set_condition(
+        plan.status, "Created", "True", c.CREATED_REASON, message, now
+    ):
+        plan.event("Normal", c.CREATED_REASON, message)
+
+
+def apply(plan: Plan, job: MPIJob, observed: Observed, now: dt.datetime) -> bool:
+    """Succeeded when the current attempt's launcher did (True); Running when it and every worker run."""
+    status = plan.status
+    attempt = status.restart_count or 0
+    launcher = observed.launcher(job)
+    if launcher is None or podstate.attempt(launcher) != attempt:
+        return False
+    if podstate.phase(launcher) == "Succeeded":
+        message = f"MPIJob {job.key} successfully completed."
+        if c.set_condition(status, "Succeeded", "True", c.SUCCEEDED_REASON, message, now):
+            plan.event("Normal", c.SUCCEEDED_REASON, message)
+        c.set_false_if_true(status, "Running", c.SUCCEEDED_REASON, message, now)
+        c.set_false_if_true(status, "Restarting", c.SUCCEEDED_REASON, message, now)
+        if status.completion_time is None:
+            status.completion_time = now
+        return True
+    workers = observed.workers(job, attempt)
+    all_running = all(i in workers and podstate.is_running(workers[i]) for i in range(job.spec.worker_replicas))
+    if podstate.is_running(launcher) and all_running:
+        message = f"MPIJob {job.key} is running."
+        if c.set_condition(status, "Running", "True", c.RUNNING_REASON, message, now):
+            plan.event("Normal", c.RUNNING_REASON, message)
+        c.set_false_if_true(status, "Restarting", c.RUNNING_REASON, message, now)
+    return False
+
+
+def replica_statuses(job: MPIJob, observed: Observed) -> dict[ReplicaType, ReplicaStatus]:
+    counts: dict[ReplicaType, ReplicaStatus] = {}
+    for replica_type, role in ((LAUNCHER, names.LAUNCHER_ROLE), (WORKER, names.WORKER_ROLE)):
+        if job.spec.mpi_replica_specs.get(replica_type) is None:
+            continue
+        pods = [p for p in observed.pods if podstate.role(p) == role]
+        counts[replica_type] = ReplicaStatus(
+            active=sum(podstate.is_active(p) for p in pods),
+            succeeded=sum(podstate.phase(p) == "Succeeded" for p in pods),
+            failed=sum(podstate.phase(p) == "Failed" for p in pods),
+            ready=sum(podstate.is_ready(p) for p in pods),
+            selector=names.selector_string(job, role),
+        )
+    return counts

@@ -1,0 +1,99 @@
+"""A job's life through the real apiserver: objects, hostfile, Running, Succeeded, clean-up."""
+
+from __future__ import annotations
+
+import base64
+
+from mpiop.kube.client import CONFIGMAPS, SECRETS, SERVICES
+from tests.integration.operator import Cluster, Operator, eventually, mpijob
+
+
+async def test_two_gpu_workers_run_to_success(cluster: Cluster, operator: Operator) -> None:
+    await cluster.create_job(mpijob("pi", workers=2, gpus=4))
+    pods = await eventually(lambda: _pods_named(cluster, {"pi-launcher", "pi-worker-0", "pi-worker-1"}),
+                            what="launcher and 2 workers")
+    config = await cluster.kube.get(CONFIGMAPS, cluster.ns, "pi-config")
+    ns = cluster.ns
+    assert config["data"]["hostfile"] == (
+        f"pi-worker-0.pi.{ns}.svc slots=4\npi-worker-1.pi.{ns}.svc slots=4\n"
+    )
+    secret = await cluster.kube.get(SECRETS, ns, "pi-ssh")
+    assert secret["type"] == "kubernetes.io/ssh-auth" and secret["immutable"] is True
+    assert base64.b64decode(secret["data"]["ssh-publickey"]).startswith(b"ssh-ed25519 ")
+    service = await cluster.kube.get(SERVICES, ns, "pi")
+    assert service["spec"]["clusterIP"] == "None"
+
+    launcher = pods["pi-launcher"]
+    env = {e["name"]: e.get("value") for e in launcher["spec"]["containers"][0]["env"]}
+    assert env["OMPI_MCA_orte_default_hostfile"] == "/etc/mpi/hostfile"
+    assert env["OMPI_MCA_orte_set_default_slots"] == "4"
+    assert "NVIDIA_VISIBLE_DEVICES" in env and not env["NVIDIA_VISIBLE_DEVICES"]  # blanked
+    worker = pods["pi-worker-1"]
+    assert worker["spec"]["hostname"] == "pi-worker-1" and worker["spec"]["subdomain"] == "pi"
+    assert worker["metadata"]["labels"]["training.kubeflow.org/replica-index"] == "1"
+    assert worker["spec"]["containers"][0]["command"] == ["/usr/sbin/sshd", "-De"]
+    assert {m["mountPath"] for m in worker["spec"]["containers"][0]["volumeMounts"]} >= {"/root/.ssh"}
+    assert all(p["metadata"]["ownerReferences"][0]["kind"] == "MPIJob" for p in pods.values())
+
+    await cluster.run_all(["pi-worker-0", "pi-worker-1", "pi-launcher"])
+    running = await eventually(lambda: cluster.condition("pi", "Running"), what="Running")
+    assert running["reason"] == "MPIJobRunning"
+    job = await cluster.job("pi")
+    assert job is not None
+    assert job["status"]["replicaStatuses"]["Worker"]["active"] == 2
+    config = await cluster.kube.get(CONFIGMAPS, ns, "pi-config")
+    assert "echo pi-worker-1.pi." in config["data"]["discover_hosts.sh"]
+
+    await cluster.set_phase("pi-launcher", "Succeeded", exit_code=None)
+    await eventually(lambda: cluster.condition("pi", "Succeeded"), what="Succeeded")
+    # cleanPodPolicy defaults to Running: the still-running workers go, the finished launcher stays.
+    await eventually(lambda: _pods_are(cluster, {"pi-launcher"}), what="workers deleted after success")
+    job = await cluster.job("pi")
+    assert job is not None and job["status"]["completionTime"]
+    assert job["status"]["conditions"][-1]["type"] == "Succeeded"
+
+
+async def test_wait_for_workers_ready_holds_the_launcher(cluster: Cluster, operator: Operator) -> None:
+    await cluster.create_job(mpijob("wait", workers=2, launcherCreationPolicy="WaitForWorkersReady"))
+    await eventually(lambda: _pods_named(cluster, {"wait-worker-0", "wait-worker-1"}), what="workers")
+    await cluster.set_phase("wait-worker-0", "Running", ready=True)
+    await cluster.set_phase("wait-worker-1", "Running", ready=False)
+    await _settle(operator)
+    assert await cluster.pod("wait-launcher") is None
+    await cluster.set_phase("wait-worker-1", "Running", ready=True)
+    await eventually(lambda: cluster.pod("wait-launcher"), what="launcher once all workers are Ready")
+
+
+async def test_a_settled_job_makes_no_writes(cluster: Cluster, operator: Operator) -> None:
+    await cluster.create_job(mpijob("quiet", workers=1))
+    await eventually(lambda: _pods_named(cluster, {"quiet-launcher", "quiet-worker-0"}), what="pods")
+    await cluster.run_all(["quiet-worker-0", "quiet-launcher"])
+    await eventually(lambda: cluster.condition("quiet", "Running"), what="Running")
+    await _settle(operator)
+    before = sum(operator.requests.writes().values())
+    for _ in range(3):
+        operator.manager.queue.add(f"{cluster.ns}/quiet")
+        await _settle(operator)
+    assert sum(operator.requests.writes().values()) == before
+
+
+async def _settle(operator: Operator) -> None:
+    """Wait until the queue is empty and no reconcile runs."""
+    import asyncio
+
+    for _ in range(100):
+        await asyncio.sleep(0.05)
+        queue = operator.manager.queue
+        if len(queue) == 0 and queue.unfinished_work() == 0:
+            await asyncio.sleep(0.2)
+            if len(queue) == 0 and queue.unfinished_work() == 0:
+                return
+
+
+async def _pods_named(cluster: Cluster, names: set[str]) -> dict[str, dict[str, object]] | None:
+    pods = await cluster.pods()
+    return pods if names <= set(pods) else None
+
+
+async def _pods_are(cluster: Cluster, names: set[str]) -> bool:
+    return set(await cluster.pods()) == names
