@@ -1,0 +1,366 @@
+"""Fluent builders of MPIJobs and (trimmed) Pods for unit and integration tests.
+
+In the style of kueue's `testingjobs.MakeMPIJob(name, ns).…Obj()`: start from a small valid job and chain
+only what a test is about, so the test reads as its own specification::
+
+    job = make_mpijob("pi").workers(2).gpus(4).implementation("Intel").obj()
+    pod = make_pod(job, "worker", 1).failed(reason="OOMKilled", exit_code=137).obj()
+
+`make_pod(...).obj()` has the shape `podstate.trim` keeps, with the names and labels `desired.pods` gives
+the pod, so it stands for what the controller's cache holds.
+"""
+
+from __future__ import annotations
+
+import copy
+import datetime as dt
+from typing import Any, Self
+
+from mpiop import podstate
+from mpiop.api.v2beta1 import (
+    LAUNCHER,
+    WORKER,
+    CleanPodPolicy,
+    ConditionStatus,
+    ConditionType,
+    JobCondition,
+    JobStatus,
+    LauncherCreationPolicy,
+    MPIImplementation,
+    MPIJob,
+    ReplicaType,
+    RestartPolicy,
+    format_time,
+)
+from mpiop.desired import names, objects
+from mpiop.plan import Observed
+
+JSON = dict[str, Any]
+
+IMAGE = "mpioperator/mpi-pi:openmpi"
+CONTAINER = "main"
+LAUNCHER_COMMAND = ["mpirun", "/home/mpiuser/pi"]
+
+# A fixed instant for tests that need a clock; `at(s)` is s seconds after it.
+T0 = dt.datetime(2024, 5, 1, 12, 0, 0, tzinfo=dt.UTC)
+
+
+def at(seconds: float = 0) -> dt.datetime:
+    return T0 + dt.timedelta(seconds=seconds)
+
+
+class MPIJobBuilder:
+    """An MPIJob under construction: one launcher (running mpirun) and `workers(n)` workers (default 2)."""
+
+    def __init__(self, name: str, namespace: str = "default") -> None:
+        self._job: JSON = {
+            "apiVersion": "kubeflow.org/v2beta1",
+            "kind": "MPIJob",
+            "metadata": {"name": name, "namespace": namespace, "uid": f"uid-{name}"},
+            "spec": {
+                "mpiReplicaSpecs": {
+                    LAUNCHER: {
+                        "replicas": 1,
+                        "template": {"spec": {"containers": [
+                            {"name": CONTAINER, "image": IMAGE, "command": list(LAUNCHER_COMMAND)},
+                        ]}},
+                    },
+                    WORKER: {
+                        "replicas": 2,
+                        "template": {"spec": {"containers": [{"name": CONTAINER, "image": IMAGE}]}},
+                    },
+                },
+                "runPolicy": {},
+            },
+        }
+        self._status = JobStatus()
+
+    # --- helpers -------------------------------------------------------------------------------------------
+
+    @property
+    def _spec(self) -> JSON:
+        spec: JSON = self._job["spec"]
+        return spec
+
+    @property
+    def _run_policy(self) -> JSON:
+        run_policy: JSON = self._spec["runPolicy"]
+        return run_policy
+
+    def _replica(self, replica: ReplicaType) -> JSON:
+        found: JSON = self._spec["mpiReplicaSpecs"][replica]
+        return found
+
+    def _pod_spec(self, replica: ReplicaType) -> JSON:
+        spec: JSON = self._replica(replica).setdefault("template", {}).setdefault("spec", {})
+        return spec
+
+    def _container(self, replica: ReplicaType) -> JSON:
+        container: JSON = self._pod_spec(replica).setdefault("containers", [{"name": CONTAINER}])[0]
+        return container
+
+    def _template_meta(self, replica: ReplicaType) -> JSON:
+        meta: JSON = self._replica(replica).setdefault("template", {}).setdefault("metadata", {})
+        return meta
+
+    # --- metadata ------------------------------------------------------------------------------------------
+
+    def uid(self, uid: str) -> Self:
+        self._job["metadata"]["uid"] = uid
+        return self
+
+    def label(self, key: str, value: str) -> Self:
+        self._job["metadata"].setdefault("labels", {})[key] = value
+        return self
+
+    def resource_version(self, version: str) -> Self:
+        self._job["metadata"]["resourceVersion"] = version
+        return self
+
+    # --- spec ----------------------------------------------------------------------------------------------
+
+    def workers(self, n: int) -> Self:
+        self._replica(WORKER)["replicas"] = n
+        return self
+
+    def without(self, replica: ReplicaType) -> Self:
+        """Drop a replica spec altogether (e.g. a launcher-only job)."""
+        del self._spec["mpiReplicaSpecs"][replica]
+        return self
+
+    def slots(self, n: int) -> Self:
+        self._spec["slotsPerWorker"] = n
+        return self
+
+    def gpus(self, n: int | str, resource: str = "nvidia.com/gpu", replica: ReplicaType = WORKER) -> Self:
+        """A limit of `n` of `resource` on the replica's main container."""
+        return self.limit(replica, resource, n)
+
+    def limit(self, replica: ReplicaType, resource: str, quantity: int | str) -> Self:
+        self._container(replica).setdefault("resources", {}).setdefault("limits", {})[resource] = quantity
+        return self
+
+    def request(self, replica: ReplicaType, resource: str, quantity: int | str) -> Self:
+        self._container(replica).setdefault("resources", {}).setdefault("requests", {})[resource] = quantity
+        return self
+
+    def implementation(self, implementation: MPIImplementation) -> Self:
+        self._spec["mpiImplementation"] = implementation
+        return self
+
+    def launcher_as_worker(self, value: bool = True) -> Self:
+        self._spec["runLauncherAsWorker"] = value
+        return self
+
+    def launcher_creation_policy(self, policy: LauncherCreationPolicy) -> Self:
+        self._spec["launcherCreationPolicy"] = policy
+        return self
+
+    def wait_for_workers_ready(self) -> Self:
+        return self.launcher_creation_policy("WaitForWorkersReady")
+
+    def ssh_auth_mount_path(self, path: str) -> Self:
+        self._spec["sshAuthMountPath"] = path
+        return self
+
+    def restart_policy(self, replica: ReplicaType, policy: RestartPolicy) -> Self:
+        self._replica(replica)["restartPolicy"] = policy
+        return self
+
+    # --- pod templates -------------------------------------------------------------------------------------
+
+    def image(self, image: str, replica: ReplicaType | None = None) -> Self:
+        for r in (replica,) if replica else (LAUNCHER, WORKER):
+            self._container(r)["image"] = image
+        return self
+
+    def command(self, replica: ReplicaType, *command: str) -> Self:
+        self._container(replica)["command"] = list(command)
+        return self
+
+    def args(self, replica: ReplicaType, *args: str) -> Self:
+        self._container(replica)["args"] = list(args)
+        return self
+
+    def env(self, replica: ReplicaType, name: str, value: str) -> Self:
+        self._container(replica).setdefault("env", []).append({"name": name, "value": value})
+        return self
+
+    def container(self, replica: ReplicaType, **fields: Any) -> Self:
+        """Set fields (wire names: volumeMounts=..., workingDir=...) on the replica's main container."""
+        self._container(replica).update(copy.deepcopy(fields))
+        return self
+
+    def pod_spec(self, replica: ReplicaType, **fields: Any) -> Self:
+        """Set fields (wire names: nodeSelector=..., volumes=..., restartPolicy=...) on the template's spec."""
+        self._pod_spec(replica).update(copy.deepcopy(fields))
+        return self
+
+    def pod_label(self, replica: ReplicaType, key: str, value: str) -> Self:
+        self._template_meta(replica).setdefault("labels", {})[key] = value
+        return self
+
+    def pod_annotation(self, replica: ReplicaType, key: str, value: str) -> Self:
+        self._template_meta(replica).setdefault("annotations", {})[key] = value
+        return self
+
+    # --- run policy ----------------------------------------------------------------------------------------
+
+    def backoff_limit(self, n: int) -> Self:
+        self._run_policy["backoffLimit"] = n
+        return self
+
+    def clean_pod_policy(self, policy: CleanPodPolicy) -> Self:
+        self._run_policy["cleanPodPolicy"] = policy
+        return self
+
+    def deadline(self, seconds: int) -> Self:
+        self._run_policy["activeDeadlineSeconds"] = seconds
+        return self
+
+    def ttl(self, seconds: int) -> Self:
+        self._run_policy["ttlSecondsAfterFinished"] = seconds
+        return self
+
+    def suspend(self, value: bool = True) -> Self:
+        self._run_policy["suspend"] = value
+        return self
+
+    def managed_by(self, controller: str) -> Self:
+        self._run_policy["managedBy"] = controller
+        return self
+
+    # --- status --------------------------------------------------------------------------------------------
+
+    def status(self, status: JobStatus | None = None, **fields: Any) -> Self:
+        """Replace the status, or set some of its fields by Python name (restart_count=1, start_time=T0)."""
+        if status is not None:
+            self._status = status.model_copy(deep=True)
+        if fields:
+            self._status = self._status.model_copy(update=fields, deep=True)
+        return self
+
+    def condition(self, condition_type: ConditionType, status: ConditionStatus = "True", reason: str = "",
+                  message: str = "", when: dt.datetime = T0) -> Self:
+        """Append one condition as written at `when` (no ordering: the status is taken as given)."""
+        self._status.conditions.append(JobCondition(
+            type=condition_type, status=status, reason=reason or f"MPIJob{condition_type}", message=message,
+            last_update_time=when, last_transition_time=when,
+        ))
+        return self
+
+    # --- results -------------------------------------------------------------------------------------------
+
+    def obj(self) -> MPIJob:
+        job = MPIJob.model_validate(copy.deepcopy(self._job))
+        job.status = self._status.model_copy(deep=True)
+        return job
+
+    def json(self) -> JSON:
+        """The wire form, as a client would send it."""
+        return self.obj().to_json()
+
+
+def make_mpijob(name: str, namespace: str = "default") -> MPIJobBuilder:
+    return MPIJobBuilder(name, namespace)
+
+
+class PodBuilder:
+    """A trimmed Pod of `job` as the cache holds it: Pending until told otherwise."""
+
+    def __init__(self, job: MPIJob, role: str, index: int = 0, attempt: int = 0) -> None:
+        if role not in (names.LAUNCHER_ROLE, names.WORKER_ROLE):
+            raise ValueError(f"role must be {names.LAUNCHER_ROLE!r} or {names.WORKER_ROLE!r}, not {role!r}")
+        name = names.launcher_name(job) if role == names.LAUNCHER_ROLE else names.worker_name(job, index)
+        self._pod: JSON = {
+            "metadata": {
+                "name": name,
+                "namespace": job.metadata.namespace,
+                "uid": f"uid-{name}-{attempt}",
+                "labels": names.role_labels(job, role, index, attempt),
+                "ownerReferences": [{"kind": "MPIJob", "name": job.metadata.name, "uid": job.metadata.uid}],
+            },
+            "status": {"phase": "Pending"},
+        }
+
+    @property
+    def _status(self) -> JSON:
+        status: JSON = self._pod["status"]
+        return status
+
+    def _phase(self, phase: str, ready: bool | None = None) -> Self:
+        self._status.clear()
+        self._status["phase"] = phase
+        if ready is not None:
+            self._status["conditions"] = [{"type": "Ready", "status": "True" if ready else "False"}]
+        return self
+
+    def pending(self) -> Self:
+        return self._phase("Pending")
+
+    def running(self) -> Self:
+        """Running, not (yet) Ready."""
+        return self._phase("Running", ready=False)
+
+    def ready(self) -> Self:
+        return self._phase("Running", ready=True)
+
+    def succeeded(self, container: str = CONTAINER) -> Self:
+        self._phase("Succeeded", ready=False)
+        self._status["containerStatuses"] = [_terminated(container, "Completed", 0)]
+        return self
+
+    def failed(self, container: str = CONTAINER, reason: str = "Error", exit_code: int = 1) -> Self:
+        self._phase("Failed", ready=False)
+        self._status["containerStatuses"] = [_terminated(container, reason, exit_code)]
+        return self
+
+    def evicted(self, message: str = "The node was low on resource: memory.") -> Self:
+        self._phase("Failed")
+        self._status.update(reason="Evicted", message=message)
+        return self
+
+    def unknown(self) -> Self:
+        return self._phase("Unknown")
+
+    def terminating(self, when: dt.datetime = T0) -> Self:
+        """Being deleted (deletionTimestamp set); the phase is left as it is."""
+        self._pod["metadata"]["deletionTimestamp"] = format_time(when)
+        return self
+
+    def label(self, key: str, value: str) -> Self:
+        self._pod["metadata"]["labels"][key] = value
+        return self
+
+    def obj(self) -> JSON:
+        return copy.deepcopy(self._pod)
+
+
+def _terminated(container: str, reason: str, exit_code: int) -> JSON:
+    return {"name": container, "state": {"terminated": {"exitCode": exit_code, "reason": reason}}, "lastState": {}}
+
+
+def make_pod(job: MPIJob | MPIJobBuilder, role: str, index: int = 0, attempt: int = 0) -> PodBuilder:
+    """A pod of `job` in `role` ("launcher" or "worker"); the launcher's index is 0."""
+    return PodBuilder(job.obj() if isinstance(job, MPIJobBuilder) else job, role, index, attempt)
+
+
+def observe(job: MPIJob, pods: list[JSON] | None = None, *, owned_objects: bool = True,
+            cluster_domain: str = "") -> Observed:
+    """What the caches would hold: these pods, and (unless owned_objects=False) the Secret, the Service and a
+    ConfigMap that is up to date with the current attempt's Running workers."""
+    pods = list(pods or [])
+    if not owned_objects:
+        return Observed(pods=pods)
+    attempt = job.status.restart_count or 0
+    running = sorted(
+        index for p in pods
+        if (index := podstate.replica_index(p)) is not None and index < job.spec.worker_replicas
+        and podstate.role(p) == names.WORKER_ROLE and podstate.attempt(p) == attempt and podstate.is_running(p)
+    )
+    return Observed(
+        pods=pods,
+        config_map=objects.config_map(job, running, cluster_domain),
+        secret=objects.ssh_secret(job, b"private", b"public"),
+        service=objects.service(job),
+    )

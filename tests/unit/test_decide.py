@@ -1,0 +1,356 @@
+"""mpiop.decide end to end: whole job lifetimes, one reconcile at a time, against a simulated cluster.
+
+`World` plays the apiserver and kubelet: it carries out each Plan (status written, objects created, pods
+deleted: marked terminating until `gone()`), and the test moves pods through their phases by hand.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Callable
+from typing import Any
+
+from mpiop import podstate
+from mpiop.api.v2beta1 import MPIJob, format_time
+from mpiop.decide import decide
+from mpiop.desired import objects
+from mpiop.plan import Observed, Plan
+from mpiop.podstate import Pod
+from tests.builders import PodBuilder, at, make_mpijob, make_pod
+
+Change = Callable[[PodBuilder], PodBuilder]
+
+
+class World:
+    def __init__(self, job: MPIJob, cluster_domain: str = "") -> None:
+        self.job = job
+        self.cluster_domain = cluster_domain
+        self.pods: dict[str, Pod] = {}
+        self.config_map: dict[str, Any] | None = None
+        self.secret: dict[str, Any] | None = None
+        self.service: dict[str, Any] | None = None
+        self.job_deleted = False
+        self.plans: list[Plan] = []
+
+    def observed(self) -> Observed:
+        return Observed(pods=[copy.deepcopy(p) for p in self.pods.values()], config_map=self.config_map,
+                        secret=self.secret, service=self.service)
+
+    def reconcile(self, now: float) -> Plan:
+        plan = decide(self.job, self.observed(), at(now), self.cluster_domain)
+        self.plans.append(plan)
+        self.job = self.job.model_copy(update={"status": plan.status.model_copy(deep=True)})
+        if plan.create_ssh_secret:
+            self.secret = objects.ssh_secret(self.job, b"private", b"public")
+        for obj in plan.create + plan.update:
+            if obj["kind"] == "Pod":
+                assert obj["metadata"]["name"] not in self.pods, "a pod is made only once its predecessor is gone"
+                self.pods[obj["metadata"]["name"]] = podstate.trim(copy.deepcopy(obj))
+            elif obj["kind"] == "ConfigMap":
+                self.config_map = copy.deepcopy(obj)
+            elif obj["kind"] == "Service":
+                self.service = copy.deepcopy(obj)
+        for pod in plan.delete:
+            self.pods[podstate.name(pod)]["metadata"]["deletionTimestamp"] = format_time(at(now))
+        self.job_deleted = self.job_deleted or plan.delete_job
+        return plan
+
+    def set(self, name: str, change: Change) -> None:
+        """Move one pod to another state (its identity and deletionTimestamp are kept)."""
+        pod = self.pods[name]
+        role, index, attempt = podstate.role(pod), podstate.replica_index(pod) or 0, podstate.attempt(pod)
+        pod["status"] = change(make_pod(self.job, role, index, attempt)).obj()["status"]
+
+    def set_all(self, change: Change) -> None:
+        for name in self.pods:
+            self.set(name, change)
+
+    def gone(self) -> None:
+        """The kubelet has finished every pod being deleted."""
+        self.pods = {n: p for n, p in self.pods.items() if not podstate.is_terminating(p)}
+
+    # --- reading ---
+
+    @property
+    def conditions(self) -> list[str]:
+        return [f"{c.type}={c.status}" for c in self.job.status.conditions]
+
+    @property
+    def state(self) -> str:
+        """What `kubectl get mpijob` shows: the last condition."""
+        return self.job.status.conditions[-1].type
+
+    def live_pods(self) -> dict[str, int]:
+        """Name -> attempt of the pods not being deleted."""
+        return {n: podstate.attempt(p) for n, p in sorted(self.pods.items()) if not podstate.is_terminating(p)}
+
+
+def names_of(objs: list[dict[str, Any]]) -> list[str]:
+    return [f"{o['kind']}/{o['metadata']['name']}" if "kind" in o else podstate.name(o) for o in objs]
+
+
+def running(b: PodBuilder) -> PodBuilder:
+    return b.running()
+
+
+def test_fresh_running_succeeded_cleanup_ttl() -> None:
+    world = World(make_mpijob("pi", "ns").workers(2).ttl(60).obj(), cluster_domain="cluster.local")
+
+    plan = world.reconcile(0)
+    assert plan.create_ssh_secret
+    assert names_of(plan.create) == ["Service/pi", "ConfigMap/pi-config", "Pod/pi-worker-0", "Pod/pi-worker-1",
+                                     "Pod/pi-launcher"]
+    assert world.config_map is not None
+    assert world.config_map["data"]["hostfile"] == (
+        "pi-worker-0.pi.ns.svc.cluster.local slots=1\npi-worker-1.pi.ns.svc.cluster.local slots=1\n")
+    assert world.conditions == ["Created=True"]
+    assert world.job.status.start_time == at(0)
+    assert [e.reason for e in plan.events] == ["MPIJobCreated"]
+    worker_counts = world.job.status.replica_statuses["Worker"]
+    assert (worker_counts.active, worker_counts.ready) == (0, 0), "nothing observed yet"
+
+    plan = world.reconcile(1)
+    assert (plan.create, plan.update, plan.delete, plan.events) == ([], [], [], [])
+    assert world.job.status.replica_statuses["Worker"].active == 2
+
+    world.set_all(running)
+    plan = world.reconcile(2)
+    assert world.state == "Running"
+    assert [e.reason for e in plan.events] == ["MPIJobRunning"]
+    assert names_of(plan.update) == ["ConfigMap/pi-config"]
+    assert world.config_map["data"]["discover_hosts.sh"] == (
+        "#!/bin/sh\necho pi-worker-0.pi.ns.svc.cluster.local:1\necho pi-worker-1.pi.ns.svc.cluster.local:1\n")
+
+    plan = world.reconcile(3)
+    assert (plan.create, plan.update, plan.delete, plan.events) == ([], [], [], [])
+
+    world.set("pi-launcher", lambda b: b.succeeded())
+    plan = world.reconcile(10)
+    assert world.conditions == ["Running=False", "Created=True", "Succeeded=True"]
+    assert world.job.status.completion_time == at(10)
+    assert [e.reason for e in plan.events] == ["MPIJobSucceeded"]
+    assert names_of(plan.delete) == ["pi-worker-0", "pi-worker-1"], "cleanPodPolicy Running (the default)"
+    assert plan.requeue_after == 60
+    assert plan.create == []
+    assert world.job.status.replica_statuses["Launcher"].succeeded == 1
+
+    world.gone()
+    plan = world.reconcile(20)
+    assert (plan.create, plan.delete, plan.events) == ([], [], [])
+    assert plan.requeue_after == 50
+    assert not plan.delete_job
+    assert world.live_pods() == {"pi-launcher": 0}
+
+    plan = world.reconcile(70)
+    assert plan.delete_job
+    assert world.state == "Succeeded"
+
+
+def test_failure_restart_running_failure_failed() -> None:
+    world = World(make_mpijob("pi", "ns").workers(2).backoff_limit(1).obj())
+    world.reconcile(0)
+    world.set_all(running)
+    world.reconcile(1)
+    assert world.state == "Running"
+
+    world.set("pi-worker-1", lambda b: b.failed(reason="OOMKilled", exit_code=137))
+    plan = world.reconcile(5)
+    assert world.job.status.restart_count == 1
+    assert world.conditions == ["Running=False", "Created=True", "Restarting=True"]
+    message = ("MPIJob ns/pi is restarting: pi-worker-1 container main OOMKilled exit 137 "
+               "(restart 1 of backoffLimit 1)")
+    assert [(e.type, e.message) for e in plan.events] == [("Warning", message)]
+    assert sorted(names_of(plan.delete)) == ["pi-launcher", "pi-worker-0", "pi-worker-1"]
+    assert plan.create == []
+
+    # The old attempt's pods are going; the OOMKilled one is seen again and not counted twice.
+    plan = world.reconcile(6)
+    assert world.job.status.restart_count == 1
+    assert (plan.create, plan.delete, plan.events) == ([], [], [])
+
+    world.gone()
+    plan = world.reconcile(7)
+    assert names_of(plan.create) == ["Pod/pi-worker-0", "Pod/pi-worker-1", "Pod/pi-launcher"]
+    assert world.live_pods() == {"pi-launcher": 1, "pi-worker-0": 1, "pi-worker-1": 1}
+
+    world.set_all(running)
+    world.reconcile(8)
+    assert world.conditions == ["Restarting=False", "Created=True", "Running=True"]
+    assert not world.job.status.is_true("Restarting")
+
+    world.set("pi-launcher", lambda b: b.failed(exit_code=1))
+    plan = world.reconcile(9)
+    assert world.state == "Failed"
+    failed = world.job.status.condition("Failed")
+    assert failed is not None
+    assert failed.message == ("MPIJob ns/pi has failed: pi-launcher container main Error exit 1 "
+                              "(backoffLimit 1 reached after 1 restarts)")
+    assert world.job.status.completion_time == at(9)
+    assert world.job.status.restart_count == 1
+    assert names_of(plan.delete) == ["pi-worker-0", "pi-worker-1"], "the failed launcher stays for its log"
+    assert [e.reason for e in plan.events] == ["MPIJobFailed"]
+
+    world.gone()
+    plan = world.reconcile(10)
+    assert (plan.create, plan.delete, plan.events) == ([], [], [])
+    assert world.state == "Failed"
+    assert world.job.status.replica_statuses["Launcher"].failed == 1
+
+
+def test_conditions_after_a_restart_and_recovery() -> None:
+    world = World(make_mpijob("pi").workers(1).obj())
+    world.reconcile(0)
+    world.set_all(running)
+    world.reconcile(1)
+    world.set("pi-worker-0", lambda b: b.evicted())
+    world.reconcile(2)
+    world.gone()
+    world.reconcile(3)
+    world.set_all(running)
+    world.reconcile(4)
+    assert world.conditions == ["Restarting=False", "Created=True", "Running=True"]
+    running_condition = world.job.status.condition("Running")
+    assert running_condition is not None
+    assert running_condition.last_transition_time == at(4)
+
+
+def test_exit_code_permanent_fails_at_once() -> None:
+    world = World(make_mpijob("pi").workers(1).restart_policy("Worker", "ExitCode").clean_pod_policy("All").obj())
+    world.reconcile(0)
+    assert world.pods["pi-worker-0"]["metadata"]["labels"]["mpiop.kubeflow.org/attempt"] == "0"
+    world.set_all(running)
+    world.reconcile(1)
+    world.set("pi-worker-0", lambda b: b.failed(exit_code=2))
+    plan = world.reconcile(2)
+    assert world.state == "Failed"
+    assert world.job.status.restart_count is None
+    assert sorted(names_of(plan.delete)) == ["pi-launcher", "pi-worker-0"], "cleanPodPolicy All"
+
+
+def test_exit_code_retryable_restarts() -> None:
+    world = World(make_mpijob("pi").workers(1).restart_policy("Worker", "ExitCode").obj())
+    world.reconcile(0)
+    world.set_all(running)
+    world.reconcile(1)
+    world.set("pi-worker-0", lambda b: b.failed(exit_code=137))
+    world.reconcile(2)
+    assert world.state == "Restarting"
+    assert world.job.status.restart_count == 1
+
+
+def test_wait_for_workers_ready() -> None:
+    world = World(make_mpijob("pi").workers(2).wait_for_workers_ready().obj())
+    plan = world.reconcile(0)
+    assert names_of(plan.create)[-2:] == ["Pod/pi-worker-0", "Pod/pi-worker-1"]
+    world.set_all(running)
+    plan = world.reconcile(1)
+    assert plan.create == []
+    world.set("pi-worker-0", lambda b: b.ready())
+    assert world.reconcile(2).create == []
+    world.set("pi-worker-1", lambda b: b.ready())
+    plan = world.reconcile(3)
+    assert names_of(plan.create) == ["Pod/pi-launcher"]
+    assert world.state == "Created"
+    world.set("pi-launcher", running)
+    world.reconcile(4)
+    assert world.state == "Running"
+
+
+def test_suspend_and_resume() -> None:
+    world = World(make_mpijob("pi", "ns").workers(1).suspend().deadline(100).obj())
+    plan = world.reconcile(0)
+    assert world.conditions == ["Created=True", "Suspended=True"]
+    assert plan.create == []
+    assert not plan.create_ssh_secret
+    assert world.job.status.start_time is None
+    assert plan.requeue_after is None, "no deadline runs while suspended"
+
+    world.job.spec.run_policy.suspend = False
+    plan = world.reconcile(5)
+    assert world.conditions == ["Suspended=False", "Created=True"]
+    assert world.job.status.start_time == at(5)
+    assert names_of(plan.create) == ["Service/pi", "ConfigMap/pi-config", "Pod/pi-worker-0", "Pod/pi-launcher"]
+    assert plan.requeue_after == 100
+    world.set_all(running)
+    world.reconcile(6)
+    assert world.state == "Running"
+
+    world.job.spec.run_policy.suspend = True
+    plan = world.reconcile(10)
+    assert world.conditions == ["Running=False", "Created=True", "Suspended=True"]
+    assert sorted(names_of(plan.delete)) == ["pi-launcher", "pi-worker-0"]
+    assert world.job.status.start_time is None
+
+    # Killed on their way out, the pods go Failed before they are gone; then the job is resumed.
+    world.set_all(lambda b: b.failed(exit_code=137))
+    world.job.spec.run_policy.suspend = False
+    plan = world.reconcile(20)
+    assert world.job.status.restart_count is None, "pods deleted by a suspend are not failures"
+    assert world.state == "Created"
+    assert plan.create == [], "not before the old pods are gone"
+    assert world.job.status.start_time == at(20)
+
+    world.gone()
+    plan = world.reconcile(21)
+    assert names_of(plan.create) == ["Pod/pi-worker-0", "Pod/pi-launcher"]
+    world.set_all(running)
+    world.reconcile(22)
+    assert world.state == "Running"
+    assert world.job.status.restart_count is None
+
+
+def test_deadline_exceeded() -> None:
+    world = World(make_mpijob("pi", "ns").workers(1).deadline(30).obj())
+    assert world.reconcile(0).requeue_after == 30
+    world.set_all(running)
+    assert world.reconcile(10).requeue_after == 20
+    plan = world.reconcile(30)
+    assert world.state == "Failed"
+    failed = world.job.status.condition("Failed")
+    assert failed is not None
+    assert failed.reason == "DeadlineExceeded"
+    assert sorted(names_of(plan.delete)) == ["pi-launcher", "pi-worker-0"]
+    assert world.job.status.completion_time == at(30)
+
+
+def test_scale_down_while_running_is_not_a_failure() -> None:
+    world = World(make_mpijob("pi", "ns").workers(3).obj())
+    world.reconcile(0)
+    world.set_all(running)
+    world.reconcile(1)
+    world.job.spec.mpi_replica_specs["Worker"].replicas = 2
+    plan = world.reconcile(2)
+    assert names_of(plan.delete) == ["pi-worker-2"]
+    assert names_of(plan.update) == ["ConfigMap/pi-config"]
+    assert "pi-worker-2" not in plan.update[0]["data"]["hostfile"]
+    assert "pi-worker-2" not in plan.update[0]["data"]["discover_hosts.sh"]
+
+    world.set("pi-worker-2", lambda b: b.failed(exit_code=255))
+    plan = world.reconcile(3)
+    assert world.job.status.restart_count is None
+    assert world.state == "Running"
+    assert (plan.create, plan.delete, plan.events) == ([], [], [])
+
+    world.gone()
+    plan = world.reconcile(4)
+    assert (plan.create, plan.update, plan.delete) == ([], [], [])
+    assert world.live_pods() == {"pi-launcher": 0, "pi-worker-0": 0, "pi-worker-1": 0}
+
+
+def test_finished_job_makes_nothing() -> None:
+    job = (make_mpijob("pi").workers(2).clean_pod_policy("None")
+           .condition("Created").condition("Succeeded").status(completion_time=at(0)).obj())
+    plan = decide(job, Observed(), at(5))
+    assert (plan.create, plan.update, plan.delete, plan.create_ssh_secret, plan.events) == ([], [], [], False, [])
+    assert plan.status.conditions == job.status.conditions
+    assert plan.requeue_after is None
+
+
+def test_decide_does_not_change_its_input() -> None:
+    job = make_mpijob("pi").workers(1).obj()
+    observed = Observed(pods=[make_pod(job, "worker", 0).failed().obj()])
+    before_job, before_pods = job.model_dump(), copy.deepcopy(observed.pods)
+    plan = decide(job, observed, at(0))
+    assert plan.status.restart_count == 1
+    assert job.model_dump() == before_job
+    assert observed.pods == before_pods

@@ -1,0 +1,223 @@
+"""mpiop.desired.ensure: what to create, update and delete so the job's objects match what it wants."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from mpiop import podstate
+from mpiop.api.v2beta1 import MPIJob
+from mpiop.desired import ensure, names, objects
+from mpiop.plan import Observed, Plan
+from tests.builders import PodBuilder, make_mpijob, make_pod, observe
+
+
+def run(job: MPIJob, observed: Observed, cluster_domain: str = "") -> Plan:
+    plan = Plan(status=job.status.model_copy(deep=True))
+    ensure.apply(plan, job, observed, cluster_domain)
+    return plan
+
+
+def created(plan: Plan) -> list[str]:
+    return [f"{o['kind']}/{o['metadata']['name']}" for o in plan.create]
+
+
+def deleted(plan: Plan) -> list[str]:
+    return [podstate.name(p) for p in plan.delete]
+
+
+def test_fresh_job_creates_everything() -> None:
+    job = make_mpijob("pi").workers(2).obj()
+    plan = run(job, Observed())
+    assert plan.create_ssh_secret is True
+    assert created(plan) == ["Service/pi", "ConfigMap/pi-config", "Pod/pi-worker-0", "Pod/pi-worker-1",
+                             "Pod/pi-launcher"]
+    assert plan.update == []
+    assert plan.delete == []
+    config_map = plan.create[1]
+    assert config_map["data"] == objects.config_map_data(job, [])
+    assert config_map["data"]["discover_hosts.sh"] == "#!/bin/sh\n"
+    assert {o["metadata"]["labels"].get(names.ATTEMPT_LABEL) for o in plan.create[2:]} == {"0"}
+
+
+def test_fresh_job_uses_cluster_domain() -> None:
+    job = make_mpijob("pi", "ns").workers(1).obj()
+    plan = run(job, Observed(), "cluster.local")
+    assert plan.create[1]["data"]["hostfile"] == "pi-worker-0.pi.ns.svc.cluster.local slots=1\n"
+
+
+def test_settled_job_plans_nothing() -> None:
+    job = make_mpijob("pi").workers(2).obj()
+    pods = [make_pod(job, "worker", 0).running().obj(), make_pod(job, "worker", 1).running().obj(),
+            make_pod(job, "launcher").running().obj()]
+    plan = run(job, observe(job, pods))
+    assert (plan.create, plan.update, plan.delete, plan.create_ssh_secret) == ([], [], [], False)
+
+
+def test_restart_attempt_pods_are_made_with_the_current_attempt() -> None:
+    job = make_mpijob("pi").workers(1).status(restart_count=2).obj()
+    plan = run(job, observe(job))
+    assert created(plan) == ["Pod/pi-worker-0", "Pod/pi-launcher"]
+    assert [o["metadata"]["labels"][names.ATTEMPT_LABEL] for o in plan.create] == ["2", "2"]
+
+
+def test_existing_objects_not_recreated() -> None:
+    job = make_mpijob("pi").workers(1).obj()
+    plan = run(job, Observed(secret={"kind": "Secret"}, service={"kind": "Service"}))
+    assert plan.create_ssh_secret is False
+    assert created(plan) == ["ConfigMap/pi-config", "Pod/pi-worker-0", "Pod/pi-launcher"]
+
+
+def test_missing_worker_is_made_again() -> None:
+    job = make_mpijob("pi").workers(3).obj()
+    pods = [make_pod(job, "worker", 0).running().obj(), make_pod(job, "worker", 2).running().obj(),
+            make_pod(job, "launcher").running().obj()]
+    plan = run(job, observe(job, pods))
+    assert created(plan) == ["Pod/pi-worker-1"]
+    assert plan.delete == []
+
+
+@pytest.mark.parametrize(
+    ("workers", "launcher_made"),
+    [
+        ([], False),
+        (["pending", "pending"], False),
+        (["running", "running"], False),
+        (["ready", "running"], False),
+        (["ready"], False),
+        (["ready", "ready-terminating"], False),
+        (["ready", "ready"], True),
+        (["ready", None, "ready"], False),
+    ],
+    ids=["no-workers", "pending", "running-not-ready", "one-ready", "one-missing", "one-terminating", "all-ready",
+         "gap-filled-by-extra-worker"],
+)
+def test_wait_for_workers_ready(workers: list[str | None], launcher_made: bool) -> None:
+    job = make_mpijob("pi").workers(2).wait_for_workers_ready().obj()
+    pods = []
+    for index, state in enumerate(workers):
+        if state is None:
+            continue
+        pod = make_pod(job, "worker", index)
+        if state.startswith("running"):
+            pod.running()
+        if state.startswith("ready"):
+            pod.ready()
+        if state.endswith("terminating"):
+            pod.terminating()
+        pods.append(pod.obj())
+    plan = run(job, observe(job, pods))
+    assert ("Pod/pi-launcher" in created(plan)) is launcher_made
+
+
+def test_wait_for_workers_ready_ignores_ready_pods_of_an_old_attempt() -> None:
+    job = make_mpijob("pi").workers(1).wait_for_workers_ready().status(restart_count=1).obj()
+    pods = [make_pod(job, "worker", 0, attempt=0).ready().obj()]
+    plan = run(job, observe(job, pods))
+    assert created(plan) == []
+    assert deleted(plan) == ["pi-worker-0"]
+
+
+def test_at_startup_launcher_comes_with_workers() -> None:
+    job = make_mpijob("pi").workers(2).launcher_creation_policy("AtStartup").obj()
+    plan = run(job, observe(job))
+    assert created(plan) == ["Pod/pi-worker-0", "Pod/pi-worker-1", "Pod/pi-launcher"]
+
+
+def test_stale_attempt_pods_deleted_and_not_recreated_until_gone() -> None:
+    job = make_mpijob("pi").workers(2).status(restart_count=1).obj()
+    old = [make_pod(job, "worker", 0, 0).running().obj(), make_pod(job, "worker", 1, 0).failed().obj(),
+           make_pod(job, "launcher", 0, 0).running().obj()]
+    plan = run(job, observe(job, old))
+    assert deleted(plan) == ["pi-worker-0", "pi-worker-1", "pi-launcher"]
+    assert created(plan) == []
+
+    # Being deleted: not deleted again, still not re-created.
+    going = [make_pod(job, "worker", 0, 0).running().terminating().obj(),
+             make_pod(job, "launcher", 0, 0).running().terminating().obj()]
+    plan = run(job, observe(job, going))
+    assert plan.delete == []
+    assert created(plan) == ["Pod/pi-worker-1"]
+    assert plan.create[0]["metadata"]["labels"][names.ATTEMPT_LABEL] == "1"
+
+    # Gone: made again, in the new attempt.
+    plan = run(job, observe(job))
+    assert created(plan) == ["Pod/pi-worker-0", "Pod/pi-worker-1", "Pod/pi-launcher"]
+
+
+@pytest.mark.parametrize(
+    "pod",
+    [make_pod(make_mpijob("pi"), "worker", 0).label(names.ATTEMPT_LABEL, "x").running(),
+     make_pod(make_mpijob("pi"), "worker", 0).label(names.REPLICA_INDEX_LABEL, "").running()],
+    ids=["garbage-attempt", "no-index"],
+)
+def test_unreadable_pods_are_stale(pod: PodBuilder) -> None:
+    job = make_mpijob("pi").workers(1).obj()
+    plan = run(job, observe(job, [pod.obj(), make_pod(job, "launcher").running().obj()]))
+    assert deleted(plan) == ["pi-worker-0"]
+    assert created(plan) == []
+
+
+def test_scale_down_deletes_extra_workers() -> None:
+    job = make_mpijob("pi", "ns").workers(2).obj()
+    pods = [make_pod(job, "worker", i).running().obj() for i in range(4)]
+    pods.append(make_pod(job, "launcher").running().obj())
+    before = make_mpijob("pi", "ns").workers(4).obj()
+    observed = observe(job, pods)
+    observed.config_map = objects.config_map(before, range(4))
+    plan = run(job, observed)
+    assert deleted(plan) == ["pi-worker-2", "pi-worker-3"]
+    assert created(plan) == []
+    [config_map] = plan.update
+    assert config_map["data"] == {
+        "hostfile": "pi-worker-0.pi.ns.svc slots=1\npi-worker-1.pi.ns.svc slots=1\n",
+        "discover_hosts.sh": "#!/bin/sh\necho pi-worker-0.pi.ns.svc:1\necho pi-worker-1.pi.ns.svc:1\n",
+    }
+
+
+def test_scale_up_creates_only_new_workers() -> None:
+    job = make_mpijob("pi").workers(3).obj()
+    pods = [make_pod(job, "worker", i).running().obj() for i in range(2)]
+    pods.append(make_pod(job, "launcher").running().obj())
+    observed = observe(job, pods)
+    observed.config_map = objects.config_map(make_mpijob("pi").workers(2).obj(), [0, 1])
+    plan = run(job, observed)
+    assert created(plan) == ["Pod/pi-worker-2"]
+    assert [o["metadata"]["name"] for o in plan.update] == ["pi-config"]
+    assert "pi-worker-2" in plan.update[0]["data"]["hostfile"]
+
+
+@pytest.mark.parametrize(
+    ("listed", "running", "updated"),
+    [
+        ([], [], False),
+        ([0], [0], False),
+        ([], [0], True),
+        ([0, 1], [0], True),
+        ([0], [0, 1], True),
+    ],
+    ids=["none-running", "same", "worker-started", "worker-stopped", "another-started"],
+)
+def test_config_map_updated_only_when_discover_hosts_changes(listed: list[int], running: list[int],
+                                                             updated: bool) -> None:
+    job = make_mpijob("pi").workers(2).obj()
+    pods = [make_pod(job, "worker", i).running() if i in running else make_pod(job, "worker", i) for i in range(2)]
+    observed = observe(job, [p.obj() for p in pods] + [make_pod(job, "launcher").obj()])
+    observed.config_map = {"metadata": {"name": "pi-config", "resourceVersion": "7"},
+                           "data": objects.config_map_data(job, listed)}
+    plan = run(job, observed)
+    assert bool(plan.update) is updated
+    if updated:
+        data: dict[str, Any] = plan.update[0]["data"]
+        assert data == objects.config_map_data(job, running)
+    assert plan.create == []
+
+
+def test_terminating_worker_is_not_a_running_host() -> None:
+    job = make_mpijob("pi").workers(1).obj()
+    pod = make_pod(job, "worker", 0).running().terminating().obj()
+    observed = observe(job, [pod, make_pod(job, "launcher").obj()])
+    observed.config_map = objects.config_map(job, [0])
+    plan = run(job, observed)
+    assert plan.update[0]["data"]["discover_hosts.sh"] == "#!/bin/sh\n"

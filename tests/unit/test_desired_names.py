@@ -1,0 +1,78 @@
+"""mpiop.desired.names: deterministic names, kubeflow labels, DNS names and owner references."""
+
+from __future__ import annotations
+
+import pytest
+
+from mpiop.desired import names
+from tests.builders import make_mpijob
+
+
+def test_names_of_owned_objects() -> None:
+    job = make_mpijob("pi", "team-a").obj()
+    assert names.launcher_name(job) == "pi-launcher"
+    assert names.worker_name(job, 3) == "pi-worker-3"
+    assert names.config_map_name(job) == "pi-config"
+    assert names.ssh_secret_name(job) == "pi-ssh"
+    assert names.service_name(job) == "pi"
+
+
+@pytest.mark.parametrize(
+    ("cluster_domain", "expected"),
+    [
+        ("", "pi-worker-0.pi.team-a.svc"),
+        ("cluster.local", "pi-worker-0.pi.team-a.svc.cluster.local"),
+        ("corp.example", "pi-worker-0.pi.team-a.svc.corp.example"),
+    ],
+    ids=["no-domain", "cluster.local", "custom-domain"],
+)
+def test_host_name(cluster_domain: str, expected: str) -> None:
+    job = make_mpijob("pi", "team-a").obj()
+    assert names.host_name(job, "pi-worker-0", cluster_domain) == expected
+
+
+@pytest.mark.parametrize(
+    ("role", "index", "attempt", "expected"),
+    [
+        ("worker", 2, 0, {"training.kubeflow.org/job-role": "worker", "training.kubeflow.org/replica-index": "2",
+                          "mpiop.kubeflow.org/attempt": "0"}),
+        ("launcher", None, 3, {"training.kubeflow.org/job-role": "launcher", "mpiop.kubeflow.org/attempt": "3"}),
+    ],
+    ids=["worker", "launcher-no-index"],
+)
+def test_role_labels(role: str, index: int | None, attempt: int, expected: dict[str, str]) -> None:
+    job = make_mpijob("pi").obj()
+    assert names.role_labels(job, role, index, attempt) == {
+        "training.kubeflow.org/operator-name": "mpi-operator",
+        "training.kubeflow.org/job-name": "pi",
+        **expected,
+    }
+
+
+def test_selector_string_is_sorted_and_has_no_attempt() -> None:
+    job = make_mpijob("pi").obj()
+    assert names.selector_string(job, "worker") == (
+        "training.kubeflow.org/job-name=pi,training.kubeflow.org/job-role=worker,"
+        "training.kubeflow.org/operator-name=mpi-operator"
+    )
+
+
+def test_owner_reference_is_controller() -> None:
+    job = make_mpijob("pi").uid("1234-abcd").obj()
+    assert names.owner_reference(job) == {
+        "apiVersion": "kubeflow.org/v2beta1",
+        "kind": "MPIJob",
+        "name": "pi",
+        "uid": "1234-abcd",
+        "controller": True,
+        "blockOwnerDeletion": True,
+    }
+
+
+def test_owned_metadata_defaults_to_job_labels() -> None:
+    job = make_mpijob("pi", "ns1").obj()
+    meta = names.owned_metadata(job, "pi-config")
+    assert meta["name"] == "pi-config"
+    assert meta["namespace"] == "ns1"
+    assert meta["labels"] == names.job_labels(job)
+    assert meta["ownerReferences"][0]["uid"] == "uid-pi"

@@ -1,0 +1,187 @@
+"""mpiop.podstate: reading trimmed pods, failure summaries, and `trim` itself (and the pod builder's fit)."""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import pytest
+
+from mpiop import podstate
+from mpiop.desired import pods
+from tests.builders import PodBuilder, make_mpijob, make_pod
+
+JOB = make_mpijob("pi").workers(3).obj()
+
+
+def worker(index: int = 1, attempt: int = 0) -> PodBuilder:
+    return make_pod(JOB, "worker", index, attempt)
+
+
+@pytest.mark.parametrize(
+    ("pod", "phase", "active", "running", "ready", "terminating"),
+    [
+        (worker(), "Pending", True, False, False, False),
+        (worker().running(), "Running", True, True, False, False),
+        (worker().ready(), "Running", True, True, True, False),
+        (worker().ready().terminating(), "Running", False, False, False, True),
+        (worker().pending().terminating(), "Pending", False, False, False, True),
+        (worker().succeeded(), "Succeeded", False, False, False, False),
+        (worker().failed(), "Failed", False, False, False, False),
+        (worker().evicted(), "Failed", False, False, False, False),
+        (worker().unknown(), "Unknown", True, False, False, False),
+    ],
+    ids=["pending", "running", "ready", "ready-terminating", "pending-terminating", "succeeded", "failed",
+         "evicted", "unknown"],
+)
+def test_pod_state(pod: PodBuilder, phase: str, active: bool, running: bool, ready: bool,
+                   terminating: bool) -> None:
+    obj = pod.obj()
+    assert podstate.phase(obj) == phase
+    assert podstate.is_active(obj) is active
+    assert podstate.is_running(obj) is running
+    assert podstate.is_ready(obj) is ready
+    assert podstate.is_terminating(obj) is terminating
+
+
+def test_phase_defaults_to_pending() -> None:
+    assert podstate.phase({"metadata": {"name": "p"}}) == "Pending"
+    assert podstate.phase({"metadata": {"name": "p"}, "status": {}}) == "Pending"
+
+
+def test_identity() -> None:
+    obj = worker(2, 5).obj()
+    assert podstate.name(obj) == "pi-worker-2"
+    assert podstate.attempt(obj) == 5
+    assert podstate.replica_index(obj) == 2
+    assert podstate.role(obj) == "worker"
+    launcher = make_pod(JOB, "launcher", attempt=1).obj()
+    assert podstate.role(launcher) == "launcher"
+    assert podstate.attempt(launcher) == 1
+
+
+@pytest.mark.parametrize(
+    ("labels", "attempt", "index", "role"),
+    [
+        ({}, 0, None, ""),
+        ({"mpiop.kubeflow.org/attempt": "x", "training.kubeflow.org/replica-index": "y"}, -1, None, ""),
+        ({"mpiop.kubeflow.org/attempt": "3", "training.kubeflow.org/replica-index": "7",
+          "training.kubeflow.org/job-role": "worker"}, 3, 7, "worker"),
+    ],
+    ids=["no-labels", "garbage", "set"],
+)
+def test_labels_parsing(labels: dict[str, str], attempt: int, index: int | None, role: str) -> None:
+    obj = {"metadata": {"name": "p", "labels": labels}}
+    assert podstate.attempt(obj) == attempt
+    assert podstate.replica_index(obj) == index
+    assert podstate.role(obj) == role
+
+
+@pytest.mark.parametrize(
+    ("pod", "summary", "exit_code"),
+    [
+        (worker(1).failed(reason="OOMKilled", exit_code=137), "pi-worker-1 container main OOMKilled exit 137", 137),
+        (worker(0).failed("mpi", "Error", 2), "pi-worker-0 container mpi Error exit 2", 2),
+        (make_pod(JOB, "launcher").failed(exit_code=1), "pi-launcher container main Error exit 1", 1),
+        (worker(0).evicted("The node was low on resource: memory."),
+         "pi-worker-0 Evicted: The node was low on resource: memory.", None),
+        (worker(0).evicted(""), "pi-worker-0 Evicted", None),
+        (worker(2)._phase("Failed"), "pi-worker-2 Failed", None),
+    ],
+    ids=["oomkilled", "named-container", "launcher", "evicted", "evicted-no-message", "bare-failed"],
+)
+def test_failure_summary(pod: PodBuilder, summary: str, exit_code: int | None) -> None:
+    obj = pod.obj()
+    assert podstate.failure_summary(obj) == summary
+    assert podstate.exit_code(obj) == exit_code
+
+
+def test_failed_container_first_nonzero_and_last_state() -> None:
+    obj: dict[str, Any] = worker(0)._phase("Failed").obj()
+    obj["status"]["containerStatuses"] = [
+        {"name": "ok", "state": {"terminated": {"exitCode": 0, "reason": "Completed"}}},
+        {"name": "restarted", "state": {}, "lastState": {"terminated": {"exitCode": 139}}},
+        {"name": "later", "state": {"terminated": {"exitCode": 1, "reason": "Error"}}},
+    ]
+    assert podstate.failed_container(obj) == ("restarted", "Error", 139)
+    assert podstate.failure_summary(obj) == "pi-worker-0 container restarted Error exit 139"
+
+
+def test_trim_keeps_only_what_decisions_need() -> None:
+    full = pods.worker_pod(JOB, 1, 2)
+    full["metadata"].update(uid="u-1", resourceVersion="42", creationTimestamp="2024-05-01T12:00:00Z",
+                            deletionTimestamp="2024-05-01T12:05:00Z", annotations={"a": "b"},
+                            managedFields=[{"manager": "kubelet"}])
+    full["metadata"]["ownerReferences"].append({"kind": "Other", "name": "x", "uid": "y"})
+    full["status"] = {
+        "phase": "Failed",
+        "reason": "Evicted",
+        "message": "low memory",
+        "hostIP": "10.0.0.1",
+        "conditions": [{"type": "PodScheduled", "status": "True"},
+                       {"type": "Ready", "status": "False", "reason": "PodFailed", "lastTransitionTime": "t"}],
+        "containerStatuses": [
+            {"name": "main", "image": "img", "restartCount": 0,
+             "state": {"terminated": {"exitCode": 137, "reason": "OOMKilled", "startedAt": "t"}},
+             "lastState": {}},
+            {"name": "side", "state": {"running": {"startedAt": "t"}}, "lastState": {}},
+        ],
+    }
+    assert podstate.trim(full) == {
+        "metadata": {
+            "name": "pi-worker-1",
+            "namespace": "default",
+            "uid": "u-1",
+            "resourceVersion": "42",
+            "labels": full["metadata"]["labels"],
+            "deletionTimestamp": "2024-05-01T12:05:00Z",
+            "creationTimestamp": "2024-05-01T12:00:00Z",
+            "ownerReferences": [{"kind": "MPIJob", "name": "pi", "uid": "uid-pi"}],
+        },
+        "status": {
+            "phase": "Failed",
+            "reason": "Evicted",
+            "message": "low memory",
+            "conditions": [{"type": "Ready", "status": "False"}],
+            "containerStatuses": [
+                {"name": "main", "state": {"terminated": {"exitCode": 137, "reason": "OOMKilled"}},
+                 "lastState": {}},
+                {"name": "side", "state": {}, "lastState": {}},
+            ],
+        },
+    }
+
+
+def test_trim_of_a_new_pod() -> None:
+    assert podstate.trim({"metadata": {"name": "p"}}) == {"metadata": {"name": "p", "ownerReferences": []},
+                                                          "status": {}}
+
+
+@pytest.mark.parametrize(
+    "pod",
+    [worker(), worker().running(), worker().ready().terminating(), worker().succeeded(),
+     worker().failed(reason="OOMKilled", exit_code=137), worker().evicted(), make_pod(JOB, "launcher", 0, 3)],
+    ids=["pending", "running", "ready-terminating", "succeeded", "failed", "evicted", "launcher"],
+)
+def test_builder_pods_are_trimmed(pod: PodBuilder) -> None:
+    """make_pod(...).obj() is in the cache's shape: trimming it (as the raw pod, whose owner reference says
+    controller: true) changes nothing."""
+    obj = pod.obj()
+    raw = copy.deepcopy(obj)
+    raw["metadata"]["ownerReferences"][0]["controller"] = True
+    assert podstate.trim(raw) == obj
+
+
+@pytest.mark.parametrize(("role", "index"), [("worker", 2), ("launcher", 0)], ids=["worker", "launcher"])
+def test_builder_pods_match_desired_pods(role: str, index: int) -> None:
+    desired = pods.worker_pod(JOB, index, 4) if role == "worker" else pods.launcher_pod(JOB, 4)
+    trimmed = podstate.trim(desired)
+    built = make_pod(JOB, role, index, 4).obj()
+    for key in ("name", "namespace", "labels"):
+        assert built["metadata"][key] == trimmed["metadata"][key]
+    assert built["metadata"]["ownerReferences"] == trimmed["metadata"]["ownerReferences"]
+
+
+def test_make_pod_rejects_unknown_role() -> None:
+    with pytest.raises(ValueError, match="role"):
+        make_pod(JOB, "Worker")
