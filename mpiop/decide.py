@@ -1,6 +1,7 @@
 """One reconcile's decisions, as a pure function of (job, observed objects, now): the design in one page.
 
     finished?    -> TTL, clean-up, counts; nothing else
+    (always)     -> SSH Secret, Service, hostfile ConfigMap
     suspended?   -> pods deleted, Suspended
     deadline?    -> Failed DeadlineExceeded, clean-up
     pod failed?  -> Restarting (pods deleted) or Failed (backoffLimit), clean-up
@@ -33,6 +34,7 @@ def decide(job: MPIJob, observed: Observed, now: dt.datetime, cluster_domain: st
 def _decide(plan: Plan, job: MPIJob, observed: Observed, now: dt.datetime, cluster_domain: str) -> None:
     if plan.status.finished:
         return
+    ensure.supporting_objects(plan, job, observed, cluster_domain)
     if suspend.apply(plan, job, observed, now):
         return
     if plan.status.start_time is None:
@@ -43,4 +45,4 @@ def _decide(plan: Plan, job: MPIJob, observed: Observed, now: dt.datetime, clust
         return
     if failure.apply(plan, job, observed, now):
         return
-    ensure.apply(plan, job, observed, cluster_domain)
+    ensure.job_pods(plan, job, observed)

@@ -149,7 +149,7 @@ class Reconciler:
     async def _delete_job(self, job: MPIJob) -> None:
         try:
             await self.client.delete(MPIJOBS, job.metadata.namespace, job.metadata.name,
-                                     propagation="Foreground", uid=job.metadata.uid)
+                                     propagation="Background", uid=job.metadata.uid)
         except ApiError as error:
             if not (error.not_found or error.conflict):
                 raise

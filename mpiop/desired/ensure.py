@@ -21,7 +21,8 @@ def _stale(job: MPIJob, pod: podstate.Pod, attempt: int) -> bool:
     return podstate.role(pod) == names.WORKER_ROLE and (index is None or index >= job.spec.worker_replicas)
 
 
-def apply(plan: Plan, job: MPIJob, observed: Observed, cluster_domain: str = "") -> None:
+def supporting_objects(plan: Plan, job: MPIJob, observed: Observed, cluster_domain: str = "") -> None:
+    """Secret, Service and hostfile ConfigMap: made even while the job is suspended, kept until it is deleted."""
     attempt = plan.status.restart_count or 0
     if observed.secret is None:
         plan.create_ssh_secret = True
@@ -36,6 +37,10 @@ def apply(plan: Plan, job: MPIJob, observed: Observed, cluster_domain: str = "")
     elif observed.config_map.get("data") != wanted_data:
         plan.update.append(objects.config_map(job, running, cluster_domain))
 
+
+def job_pods(plan: Plan, job: MPIJob, observed: Observed) -> None:
+    """Workers and launcher of the current attempt; stale ones deleted first."""
+    attempt = plan.status.restart_count or 0
     plan.delete_pods([p for p in observed.pods if _stale(job, p, attempt)])
     for index in range(job.spec.worker_replicas):
         if observed.pod(names.worker_name(job, index)) is None:

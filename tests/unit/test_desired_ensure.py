@@ -15,7 +15,8 @@ from tests.builders import PodBuilder, make_mpijob, make_pod, observe
 
 def run(job: MPIJob, observed: Observed, cluster_domain: str = "") -> Plan:
     plan = Plan(status=job.status.model_copy(deep=True))
-    ensure.apply(plan, job, observed, cluster_domain)
+    ensure.supporting_objects(plan, job, observed, cluster_domain)
+    ensure.job_pods(plan, job, observed)
     return plan
 
 

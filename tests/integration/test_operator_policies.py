@@ -1,0 +1,194 @@
+"""Each run policy through the real apiserver, the test playing the kubelet."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from mpiop.devcluster.controlplane import ControlPlane
+from mpiop.kube.client import CONFIGMAPS, MPIJOBS, SECRETS, SERVICES, ApiError, Resource
+from tests.integration.operator import Cluster, Operator, eventually, mpijob, running_operator
+
+
+async def _pods(cluster: Cluster, names: set[str]) -> bool:
+    return names <= set(await cluster.pods())
+
+
+async def _start(cluster: Cluster, name: str, workers: int) -> None:
+    wanted = {f"{name}-launcher", *(f"{name}-worker-{i}" for i in range(workers))}
+    await eventually(lambda: _pods(cluster, wanted), what=f"pods of {name}")
+    await cluster.run_all(sorted(wanted))
+    await eventually(lambda: cluster.condition(name, "Running"), what=f"{name} Running")
+
+
+async def _no_pod_left(cluster: Cluster) -> bool:
+    return not await cluster.pods()
+
+
+async def test_launcher_failure_restarts_then_fails_at_backoff_limit(cluster: Cluster, operator: Operator) -> None:
+    await cluster.create_job(mpijob("bo", workers=1, run_policy={"backoffLimit": 1}))
+    await _start(cluster, "bo", 1)
+    first = (await cluster.pods())["bo-launcher"]["metadata"]["uid"]
+    await cluster.set_phase("bo-launcher", "Failed", exit_code=3)
+    restarting = await eventually(lambda: cluster.condition("bo", "Restarting"), what="Restarting")
+    assert "bo-launcher container main Error exit 3" in restarting["message"]
+    # The whole job is made again: a new launcher (new uid) and its worker.
+    await eventually(lambda: _new_launcher(cluster, "bo-launcher", first), what="a new launcher pod")
+    job = await cluster.job("bo")
+    assert job is not None and job["status"]["restartCount"] == 1
+    await cluster.set_phase("bo-launcher", "Failed", exit_code=7)
+    failed = await eventually(lambda: cluster.condition("bo", "Failed"), what="Failed")
+    assert failed["reason"] == "MPIJobFailed"
+    assert "bo-launcher container main Error exit 7" in failed["message"]
+    assert "backoffLimit 1" in failed["message"]
+
+
+async def _new_launcher(cluster: Cluster, name: str, old_uid: str) -> bool:
+    pod = await cluster.pod(name)
+    return pod is not None and pod["metadata"]["uid"] != old_uid
+
+
+async def test_oom_killed_worker_restarts_the_job(cluster: Cluster, operator: Operator) -> None:
+    await cluster.create_job(mpijob("oom", workers=2))
+    await _start(cluster, "oom", 2)
+    await cluster.set_phase("oom-worker-1", "Failed", exit_code=137, reason="OOMKilled")
+    restarting = await eventually(lambda: cluster.condition("oom", "Restarting"), what="Restarting")
+    assert "oom-worker-1 container main OOMKilled exit 137" in restarting["message"]
+    events = await cluster.kube.request("GET", f"/api/v1/namespaces/{cluster.ns}/events")
+    assert any(e["reason"] == "MPIJobRestarting" and "OOMKilled" in e["message"] for e in events["items"])
+
+
+@pytest.mark.parametrize(
+    ("policy", "left"),
+    [("Running", {"cp-launcher"}), ("All", set()), ("None", {"cp-launcher", "cp-worker-0", "cp-worker-1"})],
+)
+async def test_clean_pod_policy_after_success(cluster: Cluster, operator: Operator, policy: str,
+                                              left: set[str]) -> None:
+    await cluster.create_job(mpijob("cp", workers=2, run_policy={"cleanPodPolicy": policy}))
+    await _start(cluster, "cp", 2)
+    await cluster.set_phase("cp-launcher", "Succeeded")
+    await eventually(lambda: cluster.condition("cp", "Succeeded"), what="Succeeded")
+
+    async def only_left() -> bool:
+        return set(await cluster.pods()) == left
+
+    await eventually(only_left, what=f"pods left by cleanPodPolicy {policy}: {left}")
+    await asyncio.sleep(0.5)
+    assert set(await cluster.pods()) == left
+
+
+async def test_active_deadline_fails_and_cleans(cluster: Cluster, operator: Operator) -> None:
+    await cluster.create_job(mpijob("dl", workers=1, run_policy={"activeDeadlineSeconds": 3}))
+    await _start(cluster, "dl", 1)
+    failed = await eventually(lambda: cluster.condition("dl", "Failed"), timeout=15, what="DeadlineExceeded")
+    assert failed["reason"] == "DeadlineExceeded"
+    assert "activeDeadlineSeconds=3" in failed["message"]
+    await eventually(lambda: _no_pod_left(cluster), what="running pods deleted")
+
+
+async def test_ttl_deletes_the_finished_job(cluster: Cluster, operator: Operator) -> None:
+    await cluster.create_job(mpijob("ttl", workers=1, run_policy={"ttlSecondsAfterFinished": 2}))
+    await _start(cluster, "ttl", 1)
+    await cluster.set_phase("ttl-launcher", "Succeeded")
+    await eventually(lambda: cluster.condition("ttl", "Succeeded"), what="Succeeded")
+
+    async def gone() -> bool:
+        return await cluster.job("ttl") is None
+
+    await eventually(gone, timeout=20, what="the MPIJob deleted by its TTL")
+
+
+async def test_suspend_then_resume_from_the_current_template(cluster: Cluster, operator: Operator) -> None:
+    await cluster.create_job(mpijob("sus", workers=1, run_policy={"suspend": True}))
+    suspended = await eventually(lambda: cluster.condition("sus", "Suspended"), what="Suspended")
+    assert suspended["reason"] == "MPIJobSuspended"
+    await asyncio.sleep(0.5)
+    assert await cluster.pods() == {}
+    assert await cluster.kube.get(CONFIGMAPS, cluster.ns, "sus-config")  # config is kept
+    job = await cluster.job("sus")
+    assert job is not None and "startTime" not in job["status"]
+    # Kueue edits templates while a job is suspended; the pods come from the edited template.
+    await cluster.kube.patch(MPIJOBS, cluster.ns, "sus", {"spec": {
+        "runPolicy": {"suspend": False},
+        "mpiReplicaSpecs": {"Worker": {"template": {"spec": {"nodeSelector": {"pool": "gpu-a100"}}}}},
+    }})
+    worker = await eventually(lambda: cluster.pod("sus-worker-0"), what="worker after resume")
+    assert worker["spec"]["nodeSelector"] == {"pool": "gpu-a100"}
+    job = await cluster.job("sus")
+    assert job is not None and job["status"]["startTime"]
+    assert any(c["type"] == "Suspended" and c["status"] == "False" for c in job["status"]["conditions"])
+    await _start(cluster, "sus", 1)
+
+
+async def test_jobs_managed_by_another_controller_are_left_alone(cluster: Cluster, operator: Operator) -> None:
+    await cluster.create_job(mpijob("ext", workers=1, run_policy={"managedBy": "kueue.x-k8s.io/multikueue"}))
+    await asyncio.sleep(1.5)
+    assert await cluster.pods() == {}
+    job = await cluster.job("ext")
+    assert job is not None and not job.get("status")
+    assert not [c for c in operator.requests.calls if c[0] not in ("GET", "WATCH") and c[1].startswith("mpijobs")]
+
+
+async def test_refused_pod_template_fails_the_job_once(cluster: Cluster, operator: Operator) -> None:
+    manifest = mpijob("bad", workers=1)
+    # Schema-valid, but the apiserver refuses it when the Pod is created: an env var named "1=2".
+    manifest["spec"]["mpiReplicaSpecs"]["Worker"]["template"]["spec"]["containers"][0]["env"] = [
+        {"name": "1=2", "value": "x"}
+    ]
+    await cluster.create_job(manifest)
+    failed = await eventually(lambda: cluster.condition("bad", "Failed"), what="ValidationError")
+    assert failed["reason"] == "ValidationError"
+    assert "Pod bad-worker-0" in failed["message"]
+    await asyncio.sleep(1.0)
+    pod_posts = [c for c in operator.requests.calls if c[:2] == ("POST", "pods") and c[2] == 422]
+    assert len(pod_posts) == 1  # no retry storm
+
+
+async def test_deleting_a_running_job_collects_everything_it_owned(cluster: Cluster, operator: Operator) -> None:
+    await cluster.create_job(mpijob("del", workers=2))
+    await _start(cluster, "del", 2)
+    await cluster.kube.delete(MPIJOBS, cluster.ns, "del", propagation="Background")
+
+    async def all_gone() -> bool:
+        for resource, name in ((CONFIGMAPS, "del-config"), (SECRETS, "del-ssh"), (SERVICES, "del")):
+            if await _exists(cluster, resource, name):
+                return False
+        return not await cluster.pods()
+
+    await eventually(all_gone, timeout=60, what="garbage collection of pods, config, secret, service")
+
+
+async def _exists(cluster: Cluster, resource: Resource, name: str) -> bool:
+    try:
+        await cluster.kube.get(resource, cluster.ns, name)
+    except ApiError as error:
+        if error.not_found:
+            return False
+        raise
+    return True
+
+
+async def test_operator_restarted_mid_reconcile_makes_no_duplicates(control_plane: ControlPlane,
+                                                                   cluster: Cluster) -> None:
+    kubeconfig = str(control_plane.kubeconfig)
+    await cluster.create_job(mpijob("rs", workers=6))
+    async with running_operator(kubeconfig, cluster.ns) as first:
+        # Stop as soon as the first pod is created: the reconcile is in the middle of its creations.
+        await eventually(lambda: _any_pod_posted(first), timeout=20, what="the first pod creation")
+    async with running_operator(kubeconfig, cluster.ns) as second:
+        wanted = {"rs-launcher", *(f"rs-worker-{i}" for i in range(6))}
+        await eventually(lambda: _pods(cluster, wanted), what="all pods after the restart")
+        secrets = await cluster.kube.list(SECRETS, cluster.ns)
+        assert [s["metadata"]["name"] for s in secrets["items"]] == ["rs-ssh"]
+        assert set(await cluster.pods()) == wanted
+        await cluster.run_all(sorted(wanted))
+        await eventually(lambda: cluster.condition("rs", "Running"), what="Running after restart")
+        await cluster.set_phase("rs-launcher", "Succeeded")
+        await eventually(lambda: cluster.condition("rs", "Succeeded"), what="Succeeded after restart")
+        created = [c for c in second.requests.calls if c[:2] == ("POST", "pods") and c[2] == 201]
+        assert len(created) <= 7
+
+
+async def _any_pod_posted(operator: Operator) -> bool:
+    return any(c[:2] == ("POST", "pods") for c in operator.requests.calls)
