@@ -35,6 +35,12 @@ ConditionStatus = Literal["True", "False", "Unknown"]
 DEFAULT_SSH_AUTH_MOUNT_PATH = "/root/.ssh"
 DEFAULT_BACKOFF_LIMIT = 6  # what a batch/v1 Job (kubeflow's launcher) defaults to
 
+# Kubeflow's Go types use int32 for counts and int64 for activeDeadlineSeconds; the CRD says so too, so a
+# manifest that kubeflow's apiserver schema rejects is rejected here as well.
+Int32 = Annotated[int, Field(ge=0, le=2**31 - 1, json_schema_extra={"format": "int32"})]
+# No maximum for int64: the apiserver reads schema bounds as float64, where 2**63 - 1 overflows.
+Int64 = Annotated[int, Field(ge=0, json_schema_extra={"format": "int64"})]
+
 
 def format_time(value: dt.datetime) -> str:
     """metav1.Time's wire format: RFC 3339 in UTC, whole seconds."""
@@ -63,7 +69,7 @@ class ApiModel(BaseModel):
 class ReplicaSpec(ApiModel):
     """How to run one kind of replica (the launcher, or the workers)."""
 
-    replicas: Annotated[int, Field(ge=0)] | None = Field(
+    replicas: Int32 | None = Field(
         default=None,
         description="Number of pods of this replica type. Defaults to 1. The Launcher must have exactly 1.",
     )
@@ -88,7 +94,7 @@ class ReplicaSpec(ApiModel):
 class SchedulingPolicy(ApiModel):
     """Gang-scheduling hints (Volcano, scheduler-plugins coscheduling, Kueue)."""
 
-    min_available: Annotated[int, Field(ge=0)] | None = Field(
+    min_available: Int32 | None = Field(
         default=None, description="Pods that must be schedulable together. Defaults to all workers + launcher."
     )
     queue: str | None = Field(default=None, description="Queue name for the gang scheduler.")
@@ -96,7 +102,7 @@ class SchedulingPolicy(ApiModel):
         default=None, description="Minimum resources the gang needs (resource name to quantity)."
     )
     priority_class: str | None = Field(default=None, description="PriorityClass of the gang.")
-    schedule_timeout_seconds: Annotated[int, Field(ge=0)] | None = Field(
+    schedule_timeout_seconds: Int32 | None = Field(
         default=None, description="How long the gang may wait to be scheduled."
     )
 
@@ -111,15 +117,15 @@ class RunPolicy(ApiModel):
             "Pending or Running (freeing their GPUs), All deletes every pod. Defaults to Running."
         ),
     )
-    ttl_seconds_after_finished: Annotated[int, Field(ge=0)] | None = Field(
+    ttl_seconds_after_finished: Int32 | None = Field(
         default=None,
         description="Seconds after the job finished (Succeeded or Failed) when the MPIJob itself is deleted.",
     )
-    active_deadline_seconds: Annotated[int, Field(ge=0)] | None = Field(
+    active_deadline_seconds: Int64 | None = Field(
         default=None,
         description="Seconds from startTime the job may run before it is failed with reason DeadlineExceeded.",
     )
-    backoff_limit: Annotated[int, Field(ge=0)] | None = Field(
+    backoff_limit: Int32 | None = Field(
         default=None,
         description="Restarts of the whole job (after a failed pod) before it is marked Failed. Defaults to 6.",
     )
@@ -135,6 +141,7 @@ class RunPolicy(ApiModel):
     )
     managed_by: str | None = Field(
         default=None,
+        max_length=63,
         description=(
             "The controller that reconciles this job. Empty or kubeflow.org/mpi-operator means mpiop; any "
             "other value (e.g. kueue.x-k8s.io/multikueue) makes mpiop leave the job alone. Immutable."
@@ -151,7 +158,9 @@ class RunPolicy(ApiModel):
 
 
 class MPIJobSpec(ApiModel):
-    slots_per_worker: Annotated[int, Field(ge=0)] | None = Field(
+    """The desired state of an MPIJob: its launcher and workers, and how the MPI world is wired."""
+
+    slots_per_worker: Int32 | None = Field(
         default=None,
         description=(
             "Slots (MPI processes) per worker in the hostfile. When unset, the worker container's GPU limit "
@@ -164,7 +173,11 @@ class MPIJobSpec(ApiModel):
     )
     ssh_auth_mount_path: str | None = Field(
         default=None,
-        description="Where the SSH key Secret is mounted in launcher and workers. Defaults to /root/.ssh.",
+        pattern=r"^/",
+        description=(
+            "Where the SSH key Secret is mounted in launcher and workers: an absolute path, the .ssh directory "
+            "of the user the containers run as. Defaults to /root/.ssh."
+        ),
     )
     launcher_creation_policy: LauncherCreationPolicy | None = Field(
         default=None,
@@ -221,15 +234,23 @@ class MPIJobSpec(ApiModel):
 
 
 class JobCondition(ApiModel):
-    type: ConditionType
-    status: ConditionStatus
-    reason: str | None = None
-    message: str | None = None
-    last_update_time: Time | None = None
-    last_transition_time: Time | None = None
+    """One observed state of the job; `kubectl wait --for=condition=Succeeded` reads these."""
+
+    type: ConditionType = Field(
+        description="Type of the condition: Created, Running, Restarting, Succeeded, Failed or Suspended."
+    )
+    status: ConditionStatus = Field(description="Status of the condition: True, False or Unknown.")
+    reason: str | None = Field(default=None, description="A CamelCase reason for the last transition.")
+    message: str | None = Field(default=None, description="A human-readable message about the last transition.")
+    last_update_time: Time | None = Field(default=None, description="When this condition was last updated.")
+    last_transition_time: Time | None = Field(
+        default=None, description="When the status of this condition last changed."
+    )
 
 
 class ReplicaStatus(ApiModel):
+    """Pod counts of one replica type."""
+
     active: int | None = Field(default=None, description="Pods of this type that are Pending or Running.")
     succeeded: int | None = Field(default=None, description="Pods of this type that Succeeded.")
     failed: int | None = Field(default=None, description="Pods of this type that Failed.")
@@ -242,7 +263,15 @@ class ReplicaStatus(ApiModel):
 
 
 class JobStatus(ApiModel):
-    conditions: list[JobCondition] = Field(default_factory=list, description="Observed conditions of the job.")
+    """The observed state of an MPIJob, written by the controller through the status subresource."""
+
+    conditions: list[JobCondition] = Field(
+        default_factory=list,
+        description=(
+            "Observed conditions of the job, one per type. The condition of the current state is kept last, "
+            "which the State column of `kubectl get mpijobs` shows."
+        ),
+    )
     replica_statuses: dict[ReplicaType, ReplicaStatus] = Field(
         default_factory=dict, description="Pod counts per replica type."
     )
@@ -281,6 +310,8 @@ class ObjectMeta(ApiModel):
 
 
 class MPIJob(ApiModel):
+    """An MPI job: one launcher pod running mpirun, and worker pods it reaches over SSH."""
+
     api_version: str = API_VERSION
     kind: str = KIND
     metadata: ObjectMeta = Field(default_factory=ObjectMeta)
