@@ -5,7 +5,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 
-.PHONY: help venv system-deps binaries lint test unit integration dev-cluster dev-cluster-down crds run clean
+.PHONY: help venv system-deps binaries lint test unit integration dev-cluster dev-cluster-down crds podtemplate-schema run clean
 
 help:
 	@echo "make run          start a local control plane (if KUBECONFIG is unset), install the CRD, run mpiop"
@@ -13,6 +13,7 @@ help:
 	@echo "make lint         ruff and mypy --strict on mpiop/"
 	@echo "make dev-cluster  start the local control plane in the background"
 	@echo "make crds         regenerate crds/ from the pydantic models"
+	@echo "make podtemplate-schema  refresh the PodTemplateSpec schema snapshot from a local kube-apiserver"
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -48,6 +49,14 @@ dev-cluster: binaries
 
 dev-cluster-down: venv
 	$(BIN)/mpiop dev-cluster down
+
+# The CRD: pydantic models + the committed PodTemplateSpec snapshot, offline (tests/unit/test_crd.py checks it).
+crds: venv
+	$(BIN)/mpiop crd > crds/kubeflow.org_mpijobs.yaml.tmp && mv crds/kubeflow.org_mpijobs.yaml.tmp crds/kubeflow.org_mpijobs.yaml
+
+# After a Kubernetes version bump: the pod template schema from the pinned apiserver's OpenAPI, then `make crds`.
+podtemplate-schema: binaries
+	$(BIN)/python hack/extract_podtemplate_schema.py
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache

@@ -16,6 +16,7 @@ def _build_parser() -> argparse.ArgumentParser:
     )
     commands = parser.add_subparsers(dest="command", metavar="COMMAND")
     commands.add_parser("version", help="print mpiop's version and the pinned Kubernetes version")
+    commands.add_parser("crd", help="print the MPIJob CustomResourceDefinition (YAML), as committed in crds/")
 
     dev = commands.add_parser("dev-cluster", help="a local real control plane (etcd + kube-apiserver + ...)")
     dev_commands = dev.add_subparsers(dest="dev_command", metavar="ACTION", required=True)
@@ -37,6 +38,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         from mpiop.devcluster.versions import KUBERNETES_VERSION
 
         print(f"mpiop {__version__} (kubeflow.org/v2beta1; tested against Kubernetes {KUBERNETES_VERSION})")
+        return 0
+    if args.command == "crd":
+        from mpiop.api.crd import crd_yaml
+
+        sys.stdout.write(crd_yaml())
         return 0
     if args.command == "dev-cluster":
         from mpiop.devcluster import background

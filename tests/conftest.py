@@ -46,3 +46,13 @@ async def namespace(kube: KubeClient) -> AsyncIterator[str]:
             await asyncio.sleep(0.05)
     yield name
     await kube.delete(NAMESPACES, None, name)
+
+
+@pytest.fixture(scope="session")
+async def mpijob_crd(kube: KubeClient) -> str:
+    """The MPIJob CRD, installed (or updated to this checkout's version) once per session; its name."""
+    from mpiop.api.crd import CRD_NAME
+    from mpiop.api.install import install_crd
+
+    await install_crd(kube)
+    return CRD_NAME
