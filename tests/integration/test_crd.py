@@ -1,0 +1,306 @@
+"""The MPIJob CRD against a real kube-apiserver: examples apply, kubectl shows it well, bad jobs are refused."""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import json
+import re
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from mpiop.api import podtemplate
+from mpiop.devcluster.controlplane import ControlPlane, ControlPlaneError
+from mpiop.kube.client import MPIJOBS, ApiError, KubeClient
+
+pytestmark = pytest.mark.integration
+
+EXAMPLES = sorted((Path(__file__).parents[2] / "examples").glob("*.yaml"))
+JSON = dict[str, Any]
+
+
+async def kubectl(plane: ControlPlane, *args: str, input_text: str | None = None) -> str:
+    """kubectl off the event loop, so the session's other async work is not blocked meanwhile."""
+    return await asyncio.to_thread(plane.kubectl, *args, input_text=input_text)
+
+
+def pod_template(image: str = "mpioperator/mpi-pi:openmpi") -> JSON:
+    return {"spec": {"containers": [{"name": "main", "image": image}]}}
+
+
+def valid_job(name: str = "pi") -> JSON:
+    return {
+        "apiVersion": "kubeflow.org/v2beta1",
+        "kind": "MPIJob",
+        "metadata": {"name": name},
+        "spec": {
+            "mpiReplicaSpecs": {
+                "Launcher": {"replicas": 1, "template": pod_template()},
+                "Worker": {"replicas": 2, "template": pod_template()},
+            },
+        },
+    }
+
+
+def test_there_are_examples() -> None:
+    names = {path.name for path in EXAMPLES}
+    assert {"pi-openmpi.yaml", "pi-intel.yaml", "pi-mpich.yaml", "gpu-nccl-tests.yaml",
+            "tensorflow-benchmarks.yaml", "pi-non-root.yaml"} <= names
+
+
+@pytest.mark.parametrize("example", EXAMPLES, ids=[path.name for path in EXAMPLES])
+async def test_example_applies(control_plane: ControlPlane, kube: KubeClient, mpijob_crd: str, namespace: str,
+                               example: Path) -> None:
+    # Strict field validation: a field the schema does not know (and would prune) fails the apply.
+    out = await kubectl(control_plane, "apply", "--validate=strict", "-n", namespace, "-f", str(example))
+    manifest = yaml.safe_load(example.read_text())
+    name = manifest["metadata"]["name"]
+    assert f"mpijob.kubeflow.org/{name} created" in out
+    stored = await kube.get(MPIJOBS, namespace, name)
+    # Nothing the user wrote was pruned or rewritten (the pod templates included).
+    assert stored["spec"] == manifest["spec"]
+
+
+async def test_get_shows_printer_columns(control_plane: ControlPlane, kube: KubeClient, mpijob_crd: str,
+                                         namespace: str) -> None:
+    await kube.create(MPIJOBS, namespace, valid_job("columns"))
+    status = {
+        "conditions": [
+            {"type": "Created", "status": "True", "reason": "MPIJobCreated"},
+            {"type": "Running", "status": "True", "reason": "MPIJobRunning"},
+        ],
+        "replicaStatuses": {"Launcher": {"active": 1}, "Worker": {"active": 2, "ready": 2}},
+    }
+    await kube.patch(MPIJOBS, namespace, "columns", {"status": status}, subresource="status")
+    out = await kubectl(control_plane, "get", "mpij", "-n", namespace)
+    header, row = out.strip().splitlines()
+    assert header.split() == ["NAME", "STATE", "WORKERS", "READY", "AGE"]
+    assert row.split()[:4] == ["columns", "Running", "2", "2"]
+    # The categories put MPIJobs into `kubectl get all` and `kubectl get kubeflow`.
+    listed = await kubectl(control_plane, "get", "kubeflow", "-o", "name", "-n", namespace)
+    assert "mpijob.kubeflow.org/columns" in listed
+
+
+async def test_kubectl_wait_for_condition(control_plane: ControlPlane, kube: KubeClient, mpijob_crd: str,
+                                          namespace: str) -> None:
+    await kube.create(MPIJOBS, namespace, valid_job("waited"))
+    conditions = [{"type": "Succeeded", "status": "True", "reason": "MPIJobSucceeded"}]
+    await kube.patch(MPIJOBS, namespace, "waited", {"status": {"conditions": conditions}}, subresource="status")
+    out = await kubectl(control_plane, "wait", "--for=condition=Succeeded", "--timeout=20s", "-n", namespace,
+                        "mpijob/waited")
+    assert "condition met" in out
+
+
+async def explain(plane: ControlPlane, path: str, timeout: float = 60) -> str:
+    """kubectl explain, retried while the apiserver is still publishing the new CRD's OpenAPI."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            return await kubectl(plane, "explain", path)
+        except ControlPlaneError:
+            if time.monotonic() > deadline:
+                raise
+            await asyncio.sleep(0.5)
+
+
+async def test_explain_reaches_into_the_pod_template(control_plane: ControlPlane, mpijob_crd: str) -> None:
+    # kubectl explain steps through a map's values without naming a key: mpiReplicaSpecs.<any>.template.
+    out = await explain(control_plane, "mpijob.spec.mpiReplicaSpecs.template.spec")
+    assert "FIELDS:" in out
+    assert re.search(r"containers\s+<\[\]Object> -required-", out), out
+    assert "List of containers belonging to the pod." in out
+    out = await explain(control_plane, "mpijob.spec.mpiReplicaSpecs.template.spec.containers.resources.limits")
+    assert "Limits describes the maximum amount of compute resources allowed." in out
+    out = await explain(control_plane, "mpijob.spec.runPolicy.cleanPodPolicy")
+    assert "Defaults to Running" in out
+    assert re.search(r"ENUM:\s+None\s+Running\s+All", out), out
+    out = await explain(control_plane, "mpijob.spec.slotsPerWorker")
+    assert "GPU limit" in out
+
+
+def _set(path: str, value: Any) -> Callable[[JSON], None]:
+    """A mutation setting a dotted path (keys may be map keys such as Launcher), creating dicts on the way."""
+    def mutate(job: JSON) -> None:
+        *parents, last = path.split(".")
+        node = job
+        for key in parents:
+            node = node.setdefault(key, {})
+        node[last] = value
+    return mutate
+
+
+def _delete(path: str) -> Callable[[JSON], None]:
+    def mutate(job: JSON) -> None:
+        *parents, last = path.split(".")
+        node = job
+        for key in parents:
+            node = node[key]
+        del node[last]
+    return mutate
+
+
+def _rename_worker(replica_type: str) -> Callable[[JSON], None]:
+    """Workers under another key; with runLauncherAsWorker, so only the key itself is wrong."""
+    def mutate(job: JSON) -> None:
+        specs = job["spec"]["mpiReplicaSpecs"]
+        specs[replica_type] = specs.pop("Worker")
+        job["spec"]["runLauncherAsWorker"] = True
+    return mutate
+
+
+def _name_and_workers(name: str, workers: int) -> Callable[[JSON], None]:
+    def mutate(job: JSON) -> None:
+        job["metadata"]["name"] = name
+        job["spec"]["mpiReplicaSpecs"]["Worker"]["replicas"] = workers
+    return mutate
+
+
+REPLICAS = "spec.mpiReplicaSpecs"
+INVALID: list[Any] = [
+    pytest.param(_delete("spec"), "spec: Required value", id="no-spec"),
+    pytest.param(_delete(REPLICAS), "spec.mpiReplicaSpecs: Required value", id="no-replica-specs"),
+    pytest.param(_delete(f"{REPLICAS}.Launcher"), "spec.mpiReplicaSpecs.Launcher is required", id="no-launcher"),
+    pytest.param(_set(f"{REPLICAS}.Launcher.replicas", 2), "spec.mpiReplicaSpecs.Launcher.replicas must be 1",
+                 id="two-launchers"),
+    pytest.param(_set(f"{REPLICAS}.Launcher.template.spec.containers", []),
+                 "spec.mpiReplicaSpecs.Launcher.template.spec.containers must have at least one container",
+                 id="launcher-without-containers"),
+    pytest.param(_set(f"{REPLICAS}.Launcher.template", {}),
+                 "spec.mpiReplicaSpecs.Launcher.template.spec.containers must have at least one container",
+                 id="launcher-without-pod-spec"),
+    pytest.param(_set(f"{REPLICAS}.Worker.template.spec.containers", []),
+                 "spec.mpiReplicaSpecs.Worker.template.spec.containers must have at least one container",
+                 id="worker-without-containers"),
+    pytest.param(_set(f"{REPLICAS}.Worker.replicas", 0), "spec.mpiReplicaSpecs.Worker.replicas must be at least 1",
+                 id="zero-workers"),
+    pytest.param(_set(f"{REPLICAS}.Worker.replicas", -1),
+                 "spec.mpiReplicaSpecs.Worker.replicas: Invalid value: -1: "
+                 "spec.mpiReplicaSpecs.Worker.replicas in body should be greater than or equal to 0",
+                 id="negative-workers"),
+    pytest.param(_delete(f"{REPLICAS}.Worker"),
+                 "spec.mpiReplicaSpecs.Worker is required unless spec.runLauncherAsWorker is true",
+                 id="no-worker"),
+    pytest.param(_set(f"{REPLICAS}.Chief", {"template": pod_template()}), "spec.mpiReplicaSpecs: Too many",
+                 id="three-replica-types"),
+    pytest.param(_rename_worker("Chief"), "spec.mpiReplicaSpecs: unknown replica type", id="unknown-replica-type"),
+    pytest.param(_set(f"{REPLICAS}.Worker.restartPolicy", "Sometimes"),
+                 'spec.mpiReplicaSpecs.Worker.restartPolicy: Unsupported value: "Sometimes"',
+                 id="bad-restart-policy"),
+    pytest.param(_set("spec.runPolicy.cleanPodPolicy", "Finished"),
+                 'spec.runPolicy.cleanPodPolicy: Unsupported value: "Finished"', id="bad-clean-pod-policy"),
+    pytest.param(_set("spec.mpiImplementation", "MVAPICH"), 'spec.mpiImplementation: Unsupported value: "MVAPICH"',
+                 id="bad-mpi-implementation"),
+    pytest.param(_set("spec.launcherCreationPolicy", "Later"),
+                 'spec.launcherCreationPolicy: Unsupported value: "Later"', id="bad-launcher-creation-policy"),
+    pytest.param(_set("spec.slotsPerWorker", -1),
+                 "spec.slotsPerWorker in body should be greater than or equal to 0", id="negative-slots"),
+    pytest.param(_set("spec.runPolicy.backoffLimit", -1),
+                 "spec.runPolicy.backoffLimit in body should be greater than or equal to 0", id="negative-backoff"),
+    pytest.param(_set("spec.runPolicy.activeDeadlineSeconds", -5),
+                 "spec.runPolicy.activeDeadlineSeconds in body should be greater than or equal to 0",
+                 id="negative-deadline"),
+    pytest.param(_set("spec.runPolicy.ttlSecondsAfterFinished", -1),
+                 "spec.runPolicy.ttlSecondsAfterFinished in body should be greater than or equal to 0",
+                 id="negative-ttl"),
+    pytest.param(_set("spec.runPolicy.schedulingPolicy.minAvailable", -1),
+                 "spec.runPolicy.schedulingPolicy.minAvailable in body should be greater than or equal to 0",
+                 id="negative-min-available"),
+    pytest.param(_set("spec.runPolicy.schedulingPolicy.minResources", {"cpu": "lots"}),
+                 "spec.runPolicy.schedulingPolicy.minResources.cpu in body should match", id="bad-min-resources"),
+    pytest.param(_set(f"{REPLICAS}.Worker.replicas", 2**31),
+                 "spec.mpiReplicaSpecs.Worker.replicas in body should be less than or equal to 2147483647",
+                 id="replicas-over-int32"),
+    pytest.param(_set("spec.sshAuthMountPath", ".ssh"),
+                 "spec.sshAuthMountPath in body should match", id="relative-ssh-path"),
+    pytest.param(_set("metadata.name", "a" * 55), "metadata.name: " + "a" * 55 + " is too long for the worker count",
+                 id="name-too-long-for-one-worker"),
+    pytest.param(_name_and_workers("b" * 53, 101),  # b*53-worker-100: 64 characters
+                 "metadata.name: " + "b" * 53 + " is too long for the worker count",
+                 id="name-too-long-for-101-workers"),
+    pytest.param(_set("metadata.name", "pi.v2"), "metadata.name: pi.v2 is not usable for worker hostnames",
+                 id="name-with-dot"),
+    pytest.param(_set("metadata.name", "1pi"), "metadata.name: 1pi is not usable for worker hostnames",
+                 id="name-starting-with-digit"),
+    pytest.param(
+        lambda job: job["spec"]["mpiReplicaSpecs"]["Worker"]["template"]["spec"]["containers"][0].pop("name"),
+        "spec.mpiReplicaSpecs.Worker.template.spec.containers[0].name: Required value", id="container-without-name"),
+    pytest.param(_set(f"{REPLICAS}.Launcher.template.spec.containers", [{"name": "main", "image": 7}]),
+                 "spec.mpiReplicaSpecs.Launcher.template.spec.containers[0].image: Invalid value: \"integer\"",
+                 id="image-not-a-string"),
+    pytest.param(_set(f"{REPLICAS}.Worker.template.spec.containers",
+                      [{"name": "main", "image": "x", "resources": {"limits": {"nvidia.com/gpu": "two"}}}]),
+                 "spec.mpiReplicaSpecs.Worker.template.spec.containers[0].resources.limits.nvidia.com/gpu",
+                 id="bad-gpu-quantity"),
+    pytest.param(_set(f"{REPLICAS}.Worker.template.spec.restartPolicy", "Sometimes"),
+                 'spec.mpiReplicaSpecs.Worker.template.spec.restartPolicy: Unsupported value: "Sometimes"',
+                 id="bad-pod-restart-policy"),
+]
+
+
+@pytest.mark.parametrize(("mutate", "expected"), INVALID)
+async def test_invalid_job_is_rejected(kube: KubeClient, mpijob_crd: str, namespace: str,
+                                       mutate: Callable[[JSON], None], expected: str) -> None:
+    job = valid_job()
+    mutate(job)
+    with pytest.raises(ApiError) as raised:
+        await kube.create(MPIJOBS, namespace, job)
+    assert raised.value.status == 422, raised.value
+    assert expected in raised.value.message
+
+
+async def test_the_valid_base_job_is_accepted(kube: KubeClient, mpijob_crd: str, namespace: str) -> None:
+    """The table above fails for the reason it names, not because its base job was invalid already."""
+    created = await kube.create(MPIJOBS, namespace, valid_job())
+    assert created["metadata"]["name"] == "pi"
+    launcher_only = valid_job("solo")
+    del launcher_only["spec"]["mpiReplicaSpecs"]["Worker"]
+    launcher_only["spec"]["runLauncherAsWorker"] = True
+    await kube.create(MPIJOBS, namespace, launcher_only)
+    longest = valid_job("c" * 45)
+    longest["spec"]["mpiReplicaSpecs"]["Worker"]["replicas"] = 2**31 - 1
+    await kube.create(MPIJOBS, namespace, longest)
+    at_limit = valid_job("d" * 53)
+    at_limit["spec"]["mpiReplicaSpecs"]["Worker"]["replicas"] = 100  # d*53-worker-99: 63 characters
+    await kube.create(MPIJOBS, namespace, at_limit)
+
+
+async def test_managed_by_is_immutable(kube: KubeClient, mpijob_crd: str, namespace: str) -> None:
+    job = valid_job("managed")
+    job["spec"]["runPolicy"] = {"managedBy": "kueue.x-k8s.io/multikueue"}
+    await kube.create(MPIJOBS, namespace, job)
+    for change in ({"managedBy": "kubeflow.org/mpi-operator"}, {"managedBy": None}):
+        with pytest.raises(ApiError) as raised:
+            await kube.patch(MPIJOBS, namespace, "managed", {"spec": {"runPolicy": change}})
+        assert "spec.runPolicy.managedBy is immutable" in raised.value.message
+    # Other fields stay mutable (suspend is how Kueue starts and stops jobs).
+    await kube.patch(MPIJOBS, namespace, "managed", {"spec": {"runPolicy": {"suspend": True}}})
+
+    await kube.create(MPIJOBS, namespace, valid_job("unmanaged"))
+    with pytest.raises(ApiError) as raised:
+        await kube.patch(MPIJOBS, namespace, "unmanaged", {"spec": {"runPolicy": {"managedBy": "someone/else"}}})
+    assert "spec.runPolicy.managedBy is immutable" in raised.value.message
+
+
+async def test_template_metadata_is_kept(kube: KubeClient, mpijob_crd: str, namespace: str) -> None:
+    """Labels and annotations in a pod template survive (controller-gen's plain `metadata: object` prunes them)."""
+    job = valid_job("meta")
+    worker = job["spec"]["mpiReplicaSpecs"]["Worker"]["template"]
+    worker["metadata"] = {"labels": {"team": "hpc"}, "annotations": {"example.com/note": "x"}}
+    stored = await kube.create(MPIJOBS, namespace, copy.deepcopy(job))
+    assert stored["spec"]["mpiReplicaSpecs"]["Worker"]["template"]["metadata"] == worker["metadata"]
+
+
+async def test_podtemplate_snapshot_is_what_the_apiserver_serves(kube: KubeClient) -> None:
+    """The committed PodTemplateSpec definitions are the running apiserver's own, not hand-written."""
+    document = await kube.request("GET", podtemplate.OPENAPI_PATH)
+    version = (await kube.request("GET", "/version"))["gitVersion"]
+    snapshot = json.loads(podtemplate.SNAPSHOT_PATH.read_text())
+    assert snapshot["kubernetesVersion"] == version
+    assert snapshot == podtemplate.snapshot_document(document, version), (
+        "the PodTemplateSpec snapshot is stale: run `make podtemplate-schema crds`"
+    )
