@@ -47,6 +47,10 @@ integration: binaries
 dev-cluster: binaries
 	$(BIN)/mpiop dev-cluster up
 
+# The main job: the operator against $KUBECONFIG, or against a local control plane it starts.
+run: binaries
+	$(BIN)/python -m mpiop.devcluster.local_run
+
 dev-cluster-down: venv
 	$(BIN)/mpiop dev-cluster down
 
