@@ -26,7 +26,7 @@ from mpiop.controller.workqueue import (
     QueueShutDownError,
     WorkQueue,
 )
-from mpiop.kube.client import JSON, KubeClient
+from mpiop.kube.client import JSON, ApiError, KubeClient
 from mpiop.kube.informer import object_key
 
 log = structlog.get_logger(__name__)
@@ -127,7 +127,7 @@ class Manager:
                 metrics.RECONCILE_SECONDS.labels("error").observe(time.monotonic() - started)
                 metrics.QUEUE_RETRIES.inc()
                 log.warning("reconcile failed; retrying with backoff", error=str(error),
-                            retries=self.queue.num_requeues(key), exc_info=not isinstance(error, OSError))
+                            retries=self.queue.num_requeues(key), exc_info=not isinstance(error, (OSError, ApiError)))
                 self.queue.add_rate_limited(key)
             else:
                 metrics.RECONCILE_SECONDS.labels("ok").observe(time.monotonic() - started)
