@@ -1,0 +1,140 @@
+"""Property: any valid MPIJob spec survives models -> JSON -> apiserver -> JSON -> models unchanged.
+
+This is what lets the controller trust its models: the CRD neither prunes a field the models write nor
+rewrites a value (no schema defaults outside pod templates; pod templates here have no container ports,
+whose list-map key `protocol` is the one thing the apiserver fills in).
+"""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any, get_args
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from mpiop.api.v2beta1 import (
+    CleanPodPolicy,
+    LauncherCreationPolicy,
+    MPIImplementation,
+    MPIJob,
+    MPIJobSpec,
+    ObjectMeta,
+    ReplicaSpec,
+    RestartPolicy,
+    RunPolicy,
+    SchedulingPolicy,
+)
+from mpiop.kube.client import MPIJOBS, KubeClient
+
+INT32 = 2**31 - 1
+JSON = dict[str, Any]
+
+dns_labels = st.from_regex(r"[a-z]([a-z0-9-]{0,10}[a-z0-9])?", fullmatch=True)
+words = st.text(st.characters(blacklist_categories=("Cs",)), max_size=12)
+quantities = st.one_of(st.integers(0, 64), st.sampled_from(["500m", "1Gi", "2", "0.5", "16Gi", "100M", "1e3"]))
+resource_names = st.sampled_from(["cpu", "memory", "nvidia.com/gpu", "amd.com/gpu", "example.com/fpga"])
+
+
+def optional(strategy: st.SearchStrategy[Any]) -> st.SearchStrategy[Any]:
+    return st.none() | strategy
+
+
+containers = st.lists(
+    st.fixed_dictionaries(
+        {"name": dns_labels, "image": st.sampled_from(["mpioperator/mpi-pi:openmpi", "busybox:1.36"])},
+        optional={
+            "command": st.lists(words, max_size=3),
+            "args": st.lists(words, max_size=4),
+            "env": st.lists(
+                st.fixed_dictionaries({"name": st.from_regex(r"[A-Z_][A-Z0-9_]{0,8}", fullmatch=True),
+                                       "value": words}),
+                max_size=3, unique_by=lambda env: env["name"],
+            ),
+            "resources": st.fixed_dictionaries({}, optional={
+                "limits": st.dictionaries(resource_names, quantities, max_size=3),
+                "requests": st.dictionaries(resource_names, quantities, max_size=3),
+            }),
+            "workingDir": st.sampled_from(["/", "/home/mpiuser", "/workspace"]),
+        },
+    ),
+    min_size=1, max_size=2, unique_by=lambda container: container["name"],
+)
+
+pod_templates = st.fixed_dictionaries(
+    {"spec": st.fixed_dictionaries({"containers": containers}, optional={
+        "restartPolicy": st.sampled_from(["Always", "OnFailure", "Never"]),
+        "nodeSelector": st.dictionaries(dns_labels, dns_labels, max_size=2),
+        "hostNetwork": st.booleans(),
+        "terminationGracePeriodSeconds": st.integers(0, 3600),
+        "priorityClassName": dns_labels,
+    })},
+    optional={"metadata": st.fixed_dictionaries({}, optional={
+        "labels": st.dictionaries(dns_labels, dns_labels, max_size=3),
+        "annotations": st.dictionaries(dns_labels, words, max_size=3),
+    })},
+)
+
+run_policies = st.builds(
+    RunPolicy,
+    clean_pod_policy=optional(st.sampled_from(get_args(CleanPodPolicy))),
+    ttl_seconds_after_finished=optional(st.integers(0, INT32)),
+    active_deadline_seconds=optional(st.integers(0, 2**63 - 1)),
+    backoff_limit=optional(st.integers(0, INT32)),
+    scheduling_policy=optional(st.builds(
+        SchedulingPolicy,
+        min_available=optional(st.integers(0, INT32)),
+        queue=optional(words),
+        min_resources=optional(st.dictionaries(resource_names, quantities, max_size=3)),
+        priority_class=optional(dns_labels),
+        schedule_timeout_seconds=optional(st.integers(0, INT32)),
+    )),
+    suspend=optional(st.booleans()),
+    managed_by=optional(st.sampled_from(["kubeflow.org/mpi-operator", "kueue.x-k8s.io/multikueue", "x"])),
+)
+
+
+@st.composite
+def specs(draw: st.DrawFn) -> MPIJobSpec:
+    launcher = ReplicaSpec(
+        replicas=draw(optional(st.just(1))),
+        template=draw(pod_templates),
+        restart_policy=draw(optional(st.sampled_from(get_args(RestartPolicy)))),
+    )
+    replica_specs = {"Launcher": launcher}
+    run_launcher_as_worker = draw(optional(st.booleans()))
+    if not run_launcher_as_worker or draw(st.booleans()):
+        replica_specs["Worker"] = ReplicaSpec(
+            replicas=draw(optional(st.integers(1, 64))),
+            template=draw(pod_templates),
+            restart_policy=draw(optional(st.sampled_from(get_args(RestartPolicy)))),
+        )
+    return MPIJobSpec(
+        slots_per_worker=draw(optional(st.integers(0, INT32))),
+        run_launcher_as_worker=run_launcher_as_worker,
+        ssh_auth_mount_path=draw(optional(st.from_regex(r"/[a-z0-9/._-]{0,20}", fullmatch=True))),
+        launcher_creation_policy=draw(optional(st.sampled_from(get_args(LauncherCreationPolicy)))),
+        mpi_implementation=draw(optional(st.sampled_from(get_args(MPIImplementation)))),
+        mpi_replica_specs=replica_specs,
+        run_policy=draw(run_policies),
+    )
+
+
+@settings(max_examples=25, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+@given(spec=specs(), labels=st.dictionaries(dns_labels, dns_labels, max_size=3))
+async def test_spec_round_trips_through_the_apiserver(kube: KubeClient, mpijob_crd: str, namespace: str,
+                                                     spec: MPIJobSpec, labels: dict[str, str]) -> None:
+    name = f"rt-{uuid.uuid4().hex[:12]}"
+    job = MPIJob(metadata=ObjectMeta(name=name, labels=labels), spec=spec)
+    sent = job.to_json()
+
+    created = await kube.create(MPIJOBS, namespace, sent)
+    assert created["spec"] == sent["spec"]
+    back = MPIJob.model_validate(created)
+    assert back.spec == spec
+    assert back.metadata.labels == labels
+
+    fetched = MPIJob.model_validate(await kube.get(MPIJOBS, namespace, name))
+    assert fetched.spec == spec
+    await kube.delete(MPIJOBS, namespace, name)
