@@ -36,8 +36,10 @@ _LAST_WORKER_INDEX = (
     " && has(self.spec.mpiReplicaSpecs.Worker.replicas) && self.spec.mpiReplicaSpecs.Worker.replicas > 1"
     " ? self.spec.mpiReplicaSpecs.Worker.replicas - 1 : 0)"
 )
+MAX_NAME_LENGTH = 63 - len("-worker-") - 1  # 54: a single worker, index 0
+MAX_NAME_LENGTH_ANY_REPLICAS = 63 - len("-worker-") - 10  # 45: int32 indexes have at most 10 digits
+# With n = MAX_NAME_LENGTH - size(name), the index may have n + 1 digits: it must be below 10^(n+1).
 _POWERS_OF_TEN = "[" + ", ".join(str(10**i) for i in range(1, 10)) + "]"
-MAX_NAME_LENGTH_ANY_REPLICAS = 63 - len("-worker-") - 10  # int32 indexes have at most 10 digits
 DNS1035_NAME_PREFIX = "^[a-z][-a-z0-9]*$"
 
 
@@ -73,8 +75,8 @@ ROOT_RULES: list[JSON] = [
         field_path=".metadata.name",
     ),
     _rule(
-        f"!has({_NAME}) || size({_NAME}) <= {MAX_NAME_LENGTH_ANY_REPLICAS} || (size({_NAME}) <= 54"
-        f" && {_LAST_WORKER_INDEX} < {_POWERS_OF_TEN}[54 - size({_NAME})])",
+        f"!has({_NAME}) || size({_NAME}) <= {MAX_NAME_LENGTH_ANY_REPLICAS} || (size({_NAME}) <= {MAX_NAME_LENGTH}"
+        f" && {_LAST_WORKER_INDEX} < {_POWERS_OF_TEN}[{MAX_NAME_LENGTH} - size({_NAME})])",
         message_expression=(
             f"'metadata.name: ' + {_NAME} + ' is too long for the worker count: the last worker\\'s hostname'"
             " + ' <name>-worker-<replicas-1> must be at most 63 characters'"

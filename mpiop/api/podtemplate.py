@@ -181,23 +181,7 @@ class _Converter:
             item["properties"][key]["default"] = default
 
 
-def structural_pod_template_schema(snapshot: JSON | None = None, *, descriptions: bool = True) -> JSON:
+def structural_pod_template_schema(snapshot: JSON | None = None) -> JSON:
     """The PodTemplateSpec as a structural CRD schema, from the committed snapshot unless one is given."""
     snapshot = snapshot if snapshot is not None else load_snapshot()
-    converted = _Converter(snapshot["schemas"]).convert_ref(snapshot["root"], {}, ())
-    return converted if descriptions else strip_descriptions(converted)
-
-
-def strip_descriptions(node: Any) -> Any:
-    """A copy without descriptions, keeping property *names* called "description" (for a size budget)."""
-    if isinstance(node, dict):
-        return {
-            key: (
-                {name: strip_descriptions(prop) for name, prop in value.items()}
-                if key == "properties" else strip_descriptions(value)
-            )
-            for key, value in node.items() if key != "description"
-        }
-    if isinstance(node, list):
-        return [strip_descriptions(value) for value in node]
-    return node
+    return _Converter(snapshot["schemas"]).convert_ref(snapshot["root"], {}, ())
