@@ -15,6 +15,7 @@ import pytest
 import yaml
 
 from mpiop.api import podtemplate
+from mpiop.api.install import install_crd
 from mpiop.devcluster.controlplane import ControlPlane, ControlPlaneError
 from mpiop.kube.client import MPIJOBS, ApiError, KubeClient
 
@@ -304,3 +305,10 @@ async def test_podtemplate_snapshot_is_what_the_apiserver_serves(kube: KubeClien
     assert snapshot == podtemplate.snapshot_document(document, version), (
         "the PodTemplateSpec snapshot is stale: run `make podtemplate-schema crds`"
     )
+
+
+async def test_install_crd_updates_in_place(kube: KubeClient, mpijob_crd: str, namespace: str) -> None:
+    """A second install (make run after an upgrade) replaces the CRD and keeps existing jobs."""
+    await kube.create(MPIJOBS, namespace, valid_job("kept"))
+    await install_crd(kube, timeout=30)
+    assert (await kube.get(MPIJOBS, namespace, "kept"))["metadata"]["name"] == "kept"
