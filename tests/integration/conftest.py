@@ -6,19 +6,13 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from mpiop.api.install import install_crd
 from mpiop.devcluster.controlplane import ControlPlane
 from mpiop.kube.client import KubeClient
 from tests.integration.operator import Cluster, Operator, running_operator
 
 
-@pytest.fixture(scope="session")
-async def mpijob_crd(kube: KubeClient) -> None:
-    await install_crd(kube)
-
-
 @pytest.fixture
-async def cluster(kube: KubeClient, namespace: str, mpijob_crd: None) -> Cluster:
+async def cluster(kube: KubeClient, namespace: str, mpijob_crd: str) -> Cluster:
     return Cluster(kube, namespace)
 
 
