@@ -99,6 +99,10 @@ class ControlPlane:
     scheduler: bool = False
     tie_to_parent: bool = True
     extra_apiserver_flags: Sequence[str] = ()
+    # More names/IPs on the apiserver's serving cert (e.g. the address pods reach it at on a real node).
+    serving_hosts: Sequence[str] = ()
+    # A client cert the apiserver shows kubelets (logs, exec) that authenticate clients by the cluster CA.
+    kubelet_client: bool = False
     components: list[Component] = field(default_factory=list)
     api_port: int = 0
     _owns_workdir: bool = False
@@ -148,10 +152,16 @@ class ControlPlane:
         serving = ca.issue(
             "apiserver", common_name="kube-apiserver", server=True,
             hosts=("127.0.0.1", "localhost", "kubernetes", "kubernetes.default",
-                   "kubernetes.default.svc", "10.96.0.1"),
+                   "kubernetes.default.svc", "10.96.0.1", *self.serving_hosts),
         )
         admin = ca.issue("admin", common_name="mpiop-admin", organizations=("system:masters",))
         sa_key = service_account_key(self.pki)
+        kubelet_flags: list[str] = []
+        if self.kubelet_client:
+            to_kubelet = ca.issue("kubelet-client", common_name="kube-apiserver-kubelet-client",
+                                  organizations=("system:masters",))
+            kubelet_flags = [f"--kubelet-client-certificate={to_kubelet.cert}",
+                             f"--kubelet-client-key={to_kubelet.key}"]
         self.api_port = free_port()
         self._write_kubeconfig(self.kubeconfig, ca.pair, admin)
 
@@ -184,6 +194,7 @@ class ControlPlane:
             "--enable-priority-and-fairness=false",
             "--storage-media-type=application/json",
             "--v=1",
+            *kubelet_flags,
             *self.extra_apiserver_flags,
         ])
         deadline = time.monotonic() + timeout

@@ -1,0 +1,319 @@
+"""Container images for the e2e node, built without a Docker engine or a registry.
+
+* the pause image: a tiny static C program (``e2e/images/pause.c``) in a one-file layer;
+* the MPI image: a Debian rootfs made by ``debootstrap --variant=minbase`` with OpenSSH, Open MPI, MPICH
+  and Python, customised in a chroot by ``e2e/images/customize-mpi.sh`` (sshd for root and non-root, the
+  ssh client config, the ``mpiuser`` account, the pi program compiled for both MPI libraries);
+* the operator image: the same kind of rootfs with Python and mpiop installed in a venv.
+
+Each is written as an OCI image layout in a tar, which ``ctr -n k8s.io images import`` takes. Everything is
+cached under ``.cache/e2e/`` by a key made of its inputs (package lists, the asset files, this module's
+``RECIPE_VERSION``), so a second run builds nothing. Chroot work runs in a private mount and PID namespace
+(``unshare``), so an interrupted build leaves no mount or process behind.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import hashlib
+import io
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tarfile
+import tempfile
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from mpiop.devcluster.binaries import _build_lock, cache_dir, project_root
+
+# Bump when the way images are made changes in a way the inputs below do not show.
+RECIPE_VERSION = "1"
+SUITE = "bookworm"
+MIRROR = os.environ.get("MPIOP_DEBIAN_MIRROR", "http://deb.debian.org/debian")
+REGISTRY = "mpiop.local"
+PATH_ENV = "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+
+# automake: without it configuring libltdl-dev (pulled in by libopenmpi-dev) fails in minbase.
+MPI_PACKAGES = (
+    "openssh-server", "openssh-client", "openmpi-bin", "libopenmpi-dev", "mpich", "libmpich-dev",
+    "python3", "automake", "gcc-12", "libc6-dev", "procps",
+)
+OPERATOR_PACKAGES = ("python3", "python3-venv", "ca-certificates")
+# Directories whose content belongs to the runtime, not to the image.
+_EXCLUDED = ("./dev/*", "./proc/*", "./sys/*", "./run/*", "./tmp/*", "./build", "./etc/resolv.conf",
+             "./etc/hostname", "./var/cache/apt/archives/*.deb")
+
+
+class ImageError(RuntimeError):
+    """An image could not be built or imported."""
+
+
+@dataclass(frozen=True)
+class Image:
+    """A built image: its reference (``mpiop.local/name:tag``) and the OCI archive it is in."""
+
+    ref: str
+    archive: Path
+
+    @property
+    def manifest_digest(self) -> str:
+        with tarfile.open(self.archive) as tar:
+            member = tar.extractfile("index.json")
+            assert member is not None
+            index = json.load(member)
+        return str(index["manifests"][0]["digest"])
+
+
+def _log(message: str) -> None:
+    print(f"[mpiop images] {message}", file=sys.stderr, flush=True)
+
+
+def assets_dir() -> Path:
+    root = project_root()
+    if root is None or not (root / "e2e" / "images").is_dir():
+        raise ImageError("the e2e images are built from a source checkout (e2e/images/ not found)")
+    return root / "e2e" / "images"
+
+
+def images_dir() -> Path:
+    return cache_dir() / "e2e" / "images"
+
+
+def _key(*parts: str | bytes) -> str:
+    digest = hashlib.sha256(RECIPE_VERSION.encode())
+    for part in parts:
+        data = part.encode() if isinstance(part, str) else part
+        digest.update(len(data).to_bytes(8, "big"))
+        digest.update(data)
+    return digest.hexdigest()[:16]
+
+
+def _file_key(paths: Iterable[Path]) -> bytes:
+    return b"".join(p.name.encode() + b"\0" + p.read_bytes() for p in sorted(paths))
+
+
+def _run(argv: Sequence[str], **kwargs: Any) -> None:
+    result = subprocess.run(list(argv), check=False, **kwargs)
+    if result.returncode != 0:
+        raise ImageError(f"`{' '.join(argv)}` failed (exit {result.returncode})")
+
+
+def _require_root(what: str) -> None:
+    if os.geteuid() != 0:
+        raise ImageError(f"building {what} needs root (debootstrap, chroot, unshare)")
+
+
+# -- OCI image layout --------------------------------------------------------------------------------
+def _sha256_file(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as handle:
+        while chunk := handle.read(1 << 20):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def write_oci_archive(out: Path, ref: str, layers: Sequence[Path], config: dict[str, Any]) -> None:
+    """An OCI image layout (oci-layout, index.json, blobs/) in a tar at `out`, from uncompressed layer tars.
+
+    `config` is the image's runtime config (Env, Entrypoint, Cmd, WorkingDir, User). The layers go in
+    uncompressed (media type ...layer.v1.tar): nothing to compress or decompress on a local import.
+    """
+    layer_digests = [_sha256_file(layer) for layer in layers]
+    now = dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    image_config = {
+        "created": now, "architecture": "amd64", "os": "linux", "config": config,
+        "rootfs": {"type": "layers", "diff_ids": [f"sha256:{d}" for d in layer_digests]},
+        "history": [{"created": now, "created_by": "mpiop/devcluster/images.py"} for _ in layers],
+    }
+    config_blob = json.dumps(image_config, sort_keys=True).encode()
+    manifest = {
+        "schemaVersion": 2,
+        "mediaType": "application/vnd.oci.image.manifest.v1+json",
+        "config": {"mediaType": "application/vnd.oci.image.config.v1+json",
+                   "digest": f"sha256:{hashlib.sha256(config_blob).hexdigest()}", "size": len(config_blob)},
+        "layers": [
+            {"mediaType": "application/vnd.oci.image.layer.v1.tar", "digest": f"sha256:{d}",
+             "size": layer.stat().st_size}
+            for d, layer in zip(layer_digests, layers, strict=True)
+        ],
+    }
+    manifest_blob = json.dumps(manifest, sort_keys=True).encode()
+    manifest_digest = hashlib.sha256(manifest_blob).hexdigest()
+    index = {
+        "schemaVersion": 2,
+        "mediaType": "application/vnd.oci.image.index.v1+json",
+        "manifests": [{
+            "mediaType": "application/vnd.oci.image.manifest.v1+json",
+            "digest": f"sha256:{manifest_digest}", "size": len(manifest_blob),
+            "platform": {"architecture": "amd64", "os": "linux"},
+            "annotations": {"io.containerd.image.name": ref,
+                            "org.opencontainers.image.ref.name": ref.rsplit(":", 1)[1]},
+        }],
+    }
+
+    def add_bytes(tar: tarfile.TarFile, name: str, data: bytes) -> None:
+        info = tarfile.TarInfo(name)
+        info.size, info.mode = len(data), 0o644
+        tar.addfile(info, io.BytesIO(data))
+
+    partial = out.with_suffix(".partial")
+    with tarfile.open(partial, "w", format=tarfile.PAX_FORMAT) as tar:
+        add_bytes(tar, "oci-layout", b'{"imageLayoutVersion":"1.0.0"}')
+        add_bytes(tar, "index.json", json.dumps(index, sort_keys=True).encode())
+        add_bytes(tar, f"blobs/sha256/{manifest_digest}", manifest_blob)
+        add_bytes(tar, f"blobs/sha256/{hashlib.sha256(config_blob).hexdigest()}", config_blob)
+        for digest, layer in zip(layer_digests, layers, strict=True):
+            tar.add(str(layer), arcname=f"blobs/sha256/{digest}", recursive=False)
+    partial.replace(out)
+
+
+# -- rootfs ------------------------------------------------------------------------------------------
+def _unshared(argv: Sequence[str]) -> list[str]:
+    """`argv` in a private mount + PID namespace: its mounts and processes end with it."""
+    return ["unshare", "--mount", "--propagation", "private", "--pid", "--fork", "--kill-child", *argv]
+
+
+def debootstrap_rootfs(packages: Sequence[str]) -> Path:
+    """A cached minbase rootfs with `packages` (and their dependencies); built once per package list."""
+    _require_root("a Debian rootfs")
+    if shutil.which("debootstrap") is None:
+        raise ImageError("debootstrap is missing: run hack/install-e2e-deps.sh")
+    key = _key(SUITE, MIRROR, *sorted(packages))
+    base = cache_dir() / "e2e" / "rootfs"
+    target = base / f"{SUITE}-{key}"
+    with _build_lock(base):
+        if (target / ".complete").is_file():
+            return target
+        partial = base / f"{SUITE}-{key}.partial"
+        shutil.rmtree(partial, ignore_errors=True)
+        _log(f"debootstrap --variant=minbase {SUITE} with {', '.join(packages)} (first time only; minutes)")
+        log = base / f"{SUITE}-{key}.log"
+        with log.open("wb") as out:
+            result = subprocess.run(
+                _unshared(["debootstrap", "--variant=minbase", f"--include={','.join(packages)}",
+                           SUITE, str(partial), MIRROR]),
+                stdout=out, stderr=subprocess.STDOUT, check=False,
+            )
+        if result.returncode != 0:
+            tail = "\n".join(log.read_text(errors="replace").splitlines()[-20:])
+            debootstrap_log = partial / "debootstrap" / "debootstrap.log"
+            if debootstrap_log.is_file():
+                tail += "\n--- debootstrap.log\n" + "\n".join(debootstrap_log.read_text().splitlines()[-30:])
+            raise ImageError(f"debootstrap failed (exit {result.returncode}); {log}:\n{tail}")
+        (partial / ".complete").write_text("")
+        shutil.rmtree(target, ignore_errors=True)
+        partial.rename(target)
+        return target
+
+
+def run_in_chroot(rootfs: Path, script: str, env: dict[str, str] | None = None, network: bool = False) -> None:
+    """Run a shell script as root inside `rootfs` with /proc and /dev, in a private namespace."""
+    if network:
+        shutil.copyfile("/etc/resolv.conf", rootfs / "etc" / "resolv.conf")
+    variables = {"PATH": PATH_ENV.split("=", 1)[1], "HOME": "/root", "LANG": "C.UTF-8",
+                 "DEBIAN_FRONTEND": "noninteractive", **(env or {})}
+    inner = (
+        'mount -t proc proc "$R/proc" && mount --rbind /dev "$R/dev" && mount -t tmpfs tmpfs "$R/tmp" && '
+        'exec chroot "$R" /usr/bin/env -i "$@"'
+    )
+    argv = ["sh", "-c", inner, "sh", *(f"{k}={v}" for k, v in variables.items()), "/bin/sh", "-euxc", script]
+    _run(_unshared(argv), env={**os.environ, "R": str(rootfs)})
+
+
+def pack_rootfs(rootfs: Path, layer: Path) -> None:
+    """The rootfs as one uncompressed layer tar (numeric owners, xattrs; no /dev, /proc, /sys content)."""
+    _run(["tar", "--numeric-owner", "--xattrs", "--xattrs-include=*", "--sort=name",
+          *(f"--exclude={p}" for p in _EXCLUDED), "-C", str(rootfs), "-cf", str(layer), "."])
+
+
+def _customized_image(name: str, packages: Sequence[str], script: str, inputs: Sequence[Path],
+                      config: dict[str, Any], network: bool = False) -> Image:
+    """debootstrap (cached) -> copy -> copy `inputs` to /build -> `script` in chroot -> OCI archive."""
+    key = _key(name, SUITE, MIRROR, *sorted(packages), script, _file_key(inputs), json.dumps(config, sort_keys=True))
+    out_dir = images_dir()
+    archive = out_dir / f"{name}-{key}.tar"
+    image = Image(f"{REGISTRY}/{name}:{key[:12]}", archive)
+    if archive.is_file():
+        return image
+    _require_root(f"the {name} image")
+    base = debootstrap_rootfs(packages)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    with _build_lock(out_dir), tempfile.TemporaryDirectory(prefix=f"{name}-", dir=out_dir) as tmp:
+        if archive.is_file():
+            return image
+        _log(f"building {image.ref}")
+        rootfs = Path(tmp) / "rootfs"
+        _run(["cp", "-a", "--reflink=auto", str(base), str(rootfs)])
+        (rootfs / ".complete").unlink(missing_ok=True)
+        build = rootfs / "build"
+        build.mkdir()
+        for path in inputs:
+            if path.is_dir():
+                shutil.copytree(path, build / path.name)
+            else:
+                shutil.copy2(path, build / path.name)
+        run_in_chroot(rootfs, script, network=network)
+        layer = Path(tmp) / "layer.tar"
+        pack_rootfs(rootfs, layer)
+        write_oci_archive(archive, image.ref, [layer], config)
+        _log(f"built {image.ref} ({archive.stat().st_size >> 20} MiB) in {archive}")
+    return image
+
+
+# -- the images ----------------------------------------------------------------------------------------
+def pause_image() -> Image:
+    """The pod sandbox image: a static `pause` binary, built with the host's gcc."""
+    source = assets_dir() / "pause.c"
+    config = {"Entrypoint": ["/pause"], "User": "65535:65535", "WorkingDir": "/"}
+    key = _key("pause", source.read_bytes(), json.dumps(config, sort_keys=True))
+    out_dir = images_dir()
+    archive = out_dir / f"pause-{key}.tar"
+    image = Image(f"{REGISTRY}/pause:{key[:12]}", archive)
+    if archive.is_file():
+        return image
+    if shutil.which("gcc") is None:
+        raise ImageError("gcc is missing: run hack/install-e2e-deps.sh")
+    out_dir.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix="pause-", dir=out_dir) as tmp:
+        binary = Path(tmp) / "pause"
+        _run(["gcc", "-static", "-Os", "-s", "-o", str(binary), str(source)])
+        layer = Path(tmp) / "layer.tar"
+        with tarfile.open(layer, "w", format=tarfile.PAX_FORMAT) as tar:
+            info = tar.gettarinfo(str(binary), arcname="pause")
+            info.uid = info.gid = 0
+            info.uname = info.gname = ""
+            info.mode = 0o755
+            with binary.open("rb") as handle:
+                tar.addfile(info, handle)
+        write_oci_archive(archive, image.ref, [layer], config)
+    return image
+
+
+def mpi_image() -> Image:
+    """Debian + OpenSSH + Open MPI + MPICH + Python, sshd on 2222 as root or not, /home/mpiuser/pi."""
+    assets = assets_dir()
+    inputs = [assets / n for n in ("customize-mpi.sh", "mpi-sshd", "ssh_client.conf", "pi.c")]
+    config = {"Env": [PATH_ENV], "Cmd": ["/bin/bash"], "WorkingDir": "/"}
+    return _customized_image("mpi", MPI_PACKAGES, "sh /build/customize-mpi.sh", inputs, config)
+
+
+def all_images() -> list[Image]:
+    return [pause_image(), mpi_image()]
+
+
+def _main(argv: list[str]) -> int:
+    wanted = argv or ["pause", "mpi"]
+    builders = {"pause": pause_image, "mpi": mpi_image}
+    for name in wanted:
+        image = builders[name]()
+        print(f"{image.ref} {image.archive}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(_main(sys.argv[1:]))
