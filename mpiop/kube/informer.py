@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import random
-from collections import defaultdict
+from collections import OrderedDict, defaultdict
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
@@ -26,6 +26,7 @@ log = structlog.get_logger(__name__)
 
 Trim = Callable[[JSON], JSON]
 Indexer = Callable[[JSON], Iterable[str]]
+_MAX_TOMBSTONES = 10_000
 ChangeHandler = Callable[[JSON | None, JSON | None], None]
 """Called with (old, new): new is None on delete, old is None on add."""
 
@@ -43,6 +44,13 @@ def _newer_or_equal(candidate: JSON, current: JSON | None) -> bool:
         return int(candidate["metadata"]["resourceVersion"]) >= int(current["metadata"]["resourceVersion"])
     except (KeyError, ValueError, TypeError):
         return True
+
+
+def _newer_than(obj: JSON, resource_version: str) -> bool:
+    try:
+        return int(obj["metadata"]["resourceVersion"]) > int(resource_version)
+    except (KeyError, ValueError, TypeError):
+        return False  # can't tell: leave it to the watch, which is authoritative
 
 
 @dataclass
@@ -70,6 +78,8 @@ class Informer:
     synced: asyncio.Event = field(default_factory=asyncio.Event, init=False)
     stats: InformerStats = field(default_factory=InformerStats, init=False)
     _resource_version: str = field(default="", init=False)
+    # key -> resourceVersion of its deletion, so a late answer to our own write can't bring back a ghost.
+    _tombstones: OrderedDict[str, str] = field(default_factory=OrderedDict, init=False)
 
     def __post_init__(self) -> None:
         self.indexes = {name: defaultdict(set) for name in self.indexers}
@@ -116,8 +126,15 @@ class Informer:
                 handler(old, None)
 
     def observe_write(self, obj: JSON) -> None:
-        """Feed the apiserver's answer to our own write into the cache (without firing handlers)."""
+        """Feed the apiserver's answer to our own write into the cache (without firing handlers).
+
+        The watch may have delivered the object's deletion before our write's answer arrives; an answer
+        no newer than that deletion is dropped instead of resurrecting the object.
+        """
         if obj.get("kind") == "Status":
+            return
+        deleted_at = self._tombstones.get(object_key(obj))
+        if deleted_at is not None and not _newer_than(obj, deleted_at):
             return
         self._set(obj, notify=False)
 
@@ -205,7 +222,13 @@ class Informer:
         obj.setdefault("kind", self.resource.kind)
         obj.setdefault("apiVersion", self.resource.api_version)
         if kind in ("ADDED", "MODIFIED"):
+            self._tombstones.pop(object_key(obj), None)
             self._set(obj)
         elif kind == "DELETED":
-            self._delete(object_key(obj))
+            key = object_key(obj)
+            self._delete(key)
+            self._tombstones[key] = str(obj.get("metadata", {}).get("resourceVersion", ""))
+            self._tombstones.move_to_end(key)
+            while len(self._tombstones) > _MAX_TOMBSTONES:
+                self._tombstones.popitem(last=False)
         return False

@@ -83,3 +83,20 @@ async def test_our_own_write_is_not_undone_by_an_older_event(kube: KubeClient, n
     informer._handle({"type": "MODIFIED", "object": first})  # a late event for the older version
     cached = informer.get(f"{namespace}/w")
     assert cached is not None and cached["data"] == {"v": "2"}
+
+
+async def test_an_answer_that_arrives_after_the_deletion_event_does_not_resurrect(
+        kube: KubeClient, namespace: str) -> None:
+    informer = Informer(kube, CONFIGMAPS, namespace)
+    created = await kube.create(CONFIGMAPS, namespace, {"metadata": {"name": "ghost"}})
+    await kube.delete(CONFIGMAPS, namespace, "ghost")
+    deleted = {**created, "metadata": {**created["metadata"], "resourceVersion": str(
+        int(created["metadata"]["resourceVersion"]) + 1)}}
+    informer._handle({"type": "ADDED", "object": created})
+    informer._handle({"type": "DELETED", "object": deleted})
+    informer.observe_write(created)  # our create's answer, processed late
+    assert informer.get(f"{namespace}/ghost") is None
+    recreated = {**created, "metadata": {**created["metadata"], "resourceVersion": str(
+        int(created["metadata"]["resourceVersion"]) + 2)}}
+    informer.observe_write(recreated)  # a newer object of that name is ours to cache
+    assert informer.get(f"{namespace}/ghost") is not None
