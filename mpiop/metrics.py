@@ -1,14 +1,25 @@
-"""Prometheus metrics: kubeflow/mpi-operator's names (for existing dashboards) plus mpiop's own."""
+"""Prometheus metrics: kubeflow/mpi-operator's names (for existing dashboards) plus mpiop's own.
+
+Per-job gauges (`mpi_operator_job_info`, `mpiop_jobs{phase}`) are computed from the informer cache at scrape
+time rather than kept up to date on every event: they are always exact, cost nothing between scrapes, and a
+deleted job's series disappears instead of lingering (kubeflow's job_info never forgets a launcher). Only
+the leader reports them, so a dashboard summing over replicas does not count jobs twice.
+"""
 
 from __future__ import annotations
 
-from prometheus_client import Counter, Gauge, Histogram
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from prometheus_client import REGISTRY, Counter, Gauge, Histogram
+from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
 
 # kubeflow/mpi-operator's metric names.
 JOBS_CREATED = Counter("mpi_operator_jobs_created", "MPIJobs seen created")
 JOBS_SUCCESSFUL = Counter("mpi_operator_jobs_successful", "MPIJobs that succeeded")
 JOBS_FAILED = Counter("mpi_operator_jobs_failed", "MPIJobs that failed")
-JOB_INFO = Gauge("mpi_operator_job_info", "Information about MPIJobs", ["launcher", "namespace"])
 IS_LEADER = Gauge("mpi_operator_is_leader", "1 when this instance is the leader (or leader election is off)")
 
 # mpiop's own.
@@ -29,7 +40,7 @@ API_LATENCY = Histogram(
     buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10),
 )
 WATCH_RESTARTS = Counter("mpiop_watch_restarts", "Watch streams re-opened", ["resource"])
-JOBS_BY_PHASE = Gauge("mpiop_jobs", "MPIJobs by their current state", ["phase"])
+PHASES = ("Pending", "Created", "Running", "Restarting", "Suspended", "Succeeded", "Failed")
 
 
 def observe_request(verb: str, resource: str, code: int, seconds: float) -> None:
@@ -39,3 +50,59 @@ def observe_request(verb: str, resource: str, code: int, seconds: float) -> None
 
 def observe_watch_restart(resource: str) -> None:
     WATCH_RESTARTS.labels(resource).inc()
+
+
+def job_phase(job: Mapping[str, Any]) -> str:
+    """The one state a job is in, from its conditions (finished first, then suspended, then progress)."""
+    true = {c.get("type") for c in (job.get("status") or {}).get("conditions") or [] if c.get("status") == "True"}
+    for phase in ("Succeeded", "Failed", "Suspended", "Restarting", "Running", "Created"):
+        if phase in true:
+            return phase
+    return "Pending"
+
+
+@dataclass
+class JobSource:
+    """Where the per-job gauges come from: the jobs cache, a launcher lookup, and whether to report at all."""
+
+    jobs: Callable[[], Iterable[Mapping[str, Any]]]
+    has_launcher: Callable[[str, str], bool]
+    active: Callable[[], bool] = lambda: True
+
+
+class JobCollector(Collector):
+    """`mpi_operator_job_info{launcher,namespace}` and `mpiop_jobs{phase}`, computed on scrape."""
+
+    def __init__(self) -> None:
+        self.source: JobSource | None = None
+
+    def describe(self) -> Iterable[Metric]:
+        return [self._info(), self._phases()]
+
+    @staticmethod
+    def _info() -> GaugeMetricFamily:
+        return GaugeMetricFamily("mpi_operator_job_info", "Information about MPIJobs", labels=["launcher", "namespace"])
+
+    @staticmethod
+    def _phases() -> GaugeMetricFamily:
+        return GaugeMetricFamily("mpiop_jobs", "MPIJobs by their current state", labels=["phase"])
+
+    def collect(self) -> Iterator[Metric]:
+        info, phases = self._info(), self._phases()
+        source = self.source
+        if source is not None and source.active():
+            counts = dict.fromkeys(PHASES, 0)
+            for job in list(source.jobs()):
+                counts[job_phase(job)] += 1
+                meta = job.get("metadata") or {}
+                launcher = f"{meta.get('name')}-launcher"
+                if source.has_launcher(str(meta.get("namespace")), launcher):
+                    info.add_metric([launcher, str(meta.get("namespace"))], 1)
+            for phase, count in counts.items():
+                phases.add_metric([phase], count)
+        yield info
+        yield phases
+
+
+JOBS = JobCollector()
+REGISTRY.register(JOBS)

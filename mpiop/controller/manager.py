@@ -3,6 +3,7 @@
 Informer events enqueue the owning job's key; `workers` coroutines take keys off the queue and
 reconcile them (never one key in two workers at once); errors go back with per-key exponential backoff,
 timers (deadlines, TTLs) with a delayed add. Every `resync_seconds` all jobs are enqueued again.
+With leader election, informers start (and warm their caches) at once; workers only once `leading` is set.
 """
 
 from __future__ import annotations
@@ -32,6 +33,17 @@ from mpiop.kube.informer import object_key
 log = structlog.get_logger(__name__)
 
 
+async def _until(awaited: asyncio.Future[Any], stop: asyncio.Event) -> bool:
+    """Wait for `awaited` or `stop`, whichever first; True when `awaited` finished (and stop is not set)."""
+    stopped: asyncio.Future[Any] = asyncio.ensure_future(stop.wait())
+    try:
+        await asyncio.wait([awaited, stopped], return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for pending in (awaited, stopped):
+            pending.cancel()
+    return not stop.is_set()
+
+
 @dataclass
 class ManagerConfig:
     namespace: str | None = None
@@ -56,37 +68,45 @@ class Manager:
         )
         self.reconciler = Reconciler(client, self.caches, EventRecorder(client), cluster_domain=config.cluster_domain)
         self.synced = asyncio.Event()
+        self.working = False  # workers running: this process reconciles (leads, or has no election)
         self._ids = itertools.count(1)
+        metrics.QUEUE_DEPTH.set_function(lambda: len(self.queue))
+        metrics.JOBS.source = metrics.JobSource(
+            jobs=lambda: self.caches.jobs.store.values(),
+            has_launcher=lambda ns, name: self.caches.pods.get(f"{ns}/{name}") is not None,
+            active=lambda: self.working,
+        )
         self.caches.jobs.handlers.append(self._on_job)
         for informer in self.caches.owned():
             informer.handlers.append(self._on_owned)
 
     def _on_job(self, old: JSON | None, new: JSON | None) -> None:
         self.queue.add(object_key(new if new is not None else old))  # type: ignore[arg-type]
-        metrics.QUEUE_DEPTH.set(len(self.queue))
 
     def _on_owned(self, old: JSON | None, new: JSON | None) -> None:
         key = owner_key(new if new is not None else old)  # type: ignore[arg-type]
         if key is not None:
             self.queue.add(key)
-            metrics.QUEUE_DEPTH.set(len(self.queue))
 
-    async def run(self, stop: asyncio.Event) -> None:
-        """Run until `stop` is set; then finish in-flight reconciles and return."""
+    async def run(self, stop: asyncio.Event, leading: asyncio.Event | None = None) -> None:
+        """Run until `stop` is set; then finish in-flight reconciles and return.
+
+        With `leading`, reconcile only once it is set (leader election); cancel the task to stop at once.
+        """
         informers = [asyncio.create_task(i.run(), name=f"informer-{i.resource.plural}") for i in self.caches.all()]
         workers: list[asyncio.Task[None]] = []
         try:
             started = time.monotonic()
-            waiting: asyncio.Future[Any] = asyncio.gather(*(i.synced.wait() for i in self.caches.all()))
-            stopped: asyncio.Future[Any] = asyncio.ensure_future(stop.wait())
-            await asyncio.wait([waiting, stopped], return_when=asyncio.FIRST_COMPLETED)
-            for pending in (waiting, stopped):
-                pending.cancel()
-            if stop.is_set():
+            if not await _until(asyncio.gather(*(i.synced.wait() for i in self.caches.all())), stop):
                 return
             self.synced.set()
             log.info("caches synced", seconds=round(time.monotonic() - started, 3),
                      jobs=len(self.caches.jobs.store), pods=len(self.caches.pods.store))
+            if leading is not None and not leading.is_set():
+                log.info("standing by until elected leader")
+                if not await _until(asyncio.ensure_future(leading.wait()), stop):
+                    return
+            self.working = True
             workers = [asyncio.create_task(self._work(), name=f"worker-{n}") for n in range(self.config.workers)]
             resync = asyncio.create_task(self._resync(), name="resync")
             await stop.wait()
@@ -95,6 +115,7 @@ class Manager:
             await self.queue.shut_down_with_drain()
             await asyncio.gather(*workers, return_exceptions=True)
         finally:
+            self.working = False
             self.queue.shut_down()
             for task in [*informers, *workers]:
                 task.cancel()
@@ -112,7 +133,6 @@ class Manager:
                 key = await self.queue.get()
             except QueueShutDownError:
                 return
-            metrics.QUEUE_DEPTH.set(len(self.queue))
             await self._process(key)
 
     async def _process(self, key: str) -> None:
@@ -130,7 +150,9 @@ class Manager:
                             retries=self.queue.num_requeues(key), exc_info=not isinstance(error, (OSError, ApiError)))
                 self.queue.add_rate_limited(key)
             else:
-                metrics.RECONCILE_SECONDS.labels("ok").observe(time.monotonic() - started)
+                seconds = time.monotonic() - started
+                metrics.RECONCILE_SECONDS.labels("ok").observe(seconds)
+                log.debug("reconciled", seconds=round(seconds, 4), requeue_after=requeue_after)
                 self.queue.forget(key)
                 if requeue_after is not None:
                     self.queue.add_after(key, requeue_after)

@@ -1,10 +1,20 @@
-"""`mpiop run`: flags, and the process around the manager (client, logging, signals)."""
+"""`mpiop run`: flags, and the process around the manager (clients, leader election, probes, signals).
+
+SIGTERM/SIGINT: stop taking work, finish in-flight reconciles, release the lease, exit 0. A leader that
+cannot renew its lease within the renew deadline cancels its workers at once and exits 1, like client-go's
+OnStoppedLeading, so the Pod restarts as a clean standby.
+"""
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import os
+import re
 import signal
+import socket
+import uuid
+from pathlib import Path
 
 import structlog
 
@@ -12,8 +22,21 @@ from mpiop import logging as mpiop_logging
 from mpiop import metrics
 from mpiop.controller.manager import Manager, ManagerConfig
 from mpiop.kube.client import KubeClient
+from mpiop.leader import ElectionConfig, FencedClient, LeaderElector
+from mpiop.server import Checks, Servers, health_app, metrics_app
 
 log = structlog.get_logger(__name__)
+SA_NAMESPACE_FILE = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
+_DURATION = re.compile(r"^\s*(\d+(?:\.\d*)?|\.\d+)\s*(ms|s|m|h)?\s*$")
+
+
+def duration(text: str) -> float:
+    """Seconds from '15s', '500ms', '1m', '1h' or a plain number of seconds (client-go style flags)."""
+    match = _DURATION.match(text)
+    if match is None:
+        raise argparse.ArgumentTypeError(f"not a duration: {text!r} (e.g. 15s, 500ms, 1m)")
+    scale = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}[match.group(2) or "s"]
+    return float(match.group(1)) * scale
 
 
 def add_run_arguments(parser: argparse.ArgumentParser) -> None:
@@ -23,11 +46,30 @@ def add_run_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--workers", type=int, default=8, help="reconcile workers (default 8)")
     parser.add_argument("--kube-api-qps", type=float, default=50.0, help="client-side QPS to the apiserver")
     parser.add_argument("--kube-api-burst", type=int, default=100, help="client-side burst to the apiserver")
-    parser.add_argument("--log-format", choices=("json", "console"), default="console")
+    parser.add_argument("--log-format", choices=("json", "console"), default="console",
+                        help="json: one JSON object a line (in a cluster); console: for humans (default)")
     parser.add_argument("--log-level", default="info", choices=("debug", "info", "warning", "error"))
     parser.add_argument("--cluster-domain", default="",
                         help="append this domain to hostfile names, e.g. cluster.local (default: none)")
     parser.add_argument("--resync-seconds", type=float, default=300.0, help="re-reconcile every job this often")
+    parser.add_argument("--field-manager", default="mpiop",
+                        help="name recorded in managedFields for this process's writes (default mpiop)")
+    parser.add_argument("--health-addr", default=":8081",
+                        help="address of /healthz and /readyz ([host]:port; 0 turns it off; default :8081)")
+    parser.add_argument("--metrics-addr", default=":8080",
+                        help="address of /metrics ([host]:port; 0 turns it off; default :8080)")
+    election = parser.add_argument_group("leader election (a coordination.k8s.io/v1 Lease)")
+    election.add_argument("--leader-elect", action="store_true",
+                          help="only the holder of the lease reconciles; run this with more than one replica")
+    election.add_argument("--leader-elect-lease-duration", type=duration, default=15.0, metavar="DURATION",
+                          help="how long standbys wait after the last renewal before taking over (default 15s)")
+    election.add_argument("--leader-elect-renew-deadline", type=duration, default=10.0, metavar="DURATION",
+                          help="the leader stops if it could not renew for this long (default 10s)")
+    election.add_argument("--leader-elect-retry-period", type=duration, default=2.0, metavar="DURATION",
+                          help="how often to renew, or to try to acquire (default 2s)")
+    election.add_argument("--leader-elect-namespace", default=None,
+                          help="namespace of the Lease (default: $POD_NAMESPACE, else the pod's own namespace)")
+    election.add_argument("--leader-elect-id", default="mpiop", help="name of the Lease (default mpiop)")
 
 
 def config_from_args(args: argparse.Namespace) -> ManagerConfig:
@@ -37,21 +79,107 @@ def config_from_args(args: argparse.Namespace) -> ManagerConfig:
                          resync_seconds=args.resync_seconds)
 
 
+def election_from_args(args: argparse.Namespace) -> ElectionConfig | None:
+    """The leader election settings, or None without --leader-elect; exits on impossible timings."""
+    if not args.leader_elect:
+        return None
+    namespace = args.leader_elect_namespace or os.environ.get("POD_NAMESPACE", "")
+    if not namespace and SA_NAMESPACE_FILE.is_file():
+        namespace = SA_NAMESPACE_FILE.read_text().strip()
+    if not namespace:
+        raise SystemExit("--leader-elect needs --leader-elect-namespace outside a cluster")
+    # Unique per process, like client-go's hostname_uuid: a restarted pod is a new candidate.
+    identity = f"{os.environ.get('POD_NAME') or socket.gethostname()}_{uuid.uuid4()}"
+    config = ElectionConfig(namespace=namespace, name=args.leader_elect_id, identity=identity,
+                            lease_duration=args.leader_elect_lease_duration,
+                            renew_deadline=args.leader_elect_renew_deadline,
+                            retry_period=args.leader_elect_retry_period)
+    try:
+        config.validate()
+    except ValueError as error:
+        raise SystemExit(f"leader election: {error}") from None
+    return config
+
+
+async def supervise(manager: Manager, elector: LeaderElector | None, stop: asyncio.Event) -> int:
+    """Run the manager (behind the elector, if any) until `stop`; the process's exit code."""
+    if elector is None:
+        await manager.run(stop)
+        return 0
+    release = asyncio.Event()  # set once the manager has finished: then the elector gives the lease up
+    election = asyncio.create_task(elector.run(release), name="leader-election")
+    work = asyncio.create_task(manager.run(stop, leading=elector.leading), name="manager")
+    try:
+        await asyncio.wait([election, work], return_when=asyncio.FIRST_COMPLETED)
+        if work.done():
+            release.set()
+            await election
+            work.result()  # a crashed manager still released the lease, then fails the process
+            return 0
+        # The election ended on its own: the lease is lost (or the elector crashed). Stop writing at once.
+        work.cancel()
+        await asyncio.gather(work, return_exceptions=True)
+        error = election.exception()
+        log.error("leader election lost: stopped reconciling, exiting", error=str(error))
+        return 1
+    finally:
+        for task in (election, work):
+            task.cancel()
+        await asyncio.gather(election, work, return_exceptions=True)
+
+
+def _checks(manager: Manager, elector: LeaderElector | None) -> Checks:
+    def synced() -> str | None:
+        return None if manager.synced.is_set() else "informer caches not synced yet"
+
+    def standing() -> str | None:
+        if elector is None or elector.healthy():
+            return None
+        return "no successful look at the lease within the lease duration"
+
+    def renewing() -> str | None:
+        if elector is None or not elector.leading.is_set() or elector.is_leader():
+            return None
+        return "leading, but the lease was not renewed within the renew deadline"
+
+    return Checks(healthz={"ping": lambda: None, "leader-election": renewing},
+                  readyz={"informers": synced, "leader-election": standing})
+
+
 async def run(args: argparse.Namespace) -> int:
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(signum, stop.set)
-    client = await KubeClient.connect(args.kubeconfig, qps=args.kube_api_qps, burst=args.kube_api_burst,
-                                      observer=metrics.observe_request)
+    election = election_from_args(args)
+    config = config_from_args(args)
+    client_type = FencedClient if election is not None else KubeClient
+    client = await client_type.connect(args.kubeconfig, qps=args.kube_api_qps, burst=args.kube_api_burst,
+                                       observer=metrics.observe_request, field_manager=args.field_manager)
+    # Its own client, outside the QPS bucket: a backlog of reconcile writes must never delay a renewal.
+    lease_client = None if election is None else await KubeClient.connect(
+        args.kubeconfig, qps=0, burst=10, observer=metrics.observe_request, field_manager=args.field_manager)
+    servers = Servers()
     try:
-        manager = Manager(client, config_from_args(args))
-        log.info("mpiop starting", namespace=args.namespace or "(all)", workers=args.workers)
-        await manager.run(stop)
+        manager = Manager(client, config)
+        elector = None
+        if election is not None and lease_client is not None and isinstance(client, FencedClient):
+            elector = LeaderElector(lease_client, election,
+                                    on_change=lambda leading: metrics.IS_LEADER.set(1 if leading else 0))
+            client.may_write = elector.is_leader
+        metrics.IS_LEADER.set(0 if elector is not None else 1)
+        await servers.start(health_app(_checks(manager, elector)), args.health_addr, "health probes")
+        await servers.start(metrics_app(), args.metrics_addr, "metrics")
+        log.info("mpiop starting", namespace=args.namespace or "(all)", workers=args.workers,
+                 leader_election=election.identity if election else "off", field_manager=args.field_manager)
+        code = await supervise(manager, elector, stop)
     finally:
+        await servers.stop()
         await client.close()
-    log.info("mpiop stopped")
-    return 0
+        if lease_client is not None:
+            await lease_client.close()
+    log.info("mpiop stopped", exit_code=code)
+    return code
 
 
 def run_from_args(args: argparse.Namespace) -> int:

@@ -1,0 +1,62 @@
+{{- define "mpiop.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{- define "mpiop.fullname" -}}
+{{- if .Values.fullnameOverride }}
+{{- .Values.fullnameOverride | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- $name := default .Chart.Name .Values.nameOverride }}
+{{- if contains $name .Release.Name }}
+{{- .Release.Name | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- printf "%s-%s" .Release.Name $name | trunc 63 | trimSuffix "-" }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{- define "mpiop.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "mpiop.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end }}
+
+{{- define "mpiop.labels" -}}
+{{ include "mpiop.selectorLabels" . }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
+{{- end }}
+
+{{- define "mpiop.serviceAccountName" -}}
+{{- if .Values.serviceAccount.create }}
+{{- default (include "mpiop.fullname" .) .Values.serviceAccount.name }}
+{{- else }}
+{{- default "default" .Values.serviceAccount.name }}
+{{- end }}
+{{- end }}
+
+{{/* Exactly the verbs mpiop uses; keep in step with deploy/base/rbac.yaml (a test compares them). */}}
+{{- define "mpiop.rules" -}}
+- apiGroups: [kubeflow.org]
+  resources: [mpijobs]
+  verbs: [list, watch, delete]
+- apiGroups: [kubeflow.org]
+  resources: [mpijobs/status]
+  verbs: [patch]
+# For the OwnerReferencesPermissionEnforcement admission plugin (owned objects block owner deletion).
+- apiGroups: [kubeflow.org]
+  resources: [mpijobs/finalizers]
+  verbs: [update]
+- apiGroups: [""]
+  resources: [pods]
+  verbs: [list, watch, create, delete]
+- apiGroups: [""]
+  resources: [configmaps]
+  verbs: [list, watch, create, patch]
+- apiGroups: [""]
+  resources: [secrets, services]
+  verbs: [list, watch, create]
+- apiGroups: [""]
+  resources: [events]
+  verbs: [create]
+{{- end }}

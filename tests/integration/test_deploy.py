@@ -1,0 +1,220 @@
+"""deploy/: the kustomize base, its Prometheus overlay and the Helm chart, checked by the real apiserver.
+
+`kubectl apply --server-side --dry-run=server` runs every admission step but storage. Namespaced objects
+need their namespace to exist, so mpiop-system is created for real (from deploy/base/namespace.yaml); the
+MPIJob CRD is installed by the session fixture, and the ServiceMonitor's kind by a minimal stand-in of the
+Prometheus Operator's CRD (monitoring.coreos.com/v1, schema left open). helm is built from its Go module
+by hack/helm.sh into .cache/ (once; minutes) and only renders: `helm template | kubectl apply`.
+"""
+
+from __future__ import annotations
+
+import re
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from mpiop.devcluster.controlplane import ControlPlane
+from mpiop.kube.client import PODS, ApiError, KubeClient
+from tests.integration.operator import eventually
+
+ROOT = Path(__file__).resolve().parents[2]
+DEPLOY = ROOT / "deploy"
+CHART = DEPLOY / "helm" / "mpiop"
+SYSTEM = "mpiop-system"
+JSON = dict[str, Any]
+
+SERVICE_MONITOR_CRD = """
+apiVersion: apiextensions.k8s.io/v1
+kind: CustomResourceDefinition
+metadata:
+  name: servicemonitors.monitoring.coreos.com
+spec:
+  group: monitoring.coreos.com
+  scope: Namespaced
+  names: {kind: ServiceMonitor, listKind: ServiceMonitorList, plural: servicemonitors, singular: servicemonitor}
+  versions:
+  - name: v1
+    served: true
+    storage: true
+    schema:
+      openAPIV3Schema: {type: object, x-kubernetes-preserve-unknown-fields: true}
+"""
+
+
+def docs(text: str) -> list[JSON]:
+    return [d for d in yaml.load_all(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader)) if d]
+
+
+def identity(obj: JSON) -> tuple[str, str, str]:
+    meta = obj["metadata"]
+    return obj["kind"], meta.get("namespace", ""), meta["name"]
+
+
+def by_kind(objects: list[JSON]) -> dict[str, JSON]:
+    return {obj["kind"]: obj for obj in objects}
+
+
+@pytest.fixture(scope="session")
+def helm() -> str:
+    """The helm binary, built from helm.sh/helm/v3/cmd/helm by hack/helm.sh on first use."""
+    result = subprocess.run(["bash", str(ROOT / "hack" / "helm.sh")], capture_output=True, text=True,
+                            timeout=1800, check=False)
+    assert result.returncode == 0, result.stderr
+    return result.stdout.strip().splitlines()[-1]
+
+
+def render(helm: str, *values: str, crds: bool = True) -> str:
+    result = subprocess.run([helm, "template", "mpiop", str(CHART), "--namespace", SYSTEM,
+                             *(["--include-crds"] if crds else []),
+                             *(arg for value in values for arg in ("--set", value))],
+                            capture_output=True, text=True, timeout=120, check=False)
+    assert result.returncode == 0, result.stderr
+    return result.stdout
+
+
+@pytest.fixture(scope="session")
+def kustomized(control_plane: ControlPlane) -> list[JSON]:
+    """deploy/base, built by kubectl's kustomize."""
+    return docs(control_plane.kubectl("kustomize", str(DEPLOY / "base")))
+
+
+@pytest.fixture(scope="session")
+def system_namespace(control_plane: ControlPlane, mpijob_crd: None) -> str:
+    control_plane.kubectl("apply", "--server-side", "-f", str(DEPLOY / "base" / "namespace.yaml"))
+    return SYSTEM
+
+
+@pytest.fixture(scope="session")
+def service_monitor_crd(control_plane: ControlPlane) -> None:
+    control_plane.kubectl("apply", "--server-side", "-f", "-", input_text=SERVICE_MONITOR_CRD)
+    control_plane.kubectl("wait", "--for=condition=Established", "--timeout=60s",
+                          "crd/servicemonitors.monitoring.coreos.com")
+
+
+def dry_run(control_plane: ControlPlane, *source: str, input_text: str | None = None) -> set[str]:
+    """Apply server-side with --dry-run=server; the `kind/name` of every object the apiserver accepted."""
+    out = control_plane.kubectl("apply", "--server-side", "--dry-run=server", *source, input_text=input_text)
+    return set(re.findall(r"^(\S+) serverside-applied \(server dry run\)$", out, re.MULTILINE))
+
+
+BASE_OBJECTS = {
+    "namespace/mpiop-system", "customresourcedefinition.apiextensions.k8s.io/mpijobs.kubeflow.org",
+    "serviceaccount/mpiop", "clusterrole.rbac.authorization.k8s.io/mpiop",
+    "clusterrolebinding.rbac.authorization.k8s.io/mpiop", "role.rbac.authorization.k8s.io/mpiop-leader-election",
+    "rolebinding.rbac.authorization.k8s.io/mpiop-leader-election", "service/mpiop-metrics",
+    "deployment.apps/mpiop", "poddisruptionbudget.policy/mpiop",
+}
+
+
+def test_kustomize_base_passes_a_server_side_dry_run(control_plane: ControlPlane, system_namespace: str) -> None:
+    assert dry_run(control_plane, "-k", str(DEPLOY / "base")) == BASE_OBJECTS
+
+
+def test_prometheus_overlay_passes_a_server_side_dry_run(control_plane: ControlPlane, system_namespace: str,
+                                                         service_monitor_crd: None) -> None:
+    accepted = dry_run(control_plane, "-k", str(DEPLOY / "overlays" / "prometheus"))
+    assert accepted == BASE_OBJECTS | {"servicemonitor.monitoring.coreos.com/mpiop"}
+
+
+@pytest.mark.parametrize("values", [
+    (),
+    ("metrics.serviceMonitor.enabled=true", "logFormat=console", "logLevel=debug", "workers=16"),
+    ("replicaCount=1", "leaderElection.enabled=false", "metrics.enabled=false", "namespace.create=true"),
+    ("watchNamespace={namespace}", "leaderElection.leaseDuration=30s", "leaderElection.id=other"),
+], ids=["defaults", "servicemonitor", "single-replica", "one-namespace"])
+def test_helm_chart_passes_a_server_side_dry_run(control_plane: ControlPlane, system_namespace: str,
+                                                 service_monitor_crd: None, namespace: str, helm: str,
+                                                 values: tuple[str, ...]) -> None:
+    # The (large) CRD once, with the defaults; the variants change nothing in it.
+    rendered = render(helm, *(v.format(namespace=namespace) for v in values), crds=not values)
+    objects = docs(rendered)
+    accepted = dry_run(control_plane, "-f", "-", input_text=rendered)
+    assert len(accepted) == len(objects)
+    kinds = {obj["kind"] for obj in objects}
+    args = by_kind(objects)["Deployment"]["spec"]["template"]["spec"]["containers"][0]["args"]
+    if "watchNamespace={namespace}" in values:
+        assert {"Role", "RoleBinding"} <= kinds and not {"ClusterRole", "ClusterRoleBinding"} & kinds
+        assert f"--namespace={namespace}" in args and "--leader-elect-lease-duration=30s" in args
+        lease_rules = next(o for o in objects if o["metadata"]["name"] == "mpiop-leader-election")["rules"]
+        assert lease_rules[1]["resourceNames"] == ["other"] and "--leader-elect-id=other" in args
+    if "leaderElection.enabled=false" in values:
+        assert "--leader-elect" not in args and "--metrics-addr=0" in args
+        assert not {"PodDisruptionBudget", "Service"} & kinds and "Namespace" in kinds
+    if "metrics.serviceMonitor.enabled=true" in values:
+        assert "ServiceMonitor" in kinds and "--log-format=console" in args and "--workers=16" in args
+
+
+def test_helm_refuses_two_replicas_without_leader_election(helm: str) -> None:
+    result = subprocess.run([helm, "template", "mpiop", str(CHART), "--set", "leaderElection.enabled=false"],
+                            capture_output=True, text=True, timeout=120, check=False)
+    assert result.returncode != 0 and "needs leaderElection.enabled" in result.stderr
+
+
+def test_helm_renders_the_objects_kustomize_does(kustomized: list[JSON], helm: str) -> None:
+    base = kustomized
+    chart = docs(render(helm, "namespace.create=true"))
+    assert sorted(map(identity, chart)) == sorted(map(identity, base))
+    ours, theirs = by_kind(chart), by_kind(base)
+    assert ours["CustomResourceDefinition"] == theirs["CustomResourceDefinition"]
+    for kind in ("ClusterRole", "Role"):
+        assert ours[kind]["rules"] == theirs[kind]["rules"], kind
+    for kind in ("ClusterRoleBinding", "RoleBinding"):
+        assert ours[kind]["subjects"] == theirs[kind]["subjects"] and ours[kind]["roleRef"] == theirs[kind]["roleRef"]
+    pod, base_pod = (o["Deployment"]["spec"]["template"]["spec"] for o in (ours, theirs))
+    assert ours["Deployment"]["spec"]["replicas"] == theirs["Deployment"]["spec"]["replicas"] == 2
+    for key in ("securityContext", "serviceAccountName", "volumes", "terminationGracePeriodSeconds"):
+        assert pod[key] == base_pod[key], key
+    container, base_container = pod["containers"][0], base_pod["containers"][0]
+    for key in ("image", "args", "env", "ports", "livenessProbe", "readinessProbe", "resources", "securityContext",
+                "volumeMounts"):
+        assert container[key] == base_container[key], key
+    assert ours["Service"]["spec"]["ports"] == theirs["Service"]["spec"]["ports"]
+    assert ours["PodDisruptionBudget"]["spec"]["minAvailable"] == 1
+    labels = ours["Namespace"]["metadata"]["labels"]
+    assert labels["pod-security.kubernetes.io/enforce"] == theirs["Namespace"]["metadata"]["labels"][
+        "pod-security.kubernetes.io/enforce"] == "restricted"
+
+
+async def test_the_operator_pod_passes_the_restricted_pod_security_standard(
+        kustomized: list[JSON], kube: KubeClient, system_namespace: str) -> None:
+    """mpiop-system enforces `restricted`; the apiserver admits the Deployment's pod and refuses a lax one."""
+    template = by_kind(kustomized)["Deployment"]["spec"]["template"]
+    # The namespace's own ServiceAccount: this test does not depend on deploy/'s being applied for real.
+    pod = {"apiVersion": "v1", "kind": "Pod",
+           "metadata": {"generateName": "mpiop-", "labels": template["metadata"]["labels"]},
+           "spec": {**template["spec"], "serviceAccountName": "default"}}
+    await eventually(lambda: _exists(kube, f"/api/v1/namespaces/{SYSTEM}/serviceaccounts/default"),
+                     what="the default ServiceAccount of mpiop-system")
+    admitted = await kube.request("POST", PODS.path(SYSTEM), body=pod, query={"dryRun": "All"})
+    container = admitted["spec"]["containers"][0]
+    assert container["securityContext"]["readOnlyRootFilesystem"] is True
+    assert container["securityContext"]["capabilities"] == {"drop": ["ALL"]}
+
+    lax = {**pod, "spec": {**pod["spec"], "securityContext": {},
+                           "containers": [{"name": "mpiop", "image": container["image"]}]}}
+    with pytest.raises(ApiError) as refused:
+        await kube.request("POST", PODS.path(SYSTEM), body=lax, query={"dryRun": "All"})
+    assert refused.value.status == 403 and "restricted" in refused.value.message
+
+
+async def _exists(kube: KubeClient, path: str) -> bool:
+    try:
+        await kube.request("GET", path)
+    except ApiError as error:
+        if error.not_found:
+            return False
+        raise
+    return True
+
+
+def test_the_image_runs_as_the_uid_the_deployment_requires() -> None:
+    dockerfile = (DEPLOY / "Dockerfile").read_text()
+    deployment = next(d for d in docs((DEPLOY / "base" / "deployment.yaml").read_text()) if d["kind"] == "Deployment")
+    uid = deployment["spec"]["template"]["spec"]["securityContext"]["runAsUser"]
+    assert re.search(rf"^USER {uid}:{uid}$", dockerfile, re.MULTILINE)
+    assert re.search(r"^FROM python:\$\{PYTHON_VERSION\}-slim$", dockerfile, re.MULTILINE)
+    assert "PYTHONDONTWRITEBYTECODE=1" in dockerfile  # nothing written next to the code at run time

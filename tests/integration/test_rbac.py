@@ -1,0 +1,199 @@
+"""deploy/'s RBAC is sufficient and minimal, shown with the real apiserver's authorizer.
+
+The ServiceAccount, ClusterRole(+Binding) and leader-election Role(+Binding) are applied from deploy/base; a
+token is minted for the ServiceAccount (TokenRequest) and the operator runs in-process on that token alone,
+leader election included, through a whole job life: creation, Running, success, clean-up of the workers,
+deletion by ttlSecondsAfterFinished, and the lease's release at shutdown. Every request it sends is
+recorded as the (verb, group, resource, name) the authorizer sees and compared with the rules both ways.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import uuid
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from mpiop.controller.manager import Manager, ManagerConfig
+from mpiop.controller.options import supervise
+from mpiop.devcluster.controlplane import ControlPlane
+from mpiop.kube.client import NAMESPACES, ApiError, KubeClient
+from mpiop.leader import LEASES, ElectionConfig, FencedClient, LeaderElector
+from tests.integration.operator import Cluster, eventually, mpijob
+from tests.integration.test_deploy import DEPLOY, docs
+from tests.integration.test_leader import drive_to_success
+
+JSON = dict[str, Any]
+SYSTEM, ACCOUNT, LEASE = "mpiop-system", "mpiop", "mpiop"
+RBAC_KINDS = ("ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding")
+# Granted for an admission plugin, not for a request: OwnerReferencesPermissionEnforcement (off in this
+# apiserver, on in OpenShift and some hardened clusters) lets only users who may update an owner's
+# finalizers set blockOwnerDeletion on the objects they create, which mpiop does.
+ADMISSION_ONLY = {("update", "kubeflow.org", "mpijobs/finalizers")}
+Request = tuple[str, str, str, str]
+"""(verb, API group, resource[/subresource], name) as RBAC sees a request."""
+
+
+def as_rbac(method: str, path: str, query: dict[str, Any]) -> Request:
+    parts = path.split("?")[0].strip("/").split("/")
+    group, rest = ("", parts[2:]) if parts[0] == "api" else (parts[1], parts[3:])
+    if rest[0] == "namespaces" and len(rest) > 2:
+        rest = rest[2:]
+    resource, name = rest[0], rest[1] if len(rest) > 1 else ""
+    if len(rest) > 2:
+        resource += "/" + rest[2]
+    verb = {"POST": "create", "PUT": "update", "PATCH": "patch", "DELETE": "delete"}.get(method)
+    if verb is None:
+        verb = "get" if name else "watch" if query.get("watch") == "true" else "list"
+    return verb, group, resource, name
+
+
+class RecordingClient(FencedClient):
+    """The operator's own client, also noting every request as the authorizer will see it."""
+
+    requests: list[Request]
+
+    async def _send(self, method: str, path: str, query: Any, body: Any, content_type: str,
+                    timeout: Any) -> Any:
+        self.requests.append(as_rbac(method, path, dict(query or {})))
+        return await super()._send(method, path, query, body, content_type, timeout)
+
+
+@dataclass
+class Run:
+    requests: list[Request] = field(default_factory=list)
+    codes: list[tuple[str, str, int]] = field(default_factory=list)
+    exit_code: int | None = None
+    lease_after: JSON = field(default_factory=dict)
+
+
+def rules(objects: list[JSON]) -> list[JSON]:
+    return [rule for obj in objects if obj["kind"] in ("ClusterRole", "Role") for rule in obj["rules"]]
+
+
+def allows(rule: JSON, request: Request) -> bool:
+    verb, group, resource, name = request
+    return (group in rule["apiGroups"] and resource in rule["resources"] and verb in rule["verbs"]
+            and (not rule.get("resourceNames") or name in rule["resourceNames"]))
+
+
+@pytest.fixture(scope="module")
+async def rbac_objects(control_plane: ControlPlane) -> AsyncIterator[list[JSON]]:
+    """deploy/base's ServiceAccount and roles, applied for real (and removed afterwards)."""
+    built = docs(control_plane.kubectl("kustomize", str(DEPLOY / "base")))
+    control_plane.kubectl("apply", "--server-side", "-f", str(DEPLOY / "base" / "namespace.yaml"))
+    chosen = [obj for obj in built if obj["kind"] in RBAC_KINDS]
+    text = yaml.safe_dump_all(chosen)
+    control_plane.kubectl("apply", "--server-side", "-f", "-", input_text=text)
+    yield chosen
+    control_plane.kubectl("delete", "--ignore-not-found", "-f", "-", input_text=text)
+
+
+@pytest.fixture(scope="module")
+async def token_kubeconfig(control_plane: ControlPlane, kube: KubeClient, rbac_objects: list[JSON],
+                           tmp_path_factory: pytest.TempPathFactory) -> str:
+    """A kubeconfig holding only a fresh token of the ServiceAccount and the cluster's CA."""
+    answer = await kube.request(
+        "POST", f"/api/v1/namespaces/{SYSTEM}/serviceaccounts/{ACCOUNT}/token",
+        body={"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest", "spec": {"expirationSeconds": 3600}})
+    config = {
+        "apiVersion": "v1", "kind": "Config", "current-context": "sa",
+        "clusters": [{"name": "c", "cluster": {"server": control_plane.server,
+                                                "certificate-authority": str(Path(control_plane.pki) / "ca.crt")}}],
+        "users": [{"name": ACCOUNT, "user": {"token": answer["status"]["token"]}}],
+        "contexts": [{"name": "sa", "context": {"cluster": "c", "user": ACCOUNT}}],
+    }
+    path = tmp_path_factory.mktemp("sa") / "kubeconfig"
+    path.write_text(yaml.safe_dump(config))
+    return str(path)
+
+
+@pytest.fixture(scope="module")
+async def lifecycle(kube: KubeClient, token_kubeconfig: str, mpijob_crd: None) -> AsyncIterator[Run]:
+    """One job's whole life, the operator holding nothing but the ServiceAccount's token."""
+    namespace = f"t-rbac-{uuid.uuid4().hex[:6]}"
+    await kube.create(NAMESPACES, None, {"metadata": {"name": namespace}})
+    with contextlib.suppress(ApiError):
+        await kube.delete(LEASES, SYSTEM, LEASE)  # so the run also creates it
+    run = Run()
+    clients = [await RecordingClient.connect(token_kubeconfig, qps=0, burst=1000,
+                                             observer=lambda v, r, c, s: run.codes.append((v, r, c)))
+               for _ in range(2)]
+    for client in clients:
+        client.requests = run.requests
+    main, lease_client = clients
+    try:
+        cluster = Cluster(kube, namespace)
+        await eventually(lambda: cluster.kube.request("GET", f"/api/v1/namespaces/{namespace}/serviceaccounts/default"),
+                         what="the namespace's default ServiceAccount")
+        manager = Manager(main, ManagerConfig(namespace=namespace, workers=4))
+        elector = LeaderElector(lease_client, ElectionConfig(
+            namespace=SYSTEM, name=LEASE, identity=f"rbac-{uuid.uuid4().hex[:6]}",
+            lease_duration=15, renew_deadline=10, retry_period=2))  # the lease is free: taken at once
+        main.may_write = elector.is_leader
+        stop = asyncio.Event()
+        task = asyncio.create_task(supervise(manager, elector, stop))
+        try:
+            await asyncio.wait_for(elector.leading.wait(), 30)
+            await asyncio.wait_for(manager.synced.wait(), 30)
+            await cluster.create_job(mpijob("life", workers=1, run_policy={"ttlSecondsAfterFinished": 1}))
+            await drive_to_success(cluster, "life")
+
+            async def deleted() -> bool:
+                return await cluster.job("life") is None
+
+            await eventually(deleted, timeout=30, what="the job deleted by its TTL")
+        except AssertionError as error:
+            stopped = f"; the operator stopped early: {task.exception() or task.result()}" if task.done() else ""
+            raise AssertionError(f"{error}{stopped}") from error
+        finally:
+            stop.set()
+            run.exit_code = await asyncio.wait_for(task, 30)
+        run.lease_after = await kube.get(LEASES, SYSTEM, LEASE)
+        yield run
+    finally:
+        for client in clients:
+            await client.close()
+        await kube.delete(NAMESPACES, None, namespace)
+
+
+async def test_a_whole_job_life_runs_on_the_service_accounts_token_alone(lifecycle: Run, token_kubeconfig: str) -> None:
+    assert lifecycle.exit_code == 0
+    # The token really is all it had: anything outside the rules is refused.
+    client = await KubeClient.connect(token_kubeconfig)
+    try:
+        for path in ("/api/v1/namespaces", f"/api/v1/namespaces/{SYSTEM}/secrets/anything"):
+            with pytest.raises(ApiError) as refused:
+                await client.request("GET", path)
+            assert refused.value.status == 403
+    finally:
+        await client.close()
+    refused = [c for c in lifecycle.codes if c[2] in (401, 403)]
+    assert not refused, f"requests the ServiceAccount may not make: {refused}"
+    assert lifecycle.lease_after["spec"].get("holderIdentity") in ("", None), "the lease was not released"
+
+
+async def test_every_rule_grants_only_what_the_operator_used(lifecycle: Run, rbac_objects: list[JSON]) -> None:
+    granted = rules(rbac_objects)
+    used = set(lifecycle.requests)
+    ungranted = {r for r in used if not any(allows(rule, r) for rule in granted)}
+    assert not ungranted, f"used but not granted: {sorted(ungranted)}"
+    unused = set()
+    for rule in granted:
+        for group in rule["apiGroups"]:
+            for resource in rule["resources"]:
+                for verb in rule["verbs"]:
+                    names = rule.get("resourceNames") or [None]
+                    if (verb, group, resource) in ADMISSION_ONLY:
+                        continue
+                    for name in names:
+                        if not any(r[:3] == (verb, group, resource) and name in (None, r[3]) for r in used):
+                            unused.add((verb, group, resource, name))
+    assert not unused, f"granted but never used: {sorted(unused, key=str)}"
+    print("\nrequests, as RBAC sees them:", *sorted({r[:3] for r in used}), sep="\n  ")
