@@ -5,7 +5,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 
-.PHONY: help venv system-deps binaries lint test unit integration dev-cluster dev-cluster-down crds podtemplate-schema run clean
+.PHONY: help venv system-deps binaries test-binaries lint test unit integration dev-cluster dev-cluster-down crds podtemplate-schema run clean
 
 help:
 	@echo "make run          start a local control plane (if KUBECONFIG is unset), install the CRD, run mpiop"
@@ -30,18 +30,22 @@ system-deps:
 binaries: venv system-deps
 	$(BIN)/python -m mpiop.devcluster.binaries
 
+# Tests also render the Helm chart: helm is built once from its Go module into .cache/ (hack/helm.sh).
+test-binaries: binaries
+	bash hack/helm.sh >/dev/null
+
 lint: venv
 	$(BIN)/ruff check mpiop tests
 	$(BIN)/mypy mpiop
 
 # pytest's exit code 5 ("no tests collected") is a failure like any other non-zero code.
-test: lint binaries
+test: lint test-binaries
 	$(BIN)/pytest -q -p no:cacheprovider
 
 unit: venv
 	$(BIN)/pytest -q tests/unit
 
-integration: binaries
+integration: test-binaries
 	$(BIN)/pytest -q tests/integration
 
 dev-cluster: binaries
