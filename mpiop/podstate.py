@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from mpiop.desired import names
+from mpiop.kube.trim import metadata as trimmed_metadata
 
 Pod = dict[str, Any]
 
@@ -95,14 +96,7 @@ def failure_summary(pod: Pod) -> str:
 
 def trim(pod: Pod) -> Pod:
     """What the controller decides on; everything else in a Pod is dropped from the cache."""
-    meta = pod.get("metadata", {})
     status = pod.get("status", {})
-    kept_meta = {k: meta[k] for k in ("name", "namespace", "uid", "resourceVersion", "labels", "deletionTimestamp",
-                                       "creationTimestamp") if k in meta}
-    kept_meta["ownerReferences"] = [
-        {"kind": o.get("kind"), "name": o.get("name"), "uid": o.get("uid")}
-        for o in meta.get("ownerReferences") or [] if o.get("controller")
-    ]
     kept_status: dict[str, Any] = {k: status[k] for k in ("phase", "reason", "message") if k in status}
     if status.get("conditions"):
         kept_status["conditions"] = [
@@ -113,7 +107,7 @@ def trim(pod: Pod) -> Pod:
             {"name": s.get("name"), "state": _slim_state(s.get("state")), "lastState": _slim_state(s.get("lastState"))}
             for s in status["containerStatuses"]
         ]
-    return {"metadata": kept_meta, "status": kept_status}
+    return {"metadata": trimmed_metadata(pod), "status": kept_status}
 
 
 def _slim_state(state: Any) -> dict[str, Any]:

@@ -278,7 +278,8 @@ class PodBuilder:
                 "namespace": job.metadata.namespace,
                 "uid": f"uid-{name}-{attempt}",
                 "labels": names.role_labels(job, role, index, attempt),
-                "ownerReferences": [{"kind": "MPIJob", "name": job.metadata.name, "uid": job.metadata.uid}],
+                "ownerReferences": [{"kind": "MPIJob", "name": job.metadata.name, "uid": job.metadata.uid,
+                                     "controller": True}],
             },
             "status": {"phase": "Pending"},
         }

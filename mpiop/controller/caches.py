@@ -16,6 +16,7 @@ from mpiop.api.v2beta1 import KIND, MPIJob
 from mpiop.desired import names
 from mpiop.kube.client import CONFIGMAPS, MPIJOBS, PODS, SECRETS, SERVICES, KubeClient
 from mpiop.kube.informer import Informer
+from mpiop.kube.trim import metadata as trimmed_metadata
 from mpiop.plan import Observed
 
 JSON = dict[str, Any]
@@ -39,28 +40,17 @@ def _by_owner(obj: JSON) -> Iterable[str]:
     return [key] if key else []
 
 
-def _trim_meta(obj: JSON) -> JSON:
-    meta = obj.get("metadata", {})
-    kept = {k: meta[k] for k in ("name", "namespace", "uid", "resourceVersion", "labels", "deletionTimestamp")
-            if k in meta}
-    kept["ownerReferences"] = [
-        {"kind": o.get("kind"), "name": o.get("name"), "uid": o.get("uid")}
-        for o in meta.get("ownerReferences") or [] if o.get("controller")
-    ]
-    return kept
-
-
 def trim_secret(obj: JSON) -> JSON:
     """Existence only: private keys never sit in the operator's memory."""
-    return {"metadata": _trim_meta(obj), "type": obj.get("type")}
+    return {"metadata": trimmed_metadata(obj), "type": obj.get("type")}
 
 
 def trim_config_map(obj: JSON) -> JSON:
-    return {"metadata": _trim_meta(obj), "data": obj.get("data") or {}}
+    return {"metadata": trimmed_metadata(obj), "data": obj.get("data") or {}}
 
 
 def trim_service(obj: JSON) -> JSON:
-    return {"metadata": _trim_meta(obj), "spec": {"selector": (obj.get("spec") or {}).get("selector")}}
+    return {"metadata": trimmed_metadata(obj), "spec": {"selector": (obj.get("spec") or {}).get("selector")}}
 
 
 def trim_job(obj: JSON) -> JSON:
