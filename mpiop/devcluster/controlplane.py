@@ -200,13 +200,17 @@ class ControlPlane:
         deadline = time.monotonic() + timeout
         self._wait("kube-apiserver", lambda: self._get("/readyz") is not None, deadline)
 
+        # What kube-controller-manager and kube-scheduler share: admin credentials, no leader election,
+        # their own serving port on loopback.
+        client_flags = [
+            f"--kubeconfig={self.kubeconfig}",
+            f"--authentication-kubeconfig={self.kubeconfig}",
+            f"--authorization-kubeconfig={self.kubeconfig}",
+            "--leader-elect=false", "--bind-address=127.0.0.1",
+        ]
         if self.controller_manager:
             self._launch("kube-controller-manager", [
-                str(paths["kube-controller-manager"]),
-                f"--kubeconfig={self.kubeconfig}",
-                f"--authentication-kubeconfig={self.kubeconfig}",
-                f"--authorization-kubeconfig={self.kubeconfig}",
-                "--leader-elect=false", "--bind-address=127.0.0.1", f"--secure-port={free_port()}",
+                str(paths["kube-controller-manager"]), *client_flags, f"--secure-port={free_port()}",
                 f"--service-account-private-key-file={sa_key}",
                 f"--root-ca-file={ca.pair.cert}",
                 "--use-service-account-credentials=false",
@@ -216,12 +220,7 @@ class ControlPlane:
             ])
         if self.scheduler:
             self._launch("kube-scheduler", [
-                str(paths["kube-scheduler"]),
-                f"--kubeconfig={self.kubeconfig}",
-                f"--authentication-kubeconfig={self.kubeconfig}",
-                f"--authorization-kubeconfig={self.kubeconfig}",
-                "--leader-elect=false", "--bind-address=127.0.0.1", f"--secure-port={free_port()}",
-                "--v=1",
+                str(paths["kube-scheduler"]), *client_flags, f"--secure-port={free_port()}", "--v=1",
             ])
         if self.controller_manager:
             # The ServiceAccount controller making `default` proves the controller manager is serving.
