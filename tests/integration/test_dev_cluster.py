@@ -8,7 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from mpiop.devcluster.binaries import kube_bin_dir, kube_binary
+from mpiop.devcluster.binaries import etcd_binary, kube_bin_dir, kube_binary
 from mpiop.devcluster.versions import KUBERNETES_VERSION
 
 
