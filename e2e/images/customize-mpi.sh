@@ -3,6 +3,7 @@
 # the ssh client config, the mpiuser account (uid 1000) and the pi program for both MPI libraries.
 set -eux
 install -m 0755 /build/mpi-sshd /usr/local/bin/mpi-sshd
+install -m 0755 /build/mpi-wait-hosts /usr/local/bin/mpi-wait-hosts
 install -m 0644 /build/ssh_client.conf /etc/ssh/ssh_config.d/mpi.conf
 # Root's sshd: the secret-mounted ~/.ssh is a world-writable tmpfs dir, so no StrictModes; port 2222.
 sed -i 's/^#\?StrictModes .*/StrictModes no/; s/^#\?Port .*/Port 2222/' /etc/ssh/sshd_config

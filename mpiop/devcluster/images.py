@@ -297,7 +297,7 @@ def pause_image() -> Image:
 def mpi_image() -> Image:
     """Debian + OpenSSH + Open MPI + MPICH + Python, sshd on 2222 as root or not, /home/mpiuser/pi."""
     assets = assets_dir()
-    inputs = [assets / n for n in ("customize-mpi.sh", "mpi-sshd", "ssh_client.conf", "pi.c")]
+    inputs = [assets / n for n in ("customize-mpi.sh", "mpi-sshd", "mpi-wait-hosts", "ssh_client.conf", "pi.c")]
     config = {"Env": [PATH_ENV], "Cmd": ["/bin/bash"], "WorkingDir": "/"}
     return _customized_image("mpi", MPI_PACKAGES, "sh /build/customize-mpi.sh", inputs, config)
 

@@ -3,14 +3,17 @@
 Parts: the ControlPlane (etcd, kube-apiserver, kube-controller-manager, kube-scheduler), containerd + runc
 (Debian's packages, with their own config, root, state and socket), the CNI plugins (bridge, host-local,
 portmap, loopback) on a bridge of our own, CoreDNS on the host serving ``cluster.local`` from the apiserver
-on the bridge's gateway IP (the kubelet's ``clusterDNS``), and a kubelet of the pinned version. No
-kube-proxy: MPI needs only the headless Service's DNS names, which resolve to pod IPs.
+on the bridge's gateway IP (the kubelet's ``clusterDNS``), a kubelet and a kube-proxy (iptables mode)
+of the pinned version. MPI itself needs only the headless Service's DNS names, which resolve to pod IPs;
+kube-proxy is there for the ``kubernetes`` Service (10.96.0.1), which an operator running in-cluster
+reaches the apiserver through.
 
 Host state the node touches, all of it undone by :meth:`Node.stop` and, after a crash, by the next
 :meth:`Node.start` (see :func:`reset_host`): processes (children that die with us, plus containerd's
 shims and the containers' processes), mounts under its directories (container rootfs, network
 namespaces, secret tmpfs), the cgroup subtree ``/mpiop-e2e`` in every v1 hierarchy, the bridge and its
-veths, ``/var/log/containers`` links, and the sysctls the kubelet and the bridge plugin set.
+veths, kube-proxy's iptables chains (``kube-proxy --cleanup``), ``/var/log/containers`` links, and the
+sysctls the kubelet, kube-proxy and the bridge plugin set.
 
 Machine facts this respects (cgroup v1, no CAP_SYS_RESOURCE, no modprobe, no registry): the cgroupfs
 driver with ``failCgroupV1: false``; ``restrict_oom_score_adj = true`` in containerd's CRI config (without
@@ -40,6 +43,7 @@ import yaml
 from mpiop.devcluster import binaries, images
 from mpiop.devcluster.binaries import BinaryError, _build_lock, _go, cache_dir, project_root
 from mpiop.devcluster.controlplane import Component, ControlPlane, ControlPlaneError, free_port
+from mpiop.devcluster.versions import KUBERNETES_VERSION
 
 NODE_NAME = "mpiop-e2e"
 BRIDGE = "mpiop0"
@@ -55,7 +59,8 @@ COREDNS_VERSION = "v1.12.1"
 CNI_BIN = Path("/usr/lib/cni")
 # Host sysctls the kubelet (setupKernelTunables) or the bridge plugin (ip forwarding) may change.
 _SYSCTLS = ("vm/overcommit_memory", "vm/panic_on_oom", "kernel/panic", "kernel/panic_on_oops",
-            "kernel/keys/root_maxkeys", "kernel/keys/root_maxbytes", "net/ipv4/ip_forward")
+            "kernel/keys/root_maxkeys", "kernel/keys/root_maxbytes", "net/ipv4/ip_forward",
+            "net/ipv4/conf/all/route_localnet", "net/bridge/bridge-nf-call-iptables")
 _MNT_DETACH = 2
 
 
@@ -105,6 +110,37 @@ def cri_binary() -> Path:
         if result.returncode != 0:
             raise BinaryError(f"building e2e/tools/cri failed (exit {result.returncode})")
         return bin_dir / "cri"
+
+
+def kube_proxy_binary() -> Path:
+    """kube-proxy of the pinned version, built like the other Kubernetes commands (same module, same lock).
+
+    binaries.py builds the control plane and the kubelet; kube-proxy is only needed here, so it is built
+    here, in the same wrapper module directory and under the same lock as `binaries.build_kubernetes`.
+    """
+    name = "kube-proxy"
+    if found := binaries._from_assets_or_path(name, KUBERNETES_VERSION):
+        return found
+    bin_dir = binaries.kube_bin_dir()
+    if (bin_dir / name).is_file():
+        return bin_dir / name
+    binaries.ensure_all(["kubectl"])  # makes the wrapper module (go.mod, go.sum) if nobody has yet
+    with _build_lock(bin_dir.parent):
+        if (bin_dir / name).is_file():
+            return bin_dir / name
+        _log(f"building kube-proxy {KUBERNETES_VERSION} (first time only)")
+        partial = bin_dir.parent / "bin.partial"
+        partial.mkdir(parents=True, exist_ok=True)
+        env = {**os.environ, "GOFLAGS": "-mod=mod", "GOWORK": "off"}
+        result = subprocess.run(
+            [_go(), "build", "-trimpath", "-ldflags", binaries._version_ldflags(KUBERNETES_VERSION),
+             "-o", f"{partial}/", "k8s.io/kubernetes/cmd/kube-proxy"],
+            cwd=bin_dir.parent / "gomod", env=env, check=False,
+        )
+        if result.returncode != 0:
+            raise BinaryError(f"building kube-proxy failed (exit {result.returncode})")
+        (partial / name).replace(bin_dir / name)
+        return bin_dir / name
 
 
 # -- host clean-up (idempotent; also what a crash leaves behind) --------------------------------------
@@ -204,6 +240,16 @@ def _delete_network() -> None:
                 subprocess.run(["iptables", "-t", "nat", "-X", chain], capture_output=True, check=False)
 
 
+def _kube_proxy_cleanup() -> None:
+    """kube-proxy's own clean-up of its iptables (and nftables/ipvs) rules, if it ever ran here."""
+    kube_proxy = binaries.kube_bin_dir() / "kube-proxy"
+    if not kube_proxy.is_file() or shutil.which("iptables") is None:
+        return
+    chains = subprocess.run(["iptables", "-t", "nat", "-S"], capture_output=True, text=True, check=False).stdout
+    if "KUBE-" in chains:
+        subprocess.run([str(kube_proxy), "--cleanup"], capture_output=True, check=False, timeout=60)
+
+
 def _remove_log_links() -> None:
     if not LEGACY_LOG_LINKS.is_dir():
         return
@@ -227,6 +273,7 @@ def reset_host(containerd_root: Path | None = None) -> None:
     unmount_under(STATE, KUBELET_ROOT, *([containerd_root] if containerd_root else []))
     _remove_cgroups()
     _delete_network()
+    _kube_proxy_cleanup()
     _remove_log_links()
     shutil.rmtree(KUBELET_ROOT.parent, ignore_errors=True)
     shutil.rmtree(STATE, ignore_errors=True)
@@ -357,6 +404,24 @@ def _kubelet_config(ca: Path, port: int, healthz_port: int, resolv: Path, logs: 
     }
 
 
+def _kube_proxy_config(kubeconfig: Path, healthz_port: int, metrics_port: int) -> dict[str, Any]:
+    return {
+        "apiVersion": "kubeproxy.config.k8s.io/v1alpha1",
+        "kind": "KubeProxyConfiguration",
+        "mode": "iptables",
+        "clientConnection": {"kubeconfig": str(kubeconfig)},
+        "hostnameOverride": NODE_NAME,
+        "clusterCIDR": POD_SUBNET,
+        "healthzBindAddress": f"127.0.0.1:{healthz_port}",
+        "metricsBindAddress": f"127.0.0.1:{metrics_port}",
+        "nodePortAddresses": [f"{GATEWAY}/32"],
+        # Leave the host's conntrack tables and OOM score alone (no CAP_SYS_RESOURCE here anyway).
+        "conntrack": {"maxPerCore": 0, "min": 0},
+        "oomScoreAdj": 0,
+        "iptables": {"localhostNodePorts": False, "masqueradeAll": False},
+    }
+
+
 @dataclass
 class Node:
     """One node (control plane included) on this machine. Use as a context manager, or start()/stop().
@@ -441,6 +506,7 @@ class Node:
                                               "kube-scheduler", "kubectl", "etcd"]))
             paths["coredns"] = coredns_binary()
             paths["cri"] = cri_binary()
+            paths["kube-proxy"] = kube_proxy_binary()
 
         self._step("binaries", resolve)
         pause: list[images.Image] = []
@@ -454,6 +520,7 @@ class Node:
         self._step("import", lambda: self.import_images([pause[0], *self.extra_images]))
         self._step("coredns", lambda: self._start_coredns(paths["coredns"], deadline))
         self._step("kubelet", lambda: self._start_kubelet(paths["kubelet"], deadline))
+        self._step("kube-proxy", lambda: self._start_kube_proxy(paths["kube-proxy"], deadline))
 
     def _make_network(self) -> None:
         if _ip("link", "show", BRIDGE).returncode != 0:
@@ -564,6 +631,15 @@ class Node:
         ])
         self._wait("node Ready", self._node_ready, deadline, component)
 
+    def _start_kube_proxy(self, kube_proxy: Path, deadline: float) -> None:
+        assert self.workdir is not None
+        healthz = free_port()
+        config = self.workdir / "kube-proxy.yaml"
+        config.write_text(yaml.safe_dump(_kube_proxy_config(self.kubeconfig, healthz, free_port())))
+        component = self._launch("kube-proxy", [str(kube_proxy), f"--config={config}", "--v=1"])
+        # /healthz answers 200 once the rules of the current Services and EndpointSlices are in place.
+        self._wait("kube-proxy", lambda: _http_ok(f"http://127.0.0.1:{healthz}/healthz"), deadline, component)
+
     def _node_ready(self) -> bool:
         assert self.control_plane is not None
         node = self.control_plane._get(f"/api/v1/nodes/{NODE_NAME}")
@@ -577,7 +653,7 @@ class Node:
         """Stop everything and undo every change to the host; safe to call more than once."""
         errors: list[str] = []
         by_name = {c.name: c for c in self.components}
-        for name in ("kubelet", "coredns"):
+        for name in ("kube-proxy", "kubelet", "coredns"):
             if name in by_name:
                 by_name[name].stop()
         containerd = by_name.get("containerd")
@@ -640,11 +716,31 @@ def _http_ok(url: str) -> bool:
         return False
 
 
+def prepare() -> dict[str, Path]:
+    """Build (or find) every binary and image a node needs, without starting anything."""
+    paths = binaries.ensure_all(["kubelet", "kube-apiserver", "kube-controller-manager", "kube-scheduler",
+                                 "kubectl", "etcd"])
+    paths["coredns"] = coredns_binary()
+    paths["cri"] = cri_binary()
+    paths["kube-proxy"] = kube_proxy_binary()
+    for image in (images.pause_image(), images.mpi_image()):
+        paths[image.ref] = image.archive
+    return paths
+
+
 def main(argv: list[str] | None = None) -> int:
-    """`python -m mpiop.devcluster.node [up|reset]`: bring a node up until Ctrl-C, or clean the host."""
+    """`python -m mpiop.devcluster.node [up [--mpi]|prepare|reset]`.
+
+    up: bring a node up until Ctrl-C or SIGTERM; prepare: build what a node needs; reset: remove what a
+    crashed node left on the host.
+    """
     args = argv if argv is not None else sys.argv[1:]
     if args[:1] == ["reset"]:
         reset_host(cache_dir() / "e2e" / "containerd")
+        return 0
+    if args[:1] == ["prepare"]:
+        for name, path in prepare().items():
+            print(f"{name:<40} {path}")
         return 0
     node = Node(extra_images=[images.mpi_image()] if "--mpi" in args else [])
     stop = False

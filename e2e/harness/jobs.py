@@ -1,0 +1,63 @@
+"""MPIJob manifests for the e2e scenarios, all on the locally built MPI image (imagePullPolicy Never)."""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+JSON = dict[str, Any]
+
+# Sample count per rank: enough work to be a real computation, little enough to take a second.
+SAMPLES = "2000000"
+
+
+def pi_job(name: str, image: str, *, implementation: str = "OpenMPI", workers: int = 2, slots: int = 2,
+           launcher_command: list[str] | None = None, run_as_user: int | None = None,
+           ssh_auth_mount_path: str | None = None, fs_group: int | None = None,
+           worker_readiness_probe: bool = False, launcher_env: list[JSON] | None = None,
+           worker_pod_spec: JSON | None = None, **spec: Any) -> JSON:
+    """A pi MPIJob: `workers` workers running mpi-sshd, a launcher running `launcher_command`.
+
+    By default the launcher waits for its hosts (mpi-wait-hosts) and runs the pi program of the chosen MPI
+    with one rank per slot. `spec` goes into the MPIJob spec as is (runPolicy, launcherCreationPolicy, ...).
+    """
+    ranks = str(workers * slots)
+    if launcher_command is None:
+        if implementation == "MPICH":
+            launcher_command = ["mpi-wait-hosts", "mpirun.mpich", "-n", ranks, "/usr/local/bin/pi-mpich", SAMPLES]
+        else:
+            launcher_command = ["mpi-wait-hosts", "mpirun.openmpi", "-n", ranks,
+                                "/usr/local/bin/pi-openmpi", SAMPLES]
+            if run_as_user in (None, 0):
+                launcher_command.insert(2, "--allow-run-as-root")
+    pod_security: JSON = {}
+    if run_as_user is not None:
+        pod_security["runAsUser"] = run_as_user
+    if fs_group is not None:
+        pod_security["fsGroup"] = fs_group
+
+    def pod(container: JSON, extra: JSON | None = None) -> JSON:
+        spec_: JSON = {"containers": [container], **copy.deepcopy(extra or {})}
+        if pod_security:
+            spec_["securityContext"] = dict(pod_security)
+        return {"spec": spec_}
+
+    launcher: JSON = {"name": "launcher", "image": image, "imagePullPolicy": "Never", "command": launcher_command}
+    if launcher_env:
+        launcher["env"] = launcher_env
+    worker: JSON = {"name": "worker", "image": image, "imagePullPolicy": "Never",
+                    "command": ["/usr/local/bin/mpi-sshd"]}
+    if worker_readiness_probe:
+        worker["readinessProbe"] = {"tcpSocket": {"port": 2222}, "periodSeconds": 1, "failureThreshold": 30}
+    body: JSON = {
+        "slotsPerWorker": slots,
+        "mpiImplementation": implementation,
+        "mpiReplicaSpecs": {
+            "Launcher": {"replicas": 1, "template": pod(launcher)},
+            "Worker": {"replicas": workers, "template": pod(worker, worker_pod_spec)},
+        },
+        **spec,
+    }
+    if ssh_auth_mount_path:
+        body["sshAuthMountPath"] = ssh_auth_mount_path
+    return {"apiVersion": "kubeflow.org/v2beta1", "kind": "MPIJob", "metadata": {"name": name}, "spec": body}
