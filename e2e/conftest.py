@@ -15,7 +15,6 @@ import sys
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -128,33 +127,41 @@ def _operator_flags() -> list[str]:
 
 
 @pytest.fixture
-def e2e(e2e_session: E2E, request: pytest.FixtureRequest) -> Iterator[E2E]:
-    """A fresh namespace with the operator (a real `mpiop run` process) watching only it."""
+def bare(e2e_session: E2E, request: pytest.FixtureRequest) -> Iterator[E2E]:
+    """A fresh namespace, deleted afterwards (with its pods), and no operator."""
     short = request.node.name.removeprefix("test_").replace("_", "-")[:40].strip("-")
     ns = f"{short}-{secrets.token_hex(2)}"
     api = e2e_session.api
     api.create("/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}})
-    wait_for(lambda: api.get_or_none(f"/api/v1/namespaces/{ns}/serviceaccounts/default"), 30,
-             f"the default ServiceAccount of {ns}")
-    assert e2e_session.node.workdir is not None
-    log_path = e2e_session.node.workdir / "logs" / f"operator-{ns}.log"
+    try:
+        wait_for(lambda: api.get_or_none(f"/api/v1/namespaces/{ns}/serviceaccounts/default"), 30,
+                 f"the default ServiceAccount of {ns}")
+        yield E2E(e2e_session.node, api, e2e_session.image, ns)
+    finally:
+        _delete_namespace(api, ns)
+
+
+@pytest.fixture
+def e2e(bare: E2E) -> Iterator[E2E]:
+    """A fresh namespace with the operator (a real `mpiop run` process) watching only it."""
+    assert bare.node.workdir is not None
+    log_path = bare.node.workdir / "logs" / f"operator-{bare.ns}.log"
     env = dict(os.environ)
     if source := os.environ.get("MPIOP_E2E_OPERATOR_SOURCE"):
         # Development aid: run the operator from another checkout (e.g. `git archive HEAD`), not this tree.
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [source, env.get("PYTHONPATH")]))
     with log_path.open("wb") as log:
         operator = subprocess.Popen(
-            [sys.executable, "-m", "mpiop", "run", "--kubeconfig", str(e2e_session.node.kubeconfig),
-             "--namespace", ns, "--log-format", "console", *_operator_flags()],
+            [sys.executable, "-m", "mpiop", "run", "--kubeconfig", str(bare.node.kubeconfig),
+             "--namespace", bare.ns, "--log-format", "console", *_operator_flags()],
             stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env,
             cwd=os.environ.get("MPIOP_E2E_OPERATOR_SOURCE") or None,
         )
-    test = E2E(e2e_session.node, api, e2e_session.image, ns)
     try:
         wait_for(lambda: operator.poll() is not None or "caches synced" in log_path.read_text(), 60,
                  "the operator to sync its caches", describe=lambda: log_path.read_text()[-2000:])
         assert operator.poll() is None, f"mpiop exited:\n{log_path.read_text()[-3000:]}"
-        yield test
+        yield bare
     finally:
         operator.terminate()
         try:
@@ -162,7 +169,6 @@ def e2e(e2e_session: E2E, request: pytest.FixtureRequest) -> Iterator[E2E]:
         except subprocess.TimeoutExpired:
             operator.kill()
             operator.wait(timeout=10)
-        _delete_namespace(api, ns)
 
 
 def _delete_namespace(api: Api, ns: str) -> None:
@@ -175,7 +181,3 @@ def _delete_namespace(api: Api, ns: str) -> None:
     except (ApiError, AssertionError) as err:
         print(f"cleaning up {ns}: {err}", file=sys.stderr)
 
-
-@pytest.fixture
-def artifacts() -> Path:
-    return cache_dir() / "e2e"

@@ -231,12 +231,29 @@ def pack_rootfs(rootfs: Path, layer: Path) -> None:
           *(f"--exclude={p}" for p in _EXCLUDED), "-C", str(rootfs), "-cf", str(layer), "."])
 
 
+def _archive_path(name: str, packages: Sequence[str], script: str, inputs: Sequence[Path],
+                  config: dict[str, Any], extra_key: bytes) -> Path:
+    files = [p for p in inputs if p.is_file()]
+    key = _key(name, SUITE, MIRROR, *sorted(packages), script, _file_key(files), extra_key,
+               json.dumps(config, sort_keys=True))
+    return images_dir() / f"{name}-{key}.tar"
+
+
+def _customized_image_cached(name: str, packages: Sequence[str], inputs: Sequence[Path], config: dict[str, Any],
+                             extra_key: bytes) -> bool:
+    script = f"sh /build/{inputs[0].name}"
+    return _archive_path(name, packages, script, inputs, config, extra_key).is_file()
+
+
 def _customized_image(name: str, packages: Sequence[str], script: str, inputs: Sequence[Path],
-                      config: dict[str, Any], network: bool = False) -> Image:
-    """debootstrap (cached) -> copy -> copy `inputs` to /build -> `script` in chroot -> OCI archive."""
-    key = _key(name, SUITE, MIRROR, *sorted(packages), script, _file_key(inputs), json.dumps(config, sort_keys=True))
+                      config: dict[str, Any], network: bool = False, extra_key: bytes = b"") -> Image:
+    """debootstrap (cached) -> copy -> copy `inputs` to /build -> `script` in chroot -> OCI archive.
+
+    The cache key covers the packages, the script, the input files and `extra_key` (what a directory in
+    `inputs` holds)."""
+    archive = _archive_path(name, packages, script, inputs, config, extra_key)
+    key = archive.stem.rsplit("-", 1)[1]
     out_dir = images_dir()
-    archive = out_dir / f"{name}-{key}.tar"
     image = Image(f"{REGISTRY}/{name}:{key[:12]}", archive)
     if archive.is_file():
         return image
@@ -302,13 +319,53 @@ def mpi_image() -> Image:
     return _customized_image("mpi", MPI_PACKAGES, "sh /build/customize-mpi.sh", inputs, config)
 
 
+def _operator_source(dest: Path) -> Path:
+    """pyproject.toml, README.md and mpiop/ (no caches) copied to `dest`: what deploy/Dockerfile COPYs."""
+    root = project_root()
+    if root is None:
+        raise ImageError("the operator image is built from a source checkout")
+    dest.mkdir(parents=True)
+    shutil.copy2(root / "pyproject.toml", dest / "pyproject.toml")
+    shutil.copy2(root / "README.md", dest / "README.md")
+    shutil.copytree(root / "mpiop", dest / "mpiop", ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+    return dest
+
+
+def operator_image() -> Image:
+    """mpiop in a venv on Debian's Python, run like deploy/Dockerfile's image (uid 65532, `mpiop run`)."""
+    with tempfile.TemporaryDirectory(prefix="mpiop-src-") as tmp:
+        source = _operator_source(Path(tmp) / "src")
+        files = sorted(p for p in source.rglob("*") if p.is_file())
+        source_key = b"".join(str(p.relative_to(source)).encode() + b"\0" + p.read_bytes() for p in files)
+        config = {
+            "Env": ["PATH=/opt/mpiop/bin:" + PATH_ENV.split("=", 1)[1], "PYTHONDONTWRITEBYTECODE=1",
+                    "PYTHONUNBUFFERED=1", "HOME=/tmp"],
+            "User": "65532:65532",
+            "Entrypoint": ["mpiop", "run"],
+            "Cmd": ["--leader-elect", "--log-format=json"],
+            "WorkingDir": "/",
+        }
+        script = assets_dir() / "customize-operator.sh"
+        wheels = Path(tmp) / "wheels"
+        # The wheels are made here with this interpreter's pip (its index and CA settings), and installed
+        # in the chroot without a network: the chroot trusts only Debian's CA bundle.
+        if not _customized_image_cached("mpiop", OPERATOR_PACKAGES, [script], config, source_key):
+            _log("building wheels of mpiop and its dependencies for the operator image")
+            _run([sys.executable, "-m", "pip", "wheel", "-q", "--wheel-dir", str(wheels), str(source)])
+        else:
+            wheels.mkdir()
+        image = _customized_image("mpiop", OPERATOR_PACKAGES, "sh /build/customize-operator.sh",
+                                  [script, wheels], config, extra_key=source_key)
+        return image
+
+
 def all_images() -> list[Image]:
     return [pause_image(), mpi_image()]
 
 
 def _main(argv: list[str]) -> int:
     wanted = argv or ["pause", "mpi"]
-    builders = {"pause": pause_image, "mpi": mpi_image}
+    builders = {"pause": pause_image, "mpi": mpi_image, "operator": operator_image}
     for name in wanted:
         image = builders[name]()
         print(f"{image.ref} {image.archive}")

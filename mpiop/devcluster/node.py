@@ -599,6 +599,11 @@ class Node:
             if len(fields) >= 3:
                 present[fields[0]] = fields[2]
         for image in wanted:
+            # Older builds of the same image (another tag of that name) only take space in the kept store.
+            repository = image.ref.rsplit(":", 1)[0]
+            stale = [ref for ref in present if ref.rsplit(":", 1)[0] == repository and ref != image.ref]
+            if stale:
+                self.ctr("images", "rm", *stale, check=False)
             digest = image.manifest_digest
             if present.get(image.ref) == digest:
                 continue

@@ -1,0 +1,13 @@
+#!/bin/sh
+# Runs inside the debootstrapped rootfs (chroot) of the operator image: what deploy/Dockerfile does on
+# python:slim, here on Debian's python3: mpiop and its dependencies (wheels made on the host) in /opt/mpiop,
+# bytecode compiled at build time (the pod's root filesystem is read-only).
+set -eux
+export PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1
+python3 -m venv /opt/mpiop
+/opt/mpiop/bin/pip install -q --no-index --find-links /build/wheels mpiop
+/opt/mpiop/bin/python -m compileall -q /opt/mpiop/lib
+/opt/mpiop/bin/mpiop --help >/dev/null
+set +x
+apt-get clean
+rm -rf /var/lib/apt/lists/* /var/cache/apt/*.bin /usr/share/doc/* /usr/share/man/* /usr/share/locale/*

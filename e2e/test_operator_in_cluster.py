@@ -1,0 +1,86 @@
+"""The operator itself in the cluster: deploy/base (its ServiceAccount, least-privilege RBAC, two replicas
+with leader election) on an operator image built the same way as the MPI image, then an MPIJob that
+only the in-cluster operator can run (no `mpiop run` process in this test)."""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+import yaml
+
+from e2e.conftest import E2E
+from e2e.harness.jobs import pi_job
+from e2e.harness.kube import is_true, wait_for
+from e2e.test_mpi import assert_pi, assert_succeeded
+from mpiop.devcluster import images
+from mpiop.devcluster.binaries import project_root
+
+NAMESPACE = "mpiop-system"
+
+
+def _overlay(directory: Path, image: images.Image) -> Path:
+    """deploy/base with the locally built image (never pulled): the only change to what users apply."""
+    root = project_root()
+    assert root is not None
+    directory.mkdir(parents=True, exist_ok=True)
+    name, tag = image.ref.rsplit(":", 1)
+    kustomization = {
+        "apiVersion": "kustomize.config.k8s.io/v1beta1",
+        "kind": "Kustomization",
+        "resources": [os.path.relpath(root / "deploy" / "base", directory)],
+        "images": [{"name": "ghcr.io/mpiop/mpiop", "newName": name, "newTag": tag}],
+        "patches": [{
+            "target": {"kind": "Deployment", "name": "mpiop"},
+            "patch": yaml.safe_dump([{"op": "add", "path": "/spec/template/spec/containers/0/imagePullPolicy",
+                                      "value": "Never"}]),
+        }],
+    }
+    (directory / "kustomization.yaml").write_text(yaml.safe_dump(kustomization))
+    return directory
+
+
+def test_operator_in_cluster(bare: E2E) -> None:
+    node = bare.node
+    image = images.operator_image()
+    node.import_images([image])
+    assert node.workdir is not None
+    overlay = _overlay(node.workdir / "overlay", image)
+    started = time.monotonic()
+    node.kubectl("apply", "--server-side", "--force-conflicts", "-k", str(overlay))
+    try:
+        deployment = f"/apis/apps/v1/namespaces/{NAMESPACE}/deployments/mpiop"
+
+        def describe() -> str:
+            lines = []
+            for pod in bare.api.pods(NAMESPACE):
+                name = pod["metadata"]["name"]
+                lines.append(f"pod {name} {pod['status'].get('phase')} {pod['status'].get('containerStatuses')}")
+                try:
+                    lines.append(bare.api.logs(NAMESPACE, name)[-1500:])
+                except Exception as err:  # not started
+                    lines.append(str(err))
+            return "\n".join(lines)
+
+        wait_for(lambda: (bare.api.get(deployment).get("status") or {}).get("readyReplicas", 0) >= 2, 180,
+                 "both operator replicas Ready", describe=describe)
+        bare.record("operator-in-cluster: apply to 2 replicas Ready", time.monotonic() - started)
+        pods = bare.api.pods(NAMESPACE, "app.kubernetes.io/name=mpiop")
+        assert {p["spec"]["serviceAccountName"] for p in pods} == {"mpiop"}
+        assert all(p["spec"]["containers"][0]["image"] == image.ref for p in pods)
+        lease = wait_for(lambda: bare.api.get_or_none(
+            f"/apis/coordination.k8s.io/v1/namespaces/{NAMESPACE}/leases/mpiop"), 60, "the leader Lease")
+        assert lease["spec"]["holderIdentity"].split("_")[0] in {p["metadata"]["name"] for p in pods}, lease
+
+        job_started = bare.create_job(pi_job("pi-in-cluster", bare.image))
+        job = bare.wait_finished("pi-in-cluster", timeout=240)
+        bare.record("operator-in-cluster: openmpi-pi", time.monotonic() - job_started)
+        assert_succeeded(job)
+        assert is_true(job, "Created")
+        assert_pi(bare.launcher_log("pi-in-cluster"), "pi-in-cluster")
+    finally:
+        # Not the CRD (other tests' jobs): the operator's namespace and its cluster-scoped RBAC.
+        node.kubectl("delete", "namespace", NAMESPACE, "--ignore-not-found", "--wait=true", "--timeout=120s",
+                     check=False)
+        node.kubectl("delete", "clusterrolebinding,clusterrole", "mpiop", "--ignore-not-found", check=False)
