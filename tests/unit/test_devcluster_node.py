@@ -1,0 +1,67 @@
+"""The e2e node's pure parts: OCI archives ctr can import, and the configs the node writes."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import tarfile
+import tomllib
+from pathlib import Path
+
+from mpiop.devcluster import images, node
+
+
+def test_oci_archive_layout(tmp_path: Path) -> None:
+    layer = tmp_path / "layer.tar"
+    with tarfile.open(layer, "w") as tar:
+        payload = tmp_path / "hello"
+        payload.write_text("hi")
+        tar.add(payload, arcname="hello")
+    out = tmp_path / "image.tar"
+    images.write_oci_archive(out, "mpiop.local/test:abc", [layer], {"Cmd": ["/hello"]})
+
+    with tarfile.open(out) as tar:
+        names = set(tar.getnames())
+        index = json.load(tar.extractfile("index.json"))  # type: ignore[arg-type]
+        entry = index["manifests"][0]
+        assert entry["annotations"]["io.containerd.image.name"] == "mpiop.local/test:abc"
+        assert entry["annotations"]["org.opencontainers.image.ref.name"] == "abc"
+        manifest_blob = tar.extractfile(f"blobs/sha256/{entry['digest'].split(':')[1]}").read()  # type: ignore[union-attr]
+        assert hashlib.sha256(manifest_blob).hexdigest() == entry["digest"].split(":")[1]
+        manifest = json.loads(manifest_blob)
+        config = json.load(tar.extractfile(f"blobs/sha256/{manifest['config']['digest'].split(':')[1]}"))  # type: ignore[arg-type]
+    layer_digest = hashlib.sha256(layer.read_bytes()).hexdigest()
+    assert {"oci-layout", "index.json", f"blobs/sha256/{layer_digest}"} <= names
+    assert manifest["layers"] == [{"mediaType": "application/vnd.oci.image.layer.v1.tar",
+                                   "digest": f"sha256:{layer_digest}", "size": layer.stat().st_size}]
+    assert config["rootfs"]["diff_ids"] == [f"sha256:{layer_digest}"]
+    assert config["config"] == {"Cmd": ["/hello"]}
+    assert images.Image("mpiop.local/test:abc", out).manifest_digest == entry["digest"]
+
+
+def test_containerd_config_respects_this_machine(tmp_path: Path) -> None:
+    config = tomllib.loads(node._containerd_config(tmp_path / "root", "mpiop.local/pause:x"))
+    cri = config["plugins"]["io.containerd.grpc.v1.cri"]
+    assert cri["restrict_oom_score_adj"] is True  # no CAP_SYS_RESOURCE: runc fails every sandbox otherwise
+    assert cri["sandbox_image"] == "mpiop.local/pause:x"
+    assert cri["netns_mounts_under_state_dir"] is True  # teardown unmounts them with the rest of the state
+    assert cri["containerd"]["runtimes"]["runc"]["options"]["SystemdCgroup"] is False
+    assert config["grpc"]["address"] == str(node.STATE / "containerd.sock")
+
+
+def test_kubelet_and_cni_configs(tmp_path: Path) -> None:
+    kubelet = node._kubelet_config(tmp_path / "ca.crt", 10250, 10248, tmp_path / "resolv.conf", tmp_path / "logs")
+    assert kubelet["cgroupDriver"] == "cgroupfs"
+    assert kubelet["failCgroupV1"] is False
+    assert kubelet["clusterDNS"] == [node.GATEWAY]
+    assert kubelet["authentication"]["anonymous"]["enabled"] is False
+    assert kubelet["cgroupRoot"] == f"/{node.CGROUP_PARENT}"
+    cni = node._cni_config()
+    assert [p["type"] for p in cni["plugins"]] == ["bridge", "portmap"]
+    bridge = cni["plugins"][0]
+    assert bridge["bridge"] == node.BRIDGE and bridge["ipMasq"] is False
+    assert bridge["ipam"]["ranges"][0][0] == {"subnet": node.POD_SUBNET, "gateway": node.GATEWAY}
+
+
+def test_unmount_under_touches_nothing_outside(tmp_path: Path) -> None:
+    assert node.unmount_under(tmp_path / "nothing-mounted-here") == 0
