@@ -35,7 +35,7 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 
 
 def pytest_terminal_summary(terminalreporter: Any) -> None:
-    if not REPORT["node"] and not REPORT["scenarios"]:
+    if not REPORT["node"] and not REPORT["scenarios"]:  # nothing ran (e.g. collection only)
         return
     REPORT_PATH.parent.mkdir(parents=True, exist_ok=True)
     REPORT_PATH.write_text(json.dumps(REPORT, indent=2))
@@ -47,6 +47,10 @@ def pytest_terminal_summary(terminalreporter: Any) -> None:
         write(f"node bring-up: {node['total']:.1f}s ({steps})")
     for name, seconds in REPORT["scenarios"].items():
         write(f"{name:<44} {seconds:6.1f}s")
+    if log := REPORT.get("openmpi_pi_launcher_log"):
+        write("OpenMPI pi launcher log:")
+        for line in log.splitlines():
+            write(f"  {line}")
     write(f"(also in {REPORT_PATH})")
 
 

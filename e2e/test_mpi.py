@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from e2e.conftest import E2E
+from e2e.conftest import E2E, REPORT
 from e2e.harness.jobs import pi_job
 from e2e.harness.kube import MPIJOBS, condition, is_true, wait_for
 
@@ -41,7 +41,9 @@ def test_openmpi_pi(e2e: E2E) -> None:
     job = e2e.wait_finished("pi")
     e2e.record("openmpi-pi", time.monotonic() - started)
     assert_succeeded(job)
-    assert_pi(e2e.launcher_log("pi"), "pi")
+    log = e2e.launcher_log("pi")
+    REPORT["openmpi_pi_launcher_log"] = log
+    assert_pi(log, "pi")
 
 
 def test_openmpi_pi_non_root(e2e: E2E) -> None:
