@@ -186,10 +186,10 @@ def _kill(pids: Sequence[int]) -> None:
 
 
 def _cgroup_dirs() -> list[Path]:
-    """Our cgroup subtree in each v1 hierarchy (not the unified one)."""
+    """Our cgroup subtree in every hierarchy, the hybrid layout's unified one included (runc makes one there)."""
     if not CGROUP_FS.is_dir():
         return []
-    return [h / CGROUP_PARENT for h in CGROUP_FS.iterdir() if h.name != "unified" and (h / CGROUP_PARENT).is_dir()]
+    return [h / CGROUP_PARENT for h in CGROUP_FS.iterdir() if (h / CGROUP_PARENT).is_dir()]
 
 
 def _cgroup_pids() -> list[int]:
@@ -496,6 +496,9 @@ class Node:
         if missing or not (CNI_BIN / "bridge").is_file():
             raise NodeError(f"missing {', '.join(missing) or 'CNI plugins'}: run hack/install-e2e-deps.sh")
         self.workdir = self.workdir or cache_dir() / "e2e" / "run"
+        etcd_data = self.workdir / "control-plane" / "etcd-data"  # in /dev/shm; a crashed run leaves it
+        if etcd_data.is_symlink():
+            shutil.rmtree(etcd_data.resolve(), ignore_errors=True)
         shutil.rmtree(self.workdir, ignore_errors=True)
         (self.workdir / "logs").mkdir(parents=True)
         self._step("reset", lambda: reset_host(self.containerd_root))
