@@ -62,6 +62,9 @@ _SYSCTLS = ("vm/overcommit_memory", "vm/panic_on_oom", "kernel/panic", "kernel/p
             "kernel/keys/root_maxkeys", "kernel/keys/root_maxbytes", "net/ipv4/ip_forward",
             "net/ipv4/conf/all/route_localnet", "net/bridge/bridge-nf-call-iptables")
 _MNT_DETACH = 2
+# The host's sysctl values from before the first node that changed them; kept until restored, so that a
+# crashed run's successor still knows them.
+SYSCTL_RECORD = Path("/run/mpiop-e2e.sysctls.json")
 
 
 class NodeError(RuntimeError):
@@ -275,6 +278,7 @@ def reset_host(containerd_root: Path | None = None) -> None:
     _delete_network()
     _kube_proxy_cleanup()
     _remove_log_links()
+    restore_sysctls()
     shutil.rmtree(KUBELET_ROOT.parent, ignore_errors=True)
     shutil.rmtree(STATE, ignore_errors=True)
 
@@ -439,7 +443,6 @@ class Node:
     components: list[Component] = field(default_factory=list)
     timings: dict[str, float] = field(default_factory=dict)
     _lock: IO[str] | None = None
-    _sysctls: dict[str, str] = field(default_factory=dict)
 
     @property
     def kubeconfig(self) -> Path:
@@ -514,7 +517,7 @@ class Node:
         self._step("binaries", resolve)
         pause: list[images.Image] = []
         self._step("images", lambda: pause.append(images.pause_image()))
-        self._sysctls = {k: _read_sysctl(k) for k in _SYSCTLS}
+        _record_sysctls()
         deadline = time.monotonic() + timeout
         self._step("network", self._make_network)
         self._step("cgroups", _make_cgroups)
@@ -676,12 +679,7 @@ class Node:
         for component in reversed(self.components):
             component.stop()
         self.components.clear()
-        reset_host(self.containerd_root)
-        for key, value in self._sysctls.items():
-            if value and _read_sysctl(key) != value:
-                with contextlib.suppress(OSError):
-                    (Path("/proc/sys") / key).write_text(value)
-        self._sysctls.clear()
+        reset_host(self.containerd_root)  # also restores the sysctls
         if self._lock is not None:
             self._lock.close()
             self._lock = None
@@ -693,6 +691,24 @@ class Node:
         if self.control_plane is None:
             raise ControlPlaneError("the node is not running")
         return self.control_plane.kubectl(*args, input_text=input_text, check=check)
+
+
+def _record_sysctls() -> None:
+    if not SYSCTL_RECORD.exists():
+        SYSCTL_RECORD.write_text(json.dumps({k: _read_sysctl(k) for k in _SYSCTLS}))
+
+
+def restore_sysctls() -> None:
+    """Put back the values recorded before a node changed them (also those a crashed run left)."""
+    try:
+        recorded = json.loads(SYSCTL_RECORD.read_text())
+    except (OSError, ValueError):
+        return
+    for key, value in recorded.items():
+        if value and _read_sysctl(key) != value:
+            with contextlib.suppress(OSError):
+                (Path("/proc/sys") / key).write_text(value)
+    SYSCTL_RECORD.unlink(missing_ok=True)
 
 
 def _read_sysctl(key: str) -> str:
