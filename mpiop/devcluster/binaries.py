@@ -19,7 +19,7 @@ from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from mpiop.devcluster.versions import ETCD_VERSION, KUBERNETES_VERSION, staging_version
+from mpiop.devcluster.versions import ETCD_VERSION, KUBERNETES_VERSION, KWOK_VERSION, staging_version
 
 KUBE_COMMANDS = {
     "kube-apiserver": "k8s.io/kubernetes/cmd/kube-apiserver",
@@ -190,6 +190,72 @@ def build_etcd(version: str = ETCD_VERSION) -> Path:
             raise BinaryError(f"building etcd {version} failed (exit {result.returncode})")
         (bin_dir / "v3").replace(bin_dir / "etcd")
         return bin_dir / "etcd"
+
+
+# KWOK's own default Stages of the pinned release (node-initialize, node heartbeat with a Lease, pod-ready,
+# pod-complete, pod-delete), copied from its module next to the binary: the simulated cluster loads them.
+KWOK_DEFAULT_STAGES = (
+    "kustomize/stage/node/fast/node-initialize.yaml",
+    "kustomize/stage/node/heartbeat-with-lease/node-heartbeat-with-lease.yaml",
+    "kustomize/stage/pod/fast/pod-ready.yaml",
+    "kustomize/stage/pod/fast/pod-complete.yaml",
+    "kustomize/stage/pod/fast/pod-delete.yaml",
+)
+
+
+def kwok_dir(version: str = KWOK_VERSION) -> Path:
+    return cache_dir() / "kwok" / version
+
+
+def _go_module_dir(module: str, version: str, workdir: Path) -> Path:
+    env = {**os.environ, "GOFLAGS": "-mod=mod", "GOWORK": "off"}
+    out = subprocess.run(
+        [_go(), "mod", "download", "-json", f"{module}@{version}"],
+        cwd=workdir, env=env, capture_output=True, text=True, check=False,
+    )
+    info = json.loads(out.stdout or "{}")
+    if out.returncode != 0 or "Dir" not in info:
+        raise BinaryError(f"cannot download {module}@{version}: {info.get('Error', out.stderr)}")
+    return Path(info["Dir"])
+
+
+def build_kwok(version: str = KWOK_VERSION) -> Path:
+    """Build sigs.k8s.io/kwok/cmd/kwok from its Go module into the cache; return the binary."""
+    root = kwok_dir(version)
+    binary = root / "bin" / "kwok"
+    with _build_lock(root):
+        if binary.is_file():
+            return binary
+        _log(f"building kwok {version} from sigs.k8s.io/kwok/cmd/kwok (first time only; a few minutes)")
+        (root / "bin").mkdir(parents=True, exist_ok=True)
+        env = {**os.environ, "GOBIN": str(root / "bin"), "GOFLAGS": "-mod=mod", "GOWORK": "off"}
+        result = subprocess.run(
+            [_go(), "install", "-trimpath", "-ldflags", f"-s -w -X sigs.k8s.io/kwok/pkg/consts.Version={version}",
+             f"sigs.k8s.io/kwok/cmd/kwok@{version}"],
+            env=env, check=False,
+        )
+        if result.returncode != 0:
+            raise BinaryError(f"building kwok {version} failed (exit {result.returncode})")
+        return binary
+
+
+def kwok_stages_dir(version: str = KWOK_VERSION) -> Path:
+    """KWOK's default Stage files of that release, copied once from its Go module into the cache."""
+    root = kwok_dir(version)
+    stages = root / "stages"
+    with _build_lock(root):
+        if all((stages / Path(s).name).is_file() for s in KWOK_DEFAULT_STAGES):
+            return stages
+        source = _go_module_dir("sigs.k8s.io/kwok", version, root)
+        stages.mkdir(parents=True, exist_ok=True)
+        for stage in KWOK_DEFAULT_STAGES:
+            shutil.copyfile(source / stage, stages / Path(stage).name)
+        return stages
+
+
+def kwok_binary(version: str = KWOK_VERSION) -> Path:
+    """The kwok binary of the pinned release: KUBEBUILDER_ASSETS, PATH (if it reports that version), or built."""
+    return _from_assets_or_path("kwok", version) or build_kwok(version)
 
 
 def kube_binary(name: str, version: str = KUBERNETES_VERSION) -> Path:

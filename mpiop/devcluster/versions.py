@@ -10,6 +10,10 @@ KUBERNETES_VERSION = "v1.34.4"
 # release vendors its etcd client from.
 ETCD_VERSION = "v3.6.4"
 
+# KWOK (Kubernetes WithOut Kubelet) for the simulated-cluster mode: fake nodes whose pods turn Running by
+# Stages instead of containers. v0.8.0 is built with client-go v0.36, which speaks to a v1.34 apiserver.
+KWOK_VERSION = "v0.8.0"
+
 
 def staging_version(kubernetes_version: str = KUBERNETES_VERSION) -> str:
     """k8s.io staging modules are tagged v0.Y.Z for Kubernetes v1.Y.Z."""
