@@ -20,7 +20,7 @@ from typing import Any
 import aiohttp
 import structlog
 
-from mpiop.kube.client import JSON, ApiError, KubeClient, Resource
+from mpiop.kube.client import JSON, ApiError, KubeClient, Resource, decode, list_metadata
 
 log = structlog.get_logger(__name__)
 
@@ -106,7 +106,9 @@ class Informer:
                         del self.indexes[name][value]
 
     def _set(self, obj: JSON, notify: bool = True) -> None:
-        trimmed = self.trim(obj)
+        self._put(self.trim(obj), notify)
+
+    def _put(self, trimmed: JSON, notify: bool = True) -> None:
         key = object_key(trimmed)
         old = self.store.get(key)
         if not _newer_or_equal(trimmed, old):
@@ -158,27 +160,78 @@ class Informer:
                 backoff = min(backoff * 2, 30.0)
 
     async def _list(self) -> None:
+        """List, each object trimmed as it arrives, so a big list never sits in memory whole.
+
+        The first list (nothing cached yet) asks for resourceVersion=0, which the apiserver serves from its
+        watch cache, whole, instead of reading every object from etcd; it is streamed and cut into items
+        as it arrives (client-go's reflector lists the same way). Later re-lists are consistent reads, page
+        by page: a cache that is behind must not undo what this informer has already seen. The next page is
+        asked for before this one is decoded (its continue token is read off the raw body), so the apiserver
+        prepares page n+1 while this process decodes and trims page n.
+        """
         seen: dict[str, JSON] = {}
-        continue_token: str | None = None
-        while True:
-            page = await self.client.list(
-                self.resource, self.namespace, labelSelector=self.label_selector,
-                limit=self.page_size, **({"continue": continue_token} if continue_token else {}),
-            )
-            for item in page.get("items", []):
+        first_token: str | None = None
+        if self.stats.lists == 0 and not self.store:
+            def keep(item: JSON) -> None:
                 item.setdefault("kind", self.resource.kind)
                 item.setdefault("apiVersion", self.resource.api_version)
-                seen[object_key(item)] = item
-            continue_token = page.get("metadata", {}).get("continue")
-            if not continue_token:
-                self._resource_version = page["metadata"]["resourceVersion"]
-                break
+                trimmed = self.trim(item)
+                seen[object_key(trimmed)] = trimmed
+
+            try:
+                meta = await self.client.list_each(self.resource, self.namespace, keep, resourceVersion="0",
+                                                   labelSelector=self.label_selector, limit=self.page_size)
+            except ApiError as error:
+                log.info("list from the watch cache refused; listing page by page", error=str(error))
+                seen.clear()
+            else:
+                first_token = meta.get("continue") or None  # no watch cache: etcd honoured the limit
+                if first_token is None:
+                    self._resource_version = str(meta["resourceVersion"])
+                    self._replace(seen)
+                    return
+        next_page: asyncio.Future[bytes] | None = asyncio.ensure_future(self._page(first_token))
+        try:
+            while next_page is not None:
+                raw = await next_page
+                next_page = None
+                head = list_metadata(raw)
+                if head is not None and head.get("continue"):
+                    next_page = asyncio.ensure_future(self._page(str(head["continue"])))
+                page = decode(raw)
+                del raw
+                for item in page.pop("items", None) or []:
+                    item.setdefault("kind", self.resource.kind)
+                    item.setdefault("apiVersion", self.resource.api_version)
+                    trimmed = self.trim(item)
+                    seen[object_key(trimmed)] = trimmed
+                continue_token = page.get("metadata", {}).get("continue")
+                if continue_token and next_page is None:  # the token was not found without decoding
+                    next_page = asyncio.ensure_future(self._page(str(continue_token)))
+                if not continue_token:
+                    self._resource_version = page["metadata"]["resourceVersion"]
+                del page
+        finally:
+            if next_page is not None and not next_page.done():
+                next_page.cancel()
+                with contextlib.suppress(asyncio.CancelledError, Exception):
+                    await next_page
+        self._replace(seen)
+
+    def _replace(self, seen: dict[str, JSON]) -> None:
+        """Make the cache what a complete list saw (handlers fire for what changed); the cache is synced."""
         self.stats.lists += 1
         for key in [k for k in self.store if k not in seen]:
             self._delete(key)
-        for obj in seen.values():
-            self._set(obj)
+        for trimmed in seen.values():
+            self._put(trimmed)
         self.synced.set()
+
+    async def _page(self, continue_token: str | None) -> bytes:
+        return await self.client.list_raw(
+            self.resource, self.namespace, labelSelector=self.label_selector, limit=self.page_size,
+            **({"continue": continue_token} if continue_token else {}),
+        )
 
     async def _watch_until_gone(self) -> None:
         """Watch from the last version; return when a re-list is needed (410 Gone)."""
