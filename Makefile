@@ -5,7 +5,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 
-.PHONY: help venv system-deps binaries test-binaries lint test unit integration dev-cluster dev-cluster-down crds podtemplate-schema run clean
+.PHONY: help venv system-deps binaries test-binaries lint test unit integration dev-cluster dev-cluster-down crds podtemplate-schema run clean bench
 
 help:
 	@echo "make run          start a local control plane (if KUBECONFIG is unset), install the CRD, run mpiop"
@@ -65,6 +65,12 @@ crds: venv
 # After a Kubernetes version bump: the pod template schema from the pinned apiserver's OpenAPI, then `make crds`.
 podtemplate-schema: binaries
 	$(BIN)/python hack/extract_podtemplate_schema.py
+
+# mpiop at scale on a simulated cluster (kube-scheduler + KWOK fake GPU nodes; KWOK is built on first use):
+# a table, then one JSON line with every figure. Not part of `make test`; ~15 minutes on 2 cores.
+# BENCH_ARGS=--quick for a small run, --help for the knobs.
+bench: binaries
+	$(BIN)/python -m bench $(BENCH_ARGS)
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache
