@@ -6,8 +6,6 @@ from __future__ import annotations
 import re
 import time
 
-import pytest
-
 from e2e.conftest import E2E, REPORT
 from e2e.harness.jobs import pi_job
 from e2e.harness.kube import MPIJOBS, condition, is_true, wait_for
@@ -47,14 +45,13 @@ def test_openmpi_pi(e2e: E2E) -> None:
 
 
 def test_openmpi_pi_non_root(e2e: E2E) -> None:
-    """The same as uid 1000 (mpiuser), the SSH key mounted in its home; sshd runs unprivileged on 2222.
-
-    fsGroup: mpiop mounts the key Secret with mode 0600 for every sshAuthMountPath, so only root could read
-    it; fsGroup makes it group-readable by the user (see test_non_root_without_fs_group).
-    """
+    """kubeflow's non-root shape: uid 1000 (mpiuser), no fsGroup, the SSH key mounted in its home; sshd runs
+    unprivileged on 2222. The key files are root's with mode 0644 (0600 only in /root/.ssh, as kubeflow), which
+    ssh accepts from a file the user does not own; with 0600 everywhere this failed with
+    'Load key "/home/mpiuser/.ssh/id_rsa": Permission denied'."""
     command = ["sh", "-c", 'echo "launcher runs as $(id -un)"; exec mpi-wait-hosts mpirun.openmpi -n 4 '
                '/home/mpiuser/pi 2000000']
-    manifest = pi_job("pi-nonroot", e2e.image, run_as_user=1000, fs_group=1000, launcher_command=command,
+    manifest = pi_job("pi-nonroot", e2e.image, run_as_user=1000, launcher_command=command,
                       ssh_auth_mount_path="/home/mpiuser/.ssh")
     started = e2e.create_job(manifest)
     job = e2e.wait_finished("pi-nonroot")
@@ -65,56 +62,27 @@ def test_openmpi_pi_non_root(e2e: E2E) -> None:
     assert_pi(log, "pi-nonroot")
 
 
-@pytest.mark.xfail(strict=True, reason="mpiop mounts the SSH key with mode 0600 whatever sshAuthMountPath is "
-                   "(kubeflow: 0600 only for /root/.ssh, else the default 0644), so uid 1000 cannot read it")
-def test_non_root_without_fs_group(e2e: E2E) -> None:
-    """kubeflow's non-root pi manifest shape (runAsUser, no fsGroup) fails with mpiop today."""
-    command = ["mpi-wait-hosts", "mpirun.openmpi", "-n", "4", "/home/mpiuser/pi", "2000000"]
-    manifest = pi_job("nofsgroup", e2e.image, run_as_user=1000, launcher_command=command,
-                      ssh_auth_mount_path="/home/mpiuser/.ssh", runPolicy={"backoffLimit": 0})
-    e2e.create_job(manifest)
-    job = e2e.wait_finished("nofsgroup")
-    if not is_true(job, "Succeeded"):
-        print(e2e.launcher_log("nofsgroup"))  # 'Load key "/home/mpiuser/.ssh/id_rsa": Permission denied'
-    assert_succeeded(job)
-
-
 def test_mpich_pi(e2e: E2E) -> None:
     """MPICH (Hydra): hostfile in host:slots form; pi from 4 ranks on 2 hosts.
 
-    Hydra's proxies on the workers connect back to the launcher by its bare hostname (`<job>-launcher`),
-    so the workers search `<job>.<ns>.svc.cluster.local`, as kubeflow's controller sets (mpiop does not:
-    see test_mpich_without_search_domain).
+    kubeflow's manifest shape, nothing about DNS in it: Hydra's proxies on the workers connect back to the
+    launcher by its bare hostname (`<job>-launcher`), which resolves because mpiop puts
+    `<job>.<ns>.svc.cluster.local` in every pod's DNS search list (without it: 'unable to get host address').
 
     Debian 12's MPICH 4.0.2 (ch4:ucx) over UCX 1.13.1's TCP transport hangs in MPI_Finalize in about one
     run of three, after rank 0 has printed (one rank spins flushing its endpoints while the others wait in
     the PMI barrier; openucx/ucx#8738). So mpirun runs under `timeout 30` and the job may restart: what is
     checked is that it ends Succeeded with the right output; the restarts are in the report.
     """
-    search = {"dnsConfig": {"searches": [f"pi-mpich.{e2e.ns}.svc.cluster.local"]}}
     command = ["mpi-wait-hosts", "timeout", "30", "mpirun.mpich", "-n", "4", "/usr/local/bin/pi-mpich", "2000000"]
-    manifest = pi_job("pi-mpich", e2e.image, implementation="MPICH", worker_pod_spec=search,
-                      launcher_command=command, runPolicy={"backoffLimit": 6})
+    manifest = pi_job("pi-mpich", e2e.image, implementation="MPICH", launcher_command=command,
+                      runPolicy={"backoffLimit": 6})
     started = e2e.create_job(manifest)
     job = e2e.wait_finished("pi-mpich", timeout=420)
     restarts = (job.get("status") or {}).get("restartCount", 0)
     e2e.record(f"mpich-pi ({restarts} restarts after the Finalize hang)", time.monotonic() - started)
     assert_succeeded(job)
     assert_pi(e2e.launcher_log("pi-mpich"), "pi-mpich")
-
-
-@pytest.mark.xfail(strict=True, reason="mpiop does not add <job>.<ns>.svc.<domain> to the pods' DNS search "
-                   "list, so MPICH's proxies cannot resolve the launcher's hostname")
-def test_mpich_without_search_domain(e2e: E2E) -> None:
-    """kubeflow's MPICH manifest shape (nothing about DNS in it) fails with mpiop today."""
-    command = ["mpi-wait-hosts", "timeout", "30", "mpirun.mpich", "-n", "4", "/usr/local/bin/pi-mpich", "2000000"]
-    manifest = pi_job("nosearch", e2e.image, implementation="MPICH", launcher_command=command,
-                      runPolicy={"backoffLimit": 0})
-    e2e.create_job(manifest)
-    job = e2e.wait_finished("nosearch", timeout=180)
-    if not is_true(job, "Succeeded"):
-        print(e2e.launcher_log("nosearch"))  # 'unable to get host address for nosearch-launcher'
-    assert_succeeded(job)
 
 
 def test_malformed_command_fails(e2e: E2E) -> None:

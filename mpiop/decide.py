@@ -45,4 +45,4 @@ def _decide(plan: Plan, job: MPIJob, observed: Observed, now: dt.datetime, clust
         return
     if failure.apply(plan, job, observed, now):
         return
-    ensure.job_pods(plan, job, observed)
+    ensure.job_pods(plan, job, observed, cluster_domain)

@@ -38,16 +38,16 @@ def supporting_objects(plan: Plan, job: MPIJob, observed: Observed, cluster_doma
         plan.update.append(objects.config_map(job, running, cluster_domain))
 
 
-def job_pods(plan: Plan, job: MPIJob, observed: Observed) -> None:
+def job_pods(plan: Plan, job: MPIJob, observed: Observed, cluster_domain: str = "") -> None:
     """Workers and launcher of the current attempt; stale ones deleted first."""
     attempt = plan.status.restart_count or 0
     plan.delete_pods([p for p in observed.pods if _stale(job, p, attempt)])
     for index in range(job.spec.worker_replicas):
         if observed.pod(names.worker_name(job, index)) is None:
-            plan.create.append(pods.worker_pod(job, index, attempt))
+            plan.create.append(pods.worker_pod(job, index, attempt, cluster_domain))
 
     if observed.launcher(job) is None and _launcher_may_start(job, observed, attempt):
-        plan.create.append(pods.launcher_pod(job, attempt))
+        plan.create.append(pods.launcher_pod(job, attempt, cluster_domain))
 
 
 def _launcher_may_start(job: MPIJob, observed: Observed, attempt: int) -> bool:

@@ -24,6 +24,8 @@ LAUNCHER_ROLE = "launcher"
 WORKER_ROLE = "worker"
 
 CONFIG_MOUNT_PATH = "/etc/mpi"
+ROOT_SSH_PATH = "/root/.ssh"
+DEFAULT_CLUSTER_DOMAIN = "cluster.local"
 HOSTFILE_NAME = "hostfile"
 DISCOVER_HOSTS_NAME = "discover_hosts.sh"
 
@@ -52,6 +54,15 @@ def host_name(job: MPIJob, pod_name: str, cluster_domain: str = "") -> str:
     """`<pod>.<service>.<namespace>.svc`, with the cluster domain appended when one is configured."""
     host = f"{pod_name}.{service_name(job)}.{job.metadata.namespace}.svc"
     return f"{host}.{cluster_domain}" if cluster_domain else host
+
+
+def search_domain(job: MPIJob, cluster_domain: str = "") -> str:
+    """`<service>.<namespace>.svc.<domain>`: in a pod's DNS search list, a bare pod name of the job resolves.
+
+    MPICH's and Intel MPI's proxies on the workers call the launcher back by its bare hostname; kubeflow adds
+    the same search domain (with `cluster.local`, the default when no cluster domain is configured).
+    """
+    return f"{service_name(job)}.{job.metadata.namespace}.svc.{cluster_domain or DEFAULT_CLUSTER_DOMAIN}"
 
 
 def job_labels(job: MPIJob) -> dict[str, str]:

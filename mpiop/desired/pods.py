@@ -1,8 +1,9 @@
 """The launcher and worker Pods an MPIJob wants: pure functions of (job, index, attempt).
 
 The user's template is the base; mpiop adds the identity (name, hostname + subdomain so the headless
-Service gives each pod a DNS name), kubeflow's labels, the SSH key and hostfile volumes, and the launcher's
-MPI environment. Whatever the user set in the template wins over our defaults.
+Service gives each pod a DNS name, and the job's DNS search domain so bare pod names resolve too), kubeflow's
+labels, the SSH key and hostfile volumes, and the launcher's MPI environment. Whatever the user set in the
+template wins over our defaults.
 """
 
 from __future__ import annotations
@@ -25,18 +26,28 @@ def pod_restart_policy(replica: ReplicaSpec) -> str:
 
 
 def _ssh_volume(job: MPIJob) -> dict[str, Any]:
-    return {
-        "name": SSH_VOLUME,
-        "secret": {
-            "secretName": names.ssh_secret_name(job),
-            "defaultMode": 0o600,
-            "items": [
-                {"key": "ssh-privatekey", "path": "id_rsa"},
-                {"key": "ssh-publickey", "path": "id_rsa.pub"},
-                {"key": "ssh-publickey", "path": "authorized_keys"},
-            ],
-        },
+    """The key Secret's files; 0600 only in root's home, as kubeflow does.
+
+    The files belong to root. ssh refuses a key its own user can share with others (so root needs 0600), but
+    accepts a readable key owned by somebody else: a non-root user needs the default 0644 (or an fsGroup).
+    """
+    secret: dict[str, Any] = {
+        "secretName": names.ssh_secret_name(job),
+        "items": [
+            {"key": "ssh-privatekey", "path": "id_rsa"},
+            {"key": "ssh-publickey", "path": "id_rsa.pub"},
+            {"key": "ssh-publickey", "path": "authorized_keys"},
+        ],
     }
+    if job.spec.effective_ssh_auth_mount_path == names.ROOT_SSH_PATH:
+        secret["defaultMode"] = 0o600
+    return {"name": SSH_VOLUME, "secret": secret}
+
+
+def _add_search_domain(spec: dict[str, Any], domain: str) -> None:
+    searches = spec.setdefault("dnsConfig", {}).setdefault("searches", [])
+    if domain not in searches:
+        searches.append(domain)
 
 
 def _config_volume(job: MPIJob) -> dict[str, Any]:
@@ -62,7 +73,8 @@ def _add_volume(spec: dict[str, Any], volume: dict[str, Any], mount_path: str) -
         mounts.append({"name": volume["name"], "mountPath": mount_path})
 
 
-def _base_pod(job: MPIJob, replica: ReplicaSpec, name: str, labels: dict[str, str]) -> dict[str, Any]:
+def _base_pod(job: MPIJob, replica: ReplicaSpec, name: str, labels: dict[str, str],
+              cluster_domain: str) -> dict[str, Any]:
     template = copy.deepcopy(replica.template)
     meta = template.get("metadata") or {}
     spec: dict[str, Any] = template.get("spec") or {}
@@ -70,6 +82,7 @@ def _base_pod(job: MPIJob, replica: ReplicaSpec, name: str, labels: dict[str, st
     spec["hostname"] = name
     spec["subdomain"] = names.service_name(job)
     spec["restartPolicy"] = pod_restart_policy(replica)
+    _add_search_domain(spec, names.search_domain(job, cluster_domain))
     _add_volume(spec, _ssh_volume(job), job.spec.effective_ssh_auth_mount_path)
     metadata = names.owned_metadata(job, name, labels={**(meta.get("labels") or {}), **labels})
     if meta.get("annotations"):
@@ -77,11 +90,11 @@ def _base_pod(job: MPIJob, replica: ReplicaSpec, name: str, labels: dict[str, st
     return {"apiVersion": "v1", "kind": "Pod", "metadata": metadata, "spec": spec}
 
 
-def worker_pod(job: MPIJob, index: int, attempt: int) -> dict[str, Any]:
+def worker_pod(job: MPIJob, index: int, attempt: int, cluster_domain: str = "") -> dict[str, Any]:
     replica = job.spec.worker
     assert replica is not None, "worker_pod needs a Worker replica spec"
     pod = _base_pod(job, replica, names.worker_name(job, index),
-                    names.role_labels(job, names.WORKER_ROLE, index, attempt))
+                    names.role_labels(job, names.WORKER_ROLE, index, attempt), cluster_domain)
     main = pod["spec"]["containers"][0]
     if not main.get("command") and not main.get("args"):
         main["command"] = list(WORKER_DEFAULT_COMMAND)
@@ -89,11 +102,11 @@ def worker_pod(job: MPIJob, index: int, attempt: int) -> dict[str, Any]:
     return pod
 
 
-def launcher_pod(job: MPIJob, attempt: int) -> dict[str, Any]:
+def launcher_pod(job: MPIJob, attempt: int, cluster_domain: str = "") -> dict[str, Any]:
     replica = job.spec.launcher
     assert replica is not None, "launcher_pod needs a Launcher replica spec"
     pod = _base_pod(job, replica, names.launcher_name(job),
-                    names.role_labels(job, names.LAUNCHER_ROLE, 0, attempt))
+                    names.role_labels(job, names.LAUNCHER_ROLE, 0, attempt), cluster_domain)
     _add_volume(pod["spec"], _config_volume(job), names.CONFIG_MOUNT_PATH)
     main = pod["spec"]["containers"][0]
     main["env"] = env.merge_env(main.get("env"), env.launcher_env(job))

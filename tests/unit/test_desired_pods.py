@@ -11,18 +11,15 @@ from mpiop.desired import names
 from mpiop.desired.pods import WORKER_DEFAULT_COMMAND, launcher_pod, pod_restart_policy, worker_pod
 from tests.builders import MPIJobBuilder, make_mpijob
 
-SSH_VOLUME = {
-    "name": "ssh-auth",
-    "secret": {
-        "secretName": "pi-ssh",
-        "defaultMode": 0o600,
-        "items": [
-            {"key": "ssh-privatekey", "path": "id_rsa"},
-            {"key": "ssh-publickey", "path": "id_rsa.pub"},
-            {"key": "ssh-publickey", "path": "authorized_keys"},
-        ],
-    },
-}
+SSH_ITEMS = [
+    {"key": "ssh-privatekey", "path": "id_rsa"},
+    {"key": "ssh-publickey", "path": "id_rsa.pub"},
+    {"key": "ssh-publickey", "path": "authorized_keys"},
+]
+# In root's home the key must be 0600 (ssh refuses a key its owner shares); elsewhere the files stay root's
+# and the default 0644 lets a non-root user read them (ssh accepts a key owned by another user).
+ROOT_SSH_VOLUME = {"name": "ssh-auth", "secret": {"secretName": "pi-ssh", "items": SSH_ITEMS, "defaultMode": 0o600}}
+USER_SSH_VOLUME = {"name": "ssh-auth", "secret": {"secretName": "pi-ssh", "items": SSH_ITEMS}}
 CONFIG_VOLUME = {
     "name": "mpi-job-config",
     "configMap": {
@@ -73,17 +70,20 @@ def test_launcher_pod_identity_and_labels() -> None:
 
 
 @pytest.mark.parametrize(
-    ("job", "mount_path"),
-    [(make_mpijob("pi"), "/root/.ssh"), (make_mpijob("pi").ssh_auth_mount_path("/home/mpiuser/.ssh"),
-                                          "/home/mpiuser/.ssh")],
-    ids=["default-path", "custom-path"],
+    ("job", "mount_path", "ssh_volume"),
+    [
+        (make_mpijob("pi"), "/root/.ssh", ROOT_SSH_VOLUME),
+        (make_mpijob("pi").ssh_auth_mount_path("/root/.ssh"), "/root/.ssh", ROOT_SSH_VOLUME),
+        (make_mpijob("pi").ssh_auth_mount_path("/home/mpiuser/.ssh"), "/home/mpiuser/.ssh", USER_SSH_VOLUME),
+    ],
+    ids=["default-path", "root-path-explicit", "custom-path"],
 )
-def test_volumes_and_mounts(job: MPIJobBuilder, mount_path: str) -> None:
+def test_volumes_and_mounts(job: MPIJobBuilder, mount_path: str, ssh_volume: dict[str, Any]) -> None:
     worker = worker_pod(job.obj(), 0, 0)
-    assert worker["spec"]["volumes"] == [SSH_VOLUME]
+    assert worker["spec"]["volumes"] == [ssh_volume]
     assert worker["spec"]["containers"][0]["volumeMounts"] == [{"name": "ssh-auth", "mountPath": mount_path}]
     launcher = launcher_pod(job.obj(), 0)
-    assert launcher["spec"]["volumes"] == [SSH_VOLUME, CONFIG_VOLUME]
+    assert launcher["spec"]["volumes"] == [ssh_volume, CONFIG_VOLUME]
     assert launcher["spec"]["containers"][0]["volumeMounts"] == [
         {"name": "ssh-auth", "mountPath": mount_path},
         {"name": "mpi-job-config", "mountPath": "/etc/mpi"},
@@ -236,3 +236,28 @@ def test_template_without_containers() -> None:
     pod = worker_pod(job, 0, 0)
     assert pod["spec"]["containers"][0]["command"] == WORKER_DEFAULT_COMMAND
     assert pod["spec"]["restartPolicy"] == "Never"
+
+
+@pytest.mark.parametrize(
+    ("template_dns", "cluster_domain", "expected"),
+    [
+        (None, "", {"searches": ["pi.ns.svc.cluster.local"]}),
+        (None, "corp.example", {"searches": ["pi.ns.svc.corp.example"]}),
+        ({"searches": ["a.example"], "options": [{"name": "ndots", "value": "2"}]}, "",
+         {"searches": ["a.example", "pi.ns.svc.cluster.local"], "options": [{"name": "ndots", "value": "2"}]}),
+        ({"searches": ["pi.ns.svc.cluster.local"]}, "", {"searches": ["pi.ns.svc.cluster.local"]}),
+    ],
+    ids=["default-domain", "configured-domain", "user-searches-kept-first", "not-duplicated"],
+)
+def test_job_search_domain(template_dns: dict[str, Any] | None, cluster_domain: str,
+                           expected: dict[str, Any]) -> None:
+    """MPICH's and Intel's proxies call the launcher back by its bare hostname: the job's domain is searched."""
+    builder = make_mpijob("pi", "ns")
+    for role in ("Launcher", "Worker"):
+        if template_dns is not None:
+            builder = builder.pod_spec(role, dnsConfig=template_dns)
+    job = builder.obj()
+    assert worker_pod(job, 1, 0, cluster_domain)["spec"]["dnsConfig"] == expected
+    assert launcher_pod(job, 0, cluster_domain)["spec"]["dnsConfig"] == expected
+    assert (job.spec.worker.template["spec"].get("dnsConfig") or {}).get("searches") == (
+        None if template_dns is None else template_dns["searches"])
