@@ -44,8 +44,13 @@ def add_run_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--namespace", default=None,
                         help="watch one namespace (default: all namespaces)")
     parser.add_argument("--workers", type=int, default=8, help="reconcile workers (default 8)")
-    parser.add_argument("--kube-api-qps", type=float, default=50.0, help="client-side QPS to the apiserver")
-    parser.add_argument("--kube-api-burst", type=int, default=100, help="client-side burst to the apiserver")
+    # Off by default, as in controller-runtime since v0.21: mpiop bounds itself by concurrency (workers, 32 pod
+    # writes in flight, --kube-api-burst connections) and the apiserver's Priority and Fairness does the rest. At
+    # 50 QPS a 200-job burst took twice the apiserver's own time (docs/bench.md).
+    parser.add_argument("--kube-api-qps", type=float, default=0.0,
+                        help="client-side QPS limit to the apiserver; 0 turns the limiter off (default 0)")
+    parser.add_argument("--kube-api-burst", type=int, default=100,
+                        help="client-side burst, and at least this many connections to the apiserver (default 100)")
     parser.add_argument("--log-format", choices=("json", "console"), default="console",
                         help="json: one JSON object a line (in a cluster); console: for humans (default)")
     parser.add_argument("--log-level", default="info", choices=("debug", "info", "warning", "error"))

@@ -48,13 +48,15 @@ def status_patch(old: JobStatus, new: JobStatus) -> JSON | None:
 class Reconciler:
     def __init__(self, client: KubeClient, caches: Caches, recorder: EventRecorder, *,
                  clock: Callable[[], dt.datetime] = utcnow, cluster_domain: str = "",
-                 create_concurrency: int = 32) -> None:
+                 write_concurrency: int = 32) -> None:
         self.client = client
         self.caches = caches
         self.recorder = recorder
         self.clock = clock
         self.cluster_domain = cluster_domain
-        self.create_limit = asyncio.Semaphore(create_concurrency)
+        # Pod creations and deletions in flight, across all workers: with the client-side rate limiter off
+        # (the default), this is what keeps a 256-worker job from taking every connection to the apiserver.
+        self.write_limit = asyncio.Semaphore(write_concurrency)
 
     async def reconcile(self, key: str) -> float | None:
         """One level-triggered pass; returns seconds after which to look again, if a timer matters."""
@@ -121,7 +123,7 @@ class Reconciler:
 
     async def _create(self, obj: JSON) -> tuple[str, str, str] | None:
         kind, name = obj["kind"], obj["metadata"]["name"]
-        async with self.create_limit:
+        async with self.write_limit:
             try:
                 created = await self.client.create(RESOURCES[kind], obj["metadata"]["namespace"], obj)
             except ApiError as error:
@@ -135,12 +137,13 @@ class Reconciler:
 
     async def _delete_pod(self, pod: podstate.Pod) -> None:
         meta = pod["metadata"]
-        try:
-            answer = await self.client.delete(PODS, meta["namespace"], meta["name"], uid=meta.get("uid"))
-        except ApiError as error:
-            if error.not_found or error.conflict:  # gone already, or a newer pod of that name
-                return
-            raise
+        async with self.write_limit:
+            try:
+                answer = await self.client.delete(PODS, meta["namespace"], meta["name"], uid=meta.get("uid"))
+            except ApiError as error:
+                if error.not_found or error.conflict:  # gone already, or a newer pod of that name
+                    return
+                raise
         if answer.get("kind") == "Pod" and answer["metadata"].get("deletionTimestamp"):
             self.caches.pods.observe_write(answer)
         else:

@@ -1,0 +1,54 @@
+"""`mpiop run` flags: the client-side rate limiter is off unless asked for, and is a real limit when it is on."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+
+import pytest
+
+from mpiop.controller.options import add_run_arguments, config_from_args
+from mpiop.kube.client import TokenBucket
+
+
+def parse(*argv: str) -> argparse.Namespace:
+    parser = argparse.ArgumentParser()
+    add_run_arguments(parser)
+    return parser.parse_args(list(argv))
+
+
+def test_defaults_leave_the_client_side_limiter_off() -> None:
+    args = parse()
+    assert args.kube_api_qps == 0
+    assert args.kube_api_burst == 100
+    assert args.workers == 8
+    config = config_from_args(args)
+    assert config.workers == 8
+    assert config.namespace is None
+
+
+def test_workers_must_be_positive() -> None:
+    with pytest.raises(SystemExit, match="--workers must be at least 1"):
+        config_from_args(parse("--workers", "0"))
+
+
+# Slow refills (one token every 2 s), so the real time the loop takes cannot add a token.
+@pytest.mark.parametrize(("qps", "burst", "requests", "sleeps"), [
+    (0, 100, 1000, 0),      # off: never waits, whatever the count
+    (0.5, 100, 100, 0),     # the burst passes at once
+    (0.5, 100, 103, 3),     # every request past the burst waits for a token
+    (0.5, 1, 5, 4),
+])
+async def test_token_bucket_waits_only_past_the_burst(monkeypatch: pytest.MonkeyPatch, qps: float, burst: int,
+                                                     requests: int, sleeps: int) -> None:
+    waits: list[float] = []
+
+    async def fake_sleep(seconds: float) -> None:
+        waits.append(seconds)
+
+    monkeypatch.setattr(asyncio, "sleep", fake_sleep)
+    bucket = TokenBucket(qps, burst)
+    for _ in range(requests):
+        await bucket.acquire()
+    assert len(waits) == sleeps
+    assert all(0 < w <= 1 / qps for w in waits)
