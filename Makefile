@@ -8,7 +8,7 @@ STAMP := $(VENV)/.installed-stamp
 .PHONY: help venv system-deps binaries test-binaries lint test unit integration dev-cluster dev-cluster-down crds podtemplate-schema run clean bench
 
 help:
-	@echo "make run          start a local control plane (if KUBECONFIG is unset), install the CRD, run mpiop"
+	@echo "make run          mpiop against KUBECONFIG, else on a local node (as root: runs an Open MPI pi job first)"
 	@echo "make test         venv + binaries + ruff + mypy --strict + pytest (unit and integration)"
 	@echo "make lint         ruff and mypy --strict on mpiop/"
 	@echo "make dev-cluster  start the local control plane in the background"
@@ -51,8 +51,11 @@ integration: test-binaries
 dev-cluster: binaries
 	$(BIN)/mpiop dev-cluster up
 
-# The main job: the operator against $KUBECONFIG, or against a local control plane it starts.
+# The main job: the operator against $KUBECONFIG; else, as root with apt, on the real node of the e2e suite,
+# where an Open MPI pi job runs to completion first (MPIOP_RUN_NODE=0: a bare local control plane instead).
 run: binaries
+	@if [[ -z "$$KUBECONFIG" && "$${MPIOP_RUN_NODE:-1}" != 0 && $$(id -u) -eq 0 ]] && command -v apt-get >/dev/null; then \
+	  bash hack/install-e2e-deps.sh; fi
 	$(BIN)/python -m mpiop.devcluster.local_run
 
 dev-cluster-down: venv

@@ -1,4 +1,4 @@
-"""MPIJob manifests for the e2e scenarios, all on the locally built MPI image (imagePullPolicy Never)."""
+"""The pi MPIJob on the locally built MPI image (imagePullPolicy Never): the e2e scenarios and `make run` use it."""
 
 from __future__ import annotations
 

@@ -1,0 +1,36 @@
+"""`make run`'s choices: when the real node is used, and when the pi job counts as finished."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from mpiop.devcluster import local_run
+
+
+def cond(type_: str, status: str) -> dict[str, str]:
+    return {"type": type_, "status": status, "reason": f"MPIJob{type_}"}
+
+
+@pytest.mark.parametrize(("status", "expected"), [
+    ({}, None),
+    ({"conditions": [cond("Created", "True"), cond("Running", "True")]}, None),
+    ({"conditions": [cond("Created", "True"), cond("Succeeded", "True")]}, "Succeeded"),
+    ({"conditions": [cond("Running", "False"), cond("Failed", "True")]}, "Failed"),
+    ({"conditions": [cond("Succeeded", "False")]}, None),
+], ids=["no-status", "running", "succeeded", "failed", "false-is-not-finished"])
+def test_finished_condition(status: dict[str, Any], expected: str | None) -> None:
+    found = local_run.finished_condition({"status": status})
+    assert (found or {}).get("type") == expected
+
+
+def test_node_is_skipped_when_asked(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("MPIOP_RUN_NODE", "0")
+    assert local_run.node_possible() is False
+
+
+def test_node_needs_its_tools(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("MPIOP_RUN_NODE", "1")
+    monkeypatch.setattr(local_run.shutil, "which", lambda tool: None if tool == "containerd" else f"/usr/bin/{tool}")
+    assert local_run.node_possible() is False
