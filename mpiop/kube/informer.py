@@ -20,7 +20,8 @@ from typing import Any
 import aiohttp
 import structlog
 
-from mpiop.kube.client import JSON, ApiError, KubeClient, Resource, decode, list_metadata
+from mpiop.kube.client import JSON, ApiError, KubeClient, Resource
+from mpiop.kube.codec import decode, list_metadata
 
 log = structlog.get_logger(__name__)
 

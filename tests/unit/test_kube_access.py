@@ -12,8 +12,9 @@ import pytest
 import yaml
 
 from mpiop.devcluster.certs import CertificateAuthority
-from mpiop.kube import client
-from mpiop.kube.client import ConfigError, decode, list_metadata, load_incluster, load_kubeconfig
+from mpiop.kube import access as kube_access
+from mpiop.kube.access import ConfigError, load_incluster, load_kubeconfig
+from mpiop.kube.codec import decode, list_metadata
 
 
 def kubeconfig(path: Path, user: dict[str, Any], cluster: dict[str, Any] | None = None,
@@ -69,7 +70,7 @@ async def test_a_token_file_is_read_again_after_a_minute(tmp_path: Path, monkeyp
     assert await access.authorization() == "Bearer first"
     (tmp_path / "token").write_text("second\n")
     assert await access.authorization() == "Bearer first"  # cached
-    monkeypatch.setattr(client, "TOKEN_FILE_REFRESH_SECONDS", 0.0)
+    monkeypatch.setattr(kube_access, "TOKEN_FILE_REFRESH_SECONDS", 0.0)
     assert await access.authorization() == "Bearer second"
 
 
@@ -129,7 +130,7 @@ def test_list_metadata_is_read_without_decoding_the_items() -> None:
 
 
 def _split(body: bytes, chunk: int) -> tuple[list[Any], Any]:
-    from mpiop.kube.client import ListSplitter
+    from mpiop.kube.codec import ListSplitter
 
     items: list[Any] = []
     splitter = ListSplitter(items.append)
