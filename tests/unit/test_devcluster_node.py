@@ -8,7 +8,7 @@ import tarfile
 import tomllib
 from pathlib import Path
 
-from mpiop.devcluster import images, node
+from mpiop.devcluster import images, nodehost, nodeparts
 
 
 def test_oci_archive_layout(tmp_path: Path) -> None:
@@ -40,28 +40,28 @@ def test_oci_archive_layout(tmp_path: Path) -> None:
 
 
 def test_containerd_config_respects_this_machine(tmp_path: Path) -> None:
-    config = tomllib.loads(node._containerd_config(tmp_path / "root", "mpiop.local/pause:x"))
+    config = tomllib.loads(nodeparts.containerd_config(tmp_path / "root", "mpiop.local/pause:x"))
     cri = config["plugins"]["io.containerd.grpc.v1.cri"]
     assert cri["restrict_oom_score_adj"] is True  # no CAP_SYS_RESOURCE: runc fails every sandbox otherwise
     assert cri["sandbox_image"] == "mpiop.local/pause:x"
     assert cri["netns_mounts_under_state_dir"] is True  # teardown unmounts them with the rest of the state
     assert cri["containerd"]["runtimes"]["runc"]["options"]["SystemdCgroup"] is False
-    assert config["grpc"]["address"] == str(node.STATE / "containerd.sock")
+    assert config["grpc"]["address"] == str(nodehost.STATE / "containerd.sock")
 
 
 def test_kubelet_and_cni_configs(tmp_path: Path) -> None:
-    kubelet = node._kubelet_config(tmp_path / "ca.crt", 10250, 10248, tmp_path / "resolv.conf", tmp_path / "logs")
+    kubelet = nodeparts.kubelet_config(tmp_path / "ca.crt", 10250, 10248, tmp_path / "resolv.conf", tmp_path / "logs")
     assert kubelet["cgroupDriver"] == "cgroupfs"
     assert kubelet["failCgroupV1"] is False
-    assert kubelet["clusterDNS"] == [node.GATEWAY]
+    assert kubelet["clusterDNS"] == [nodehost.GATEWAY]
     assert kubelet["authentication"]["anonymous"]["enabled"] is False
-    assert kubelet["cgroupRoot"] == f"/{node.CGROUP_PARENT}"
-    cni = node._cni_config()
+    assert kubelet["cgroupRoot"] == f"/{nodehost.CGROUP_PARENT}"
+    cni = nodeparts.cni_config()
     assert [p["type"] for p in cni["plugins"]] == ["bridge", "portmap"]
     bridge = cni["plugins"][0]
-    assert bridge["bridge"] == node.BRIDGE and bridge["ipMasq"] is False
-    assert bridge["ipam"]["ranges"][0][0] == {"subnet": node.POD_SUBNET, "gateway": node.GATEWAY}
+    assert bridge["bridge"] == nodehost.BRIDGE and bridge["ipMasq"] is False
+    assert bridge["ipam"]["ranges"][0][0] == {"subnet": nodehost.POD_SUBNET, "gateway": nodehost.GATEWAY}
 
 
 def test_unmount_under_touches_nothing_outside(tmp_path: Path) -> None:
-    assert node.unmount_under(tmp_path / "nothing-mounted-here") == 0
+    assert nodehost.unmount_under(tmp_path / "nothing-mounted-here") == 0
