@@ -174,22 +174,34 @@ def build_kubernetes(commands: Iterable[str], version: str = KUBERNETES_VERSION)
         return bin_dir
 
 
+def go_install(package: str, version: str, bin_dir: Path, binary: str, *, what: str,
+               ldflags: str = "-s -w", env: dict[str, str] | None = None) -> Path:
+    """`go install package@version` into `bin_dir` once (under a build lock); the built `binary`.
+
+    For modules without replace directives (etcd, CoreDNS, KWOK); Kubernetes itself needs the wrapper
+    module of `build_kubernetes`. `binary` is the installed file's name (the package's last element).
+    """
+    with _build_lock(bin_dir.parent):
+        if (bin_dir / binary).is_file():
+            return bin_dir / binary
+        _log(f"building {what} {version} from {package} (first time only)")
+        bin_dir.mkdir(parents=True, exist_ok=True)
+        go_env = {**os.environ, "GOBIN": str(bin_dir), "GOWORK": "off", "GOFLAGS": "-mod=mod", **(env or {})}
+        result = subprocess.run([_go(), "install", "-trimpath", f"-ldflags={ldflags}", f"{package}@{version}"],
+                                env=go_env, check=False)
+        if result.returncode != 0:
+            raise BinaryError(f"building {what} {version} failed (exit {result.returncode})")
+        return bin_dir / binary
+
+
 def build_etcd(version: str = ETCD_VERSION) -> Path:
     """Build etcd from its Go module, for machines without Debian's etcd-server."""
     bin_dir = cache_dir() / "etcd" / version / "bin"
-    with _build_lock(bin_dir.parent):
-        if (bin_dir / "etcd").is_file():
-            return bin_dir / "etcd"
-        _log(f"building etcd {version} from go.etcd.io/etcd/server/v3")
-        bin_dir.mkdir(parents=True, exist_ok=True)
-        env = {**os.environ, "GOBIN": str(bin_dir), "GOWORK": "off"}
-        result = subprocess.run(
-            [_go(), "install", f"go.etcd.io/etcd/server/v3@{version}"], env=env, check=False
-        )
-        if result.returncode != 0:
-            raise BinaryError(f"building etcd {version} failed (exit {result.returncode})")
-        (bin_dir / "v3").replace(bin_dir / "etcd")
+    if (bin_dir / "etcd").is_file():
         return bin_dir / "etcd"
+    built = go_install("go.etcd.io/etcd/server/v3", version, bin_dir, "v3", what="etcd")
+    built.replace(bin_dir / "etcd")
+    return bin_dir / "etcd"
 
 
 # KWOK's own default Stages of the pinned release (node-initialize, node heartbeat with a Lease, pod-ready,
@@ -221,22 +233,8 @@ def _go_module_dir(module: str, version: str, workdir: Path) -> Path:
 
 def build_kwok(version: str = KWOK_VERSION) -> Path:
     """Build sigs.k8s.io/kwok/cmd/kwok from its Go module into the cache; return the binary."""
-    root = kwok_dir(version)
-    binary = root / "bin" / "kwok"
-    with _build_lock(root):
-        if binary.is_file():
-            return binary
-        _log(f"building kwok {version} from sigs.k8s.io/kwok/cmd/kwok (first time only; a few minutes)")
-        (root / "bin").mkdir(parents=True, exist_ok=True)
-        env = {**os.environ, "GOBIN": str(root / "bin"), "GOFLAGS": "-mod=mod", "GOWORK": "off"}
-        result = subprocess.run(
-            [_go(), "install", "-trimpath", "-ldflags", f"-s -w -X sigs.k8s.io/kwok/pkg/consts.Version={version}",
-             f"sigs.k8s.io/kwok/cmd/kwok@{version}"],
-            env=env, check=False,
-        )
-        if result.returncode != 0:
-            raise BinaryError(f"building kwok {version} failed (exit {result.returncode})")
-        return binary
+    return go_install("sigs.k8s.io/kwok/cmd/kwok", version, kwok_dir(version) / "bin", "kwok", what="kwok",
+                      ldflags=f"-s -w -X sigs.k8s.io/kwok/pkg/consts.Version={version}")
 
 
 def kwok_stages_dir(version: str = KWOK_VERSION) -> Path:

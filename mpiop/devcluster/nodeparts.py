@@ -33,18 +33,8 @@ def coredns_binary(version: str = COREDNS_VERSION) -> Path:
     """CoreDNS built from its Go module into the cache (its go.mod has no replace: `go install` works)."""
     if found := shutil.which("coredns"):
         return Path(found)
-    bin_dir = cache_dir() / "coredns" / version / "bin"
-    with _build_lock(bin_dir.parent):
-        if (bin_dir / "coredns").is_file():
-            return bin_dir / "coredns"
-        _log(f"building CoreDNS {version} from github.com/coredns/coredns (first time only)")
-        bin_dir.mkdir(parents=True, exist_ok=True)
-        env = {**os.environ, "GOBIN": str(bin_dir), "GOWORK": "off", "CGO_ENABLED": "0"}
-        result = subprocess.run([_go(), "install", "-trimpath", "-ldflags=-s -w",
-                                 f"github.com/coredns/coredns@{version}"], env=env, check=False)
-        if result.returncode != 0:
-            raise BinaryError(f"building CoreDNS {version} failed (exit {result.returncode})")
-        return bin_dir / "coredns"
+    return binaries.go_install("github.com/coredns/coredns", version, cache_dir() / "coredns" / version / "bin",
+                               "coredns", what="CoreDNS", env={"CGO_ENABLED": "0"})
 
 
 def cri_binary() -> Path:
