@@ -1,0 +1,74 @@
+"""What a bench run is asked to do (Options) and what it found (Report), and its log lines."""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+JSON = dict[str, Any]
+FLOOR_MANAGER = "bench.mpiop.dev/floor"  # a foreign managedBy: no mpiop ever acts on floor jobs
+PHASES = ("floor", "burst", "big", "qps50", "scale")
+QPS50_ARGS = ["--kube-api-qps=50", "--kube-api-burst=100"]
+
+
+@dataclass
+class Options:
+    jobs: int = 200
+    workers: int = 8
+    concurrency: int = 32
+    reconcile_workers: int = 8
+    big: tuple[int, ...] = (64, 256)
+    scale_jobs: int = 1000
+    scale_workers: int = 9
+    latency_samples: int = 120
+    latency_interval: float = 0.5
+    pods_per_node: int = 110
+    nodes: int = 0
+    operator_args: list[str] = field(default_factory=list)
+    phases: tuple[str, ...] = PHASES
+    keep_logs: Path | None = None
+    profile: Path | None = None
+    timeout: float = 900.0
+
+
+@dataclass
+class Report:
+    figures: dict[str, Any] = field(default_factory=dict)
+    rows: list[tuple[str, str, str]] = field(default_factory=list)
+
+    def add(self, key: str, value: Any, label: str, target: str = "") -> None:
+        self.figures[key] = value
+        shown = str(value)
+        if isinstance(value, float):
+            shown = f"{value:.3f}" if abs(value) < 10 else f"{value:.1f}"
+        self.rows.append((label, shown, target))
+        print(f"  {label:<58} {shown:>12}  {target}", file=sys.stderr, flush=True)
+
+    def table(self) -> str:
+        width = max(len(r[0]) for r in self.rows)
+        lines = [f"{'figure':<{width}}  {'value':>12}  target", "-" * (width + 30)]
+        lines += [f"{label:<{width}}  {value:>12}  {target}" for label, value, target in self.rows]
+        return "\n".join(lines)
+
+
+def load() -> str:
+    one, five, fifteen = os.getloadavg()
+    return f"{one:.2f} {five:.2f} {fifteen:.2f}"
+
+
+def log(message: str) -> None:
+    print(f"[bench {time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
+
+
+def profile_path(opts: Options, name: str) -> Path | None:
+    if opts.profile is None:
+        return None
+    opts.profile.mkdir(parents=True, exist_ok=True)
+    return opts.profile / f"operator-{name}.raw"
+
+
+# -- the whole run ----------------------------------------------------------------------------------------
