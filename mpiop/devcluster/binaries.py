@@ -107,17 +107,22 @@ def _run_go(args: list[str], cwd: Path) -> None:
         raise BinaryError(f"`go {' '.join(args)}` failed in {cwd} (exit {result.returncode})")
 
 
-def _staging_replaces(version: str, workdir: Path) -> list[str]:
-    """The k8s.io staging modules, read from k8s.io/kubernetes's own go.mod at that version."""
+def _go_mod_download(module: str, version: str, workdir: Path, want: str) -> Path:
+    """`go mod download -json module@version`: the path it reports under `want` (Dir, GoMod, ...)."""
     env = {**os.environ, "GOFLAGS": "-mod=mod", "GOWORK": "off"}
     out = subprocess.run(
-        [_go(), "mod", "download", "-json", f"k8s.io/kubernetes@{version}"],
+        [_go(), "mod", "download", "-json", f"{module}@{version}"],
         cwd=workdir, env=env, capture_output=True, text=True, check=False,
     )
     info = json.loads(out.stdout or "{}")
-    if out.returncode != 0 or "GoMod" not in info:
-        raise BinaryError(f"cannot download k8s.io/kubernetes@{version}: {info.get('Error', out.stderr)}")
-    text = Path(info["GoMod"]).read_text()
+    if out.returncode != 0 or want not in info:
+        raise BinaryError(f"cannot download {module}@{version}: {info.get('Error', out.stderr)}")
+    return Path(info[want])
+
+
+def _staging_replaces(version: str, workdir: Path) -> list[str]:
+    """The k8s.io staging modules, read from k8s.io/kubernetes's own go.mod at that version."""
+    text = _go_mod_download("k8s.io/kubernetes", version, workdir, "GoMod").read_text()
     return sorted(set(re.findall(r"^\s*(k8s\.io/[\w.-]+)\s*=>\s*\./staging/", text, flags=re.M)))
 
 
@@ -219,18 +224,6 @@ def kwok_dir(version: str = KWOK_VERSION) -> Path:
     return cache_dir() / "kwok" / version
 
 
-def _go_module_dir(module: str, version: str, workdir: Path) -> Path:
-    env = {**os.environ, "GOFLAGS": "-mod=mod", "GOWORK": "off"}
-    out = subprocess.run(
-        [_go(), "mod", "download", "-json", f"{module}@{version}"],
-        cwd=workdir, env=env, capture_output=True, text=True, check=False,
-    )
-    info = json.loads(out.stdout or "{}")
-    if out.returncode != 0 or "Dir" not in info:
-        raise BinaryError(f"cannot download {module}@{version}: {info.get('Error', out.stderr)}")
-    return Path(info["Dir"])
-
-
 def build_kwok(version: str = KWOK_VERSION) -> Path:
     """Build sigs.k8s.io/kwok/cmd/kwok from its Go module into the cache; return the binary."""
     return go_install("sigs.k8s.io/kwok/cmd/kwok", version, kwok_dir(version) / "bin", "kwok", what="kwok",
@@ -244,7 +237,7 @@ def kwok_stages_dir(version: str = KWOK_VERSION) -> Path:
     with _build_lock(root):
         if all((stages / Path(s).name).is_file() for s in KWOK_DEFAULT_STAGES):
             return stages
-        source = _go_module_dir("sigs.k8s.io/kwok", version, root)
+        source = _go_mod_download("sigs.k8s.io/kwok", version, root, "Dir")
         stages.mkdir(parents=True, exist_ok=True)
         for stage in KWOK_DEFAULT_STAGES:
             shutil.copyfile(source / stage, stages / Path(stage).name)
