@@ -131,12 +131,10 @@ SPEC_RULES: list[JSON] = [
     ),
 ]
 
-REPLICA_TYPE_RULES: list[JSON] = [
-    _rule(
-        "self.all(type, type == 'Launcher' || type == 'Worker')",
-        message="spec.mpiReplicaSpecs: unknown replica type; the keys must be Launcher and Worker",
-    ),
-]
+REPLICA_DESCRIPTIONS = {
+    "Launcher": "The launcher: one pod that runs mpirun (or another launcher) against the workers.",
+    "Worker": "The workers: the pods whose slots the hostfile lists; they run sshd for the launcher.",
+}
 
 PRINTER_COLUMNS: list[JSON] = [
     {"name": "State", "type": "string", "jsonPath": ".status.conditions[-1:].type",
@@ -187,7 +185,7 @@ class _Structural:
         for key, value in node.items():
             if key in ("title", "description", "default", "propertyNames", "$defs"):
                 # titles are pydantic's; defaults are applied by the controller, not stored (see docs/api.md);
-                # replica-type keys are checked by a CEL rule, which can name the offending key.
+                # replica-type keys become named properties (spec_schema), so their propertyNames go.
                 continue
             if key == "properties":
                 out[key] = {name: self.convert(prop) for name, prop in value.items()}
@@ -225,12 +223,16 @@ def model_schema(model: type[BaseModel]) -> JSON:
 def spec_schema(pod_template: JSON) -> JSON:
     spec = model_schema(v2beta1.MPIJobSpec)
     spec["required"] = ["mpiReplicaSpecs"]
+    # Launcher and Worker as named properties, not a map as in kubeflow's CRD: `kubectl explain` then takes
+    # `mpiReplicaSpecs.Worker.template.spec`, and an unknown key is an unknown field like any other (refused
+    # by kubectl's strict field validation). The price: the pod template schema is in the CRD twice.
     replica_specs = spec["properties"]["mpiReplicaSpecs"]
-    replica_specs["maxProperties"] = 2
-    replica_specs["x-kubernetes-validations"] = copy.deepcopy(REPLICA_TYPE_RULES)
-    template = replica_specs["additionalProperties"]["properties"]["template"]
-    replica_specs["additionalProperties"]["properties"]["template"] = {
-        **pod_template, "description": template["description"],
+    replica = replica_specs.pop("additionalProperties")
+    template_description = replica["properties"]["template"]["description"]
+    replica["properties"]["template"] = {**pod_template, "description": template_description}
+    replica_specs["properties"] = {
+        name: {**copy.deepcopy(replica), "description": f"{description} {replica['description']}"}
+        for name, description in REPLICA_DESCRIPTIONS.items()
     }
     minimum_resources = spec["properties"]["runPolicy"]["properties"]["schedulingPolicy"]["properties"]
     minimum_resources["minResources"]["additionalProperties"]["pattern"] = QUANTITY_PATTERN

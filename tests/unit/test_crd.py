@@ -83,7 +83,7 @@ def test_schema_is_structural() -> None:
 def test_no_default_outside_the_pod_template() -> None:
     """Defaults are the controller's business (stored objects stay as written); see docs/api.md."""
     for path, node in schema_nodes(root_schema()):
-        if not path.startswith(".spec.mpiReplicaSpecs{}.template"):
+        if not path.startswith((".spec.mpiReplicaSpecs.Launcher.template", ".spec.mpiReplicaSpecs.Worker.template")):
             assert "default" not in node, path
 
 
@@ -107,14 +107,23 @@ def test_names_columns_and_subresources() -> None:
     }
 
 
-def test_template_is_the_pod_template_once() -> None:
-    replica = root_schema()["properties"]["spec"]["properties"]["mpiReplicaSpecs"]["additionalProperties"]
-    template = replica["properties"]["template"]
+def test_each_replica_type_has_the_pod_template() -> None:
+    """Launcher and Worker are named properties (kubectl explain ...mpiReplicaSpecs.Worker.template.spec), each
+    with the whole pod template: the only place the CRD repeats a schema, and the reason it doubled in size."""
+    replica_specs = root_schema()["properties"]["spec"]["properties"]["mpiReplicaSpecs"]
+    assert "additionalProperties" not in replica_specs
+    assert set(replica_specs["properties"]) == {"Launcher", "Worker"}
+    launcher, worker = (replica_specs["properties"][name] for name in ("Launcher", "Worker"))
+    assert launcher["description"].startswith("The launcher:")
+    assert worker["description"].startswith("The workers:")
+    assert {k: v for k, v in launcher.items() if k != "description"} == {
+        k: v for k, v in worker.items() if k != "description"}
+    template = worker["properties"]["template"]
     assert template["properties"]["spec"]["required"] == ["containers"]
     assert template["properties"]["metadata"]["x-kubernetes-preserve-unknown-fields"] is True
     assert set(template["properties"]["metadata"]["properties"]) == {
         "annotations", "finalizers", "labels", "name", "namespace"}
-    assert json.dumps(crd()).count("List of containers belonging to the pod.") == 1
+    assert json.dumps(crd()).count("List of containers belonging to the pod.") == 2
     limits = template["properties"]["spec"]["properties"]["containers"]["items"]["properties"]["resources"]
     quantity = limits["properties"]["limits"]["additionalProperties"]
     assert quantity["x-kubernetes-int-or-string"] is True  # `nvidia.com/gpu: 1` is an integer in YAML
