@@ -44,6 +44,15 @@ def _ssh_volume(job: MPIJob) -> dict[str, Any]:
     return {"name": SSH_VOLUME, "secret": secret}
 
 
+def _host_network_dns(spec: dict[str, Any]) -> None:
+    """A host-network pod resolves with the node's DNS unless told otherwise; the job's names need the cluster's.
+
+    As kubeflow (and KubeDL's host-network mode) do; a dnsPolicy the user chose is kept.
+    """
+    if spec.get("hostNetwork") and not spec.get("dnsPolicy"):
+        spec["dnsPolicy"] = "ClusterFirstWithHostNet"
+
+
 def _add_search_domain(spec: dict[str, Any], domain: str) -> None:
     searches = spec.setdefault("dnsConfig", {}).setdefault("searches", [])
     if domain not in searches:
@@ -82,6 +91,7 @@ def _base_pod(job: MPIJob, replica: ReplicaSpec, name: str, labels: dict[str, st
     spec["hostname"] = name
     spec["subdomain"] = names.service_name(job)
     spec["restartPolicy"] = pod_restart_policy(replica)
+    _host_network_dns(spec)
     _add_search_domain(spec, names.search_domain(job, cluster_domain))
     _add_volume(spec, _ssh_volume(job), job.spec.effective_ssh_auth_mount_path)
     metadata = names.owned_metadata(job, name, labels={**(meta.get("labels") or {}), **labels})

@@ -261,3 +261,20 @@ def test_job_search_domain(template_dns: dict[str, Any] | None, cluster_domain: 
     assert launcher_pod(job, 0, cluster_domain)["spec"]["dnsConfig"] == expected
     assert (job.spec.worker.template["spec"].get("dnsConfig") or {}).get("searches") == (
         None if template_dns is None else template_dns["searches"])
+
+
+@pytest.mark.parametrize(("template", "expected"), [
+    ({}, None),
+    ({"hostNetwork": False}, None),
+    ({"hostNetwork": True}, "ClusterFirstWithHostNet"),
+    ({"hostNetwork": True, "dnsPolicy": "Default"}, "Default"),
+    ({"dnsPolicy": "None", "dnsConfig": {"nameservers": ["10.0.0.10"]}}, "None"),
+], ids=["pod-network", "host-network-false", "host-network", "user-policy-kept", "no-host-network-user-policy"])
+def test_host_network_pods_resolve_cluster_names(template: dict[str, Any], expected: str | None) -> None:
+    """On the host network a pod would resolve with the node's DNS: the job's pod names need the cluster's."""
+    builder = make_mpijob("pi")
+    for role in ("Launcher", "Worker"):
+        builder = builder.pod_spec(role, **template)
+    job = builder.obj()
+    assert worker_pod(job, 0, 0)["spec"].get("dnsPolicy") == expected
+    assert launcher_pod(job, 0)["spec"].get("dnsPolicy") == expected
