@@ -24,7 +24,6 @@ LAUNCHER_ROLE = "launcher"
 WORKER_ROLE = "worker"
 
 CONFIG_MOUNT_PATH = "/etc/mpi"
-ROOT_SSH_PATH = "/root/.ssh"
 DEFAULT_CLUSTER_DOMAIN = "cluster.local"
 HOSTFILE_NAME = "hostfile"
 DISCOVER_HOSTS_NAME = "discover_hosts.sh"

@@ -11,7 +11,7 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-from mpiop.api.v2beta1 import MPIJob, ReplicaSpec
+from mpiop.api.v2beta1 import DEFAULT_SSH_AUTH_MOUNT_PATH, MPIJob, ReplicaSpec
 from mpiop.desired import env, names
 
 SSH_VOLUME = "ssh-auth"
@@ -39,7 +39,7 @@ def _ssh_volume(job: MPIJob) -> dict[str, Any]:
             {"key": "ssh-publickey", "path": "authorized_keys"},
         ],
     }
-    if job.spec.effective_ssh_auth_mount_path == names.ROOT_SSH_PATH:
+    if job.spec.effective_ssh_auth_mount_path == DEFAULT_SSH_AUTH_MOUNT_PATH:  # root's home
         secret["defaultMode"] = 0o600
     return {"name": SSH_VOLUME, "secret": secret}
 

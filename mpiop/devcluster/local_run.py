@@ -21,6 +21,7 @@ from typing import Any
 
 from mpiop import logging as mpiop_logging
 from mpiop.api.install import install_crd
+from mpiop.api.v2beta1 import JobCondition, JobStatus
 from mpiop.cli import main as cli_main
 from mpiop.controller.options import add_run_arguments
 from mpiop.controller.options import run as run_operator
@@ -49,21 +50,21 @@ def node_possible() -> bool:
     return all(shutil.which(tool) for tool in ("containerd", "runc", "ctr", "debootstrap"))
 
 
-def finished_condition(job: dict[str, Any]) -> dict[str, Any] | None:
-    """The job's true Succeeded or Failed condition, if it has finished."""
-    for condition in (job.get("status") or {}).get("conditions") or []:
-        if condition.get("type") in ("Succeeded", "Failed") and condition.get("status") == "True":
-            return dict(condition)
-    return None
+def final_condition(job: dict[str, Any]) -> JobCondition | None:
+    """The job's Succeeded or Failed condition once it has finished (JobStatus decides what finished means)."""
+    status = JobStatus.model_validate(job.get("status") or {})
+    if not status.finished:
+        return None
+    return status.condition("Succeeded" if status.is_true("Succeeded") else "Failed")
 
 
-async def run_pi(client: KubeClient, image: str, timeout: float = 600.0) -> tuple[dict[str, Any], str]:
+async def run_pi(client: KubeClient, image: str, timeout: float = 600.0) -> tuple[JobCondition, str]:
     """Submit the Open MPI pi job, wait until it has finished; its final condition and launcher log."""
     from mpiop.devcluster.pi_job import pi_job
 
     await client.create(MPIJOBS, PI_NAMESPACE, pi_job(PI_JOB, image))
     deadline = time.monotonic() + timeout
-    while (condition := finished_condition(await client.get(MPIJOBS, PI_NAMESPACE, PI_JOB))) is None:
+    while (condition := final_condition(await client.get(MPIJOBS, PI_NAMESPACE, PI_JOB))) is None:
         if time.monotonic() > deadline:
             raise TimeoutError(f"MPIJob {PI_NAMESPACE}/{PI_JOB} did not finish within {timeout:.0f}s")
         await asyncio.sleep(1.0)
@@ -85,8 +86,8 @@ async def _on_node(kubeconfig: str, image: str, args: argparse.Namespace) -> int
         condition, log = pi.result()
     finally:
         await client.close()
-    print(f"\nMPIJob {PI_NAMESPACE}/{PI_JOB}: {condition['type']} after {time.monotonic() - started:.1f}s "
-          f"({condition.get('reason')}). The launcher's log:\n"
+    print(f"\nMPIJob {PI_NAMESPACE}/{PI_JOB}: {condition.type} after {time.monotonic() - started:.1f}s "
+          f"({condition.reason}). The launcher's log:\n"
           + "".join(f"  | {line}\n" for line in log.splitlines())
           + f"\nThe operator keeps running; in another shell:\n  export KUBECONFIG={kubeconfig}\n"
           f"  {kube_binary('kubectl')} get mpij -A\nCtrl-C stops the operator and the node.\n", flush=True)

@@ -20,9 +20,9 @@ def cond(type_: str, status: str) -> dict[str, str]:
     ({"conditions": [cond("Running", "False"), cond("Failed", "True")]}, "Failed"),
     ({"conditions": [cond("Succeeded", "False")]}, None),
 ], ids=["no-status", "running", "succeeded", "failed", "false-is-not-finished"])
-def test_finished_condition(status: dict[str, Any], expected: str | None) -> None:
-    found = local_run.finished_condition({"status": status})
-    assert (found or {}).get("type") == expected
+def test_final_condition(status: dict[str, Any], expected: str | None) -> None:
+    found = local_run.final_condition({"status": status})
+    assert (found.type if found is not None else None) == expected
 
 
 def test_node_is_skipped_when_asked(monkeypatch: pytest.MonkeyPatch) -> None:
