@@ -28,7 +28,7 @@ system-deps:
 
 # Finds the pinned binaries (KUBEBUILDER_ASSETS, PATH) or builds them once into .cache/.
 binaries: venv system-deps
-	$(BIN)/python -m mpiop.devcluster.binaries
+	$(BIN)/python -m devcluster.binaries
 
 # Tests also render the Helm chart: helm is built once from its Go module into .cache/ (hack/helm.sh).
 test-binaries: binaries
@@ -49,17 +49,17 @@ integration: test-binaries
 	$(BIN)/pytest -q tests/integration
 
 dev-cluster: binaries
-	$(BIN)/mpiop dev-cluster up
+	$(BIN)/python -m devcluster up
 
 # The main job: the operator against $KUBECONFIG; else, as root with apt, on the real node of the e2e suite,
 # where an Open MPI pi job runs to completion first (MPIOP_RUN_NODE=0: a bare local control plane instead).
 run: binaries
 	@if [[ -z "$$KUBECONFIG" && "$${MPIOP_RUN_NODE:-1}" != 0 && $$(id -u) -eq 0 ]] && command -v apt-get >/dev/null; then \
 	  bash hack/install-e2e-deps.sh; fi
-	$(BIN)/python -m mpiop.devcluster.local_run
+	$(BIN)/python -m devcluster.local_run
 
 dev-cluster-down: venv
-	$(BIN)/mpiop dev-cluster down
+	$(BIN)/python -m devcluster down
 
 # The CRD: pydantic models + the committed PodTemplateSpec snapshot, offline (tests/unit/test_crd.py checks it).
 crds: venv
@@ -83,5 +83,5 @@ clean:
 .PHONY: e2e
 e2e: binaries
 	bash hack/install-e2e-deps.sh
-	$(BIN)/python -m mpiop.devcluster.node prepare
+	$(BIN)/python -m devcluster.node prepare
 	$(BIN)/pytest -q -p no:cacheprovider -rxX e2e

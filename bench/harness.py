@@ -13,11 +13,11 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
+from devcluster.simulated import finished_pod_status
 from mpiop import ssh
 from mpiop.api.v2beta1 import MPIJob
 from mpiop.decide import decide
 from mpiop.desired import names, objects, pods
-from mpiop.devcluster.simulated import finished_pod_status
 from mpiop.kube.client import (
     CONFIGMAPS,
     MPIJOBS,

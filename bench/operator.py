@@ -23,7 +23,7 @@ from typing import Any
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from mpiop.devcluster.controlplane import _die_with_parent, free_port
+from devcluster.controlplane import _die_with_parent, free_port
 
 JSON = dict[str, Any]
 WRITE_VERBS = ("POST", "PUT", "PATCH", "DELETE")

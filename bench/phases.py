@@ -25,7 +25,7 @@ from bench.harness import (
 )
 from bench.operator import OperatorProcess
 from bench.report import FLOOR_MANAGER, JSON, Options, Report, log, profile_path
-from mpiop.devcluster.simulated import SimulatedCluster
+from devcluster.simulated import SimulatedCluster
 from mpiop.kube.client import MPIJOBS, NAMESPACES, KubeClient
 
 

@@ -22,7 +22,7 @@ Order and why:
    latency   launchers of sampled jobs are marked Succeeded one at a time (every `--latency-interval`);
              time from sending the pod status write to the MPIJob status showing Succeeded.
 
-Everything runs on a SimulatedCluster (mpiop/devcluster/simulated.py) that is torn down at the end.
+Everything runs on a SimulatedCluster (devcluster/simulated.py) that is torn down at the end.
 """
 
 from __future__ import annotations
@@ -41,8 +41,8 @@ from pathlib import Path
 from bench.operator import OperatorProcess, profile_summary
 from bench.phases import big_jobs, burst, floor, scale
 from bench.report import PHASES, QPS50_ARGS, Options, Report, load, log, profile_path
-from mpiop.api.install import install_crd
-from mpiop.devcluster.simulated import SimulatedCluster
+from devcluster.install import install_crd
+from devcluster.simulated import SimulatedCluster
 from mpiop.kube.client import KubeClient
 
 

@@ -1,4 +1,4 @@
-"""The e2e session: one real node (mpiop/devcluster/node.py) with the MPI image, the CRD, and per test a
+"""The e2e session: one real node (devcluster/node.py) with the MPI image, the CRD, and per test a
 fresh namespace and the operator (`mpiop run --namespace <ns>`, a real process) watching it.
 
 Timings go to `.cache/e2e/report.json` and the terminal summary: node bring-up, and for each scenario the
@@ -19,10 +19,10 @@ from typing import Any
 
 import pytest
 
+from devcluster import images
+from devcluster.binaries import cache_dir
+from devcluster.node import Node
 from e2e.harness.kube import MPIJOBS, Api, ApiError, is_true, wait_for
-from mpiop.devcluster import images
-from mpiop.devcluster.binaries import cache_dir
-from mpiop.devcluster.node import Node
 
 REPORT: dict[str, Any] = {"node": {}, "scenarios": {}}
 REPORT_PATH = cache_dir() / "e2e" / "report.json"

@@ -6,9 +6,9 @@ from __future__ import annotations
 import re
 import time
 
+from devcluster.pi_job import pi_job
 from e2e.conftest import E2E, REPORT
 from e2e.harness.kube import MPIJOBS, condition, is_true, wait_for
-from mpiop.devcluster.pi_job import pi_job
 
 PI_LINE = re.compile(r"pi is approximately (\d+\.\d+) \((\d+) samples on (\d+) ranks\)")
 RANK_LINE = re.compile(r"^rank (\d+) on (\S+)$", re.M)

@@ -10,12 +10,12 @@ from pathlib import Path
 
 import yaml
 
+from devcluster import images
+from devcluster.binaries import project_root
+from devcluster.pi_job import pi_job
 from e2e.conftest import E2E
 from e2e.harness.kube import is_true, wait_for
 from e2e.test_mpi import assert_pi, assert_succeeded
-from mpiop.devcluster import images
-from mpiop.devcluster.binaries import project_root
-from mpiop.devcluster.pi_job import pi_job
 
 NAMESPACE = "mpiop-system"
 

@@ -13,8 +13,8 @@ import json
 import sys
 from pathlib import Path
 
+from devcluster.controlplane import ControlPlane
 from mpiop.api.podtemplate import OPENAPI_PATH, SNAPSHOT_PATH, snapshot_document
-from mpiop.devcluster.controlplane import ControlPlane
 
 
 def main(argv: list[str] | None = None) -> int:

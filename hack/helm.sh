@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Print the path of a helm binary built from its Go module (helm.sh/helm/v3/cmd/helm) into the
 # git-ignored .cache/, building it on first use. No downloaded binary: the same pinned source for
-# everyone, like the Kubernetes binaries (mpiop/devcluster/binaries.py).
+# everyone, like the Kubernetes binaries (devcluster/binaries.py).
 #   hack/helm.sh                 -> prints .cache/helm/<version>/helm
 #   $(hack/helm.sh) template deploy/helm/mpiop
 set -euo pipefail

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Debian packages the project needs: etcd for the test control plane (unless KUBEBUILDER_ASSETS or
 # PATH already has one). Without root or apt, nothing is installed and etcd is built from its Go
-# module instead (mpiop/devcluster/binaries.py).
+# module instead (devcluster/binaries.py).
 set -euo pipefail
 
 need=()

@@ -9,7 +9,7 @@ from collections.abc import AsyncIterator, Iterator
 
 import pytest
 
-from mpiop.devcluster.controlplane import ControlPlane
+from devcluster.controlplane import ControlPlane
 from mpiop.kube.client import NAMESPACES, ApiError, KubeClient
 
 # `kill <pytest>` should tear the control plane down like Ctrl-C does (fixtures' finalizers run);
@@ -51,8 +51,8 @@ async def namespace(kube: KubeClient) -> AsyncIterator[str]:
 @pytest.fixture(scope="session")
 async def mpijob_crd(kube: KubeClient) -> str:
     """The MPIJob CRD, installed (or updated to this checkout's version) once per session; its name."""
+    from devcluster.install import install_crd
     from mpiop.api.crd import CRD_NAME
-    from mpiop.api.install import install_crd
 
     await install_crd(kube)
     return CRD_NAME

@@ -1,5 +1,5 @@
 /* The pod sandbox's process: sleeps until told to stop, reaps orphans (it is PID 1 of the pod).
- * Built static by mpiop/devcluster/images.py into the pause image, since no registry can be reached. */
+ * Built static by devcluster/images.py into the pause image, since no registry can be reached. */
 #include <signal.h>
 #include <stdlib.h>
 #include <sys/wait.h>

@@ -6,7 +6,7 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from mpiop.devcluster.controlplane import ControlPlane
+from devcluster.controlplane import ControlPlane
 from mpiop.kube.client import KubeClient
 from tests.integration.operator import Cluster, Operator, running_operator
 

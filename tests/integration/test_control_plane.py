@@ -7,8 +7,8 @@ import os
 import socket
 import time
 
-from mpiop.devcluster.controlplane import ControlPlane
-from mpiop.devcluster.versions import KUBERNETES_VERSION
+from devcluster.controlplane import ControlPlane
+from devcluster.versions import KUBERNETES_VERSION
 from mpiop.kube.client import CONFIGMAPS, SECRETS, ApiError, KubeClient
 
 

@@ -14,9 +14,9 @@ from typing import Any
 import pytest
 import yaml
 
+from devcluster.controlplane import ControlPlane, ControlPlaneError
+from devcluster.install import install_crd
 from mpiop.api import podtemplate
-from mpiop.api.install import install_crd
-from mpiop.devcluster.controlplane import ControlPlane, ControlPlaneError
 from mpiop.kube.client import MPIJOBS, ApiError, KubeClient
 
 pytestmark = pytest.mark.integration

@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 import yaml
 
-from mpiop.devcluster.controlplane import ControlPlane
+from devcluster.controlplane import ControlPlane
 from mpiop.kube.client import PODS, ApiError, KubeClient
 from tests.integration.operator import eventually
 

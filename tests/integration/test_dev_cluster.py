@@ -1,4 +1,4 @@
-"""`mpiop dev-cluster up|status|down` as a human runs it: the printed KUBECONFIG works, down leaves nothing."""
+"""`python -m devcluster up|status|down` as a human runs it: the printed KUBECONFIG works, down leaves nothing."""
 
 from __future__ import annotations
 
@@ -8,12 +8,12 @@ import subprocess
 import sys
 from pathlib import Path
 
-from mpiop.devcluster.binaries import etcd_binary, kube_bin_dir, kube_binary
-from mpiop.devcluster.versions import KUBERNETES_VERSION
+from devcluster.binaries import etcd_binary, kube_bin_dir, kube_binary
+from devcluster.versions import KUBERNETES_VERSION
 
 
-def _mpiop(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "mpiop", *args], env=env, capture_output=True, text=True,
+def _dev(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "devcluster", *args], env=env, capture_output=True, text=True,
                           timeout=300, check=False)
 
 
@@ -31,7 +31,7 @@ def test_up_prints_a_working_kubeconfig_and_down_stops_every_process(tmp_path: P
     # Reuse the already built binaries through the envtest convention; keep the state dir private.
     env = {**os.environ, "MPIOP_CACHE_DIR": str(cache), "KUBEBUILDER_ASSETS": str(kube_bin_dir()),
            "PATH": f"{etcd_binary().parent}{os.pathsep}{os.environ['PATH']}"}
-    up = _mpiop(env, "dev-cluster", "up")
+    up = _dev(env, "up")
     try:
         assert up.returncode == 0, up.stderr
         last = up.stdout.strip().splitlines()[-1]
@@ -40,13 +40,13 @@ def test_up_prints_a_working_kubeconfig_and_down_stops_every_process(tmp_path: P
         version = subprocess.run([str(kube_binary("kubectl")), f"--kubeconfig={kubeconfig}", "get", "--raw",
                                   "/version"], capture_output=True, text=True, check=True, timeout=60)
         assert json.loads(version.stdout)["gitVersion"] == KUBERNETES_VERSION
-        status = _mpiop(env, "dev-cluster", "status")
+        status = _dev(env, "status")
         assert status.returncode == 0 and "kube-scheduler" in status.stdout
         state = json.loads((cache / "dev-cluster" / "state.json").read_text())
         pids = [state["supervisor"], *state["pids"]]
         assert all(_alive(p) for p in pids)
     finally:
-        down = _mpiop(env, "dev-cluster", "down")
+        down = _dev(env, "down")
     assert down.returncode == 0 and "no process left" in down.stdout
     assert not any(_alive(p) for p in pids)
-    assert _mpiop(env, "dev-cluster", "status").returncode == 1
+    assert _dev(env, "status").returncode == 1

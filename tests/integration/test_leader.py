@@ -20,7 +20,7 @@ from typing import Any
 import aiohttp
 from prometheus_client.parser import text_string_to_metric_families
 
-from mpiop.devcluster.controlplane import ControlPlane, free_port
+from devcluster.controlplane import ControlPlane, free_port
 from mpiop.kube.client import CONFIGMAPS, EVENTS, MPIJOBS, PODS, SECRETS, SERVICES, ApiError
 from mpiop.leader import LEASES
 from tests.integration.operator import Cluster, eventually, mpijob

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from mpiop.devcluster.controlplane import ControlPlane
+from devcluster.controlplane import ControlPlane
 from tests.integration.operator import Cluster, eventually, mpijob
 from tests.integration.test_leader import Metrics, OperatorProcess, drive_to_success
 

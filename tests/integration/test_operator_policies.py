@@ -6,7 +6,7 @@ import asyncio
 
 import pytest
 
-from mpiop.devcluster.controlplane import ControlPlane
+from devcluster.controlplane import ControlPlane
 from mpiop.kube.client import CONFIGMAPS, MPIJOBS, SECRETS, SERVICES, ApiError, Resource
 from tests.integration.operator import Cluster, Operator, eventually, mpijob, running_operator
 

@@ -20,11 +20,11 @@ from typing import Any
 import pytest
 import yaml
 
+from devcluster.controlplane import ControlPlane
 from mpiop.controller.manager import Manager, ManagerConfig
-from mpiop.controller.options import supervise
-from mpiop.devcluster.controlplane import ControlPlane
 from mpiop.kube.client import NAMESPACES, ApiError, KubeClient
 from mpiop.leader import LEASES, ElectionConfig, FencedClient, LeaderElector
+from mpiop.process import supervise
 from tests.integration.operator import Cluster, eventually, mpijob
 from tests.integration.test_deploy import DEPLOY, docs
 from tests.integration.test_leader import drive_to_success

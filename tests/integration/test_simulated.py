@@ -12,8 +12,8 @@ from collections.abc import AsyncIterator, Iterator
 
 import pytest
 
-from mpiop.api.install import install_crd
-from mpiop.devcluster.simulated import FINISH_LABEL, GPU_RESOURCE, NODE_PREFIX, SimulatedCluster
+from devcluster.install import install_crd
+from devcluster.simulated import FINISH_LABEL, GPU_RESOURCE, NODE_PREFIX, SimulatedCluster
 from mpiop.kube.client import PODS, KubeClient
 from tests.integration.operator import Cluster, eventually, mpijob, running_operator
 

@@ -8,7 +8,7 @@ import tarfile
 import tomllib
 from pathlib import Path
 
-from mpiop.devcluster import images, nodehost, nodeparts
+from devcluster import images, nodehost, nodeparts
 
 
 def test_oci_archive_layout(tmp_path: Path) -> None:

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 import yaml
 
-from mpiop.devcluster.certs import CertificateAuthority
+from devcluster.certs import CertificateAuthority
 from mpiop.kube import access as kube_access
 from mpiop.kube.access import ConfigError, load_incluster, load_kubeconfig
 from mpiop.kube.codec import decode, list_metadata

@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from mpiop.devcluster import local_run
+from devcluster import local_run
 
 
 def cond(type_: str, status: str) -> dict[str, str]:

@@ -7,8 +7,8 @@ import asyncio
 
 import pytest
 
-from mpiop.controller.options import add_run_arguments, config_from_args
 from mpiop.kube.client import TokenBucket
+from mpiop.process import add_run_arguments, config_from_args
 
 
 def parse(*argv: str) -> argparse.Namespace:

@@ -1,7 +1,7 @@
 import pytest
 
-from mpiop.devcluster import binaries
-from mpiop.devcluster.versions import KUBERNETES_VERSION, staging_version
+from devcluster import binaries
+from devcluster.versions import KUBERNETES_VERSION, staging_version
 
 
 @pytest.mark.parametrize(

@@ -27,8 +27,8 @@ from typing import Any
 
 import yaml
 
-from mpiop.devcluster import binaries
-from mpiop.devcluster.certs import CertificateAuthority, KeyPair, service_account_key
+from devcluster import binaries
+from devcluster.certs import CertificateAuthority, KeyPair, service_account_key
 
 SERVICE_CIDR = "10.96.0.0/16"
 _PR_SET_PDEATHSIG = 1

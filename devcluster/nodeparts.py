@@ -11,9 +11,9 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
-from mpiop.devcluster import binaries, images
-from mpiop.devcluster.binaries import BinaryError, _build_lock, _go, cache_dir, project_root
-from mpiop.devcluster.nodehost import (
+from devcluster import binaries, images
+from devcluster.binaries import BinaryError, _build_lock, _go, cache_dir, project_root
+from devcluster.nodehost import (
     BRIDGE,
     CGROUP_PARENT,
     CLUSTER_DOMAIN,
@@ -24,8 +24,8 @@ from mpiop.devcluster.nodehost import (
     POD_SUBNET,
     STATE,
 )
-from mpiop.devcluster.nodehost import log as _log
-from mpiop.devcluster.versions import KUBERNETES_VERSION
+from devcluster.nodehost import log as _log
+from devcluster.versions import KUBERNETES_VERSION
 
 
 # -- binaries that are not Kubernetes ----------------------------------------------------------------

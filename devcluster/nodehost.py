@@ -17,7 +17,7 @@ import time
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
-from mpiop.devcluster import binaries
+from devcluster import binaries
 
 NODE_NAME = "mpiop-e2e"
 BRIDGE = "mpiop0"

@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from mpiop.devcluster.binaries import _build_lock, cache_dir, project_root
+from devcluster.binaries import _build_lock, cache_dir, project_root
 
 # Bump when the way images are made changes in a way the inputs below do not show.
 RECIPE_VERSION = "1"
@@ -128,7 +128,7 @@ def write_oci_archive(out: Path, ref: str, layers: Sequence[Path], config: dict[
     image_config = {
         "created": now, "architecture": "amd64", "os": "linux", "config": config,
         "rootfs": {"type": "layers", "diff_ids": [f"sha256:{d}" for d in layer_digests]},
-        "history": [{"created": now, "created_by": "mpiop/devcluster/images.py"} for _ in layers],
+        "history": [{"created": now, "created_by": "devcluster/images.py"} for _ in layers],
     }
     config_blob = json.dumps(image_config, sort_keys=True).encode()
     manifest = {

@@ -1,4 +1,4 @@
-"""`mpiop dev-cluster up|status|down`: the test control plane, kept running in the background for humans.
+"""`python -m devcluster up|status|down`: the test control plane, kept running in the background for humans.
 
 `up` starts a detached supervisor process (this module's `supervise`) that owns the control plane; the
 components die with the supervisor, and `down` asks the supervisor to stop them and waits until every
@@ -18,8 +18,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from mpiop.devcluster.binaries import cache_dir
-from mpiop.devcluster.controlplane import ControlPlane
+from devcluster.binaries import cache_dir
+from devcluster.controlplane import ControlPlane
 
 
 def state_dir() -> Path:
@@ -95,10 +95,13 @@ def up(scheduler: bool = True, timeout: float = 1800.0) -> int:
     (directory / "failed").unlink(missing_ok=True)
     _state_file().unlink(missing_ok=True)
     log = (directory / "supervisor.log").open("ab")
-    argv = [sys.executable, "-m", "mpiop.devcluster.background"]
+    argv = [sys.executable, "-m", "devcluster.background"]
     argv += ["--scheduler"] if scheduler else []
+    # devcluster is not installed (it is not part of the product): the child finds it beside this checkout.
+    root = str(Path(__file__).resolve().parents[1])
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")]))}
     process = subprocess.Popen(
-        argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True
+        argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True, env=env
     )
     print(f"starting the control plane (log: {directory / 'supervisor.log'}) ...", file=sys.stderr)
     deadline = time.monotonic() + timeout

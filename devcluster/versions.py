@@ -1,10 +1,9 @@
-"""The one place that pins the Kubernetes version mpiop is developed and tested against.
+"""The versions of every tool the dev cluster builds. Kubernetes itself is pinned in ``mpiop.KUBERNETES_VERSION``
+(the version the product is tested against); this module re-exports it for the builders."""
 
-v1.34 is the newest minor whose kubelet still runs on cgroup v1 without extra flags
-(kubelet >= 1.35 refuses v1 unless ``failCgroupV1: false``), and this project's machines use v1.
-"""
+from mpiop import KUBERNETES_VERSION
 
-KUBERNETES_VERSION = "v1.34.4"
+__all__ = ["ETCD_VERSION", "KUBERNETES_VERSION", "KWOK_VERSION", "staging_version"]
 
 # etcd used only when none is found (KUBEBUILDER_ASSETS, PATH): the server the pinned Kubernetes
 # release vendors its etcd client from.

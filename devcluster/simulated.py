@@ -31,8 +31,8 @@ from typing import Any
 
 import yaml
 
-from mpiop.devcluster import binaries
-from mpiop.devcluster.controlplane import ControlPlane, ControlPlaneError, free_port
+from devcluster import binaries
+from devcluster.controlplane import ControlPlane, ControlPlaneError, free_port
 
 KWOK_NODE_ANNOTATION = "kwok.x-k8s.io/node"
 KWOK_NODE_SELECTOR = f"{KWOK_NODE_ANNOTATION}=fake"
@@ -257,7 +257,7 @@ class SimulatedCluster:
 
 
 def main() -> None:
-    """`python -m mpiop.devcluster.simulated [NODES]`: a simulated cluster in the foreground until Ctrl-C."""
+    """`python -m devcluster.simulated [NODES]`: a simulated cluster in the foreground until Ctrl-C."""
     import sys
 
     nodes = int(sys.argv[1]) if len(sys.argv) > 1 else 4

@@ -19,7 +19,7 @@ from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from mpiop.devcluster.versions import ETCD_VERSION, KUBERNETES_VERSION, KWOK_VERSION, staging_version
+from devcluster.versions import ETCD_VERSION, KUBERNETES_VERSION, KWOK_VERSION, staging_version
 
 KUBE_COMMANDS = {
     "kube-apiserver": "k8s.io/kubernetes/cmd/kube-apiserver",
@@ -38,7 +38,7 @@ class BinaryError(RuntimeError):
 
 def project_root() -> Path | None:
     """The source checkout this package runs from, if any (editable installs)."""
-    candidate = Path(__file__).resolve().parents[2]
+    candidate = Path(__file__).resolve().parents[1]
     return candidate if (candidate / "pyproject.toml").is_file() else None
 
 

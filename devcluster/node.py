@@ -38,10 +38,10 @@ from typing import IO
 
 import yaml
 
-from mpiop.devcluster import binaries, images, nodeparts
-from mpiop.devcluster.binaries import cache_dir
-from mpiop.devcluster.controlplane import Component, ControlPlane, ControlPlaneError, free_port
-from mpiop.devcluster.nodehost import (
+from devcluster import binaries, images, nodeparts
+from devcluster.binaries import cache_dir
+from devcluster.controlplane import Component, ControlPlane, ControlPlaneError, free_port
+from devcluster.nodehost import (
     BRIDGE,
     CNI_BIN,
     GATEWAY,
@@ -54,8 +54,8 @@ from mpiop.devcluster.nodehost import (
     record_sysctls,
     reset_host,
 )
-from mpiop.devcluster.nodehost import log as _log
-from mpiop.devcluster.nodeparts import coredns_binary, cri_binary, kube_proxy_binary
+from devcluster.nodehost import log as _log
+from devcluster.nodeparts import coredns_binary, cri_binary, kube_proxy_binary
 
 
 class NodeError(RuntimeError):
@@ -352,7 +352,7 @@ def prepare() -> dict[str, Path]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """`python -m mpiop.devcluster.node [up [--mpi]|prepare|reset]`.
+    """`python -m devcluster.node [up [--mpi]|prepare|reset]`.
 
     up: bring a node up until Ctrl-C or SIGTERM; prepare: build what a node needs; reset: remove what a
     crashed node left on the host.

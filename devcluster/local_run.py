@@ -19,15 +19,15 @@ import sys
 import time
 from typing import Any
 
+from devcluster import background
+from devcluster.binaries import kube_binary
+from devcluster.install import install_crd
 from mpiop import logging as mpiop_logging
-from mpiop.api.install import install_crd
 from mpiop.api.v2beta1 import JobCondition, JobStatus
 from mpiop.cli import main as cli_main
-from mpiop.controller.options import add_run_arguments
-from mpiop.controller.options import run as run_operator
-from mpiop.devcluster import background
-from mpiop.devcluster.binaries import kube_binary
 from mpiop.kube.client import MPIJOBS, PODS, KubeClient
+from mpiop.process import add_run_arguments
+from mpiop.process import run as run_operator
 
 PI_JOB = "pi"
 PI_NAMESPACE = "default"
@@ -60,7 +60,7 @@ def final_condition(job: dict[str, Any]) -> JobCondition | None:
 
 async def run_pi(client: KubeClient, image: str, timeout: float = 600.0) -> tuple[JobCondition, str]:
     """Submit the Open MPI pi job, wait until it has finished; its final condition and launcher log."""
-    from mpiop.devcluster.pi_job import pi_job
+    from devcluster.pi_job import pi_job
 
     await client.create(MPIJOBS, PI_NAMESPACE, pi_job(PI_JOB, image))
     deadline = time.monotonic() + timeout
@@ -96,8 +96,8 @@ async def _on_node(kubeconfig: str, image: str, args: argparse.Namespace) -> int
 
 def main_on_node(argv: list[str]) -> int:
     """The real node, the operator, the pi job: a new user's first command shows MPI running through mpiop."""
-    from mpiop.devcluster import images
-    from mpiop.devcluster.node import Node
+    from devcluster import images
+    from devcluster.node import Node
 
     parser = argparse.ArgumentParser(prog="make run")
     add_run_arguments(parser)
