@@ -14,10 +14,10 @@ from pathlib import Path
 from typing import Any
 
 from devcluster.simulated import finished_pod_status
-from mpiop import ssh
+from mpiop import names, ssh
 from mpiop.api.v2beta1 import MPIJob
 from mpiop.decide import decide
-from mpiop.desired import names, objects, pods
+from mpiop.desired import objects, pods
 from mpiop.kube.client import (
     CONFIGMAPS,
     MPIJOBS,

@@ -10,9 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from mpiop import podstate
+from mpiop import names, podstate
 from mpiop.api.v2beta1 import JobStatus, MPIJob
-from mpiop.desired import names
 from mpiop.podstate import Pod
 
 JSON = dict[str, Any]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from mpiop.desired import names
+from mpiop import names
 from mpiop.kube.trim import metadata as trimmed_metadata
 
 Pod = dict[str, Any]

@@ -16,7 +16,7 @@ import copy
 import datetime as dt
 from typing import Any, Self
 
-from mpiop import podstate
+from mpiop import names, podstate
 from mpiop.api.v2beta1 import (
     LAUNCHER,
     WORKER,
@@ -32,7 +32,7 @@ from mpiop.api.v2beta1 import (
     RestartPolicy,
     format_time,
 )
-from mpiop.desired import names, objects
+from mpiop.desired import objects
 from mpiop.plan import Observed
 
 JSON = dict[str, Any]

@@ -11,9 +11,8 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from mpiop import podstate
+from mpiop import names, podstate
 from mpiop.api.v2beta1 import KIND, MPIJob
-from mpiop.desired import names
 from mpiop.kube.client import CONFIGMAPS, MPIJOBS, PODS, SECRETS, SERVICES, KubeClient
 from mpiop.kube.informer import Informer
 from mpiop.kube.trim import metadata as trimmed_metadata

@@ -8,9 +8,9 @@ is gone. The launcher comes with the workers (AtStartup) or once every worker is
 
 from __future__ import annotations
 
-from mpiop import podstate
+from mpiop import names, podstate
 from mpiop.api.v2beta1 import MPIJob
-from mpiop.desired import names, objects, pods
+from mpiop.desired import objects, pods
 from mpiop.plan import Observed, Plan
 
 

@@ -7,8 +7,8 @@ reads PRTE_MCA_*; setting both lets one job spec work with either image.
 
 from __future__ import annotations
 
+from mpiop import names
 from mpiop.api.v2beta1 import MPIImplementation, MPIJob
-from mpiop.desired import names
 from mpiop.desired.slots import slots_per_worker
 
 EnvVar = dict[str, str]

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
+from mpiop import names
 from mpiop.api.v2beta1 import MPIImplementation, MPIJob
-from mpiop.desired import names
 from mpiop.desired.slots import slots_per_worker
 
 

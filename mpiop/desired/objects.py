@@ -6,8 +6,9 @@ import base64
 from collections.abc import Iterable
 from typing import Any
 
+from mpiop import names
 from mpiop.api.v2beta1 import MPIJob
-from mpiop.desired import hostfile, names
+from mpiop.desired import hostfile
 
 
 def ssh_secret(job: MPIJob, private_key: bytes, public_key: bytes) -> dict[str, Any]:

@@ -11,8 +11,9 @@ from __future__ import annotations
 import copy
 from typing import Any
 
+from mpiop import names
 from mpiop.api.v2beta1 import DEFAULT_SSH_AUTH_MOUNT_PATH, MPIJob, ReplicaSpec
-from mpiop.desired import env, names
+from mpiop.desired import env
 
 SSH_VOLUME = "ssh-auth"
 CONFIG_VOLUME = "mpi-job-config"

@@ -13,9 +13,8 @@ from __future__ import annotations
 
 import datetime as dt
 
-from mpiop import podstate
+from mpiop import names, podstate
 from mpiop.api.v2beta1 import MPIJob
-from mpiop.desired import names
 from mpiop.plan import Observed, Plan
 from mpiop.status import conditions as c
 

@@ -4,9 +4,8 @@ from __future__ import annotations
 
 import datetime as dt
 
-from mpiop import podstate
+from mpiop import names, podstate
 from mpiop.api.v2beta1 import LAUNCHER, WORKER, MPIJob, ReplicaStatus, ReplicaType
-from mpiop.desired import names
 from mpiop.plan import Observed, Plan
 from mpiop.status import conditions as c
 

@@ -6,9 +6,9 @@ from typing import Any
 
 import pytest
 
-from mpiop import podstate
+from mpiop import names, podstate
 from mpiop.api.v2beta1 import MPIJob
-from mpiop.desired import ensure, names, objects
+from mpiop.desired import ensure, objects
 from mpiop.plan import Observed, Plan
 from tests.builders import PodBuilder, make_mpijob, make_pod, observe
 

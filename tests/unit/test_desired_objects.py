@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import base64
 
-from mpiop.desired import names, objects
+from mpiop import names
+from mpiop.desired import objects
 from tests.builders import make_mpijob
 
 

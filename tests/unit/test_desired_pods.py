@@ -6,8 +6,8 @@ from typing import Any
 
 import pytest
 
+from mpiop import names
 from mpiop.api.v2beta1 import ReplicaSpec, RestartPolicy
-from mpiop.desired import names
 from mpiop.desired.pods import WORKER_DEFAULT_COMMAND, launcher_pod, pod_restart_policy, worker_pod
 from tests.builders import MPIJobBuilder, make_mpijob
 

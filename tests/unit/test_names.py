@@ -1,10 +1,10 @@
-"""mpiop.desired.names: deterministic names, kubeflow labels, DNS names and owner references."""
+"""mpiop.names: deterministic names, kubeflow labels, DNS names and owner references."""
 
 from __future__ import annotations
 
 import pytest
 
-from mpiop.desired import names
+from mpiop import names
 from tests.builders import make_mpijob
 
 
