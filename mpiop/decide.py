@@ -4,9 +4,13 @@
     (always)     -> SSH Secret, Service, hostfile ConfigMap
     suspended?   -> pods deleted, Suspended
     deadline?    -> Failed DeadlineExceeded, clean-up
-    pod failed?  -> Restarting (pods deleted) or Failed (backoffLimit), clean-up
-    launcher ok? -> Succeeded, clean-up
-    otherwise    -> create what is missing, update the hostfile, Running when all pods run
+    launcher ok? -> Succeeded, clean-up                                       (policies/success)
+    pod failed?  -> Restarting (pods deleted) or Failed (backoffLimit), clean-up (policies/failure)
+    otherwise    -> Running when all pods run; create what is missing, the launcher when its creation
+                    policy allows (policies/launcher_creation); update the hostfile
+
+After the plan is carried out, a create the apiserver refuses as invalid fails the job once with
+ValidationError (policies/refused, applied by the reconciler: the refusal is only known after the write).
 """
 
 from __future__ import annotations
@@ -16,7 +20,7 @@ import datetime as dt
 from mpiop.api.v2beta1 import MPIJob
 from mpiop.desired import ensure
 from mpiop.plan import Observed, Plan
-from mpiop.policies import cleanup, deadline, failure, suspend, ttl
+from mpiop.policies import cleanup, deadline, failure, launcher_creation, success, suspend, ttl
 from mpiop.status import progress
 
 
@@ -41,8 +45,11 @@ def _decide(plan: Plan, job: MPIJob, observed: Observed, now: dt.datetime, clust
         plan.status.start_time = now
     if deadline.apply(plan, job, now):
         return
-    if progress.apply(plan, job, observed, now):
+    if success.apply(plan, job, observed, now):
         return
     if failure.apply(plan, job, observed, now):
         return
-    ensure.job_pods(plan, job, observed, cluster_domain)
+    progress.mark_running(plan, job, observed, now)
+    attempt = plan.status.restart_count or 0
+    launcher_may_start = launcher_creation.launcher_may_start(job, observed, attempt)
+    ensure.job_pods(plan, job, observed, launcher_may_start, cluster_domain)

@@ -2,8 +2,7 @@
 
 Only differences are planned: a settled job plans nothing. Pods of an earlier attempt, and workers
 beyond the wanted count, are deleted; a pod is made again only once its predecessor of the same name
-is gone. The launcher comes with the workers (AtStartup) or once every worker is Ready
-(WaitForWorkersReady).
+is gone. When the launcher comes is the launcher creation policy's to say (policies/launcher_creation).
 """
 
 from __future__ import annotations
@@ -38,20 +37,15 @@ def supporting_objects(plan: Plan, job: MPIJob, observed: Observed, cluster_doma
         plan.update.append(objects.config_map(job, running, cluster_domain))
 
 
-def job_pods(plan: Plan, job: MPIJob, observed: Observed, cluster_domain: str = "") -> None:
-    """Workers and launcher of the current attempt; stale ones deleted first."""
+def job_pods(plan: Plan, job: MPIJob, observed: Observed, launcher_may_start: bool, cluster_domain: str = "") -> None:
+    """Workers and launcher of the current attempt (the launcher once its creation policy allows); stale ones
+    deleted first."""
     attempt = plan.status.restart_count or 0
     plan.delete_pods([p for p in observed.pods if _stale(job, p, attempt)])
     for index in range(job.spec.worker_replicas):
         if observed.pod(names.worker_name(job, index)) is None:
             plan.create.append(pods.worker_pod(job, index, attempt, cluster_domain))
 
-    if observed.launcher(job) is None and _launcher_may_start(job, observed, attempt):
+    if observed.launcher(job) is None and launcher_may_start:
         plan.create.append(pods.launcher_pod(job, attempt, cluster_domain))
 
-
-def _launcher_may_start(job: MPIJob, observed: Observed, attempt: int) -> bool:
-    if job.spec.effective_launcher_creation_policy == "AtStartup":
-        return True
-    workers = observed.workers(job, attempt)
-    return all(i in workers and podstate.is_ready(workers[i]) for i in range(job.spec.worker_replicas))

@@ -1,4 +1,4 @@
-"""Created, Running and Succeeded, and the per-replica pod counts: read off the observed pods."""
+"""Created and Running, and the per-replica pod counts: read off the observed pods (Succeeded: policies/success)."""
 
 from __future__ import annotations
 
@@ -18,30 +18,19 @@ def mark_created(plan: Plan, job: MPIJob, now: dt.datetime) -> None:
         plan.event("Normal", c.CREATED_REASON, message)
 
 
-def apply(plan: Plan, job: MPIJob, observed: Observed, now: dt.datetime) -> bool:
-    """Succeeded when the current attempt's launcher did (True); Running when it and every worker run."""
+def mark_running(plan: Plan, job: MPIJob, observed: Observed, now: dt.datetime) -> None:
+    """Running when the current attempt's launcher and every one of its workers run."""
     status = plan.status
     attempt = status.restart_count or 0
     launcher = observed.launcher(job)
-    if launcher is None or podstate.attempt(launcher) != attempt:
-        return False
-    if podstate.phase(launcher) == "Succeeded":
-        message = f"MPIJob {job.key} successfully completed."
-        if c.set_condition(status, "Succeeded", "True", c.SUCCEEDED_REASON, message, now):
-            plan.event("Normal", c.SUCCEEDED_REASON, message)
-        c.set_false_if_true(status, "Running", c.SUCCEEDED_REASON, message, now)
-        c.set_false_if_true(status, "Restarting", c.SUCCEEDED_REASON, message, now)
-        if status.completion_time is None:
-            status.completion_time = now
-        return True
+    if launcher is None or podstate.attempt(launcher) != attempt or not podstate.is_running(launcher):
+        return
     workers = observed.workers(job, attempt)
-    all_running = all(i in workers and podstate.is_running(workers[i]) for i in range(job.spec.worker_replicas))
-    if podstate.is_running(launcher) and all_running:
+    if all(i in workers and podstate.is_running(workers[i]) for i in range(job.spec.worker_replicas)):
         message = f"MPIJob {job.key} is running."
         if c.set_condition(status, "Running", "True", c.RUNNING_REASON, message, now):
             plan.event("Normal", c.RUNNING_REASON, message)
         c.set_false_if_true(status, "Restarting", c.RUNNING_REASON, message, now)
-    return False
 
 
 def replica_statuses(job: MPIJob, observed: Observed) -> dict[ReplicaType, ReplicaStatus]:

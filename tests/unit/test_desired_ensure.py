@@ -10,13 +10,15 @@ from mpiop import names, podstate
 from mpiop.api.v2beta1 import MPIJob
 from mpiop.desired import ensure, objects
 from mpiop.plan import Observed, Plan
+from mpiop.policies import launcher_creation
 from tests.builders import PodBuilder, make_mpijob, make_pod, observe
 
 
 def run(job: MPIJob, observed: Observed, cluster_domain: str = "") -> Plan:
     plan = Plan(status=job.status.model_copy(deep=True))
     ensure.supporting_objects(plan, job, observed, cluster_domain)
-    ensure.job_pods(plan, job, observed)
+    attempt = plan.status.restart_count or 0
+    ensure.job_pods(plan, job, observed, launcher_creation.launcher_may_start(job, observed, attempt))
     return plan
 
 
@@ -77,39 +79,6 @@ def test_missing_worker_is_made_again() -> None:
     plan = run(job, observe(job, pods))
     assert created(plan) == ["Pod/pi-worker-1"]
     assert plan.delete == []
-
-
-@pytest.mark.parametrize(
-    ("workers", "launcher_made"),
-    [
-        ([], False),
-        (["pending", "pending"], False),
-        (["running", "running"], False),
-        (["ready", "running"], False),
-        (["ready"], False),
-        (["ready", "ready-terminating"], False),
-        (["ready", "ready"], True),
-        (["ready", None, "ready"], False),
-    ],
-    ids=["no-workers", "pending", "running-not-ready", "one-ready", "one-missing", "one-terminating", "all-ready",
-         "gap-filled-by-extra-worker"],
-)
-def test_wait_for_workers_ready(workers: list[str | None], launcher_made: bool) -> None:
-    job = make_mpijob("pi").workers(2).wait_for_workers_ready().obj()
-    pods = []
-    for index, state in enumerate(workers):
-        if state is None:
-            continue
-        pod = make_pod(job, "worker", index)
-        if state.startswith("running"):
-            pod.running()
-        if state.startswith("ready"):
-            pod.ready()
-        if state.endswith("terminating"):
-            pod.terminating()
-        pods.append(pod.obj())
-    plan = run(job, observe(job, pods))
-    assert ("Pod/pi-launcher" in created(plan)) is launcher_made
 
 
 def test_wait_for_workers_ready_ignores_ready_pods_of_an_old_attempt() -> None:

@@ -1,4 +1,4 @@
-"""mpiop.status.progress: Created, Running and Succeeded, and the replica counts."""
+"""mpiop.status.progress: Created and Running, and the replica counts."""
 
 from __future__ import annotations
 
@@ -70,7 +70,7 @@ def W(i: int) -> PodBuilder:  # noqa: N802 - reads like the pod it stands for
 )
 def test_running_only_when_launcher_and_all_workers_run(observed: Observed, running: bool) -> None:
     plan = plan_for(JOB)
-    assert progress.apply(plan, JOB, observed, at(5)) is False
+    progress.mark_running(plan, JOB, observed, at(5))
     assert plan.status.is_true("Running") is running
     assert [e.reason for e in plan.events] == (["MPIJobRunning"] if running else [])
     if running:
@@ -83,7 +83,7 @@ def test_running_only_when_launcher_and_all_workers_run(observed: Observed, runn
 def test_running_with_no_workers() -> None:
     job = make_mpijob("solo").workers(0).launcher_as_worker().obj()
     plan = plan_for(job)
-    progress.apply(plan, job, Observed(pods=[make_pod(job, "launcher").running().obj()]), at(1))
+    progress.mark_running(plan, job, Observed(pods=[make_pod(job, "launcher").running().obj()]), at(1))
     assert plan.status.is_true("Running")
 
 
@@ -92,7 +92,7 @@ def test_running_clears_restarting_and_is_not_repeated() -> None:
     observed = Observed(pods=[make_pod(job, "launcher", attempt=1).running().obj(),
                               make_pod(job, "worker", 0, 1).running().obj()])
     plan = plan_for(job)
-    progress.apply(plan, job, observed, at(3))
+    progress.mark_running(plan, job, observed, at(3))
     assert [f"{c.type}={c.status}" for c in plan.status.conditions] == [
         "Restarting=False", "Created=True", "Running=True"]
     restarting = plan.status.condition("Restarting")
@@ -100,41 +100,9 @@ def test_running_clears_restarting_and_is_not_repeated() -> None:
     assert restarting.reason == "MPIJobRunning"
 
     again = Plan(status=plan.status.model_copy(deep=True))
-    progress.apply(again, job, observed, at(9))
+    progress.mark_running(again, job, observed, at(9))
     assert again.events == []
     assert again.status == plan.status
-
-
-def test_succeeded_sets_completion_time_and_ends_running() -> None:
-    job = make_mpijob("pi", "ns").workers(1).condition("Created").condition("Running").obj()
-    observed = Observed(pods=[make_pod(job, "launcher").succeeded().obj(),
-                              make_pod(job, "worker", 0).running().obj()])
-    plan = plan_for(job)
-    assert progress.apply(plan, job, observed, at(60)) is True
-    assert plan.status.completion_time == at(60)
-    assert true_conditions(plan.status) == ["Created", "Succeeded"]
-    assert plan.status.conditions[-1].type == "Succeeded"
-    succeeded = plan.status.condition("Succeeded")
-    assert succeeded is not None
-    assert (succeeded.reason, succeeded.message) == ("MPIJobSucceeded", "MPIJob ns/pi successfully completed.")
-    running = plan.status.condition("Running")
-    assert running is not None
-    assert running.status == "False"
-    assert [e.reason for e in plan.events] == ["MPIJobSucceeded"]
-
-    again = Plan(status=plan.status.model_copy(deep=True))
-    assert progress.apply(again, job, observed, at(90)) is True
-    assert again.status.completion_time == at(60)
-    assert again.events == []
-
-
-def test_succeeded_launcher_of_old_attempt_is_ignored() -> None:
-    job = make_mpijob("pi").workers(1).status(restart_count=1).obj()
-    plan = plan_for(job)
-    assert progress.apply(plan, job, Observed(pods=[make_pod(job, "launcher", attempt=0).succeeded().obj()]),
-                          at(1)) is False
-    assert plan.status.completion_time is None
-    assert not plan.status.is_true("Succeeded")
 
 
 def test_replica_statuses_counts() -> None:

@@ -1,0 +1,32 @@
+"""Success: the job has succeeded when the current attempt's launcher pod has (kubeflow's rule).
+
+mpirun exits 0 only when every rank did, so the launcher's phase is the job's outcome; workers are not
+waited for (they are cleaned up by cleanPodPolicy). Running is not decided here: see status/progress.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+
+from mpiop import podstate
+from mpiop.api.v2beta1 import MPIJob
+from mpiop.plan import Observed, Plan
+from mpiop.status import conditions as c
+
+
+def apply(plan: Plan, job: MPIJob, observed: Observed, now: dt.datetime) -> bool:
+    """Mark the job Succeeded when the current attempt's launcher has; True when it did."""
+    status = plan.status
+    launcher = observed.launcher(job)
+    if launcher is None or podstate.attempt(launcher) != (status.restart_count or 0):
+        return False
+    if podstate.phase(launcher) != "Succeeded":
+        return False
+    message = f"MPIJob {job.key} successfully completed."
+    if c.set_condition(status, "Succeeded", "True", c.SUCCEEDED_REASON, message, now):
+        plan.event("Normal", c.SUCCEEDED_REASON, message)
+    c.set_false_if_true(status, "Running", c.SUCCEEDED_REASON, message, now)
+    c.set_false_if_true(status, "Restarting", c.SUCCEEDED_REASON, message, now)
+    if status.completion_time is None:
+        status.completion_time = now
+    return True
