@@ -10,7 +10,7 @@ STAMP := $(VENV)/.installed-stamp
 help:
 	@echo "make run          mpiop against KUBECONFIG, else on a local node (as root: runs an Open MPI pi job first)"
 	@echo "make test         venv + binaries + ruff + mypy --strict + pytest (unit and integration)"
-	@echo "make lint         ruff and mypy --strict on mpiop/"
+	@echo "make lint         ruff, mypy --strict and the import-layer contracts (.importlinter)"
 	@echo "make dev-cluster  start the local control plane in the background"
 	@echo "make crds         regenerate crds/ from the pydantic models"
 	@echo "make podtemplate-schema  refresh the PodTemplateSpec schema snapshot from a local kube-apiserver"
@@ -34,9 +34,12 @@ binaries: venv system-deps
 test-binaries: binaries
 	bash hack/helm.sh >/dev/null
 
+# Everything Python in the repo: ruff, mypy --strict, and the import contracts of .importlinter (the layers).
+PY_DIRS := mpiop devcluster tests bench e2e hack
 lint: venv
-	$(BIN)/ruff check mpiop tests
-	$(BIN)/mypy mpiop
+	$(BIN)/ruff check $(PY_DIRS)
+	$(BIN)/mypy $(PY_DIRS)
+	$(BIN)/lint-imports
 
 # pytest's exit code 5 ("no tests collected") is a failure like any other non-zero code.
 test: lint test-binaries

@@ -8,7 +8,7 @@ import time
 
 from devcluster.pi_job import pi_job
 from e2e.conftest import E2E, REPORT
-from e2e.harness.kube import MPIJOBS, condition, is_true, wait_for
+from e2e.harness.kube import JSON, MPIJOBS, condition, is_true, wait_for
 
 PI_LINE = re.compile(r"pi is approximately (\d+\.\d+) \((\d+) samples on (\d+) ranks\)")
 RANK_LINE = re.compile(r"^rank (\d+) on (\S+)$", re.M)
@@ -122,7 +122,11 @@ def test_worker_deleted_mid_run(e2e: E2E) -> None:
              "the ranks to be running", describe=lambda: e2e.describe("restart"))
     e2e.api.merge_patch(f"/api/v1/namespaces/{e2e.ns}/configmaps/pi-control", {"data": {"sleep": "0"}})
     e2e.api.delete(f"/api/v1/namespaces/{e2e.ns}/pods/restart-worker-1")
-    restarting = wait_for(lambda: (j := e2e.job("restart")) and is_true(j, "Restarting") and j, 120,
+    def restarting_job() -> JSON | None:
+        job = e2e.job("restart")
+        return job if is_true(job, "Restarting") else None
+
+    restarting = wait_for(restarting_job, 120,
                           "the Restarting condition", describe=lambda: e2e.describe("restart"))
     assert "restart" in (condition(restarting, "Restarting") or {}).get("message", "").lower()
     job = e2e.wait_finished("restart")

@@ -114,7 +114,7 @@ def wait_for(probe: Callable[[], T | None], timeout: float, what: str, interval:
              describe: Callable[[], str] | None = None) -> T:
     """Poll `probe` until it returns something truthy; fail after `timeout` seconds saying `what`."""
     deadline = time.monotonic() + timeout
-    last: Any = None
+    last: T | None = None
     while time.monotonic() < deadline:
         last = probe()
         if last:

@@ -18,7 +18,7 @@ import asyncio
 import time
 from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, cast
+from typing import Any, Self, cast
 
 import aiohttp
 
@@ -157,7 +157,7 @@ class KubeClient:
     @classmethod
     async def connect(cls, kubeconfig: str | None = None, *, context: str | None = None,
                       qps: float = 50.0, burst: int = 100, observer: RequestObserver | None = None,
-                      field_manager: str = "mpiop") -> KubeClient:
+                      field_manager: str = "mpiop") -> Self:
         """From a kubeconfig ($KUBECONFIG, ~/.kube/config), else the in-cluster ServiceAccount."""
         access = await load_access(kubeconfig, context)
         return cls(access, qps=qps, burst=burst, observer=observer, field_manager=field_manager)

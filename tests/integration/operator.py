@@ -55,7 +55,7 @@ async def running_operator(kubeconfig: str, namespace: str, **config: Any) -> As
 async def eventually(probe: Callable[[], Awaitable[T | None]], timeout: float = 30.0, what: str = "") -> T:
     """Poll until `probe` returns something truthy; fail with `what` after `timeout` seconds."""
     deadline = time.monotonic() + timeout
-    last: Any = None
+    last: T | None = None
     while time.monotonic() < deadline:
         last = await probe()
         if last:

@@ -31,7 +31,7 @@ INT32 = 2**31 - 1
 JSON = dict[str, Any]
 
 dns_labels = st.from_regex(r"[a-z]([a-z0-9-]{0,10}[a-z0-9])?", fullmatch=True)
-words = st.text(st.characters(blacklist_categories=("Cs",)), max_size=12)
+words = st.text(st.characters(exclude_categories=["Cs"]), max_size=12)
 quantities = st.one_of(st.integers(0, 64), st.sampled_from(["500m", "1Gi", "2", "0.5", "16Gi", "100M", "1e3"]))
 resource_names = st.sampled_from(["cpu", "memory", "nvidia.com/gpu", "amd.com/gpu", "example.com/fpga"])
 

@@ -184,7 +184,7 @@ async def test_the_operator_pod_passes_the_restricted_pod_security_standard(
     """mpiop-system enforces `restricted`; the apiserver admits the Deployment's pod and refuses a lax one."""
     template = by_kind(kustomized)["Deployment"]["spec"]["template"]
     # The namespace's own ServiceAccount: this test does not depend on deploy/'s being applied for real.
-    pod = {"apiVersion": "v1", "kind": "Pod",
+    pod: JSON = {"apiVersion": "v1", "kind": "Pod",
            "metadata": {"generateName": "mpiop-", "labels": template["metadata"]["labels"]},
            "spec": {**template["spec"], "serviceAccountName": "default"}}
     await eventually(lambda: _exists(kube, f"/api/v1/namespaces/{SYSTEM}/serviceaccounts/default"),

@@ -26,7 +26,7 @@ async def test_lists_then_watches_adds_updates_and_deletes(kube: KubeClient, nam
     changes: list[tuple[str | None, str | None]] = []
     informer = Informer(kube, CONFIGMAPS, namespace, label_selector="team", indexers={"team": _by_team},
                         handlers=[lambda old, new: changes.append(
-                            (old and old["metadata"]["name"], new and new["metadata"]["name"]))])
+                            (old["metadata"]["name"] if old else None, new["metadata"]["name"] if new else None))])
     task = await _run(informer)
     try:
         assert [o["metadata"]["name"] for o in informer.by_index("team", "a")] == ["before"]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+from typing import Any
 
 from mpiop.kube.client import CONFIGMAPS, SECRETS, SERVICES
 from tests.integration.operator import Cluster, Operator, eventually, mpijob
@@ -90,7 +91,7 @@ async def _settle(operator: Operator) -> None:
                 return
 
 
-async def _pods_named(cluster: Cluster, names: set[str]) -> dict[str, dict[str, object]] | None:
+async def _pods_named(cluster: Cluster, names: set[str]) -> dict[str, dict[str, Any]] | None:
     pods = await cluster.pods()
     return pods if names <= set(pods) else None
 

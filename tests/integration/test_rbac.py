@@ -174,8 +174,8 @@ async def test_a_whole_job_life_runs_on_the_service_accounts_token_alone(lifecyc
             assert refused.value.status == 403
     finally:
         await client.close()
-    refused = [c for c in lifecycle.codes if c[2] in (401, 403)]
-    assert not refused, f"requests the ServiceAccount may not make: {refused}"
+    not_allowed = [c for c in lifecycle.codes if c[2] in (401, 403)]
+    assert not not_allowed, f"requests the ServiceAccount may not make: {not_allowed}"
     assert lifecycle.lease_after["spec"].get("holderIdentity") in ("", None), "the lease was not released"
 
 

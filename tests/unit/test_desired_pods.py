@@ -259,6 +259,7 @@ def test_job_search_domain(template_dns: dict[str, Any] | None, cluster_domain: 
     job = builder.obj()
     assert worker_pod(job, 1, 0, cluster_domain)["spec"]["dnsConfig"] == expected
     assert launcher_pod(job, 0, cluster_domain)["spec"]["dnsConfig"] == expected
+    assert job.spec.worker is not None
     assert (job.spec.worker.template["spec"].get("dnsConfig") or {}).get("searches") == (
         None if template_dns is None else template_dns["searches"])
 

@@ -50,7 +50,10 @@ async def test_client_certificates_and_ca_files_relative_to_the_kubeconfig(tmp_p
 async def test_inline_certificate_data_and_a_static_token(tmp_path: Path) -> None:
     ca = CertificateAuthority(tmp_path / "pki")
     admin = ca.issue("admin", common_name="admin")
-    b64 = lambda p: base64.b64encode(p.read_bytes()).decode()  # noqa: E731
+
+    def b64(path: Path) -> str:
+        return base64.b64encode(path.read_bytes()).decode()
+
     path = kubeconfig(tmp_path / "config",
                       {"client-certificate-data": b64(admin.cert), "client-key-data": b64(admin.key), "token": "t0k"},
                       {"server": "https://h:1", "certificate-authority-data": b64(ca.pair.cert)})

@@ -98,7 +98,7 @@ def test_timings_must_let_the_leader_stop_before_its_lease_ends() -> None:
     for bad in ({"lease_duration": 10, "renew_deadline": 10}, {"renew_deadline": 2.4, "retry_period": 2},
                 {"retry_period": 0}):
         with pytest.raises(ValueError):
-            ElectionConfig(namespace="n", name="l", identity="me", **bad).validate()  # type: ignore[arg-type]
+            ElectionConfig(namespace="n", name="l", identity="me", **bad).validate()
     ElectionConfig(namespace="n", name="l", identity="me").validate()
 
 
@@ -192,7 +192,7 @@ async def test_stopping_releases_the_lease() -> None:
 
 
 async def test_the_fenced_client_sends_no_write_while_not_leading() -> None:
-    client = FencedClient(None, qps=0)  # type: ignore[arg-type]
+    client = FencedClient(None, qps=0)
     client.may_write = lambda: False
     with pytest.raises(NotLeaderError):
         await client.create(PODS, "ns", {"metadata": {"name": "p"}})

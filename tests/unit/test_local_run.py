@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shutil
 from typing import Any
 
 import pytest
@@ -32,5 +33,5 @@ def test_node_is_skipped_when_asked(monkeypatch: pytest.MonkeyPatch) -> None:
 
 def test_node_needs_its_tools(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("MPIOP_RUN_NODE", "1")
-    monkeypatch.setattr(local_run.shutil, "which", lambda tool: None if tool == "containerd" else f"/usr/bin/{tool}")
+    monkeypatch.setattr(shutil, "which", lambda tool: None if tool == "containerd" else f"/usr/bin/{tool}")
     assert local_run.node_possible() is False
