@@ -15,13 +15,12 @@ from typing import Any
 
 from devcluster.simulated import finished_pod_status
 from mpiop import names, ssh
-from mpiop.api.v2beta1 import MPIJob
+from mpiop.api.v2beta1 import LAUNCHER, WORKER, MPIJob
 from mpiop.decide import decide
 from mpiop.desired import objects, pods
 from mpiop.kube.client import (
     CONFIGMAPS,
     MPIJOBS,
-    NAMESPACES,
     PODS,
     SECRETS,
     SERVICES,
@@ -30,6 +29,9 @@ from mpiop.kube.client import (
 )
 from mpiop.kube.informer import Informer
 from mpiop.plan import Observed
+from tests import namespaces
+from tests.builders import make_mpijob
+from tests.namespaces import create_namespace
 
 JSON = dict[str, Any]
 WRITE_VERBS = ("POST", "PUT", "PATCH", "DELETE")
@@ -131,25 +133,16 @@ class Tracker:
 def bench_job(name: str, workers: int, *, gpus: int = 0, managed_by: str | None = None,
               labels: dict[str, str] | None = None) -> JSON:
     """An MPIJob like a user's: launcher + workers (1 GPU each when gpus), small CPU/memory requests."""
-    resources: JSON = {"requests": {"cpu": "100m", "memory": "128Mi"}}
+    job = make_mpijob(name).workers(workers).slots(max(gpus, 1))
+    for replica in (LAUNCHER, WORKER):
+        job.request(replica, "cpu", "100m").request(replica, "memory", "128Mi")
     if gpus:
-        resources["limits"] = {"nvidia.com/gpu": gpus}
-    container = {"name": "main", "image": "mpioperator/mpi-pi:openmpi", "resources": resources}
-    launcher = {"name": "main", "image": "mpioperator/mpi-pi:openmpi", "command": ["mpirun", "/home/mpiuser/pi"],
-                "resources": {"requests": {"cpu": "100m", "memory": "128Mi"}}}
-    run_policy: JSON = {"managedBy": managed_by} if managed_by else {}
-    return {
-        "apiVersion": "kubeflow.org/v2beta1", "kind": "MPIJob",
-        "metadata": {"name": name, "labels": labels or {}},
-        "spec": {
-            "slotsPerWorker": max(gpus, 1),
-            "runPolicy": run_policy,
-            "mpiReplicaSpecs": {
-                "Launcher": {"replicas": 1, "template": {"spec": {"containers": [launcher]}}},
-                "Worker": {"replicas": workers, "template": {"spec": {"containers": [container]}}},
-            },
-        },
-    }
+        job.gpus(gpus)
+    if managed_by:
+        job.managed_by(managed_by)
+    for key, value in (labels or {}).items():
+        job.label(key, value)
+    return job.manifest()
 
 
 _KEYS: tuple[bytes, bytes] | None = None
@@ -191,32 +184,12 @@ async def finish_pod(kube: KubeClient, namespace: str, name: str, phase: str = "
 
 
 async def fresh_namespace(kube: KubeClient, name: str) -> None:
-    await kube.create(NAMESPACES, None, {"metadata": {"name": name}})
-    for _ in range(600):
-        try:
-            await kube.request("GET", f"/api/v1/namespaces/{name}/serviceaccounts/default")
-            return
-        except ApiError as error:
-            if not error.not_found:
-                raise
-            await asyncio.sleep(0.05)
-    raise TimeoutError(f"namespace {name} has no default ServiceAccount")
+    await create_namespace(kube, name)
 
 
 async def delete_namespace(kube: KubeClient, name: str, timeout: float = 600.0) -> float:
     """Delete a namespace and wait until it is gone; seconds taken."""
-    started = time.monotonic()
-    with contextlib.suppress(ApiError):
-        await kube.delete(NAMESPACES, None, name)
-    while time.monotonic() - started < timeout:
-        try:
-            await kube.get(NAMESPACES, None, name)
-        except ApiError as error:
-            if error.not_found:
-                return time.monotonic() - started
-            raise
-        await asyncio.sleep(0.5)
-    raise TimeoutError(f"namespace {name} still there after {timeout}s")
+    return await namespaces.delete_namespace(kube, name, wait=timeout)
 
 
 def launcher_of(job: str) -> str:

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
-import copy
 from typing import Any
+
+from mpiop.api.v2beta1 import LAUNCHER, WORKER, MPIImplementation
+from tests.builders import make_mpijob
 
 JSON = dict[str, Any]
 
@@ -11,7 +13,7 @@ JSON = dict[str, Any]
 SAMPLES = "2000000"
 
 
-def pi_job(name: str, image: str, *, implementation: str = "OpenMPI", workers: int = 2, slots: int = 2,
+def pi_job(name: str, image: str, *, implementation: MPIImplementation = "OpenMPI", workers: int = 2, slots: int = 2,
            launcher_command: list[str] | None = None, run_as_user: int | None = None,
            ssh_auth_mount_path: str | None = None, fs_group: int | None = None,
            worker_readiness_probe: bool = False, launcher_env: list[JSON] | None = None,
@@ -30,34 +32,24 @@ def pi_job(name: str, image: str, *, implementation: str = "OpenMPI", workers: i
                                 "/usr/local/bin/pi-openmpi", SAMPLES]
             if run_as_user in (None, 0):
                 launcher_command.insert(2, "--allow-run-as-root")
+    job = (make_mpijob(name).workers(workers).slots(slots).implementation(implementation)
+           .container(LAUNCHER, name="launcher", image=image, imagePullPolicy="Never", command=launcher_command)
+           .container(WORKER, name="worker", image=image, imagePullPolicy="Never",
+                      command=["/usr/local/bin/mpi-sshd"])
+           .spec(**spec))
     pod_security: JSON = {}
     if run_as_user is not None:
         pod_security["runAsUser"] = run_as_user
     if fs_group is not None:
         pod_security["fsGroup"] = fs_group
-
-    def pod(container: JSON, extra: JSON | None = None) -> JSON:
-        spec_: JSON = {"containers": [container], **copy.deepcopy(extra or {})}
-        if pod_security:
-            spec_["securityContext"] = dict(pod_security)
-        return {"spec": spec_}
-
-    launcher: JSON = {"name": "launcher", "image": image, "imagePullPolicy": "Never", "command": launcher_command}
+    if pod_security:
+        job.pod_spec(LAUNCHER, securityContext=pod_security).pod_spec(WORKER, securityContext=pod_security)
     if launcher_env:
-        launcher["env"] = launcher_env
-    worker: JSON = {"name": "worker", "image": image, "imagePullPolicy": "Never",
-                    "command": ["/usr/local/bin/mpi-sshd"]}
+        job.container(LAUNCHER, env=launcher_env)
     if worker_readiness_probe:
-        worker["readinessProbe"] = {"tcpSocket": {"port": 2222}, "periodSeconds": 1, "failureThreshold": 30}
-    body: JSON = {
-        "slotsPerWorker": slots,
-        "mpiImplementation": implementation,
-        "mpiReplicaSpecs": {
-            "Launcher": {"replicas": 1, "template": pod(launcher)},
-            "Worker": {"replicas": workers, "template": pod(worker, worker_pod_spec)},
-        },
-        **spec,
-    }
+        job.container(WORKER, readinessProbe={"tcpSocket": {"port": 2222}, "periodSeconds": 1, "failureThreshold": 30})
+    if worker_pod_spec:
+        job.pod_spec(WORKER, **worker_pod_spec)
     if ssh_auth_mount_path:
-        body["sshAuthMountPath"] = ssh_auth_mount_path
-    return {"apiVersion": "kubeflow.org/v2beta1", "kind": "MPIJob", "metadata": {"name": name}, "spec": body}
+        job.ssh_auth_mount_path(ssh_auth_mount_path)
+    return job.manifest()

@@ -1,4 +1,5 @@
-"""Fluent builders of MPIJobs and (trimmed) Pods for unit and integration tests.
+"""Fluent builders of MPIJobs and (trimmed) Pods: the one test vocabulary of unit and integration tests,
+the bench and the dev tools (devcluster's pi job).
 
 In the style of kueue's `testingjobs.MakeMPIJob(name, ns).…Obj()`: start from a small valid job and chain
 only what a test is about, so the test reads as its own specification::
@@ -230,6 +231,16 @@ class MPIJobBuilder:
         self._run_policy["managedBy"] = controller
         return self
 
+    def run_policy(self, **fields: Any) -> Self:
+        """Set run policy fields by wire name (backoffLimit=..., schedulingPolicy=...)."""
+        self._run_policy.update(copy.deepcopy(fields))
+        return self
+
+    def spec(self, **fields: Any) -> Self:
+        """Set top-level spec fields by wire name (slotsPerWorker=..., sshAuthMountPath=...)."""
+        self._spec.update(copy.deepcopy(fields))
+        return self
+
     # --- status --------------------------------------------------------------------------------------------
 
     def status(self, status: JobStatus | None = None, **fields: Any) -> Self:
@@ -259,6 +270,14 @@ class MPIJobBuilder:
     def json(self) -> JSON:
         """The wire form, as a client would send it."""
         return self.obj().to_json()
+
+    def manifest(self) -> JSON:
+        """What a user applies: the spec as written, metadata with only the name and labels, no status."""
+        manifest = copy.deepcopy(self._job)
+        metadata = manifest["metadata"]
+        manifest["metadata"] = {"name": metadata["name"], **({"labels": metadata["labels"]} if "labels" in metadata
+                                                                else {})}
+        return manifest
 
 
 def make_mpijob(name: str, namespace: str = "default") -> MPIJobBuilder:

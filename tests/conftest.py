@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import signal
 import uuid
 from collections.abc import AsyncIterator, Iterator
@@ -10,7 +9,8 @@ from collections.abc import AsyncIterator, Iterator
 import pytest
 
 from devcluster.controlplane import ControlPlane
-from mpiop.kube.client import NAMESPACES, ApiError, KubeClient
+from mpiop.kube.client import KubeClient
+from tests.namespaces import create_namespace, delete_namespace
 
 # `kill <pytest>` should tear the control plane down like Ctrl-C does (fixtures' finalizers run);
 # a SIGKILL is covered by the components' parent-death signal.
@@ -34,18 +34,9 @@ async def kube(control_plane: ControlPlane) -> AsyncIterator[KubeClient]:
 @pytest.fixture
 async def namespace(kube: KubeClient) -> AsyncIterator[str]:
     """A fresh namespace, ready for Pods (its default ServiceAccount exists), deleted afterwards."""
-    name = f"t-{uuid.uuid4().hex[:10]}"
-    await kube.create(NAMESPACES, None, {"metadata": {"name": name}})
-    for _ in range(300):
-        try:
-            await kube.request("GET", f"/api/v1/namespaces/{name}/serviceaccounts/default")
-            break
-        except ApiError as error:
-            if not error.not_found:
-                raise
-            await asyncio.sleep(0.05)
+    name = await create_namespace(kube, f"t-{uuid.uuid4().hex[:10]}")
     yield name
-    await kube.delete(NAMESPACES, None, name)
+    await delete_namespace(kube, name)
 
 
 @pytest.fixture(scope="session")

@@ -233,6 +233,15 @@ class KubeClient:
     async def get(self, resource: Resource, namespace: str | None, name: str) -> JSON:
         return await self.request("GET", resource.path(namespace, name))
 
+    async def get_or_none(self, resource: Resource, namespace: str | None, name: str) -> JSON | None:
+        """The object, or None when it does not exist (any other error is raised)."""
+        try:
+            return await self.get(resource, namespace, name)
+        except ApiError as error:
+            if error.not_found:
+                return None
+            raise
+
     async def list(self, resource: Resource, namespace: str | None = None, **query: Any) -> JSON:
         return await self.request("GET", resource.path(namespace), query=query)
 

@@ -5,13 +5,18 @@ from __future__ import annotations
 import asyncio
 import time
 from collections import Counter
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
+import structlog
+import structlog.testing
+
+from mpiop.api.v2beta1 import LAUNCHER, WORKER
 from mpiop.controller.manager import Manager, ManagerConfig
-from mpiop.kube.client import MPIJOBS, PODS, ApiError, KubeClient
+from mpiop.kube.client import MPIJOBS, PODS, KubeClient
+from tests.builders import make_mpijob
 
 T = TypeVar("T")
 JSON = dict[str, Any]
@@ -36,20 +41,37 @@ class Operator:
     requests: RequestLog
 
 
+RECONCILE_FAILED = "reconcile failed; retrying with backoff"
+
+
+def unexpected_reconcile_errors(logs: Sequence[Mapping[str, Any]]) -> list[str]:
+    """Reconcile failures in captured log lines, less optimistic-concurrency conflicts (a stale cache's write
+    is refused with 409 and retried: expected and harmless)."""
+    return [str(line.get("error")) for line in logs
+            if line.get("event") == RECONCILE_FAILED and " 409 Conflict:" not in str(line.get("error"))]
+
+
 @asynccontextmanager
-async def running_operator(kubeconfig: str, namespace: str, **config: Any) -> AsyncIterator[Operator]:
+async def running_operator(kubeconfig: str, namespace: str, *, allow_reconcile_errors: bool = False,
+                           **config: Any) -> AsyncIterator[Operator]:
+    """The operator in-process on `namespace`. Like kueue's verifyLogs, leaving fails if it logged a reconcile
+    error meanwhile (unless the test provokes them on purpose: `allow_reconcile_errors`)."""
     requests = RequestLog()
     client = await KubeClient.connect(kubeconfig, qps=0, burst=1000, observer=requests)
     manager = Manager(client, ManagerConfig(namespace=namespace, workers=4, **config))
     stop = asyncio.Event()
-    task = asyncio.create_task(manager.run(stop))
-    try:
-        await asyncio.wait_for(manager.synced.wait(), 30)
-        yield Operator(manager, requests)
-    finally:
-        stop.set()
-        await asyncio.wait_for(task, 30)
-        await client.close()
+    with structlog.testing.capture_logs() as logs:
+        task = asyncio.create_task(manager.run(stop))
+        try:
+            await asyncio.wait_for(manager.synced.wait(), 30)
+            yield Operator(manager, requests)
+        finally:
+            stop.set()
+            await asyncio.wait_for(task, 30)
+            await client.close()
+    errors = unexpected_reconcile_errors(logs)
+    if errors and not allow_reconcile_errors:
+        raise AssertionError(f"the operator logged {len(errors)} reconcile error(s): {errors[:3]}")
 
 
 async def eventually(probe: Callable[[], Awaitable[T | None]], timeout: float = 30.0, what: str = "") -> T:
@@ -66,20 +88,15 @@ async def eventually(probe: Callable[[], Awaitable[T | None]], timeout: float = 
 
 def mpijob(name: str, *, workers: int = 2, gpus: int | None = None, launcher_command: list[str] | None = None,
            run_policy: JSON | None = None, **spec: Any) -> JSON:
-    worker_container: JSON = {"name": "main", "image": "mpioperator/mpi-pi:openmpi"}
+    """The manifest of the builders' job, in the keywords most integration tests need."""
+    job = make_mpijob(name).workers(workers).run_policy(**(run_policy or {})).spec(**spec)
     if gpus is not None:
-        worker_container["resources"] = {"limits": {"nvidia.com/gpu": gpus}}
-    replica_specs: JSON = {
-        "Launcher": {"replicas": 1, "template": {"spec": {"containers": [{
-            "name": "main", "image": "mpioperator/mpi-pi:openmpi",
-            "command": launcher_command or ["mpirun", "/home/mpiuser/pi"]}]}}},
-    }
-    if workers:
-        replica_specs["Worker"] = {"replicas": workers, "template": {"spec": {"containers": [worker_container]}}}
-    return {
-        "apiVersion": "kubeflow.org/v2beta1", "kind": "MPIJob", "metadata": {"name": name},
-        "spec": {"mpiReplicaSpecs": replica_specs, "runPolicy": run_policy or {}, **spec},
-    }
+        job.gpus(gpus)
+    if launcher_command:
+        job.command(LAUNCHER, *launcher_command)
+    if not workers:
+        job.without(WORKER)
+    return job.manifest()
 
 
 class Cluster:
@@ -93,12 +110,7 @@ class Cluster:
         return await self.kube.create(MPIJOBS, self.ns, manifest)
 
     async def job(self, name: str) -> JSON | None:
-        try:
-            return await self.kube.get(MPIJOBS, self.ns, name)
-        except ApiError as error:
-            if error.not_found:
-                return None
-            raise
+        return await self.kube.get_or_none(MPIJOBS, self.ns, name)
 
     async def condition(self, name: str, condition_type: str) -> JSON | None:
         job = await self.job(name)
@@ -112,12 +124,7 @@ class Cluster:
         return {p["metadata"]["name"]: p for p in listed["items"]}
 
     async def pod(self, name: str) -> JSON | None:
-        try:
-            return await self.kube.get(PODS, self.ns, name)
-        except ApiError as error:
-            if error.not_found:
-                return None
-            raise
+        return await self.kube.get_or_none(PODS, self.ns, name)
 
     async def set_phase(self, name: str, phase: str, *, ready: bool = False, exit_code: int | None = None,
                         reason: str | None = None, pod_reason: str | None = None, message: str | None = None) -> None:

@@ -18,6 +18,7 @@ from devcluster.controlplane import ControlPlane, ControlPlaneError
 from devcluster.install import install_crd
 from mpiop.api import podtemplate
 from mpiop.kube.client import MPIJOBS, ApiError, KubeClient
+from tests.builders import make_mpijob
 
 pytestmark = pytest.mark.integration
 
@@ -35,17 +36,7 @@ def pod_template(image: str = "mpioperator/mpi-pi:openmpi") -> JSON:
 
 
 def valid_job(name: str = "pi") -> JSON:
-    return {
-        "apiVersion": "kubeflow.org/v2beta1",
-        "kind": "MPIJob",
-        "metadata": {"name": name},
-        "spec": {
-            "mpiReplicaSpecs": {
-                "Launcher": {"replicas": 1, "template": pod_template()},
-                "Worker": {"replicas": 2, "template": pod_template()},
-            },
-        },
-    }
+    return make_mpijob(name).manifest()
 
 
 def test_there_are_examples() -> None:

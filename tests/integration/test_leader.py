@@ -21,7 +21,7 @@ import aiohttp
 from prometheus_client.parser import text_string_to_metric_families
 
 from devcluster.controlplane import ControlPlane, free_port
-from mpiop.kube.client import CONFIGMAPS, EVENTS, MPIJOBS, PODS, SECRETS, SERVICES, ApiError
+from mpiop.kube.client import CONFIGMAPS, EVENTS, MPIJOBS, PODS, SECRETS, SERVICES
 from mpiop.leader import LEASES
 from tests.integration.operator import Cluster, eventually, mpijob
 
@@ -135,12 +135,7 @@ async def _writers(cluster: Cluster, managers: set[str]) -> dict[str, set[str]]:
 
 
 async def _lease(cluster: Cluster, name: str) -> JSON | None:
-    try:
-        return await cluster.kube.get(LEASES, cluster.ns, name)
-    except ApiError as error:
-        if error.not_found:
-            return None
-        raise
+    return await cluster.kube.get_or_none(LEASES, cluster.ns, name)
 
 
 async def test_one_leader_reconciles_and_a_killed_leader_is_replaced(

@@ -7,7 +7,7 @@ import asyncio
 import pytest
 
 from devcluster.controlplane import ControlPlane
-from mpiop.kube.client import CONFIGMAPS, MPIJOBS, SECRETS, SERVICES, ApiError, Resource
+from mpiop.kube.client import CONFIGMAPS, MPIJOBS, SECRETS, SERVICES, Resource
 from tests.integration.operator import Cluster, Operator, eventually, mpijob, running_operator
 
 
@@ -62,6 +62,7 @@ async def test_oom_killed_worker_restarts_the_job(cluster: Cluster, operator: Op
 @pytest.mark.parametrize(
     ("policy", "left"),
     [("Running", {"cp-launcher"}), ("All", set()), ("None", {"cp-launcher", "cp-worker-0", "cp-worker-1"})],
+    ids=["running-keeps-the-finished-launcher", "all-deletes-every-pod", "none-keeps-every-pod"],
 )
 async def test_clean_pod_policy_after_success(cluster: Cluster, operator: Operator, policy: str,
                                               left: set[str]) -> None:
@@ -160,13 +161,7 @@ async def test_deleting_a_running_job_collects_everything_it_owned(cluster: Clus
 
 
 async def _exists(cluster: Cluster, resource: Resource, name: str) -> bool:
-    try:
-        await cluster.kube.get(resource, cluster.ns, name)
-    except ApiError as error:
-        if error.not_found:
-            return False
-        raise
-    return True
+    return await cluster.kube.get_or_none(resource, cluster.ns, name) is not None
 
 
 async def test_operator_restarted_mid_reconcile_makes_no_duplicates(control_plane: ControlPlane,

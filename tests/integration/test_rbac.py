@@ -22,12 +22,13 @@ import yaml
 
 from devcluster.controlplane import ControlPlane
 from mpiop.controller.manager import Manager, ManagerConfig
-from mpiop.kube.client import NAMESPACES, ApiError, KubeClient
+from mpiop.kube.client import ApiError, KubeClient
 from mpiop.leader import LEASES, ElectionConfig, FencedClient, LeaderElector
 from mpiop.process import supervise
 from tests.integration.operator import Cluster, eventually, mpijob
 from tests.integration.test_deploy import DEPLOY, docs
 from tests.integration.test_leader import drive_to_success
+from tests.namespaces import create_namespace, delete_namespace
 
 JSON = dict[str, Any]
 SYSTEM, ACCOUNT, LEASE = "mpiop-system", "mpiop", "mpiop"
@@ -118,7 +119,7 @@ async def token_kubeconfig(control_plane: ControlPlane, kube: KubeClient, rbac_o
 async def lifecycle(kube: KubeClient, token_kubeconfig: str, mpijob_crd: None) -> AsyncIterator[Run]:
     """One job's whole life, the operator holding nothing but the ServiceAccount's token."""
     namespace = f"t-rbac-{uuid.uuid4().hex[:6]}"
-    await kube.create(NAMESPACES, None, {"metadata": {"name": namespace}})
+    await create_namespace(kube, namespace)
     with contextlib.suppress(ApiError):
         await kube.delete(LEASES, SYSTEM, LEASE)  # so the run also creates it
     run = Run()
@@ -160,7 +161,7 @@ async def lifecycle(kube: KubeClient, token_kubeconfig: str, mpijob_crd: None) -
     finally:
         for client in clients:
             await client.close()
-        await kube.delete(NAMESPACES, None, namespace)
+        await delete_namespace(kube, namespace)
 
 
 async def test_a_whole_job_life_runs_on_the_service_accounts_token_alone(lifecycle: Run, token_kubeconfig: str) -> None:

@@ -38,7 +38,7 @@ def test_workers_must_be_positive() -> None:
     (0.5, 100, 100, 0),     # the burst passes at once
     (0.5, 100, 103, 3),     # every request past the burst waits for a token
     (0.5, 1, 5, 4),
-])
+], ids=["off", "within-burst", "past-burst", "burst-of-one"])
 async def test_token_bucket_waits_only_past_the_burst(monkeypatch: pytest.MonkeyPatch, qps: float, burst: int,
                                                      requests: int, sleeps: int) -> None:
     waits: list[float] = []

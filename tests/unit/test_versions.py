@@ -7,6 +7,7 @@ from devcluster.versions import KUBERNETES_VERSION, staging_version
 @pytest.mark.parametrize(
     ("kubernetes", "staging"),
     [("v1.34.4", "v0.34.4"), ("v1.30.0", "v0.30.0"), ("1.29.12", "v0.29.12")],
+    ids=["pinned", "older-minor", "without-v"],
 )
 def test_staging_modules_are_tagged_v0_minor_patch(kubernetes: str, staging: str) -> None:
     assert staging_version(kubernetes) == staging

@@ -46,6 +46,7 @@ async def drain(q: WorkQueue[str]) -> list[str]:
         (["a", "b", "a", "c", "b", "a"], ["a", "b", "c"]),
         (["ns/x", "ns/y", "ns/y", "ns/x", "ns/z"], ["ns/x", "ns/y", "ns/z"]),
     ],
+    ids=["one", "same-key-thrice", "in-order", "reverse-order", "interleaved-repeats", "namespaced-keys"],
 )
 async def test_fifo_of_first_add_and_dedup(adds: list[str], expected: list[str]) -> None:
     q: WorkQueue[str] = WorkQueue()
@@ -203,6 +204,7 @@ def test_exponential_backoff_sequence_cap_and_forget() -> None:
         (10.0, 1, [(0, 0.0), (0, 0.1), (0.05, 0.15), (1.0, 0.0)]),
         (2.0, 2, [(0, 0.0), (0, 0.0), (0, 0.5), (100.0, 0.0), (0, 0.0), (0, 0.5)]),
     ],
+    ids=["burst-3-then-paced", "burst-1-partial-refill", "long-idle-refills-only-the-burst"],
 )
 def test_token_bucket(qps: float, burst: int, steps: list[tuple[float, float]]) -> None:
     clock = FakeClock()
