@@ -1,9 +1,13 @@
 """One reconcile's decisions, as a pure function of (job, observed objects, now): the design in one page.
 
-    finished?    -> TTL, clean-up, counts; nothing else
+    finished by kubeflow's operator? -> left exactly as it is
+    finished?    -> TTL, clean-up (kubeflow's launcher Job too), counts; nothing else
     (always)     -> SSH Secret, Service, hostfile ConfigMap
-    suspended?   -> pods deleted, Suspended
+    suspended?   -> pods (and kubeflow's launcher Job) deleted, Suspended
     deadline?    -> Failed DeadlineExceeded, clean-up
+    kubeflow's launcher Job? -> adopted: it is the launcher of attempt 0 (success, failure, Running);
+                                of a later attempt it is deleted, and the launcher Pod waits for it to go
+                                (policies/adoption)
     launcher ok? -> Succeeded, clean-up                                       (policies/success)
     pod failed?  -> Restarting (pods deleted) or Failed (backoffLimit), clean-up (policies/failure)
     otherwise    -> Running when all pods run; create what is missing, the launcher when its creation
@@ -20,16 +24,19 @@ import datetime as dt
 from mpiop.api.v2beta1 import MPIJob
 from mpiop.desired import ensure
 from mpiop.plan import Observed, Plan
-from mpiop.policies import cleanup, deadline, failure, launcher_creation, success, suspend, ttl
+from mpiop.policies import adoption, cleanup, deadline, failure, launcher_creation, success, suspend, ttl
 from mpiop.status import progress
 
 
 def decide(job: MPIJob, observed: Observed, now: dt.datetime, cluster_domain: str = "") -> Plan:
     plan = Plan(status=job.status.model_copy(deep=True))
+    if adoption.finished_under_kubeflow(job):
+        return plan
     progress.mark_created(plan, job, now)
     _decide(plan, job, observed, now, cluster_domain)
     if plan.status.finished:
         cleanup.apply(plan, job, observed)
+        adoption.cleanup(plan, job, observed)
         ttl.apply(plan, job, now)
     plan.status.replica_statuses = progress.replica_statuses(job, observed)
     return plan
@@ -40,10 +47,13 @@ def _decide(plan: Plan, job: MPIJob, observed: Observed, now: dt.datetime, clust
         return
     ensure.supporting_objects(plan, job, observed, cluster_domain)
     if suspend.apply(plan, job, observed, now):
+        adoption.retire(plan, observed)
         return
     if plan.status.start_time is None:
         plan.status.start_time = now
     if deadline.apply(plan, job, now):
+        return
+    if adoption.apply(plan, job, observed, now, cluster_domain):
         return
     if success.apply(plan, job, observed, now):
         return

@@ -14,6 +14,8 @@ JOB_NAME_LABEL = "training.kubeflow.org/job-name"
 OPERATOR_NAME_LABEL = "training.kubeflow.org/operator-name"
 JOB_ROLE_LABEL = "training.kubeflow.org/job-role"
 REPLICA_INDEX_LABEL = "training.kubeflow.org/replica-index"
+# kubeflow's label on the ConfigMap, Secret, Service (and its launcher Job): `app: <job>`; tools select by it.
+APP_LABEL = "app"
 # mpiop's own: which restart attempt a pod belongs to, so a failure is counted once.
 ATTEMPT_LABEL = "mpiop.kubeflow.org/attempt"
 
@@ -55,6 +57,17 @@ def host_name(job: MPIJob, pod_name: str, cluster_domain: str = "") -> str:
     return f"{host}.{cluster_domain}" if cluster_domain else host
 
 
+def worker_label_index(job: MPIJob, index: int) -> int:
+    """The replica-index label of worker `index`: 1..N with runLauncherAsWorker (the launcher is rank 0), as
+    kubeflow v0.8 numbers them (Kueue's TAS reads ranks off it, with its pod-index-offset of 1); else 0..N-1."""
+    return index + 1 if job.spec.run_launcher_as_worker else index
+
+
+def worker_index(job: MPIJob, label_index: int) -> int:
+    """The worker index (as in its pod name) of a replica-index label value."""
+    return label_index - 1 if job.spec.run_launcher_as_worker else label_index
+
+
 def search_domain(job: MPIJob, cluster_domain: str = "") -> str:
     """`<service>.<namespace>.svc.<domain>`: in a pod's DNS search list, a bare pod name of the job resolves.
 
@@ -66,6 +79,11 @@ def search_domain(job: MPIJob, cluster_domain: str = "") -> str:
 
 def job_labels(job: MPIJob) -> dict[str, str]:
     return {OPERATOR_NAME_LABEL: OPERATOR_NAME, JOB_NAME_LABEL: job.metadata.name}
+
+
+def supporting_labels(job: MPIJob) -> dict[str, str]:
+    """The ConfigMap's, Secret's and Service's labels: ours (the informers select by them) and kubeflow's `app`."""
+    return {**job_labels(job), APP_LABEL: job.metadata.name}
 
 
 def role_labels(job: MPIJob, role: str, index: int | None = None, attempt: int = 0) -> dict[str, str]:

@@ -32,6 +32,10 @@ class Observed:
     config_map: JSON | None = None
     secret: JSON | None = None
     service: JSON | None = None
+    # kubeflow/mpi-operator's launcher `Job` (`<job>-launcher`) controlled by this job, and the pods of any such
+    # Job (kubeflow labels them with the job's name): present only for jobs taken over from kubeflow's operator.
+    launcher_job: JSON | None = None
+    launcher_job_pods: list[Pod] = field(default_factory=list)
 
     def pod(self, name: str) -> Pod | None:
         return next((p for p in self.pods if podstate.name(p) == name), None)
@@ -43,12 +47,12 @@ class Observed:
         return self.pod(names.launcher_name(job))
 
     def workers(self, job: MPIJob, attempt: int) -> dict[int, Pod]:
-        """Current-attempt worker pods by replica index."""
+        """Current-attempt worker pods by worker index (the `-worker-<i>` of their names)."""
         found: dict[int, Pod] = {}
         for pod in self.pods:
             index = podstate.replica_index(pod)
             if podstate.role(pod) == names.WORKER_ROLE and podstate.attempt(pod) == attempt and index is not None:
-                found[index] = pod
+                found[names.worker_index(job, index)] = pod
         return found
 
 
@@ -60,6 +64,8 @@ class Plan:
     delete: list[Pod] = field(default_factory=list)
     create_ssh_secret: bool = False
     delete_job: bool = False
+    # kubeflow's launcher Job of an adopted job, to delete (with its pods) when its run is over.
+    delete_launcher_job: JSON | None = None
     events: list[Event] = field(default_factory=list)
     requeue_after: float | None = None
 

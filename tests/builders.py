@@ -296,7 +296,8 @@ class PodBuilder:
                 "name": name,
                 "namespace": job.metadata.namespace,
                 "uid": f"uid-{name}-{attempt}",
-                "labels": names.role_labels(job, role, index, attempt),
+                "labels": names.role_labels(
+                    job, role, names.worker_label_index(job, index) if role == names.WORKER_ROLE else index, attempt),
                 "ownerReferences": [{"kind": "MPIJob", "name": job.metadata.name, "uid": job.metadata.uid,
                                      "controller": True}],
             },
@@ -373,11 +374,8 @@ def observe(job: MPIJob, pods: list[JSON] | None = None, *, owned_objects: bool 
     if not owned_objects:
         return Observed(pods=pods)
     attempt = job.status.restart_count or 0
-    running = sorted(
-        index for p in pods
-        if (index := podstate.replica_index(p)) is not None and index < job.spec.worker_replicas
-        and podstate.role(p) == names.WORKER_ROLE and podstate.attempt(p) == attempt and podstate.is_running(p)
-    )
+    running = sorted(i for i, p in Observed(pods=pods).workers(job, attempt).items()
+                     if i < job.spec.worker_replicas and podstate.is_running(p))
     return Observed(
         pods=pods,
         config_map=objects.config_map(job, running, cluster_domain),

@@ -3,6 +3,10 @@
 Owned kinds are selected by kubeflow's operator-name label and indexed by their owning job, so a
 reconcile reads one job's objects without scanning. Objects of an earlier job of the same name (not yet
 garbage-collected) are told apart by the owner's uid and never adopted.
+
+batch/v1 Jobs are watched only for jobs kubeflow/mpi-operator started (its launcher `Job`, labelled `app`
+only): Jobs no MPIJob controls are dropped before they reach the cache. The launcher Job's pods are
+controlled by the Job, not the MPIJob; kubeflow labels them with the job's name, which routes them here.
 """
 
 from __future__ import annotations
@@ -13,7 +17,7 @@ from typing import Any
 
 from mpiop import names, podstate
 from mpiop.api.v2beta1 import KIND, MPIJob
-from mpiop.kube.client import CONFIGMAPS, MPIJOBS, PODS, SECRETS, SERVICES, KubeClient
+from mpiop.kube.client import CONFIGMAPS, JOBS, MPIJOBS, PODS, SECRETS, SERVICES, KubeClient
 from mpiop.kube.informer import Informer
 from mpiop.kube.trim import metadata as trimmed_metadata
 from mpiop.plan import Observed
@@ -23,11 +27,25 @@ OWNER_INDEX = "owner"
 
 
 def owner_key(obj: JSON) -> str | None:
-    """`namespace/name` of the MPIJob that controls this object, if one does."""
-    for ref in obj["metadata"].get("ownerReferences") or []:
+    """`namespace/name` of the MPIJob that controls this object (or, for a pod of kubeflow's launcher Job,
+    that the Job runs for), if one does."""
+    meta = obj["metadata"]
+    refs = meta.get("ownerReferences") or []
+    for ref in refs:
         if ref.get("kind") == KIND:
-            return f"{obj['metadata'].get('namespace')}/{ref.get('name')}"
+            return f"{meta.get('namespace')}/{ref.get('name')}"
+    job_name = (meta.get("labels") or {}).get(names.JOB_NAME_LABEL)
+    if job_name and any(r.get("kind") == "Job" and r.get("controller") for r in refs):
+        return f"{meta.get('namespace')}/{job_name}"
     return None
+
+
+def _controlled_by_mpijob(obj: JSON) -> bool:
+    return any(r.get("kind") == KIND and r.get("controller") for r in obj["metadata"].get("ownerReferences") or [])
+
+
+def _controlled_by_job(obj: JSON) -> bool:
+    return any(r.get("kind") == "Job" for r in obj["metadata"].get("ownerReferences") or [])
 
 
 def _owner_uid(obj: JSON) -> str | None:
@@ -58,6 +76,15 @@ def trim_job(obj: JSON) -> JSON:
     return obj
 
 
+def trim_launcher_job(obj: JSON) -> JSON:
+    """Whether kubeflow's launcher Job runs, succeeded or failed: its conditions and counts."""
+    status = obj.get("status") or {}
+    kept: JSON = {k: status[k] for k in ("active", "succeeded", "failed", "completionTime") if k in status}
+    kept["conditions"] = [{k: c.get(k) for k in ("type", "status", "reason", "message")}
+                          for c in status.get("conditions") or []]
+    return {"metadata": trimmed_metadata(obj), "status": kept}
+
+
 @dataclass
 class Caches:
     jobs: Informer
@@ -65,6 +92,7 @@ class Caches:
     config_maps: Informer
     secrets: Informer
     services: Informer
+    launcher_jobs: Informer
 
     @classmethod
     def create(cls, client: KubeClient, namespace: str | None, watch_timeout_seconds: int = 300,
@@ -81,13 +109,17 @@ class Caches:
             config_maps=owned(CONFIGMAPS, trim_config_map),
             secrets=owned(SECRETS, trim_secret),
             services=owned(SERVICES, trim_service),
+            # kubeflow labels its launcher Job `app: <job>` only.
+            launcher_jobs=Informer(client, JOBS, namespace, label_selector=names.APP_LABEL, trim=trim_launcher_job,
+                                   accept=_controlled_by_mpijob, indexers={OWNER_INDEX: _by_owner},
+                                   watch_timeout_seconds=watch_timeout_seconds, on_watch_restart=on_watch_restart),
         )
 
     def all(self) -> list[Informer]:
-        return [self.jobs, self.pods, self.config_maps, self.secrets, self.services]
+        return [self.jobs, *self.owned()]
 
     def owned(self) -> list[Informer]:
-        return [self.pods, self.config_maps, self.secrets, self.services]
+        return [self.pods, self.config_maps, self.secrets, self.services, self.launcher_jobs]
 
     def observed(self, job: MPIJob) -> Observed:
         def mine(informer: Informer) -> list[JSON]:
@@ -101,8 +133,10 @@ class Caches:
             config_map=one(self.config_maps, names.config_map_name(job)),
             secret=one(self.secrets, names.ssh_secret_name(job)),
             service=one(self.services, names.service_name(job)),
+            launcher_job=one(self.launcher_jobs, names.launcher_name(job)),
+            launcher_job_pods=[p for p in self.pods.by_index(OWNER_INDEX, job.key) if _controlled_by_job(p)],
         )
 
     def informer_for(self, kind: str) -> Informer:
         return {"Pod": self.pods, "ConfigMap": self.config_maps, "Secret": self.secrets,
-                "Service": self.services, KIND: self.jobs}[kind]
+                "Service": self.services, "Job": self.launcher_jobs, KIND: self.jobs}[kind]

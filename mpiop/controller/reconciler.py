@@ -20,9 +20,9 @@ from mpiop.controller.caches import Caches
 from mpiop.controller.events import EventRecorder
 from mpiop.decide import decide
 from mpiop.desired import objects
-from mpiop.kube.client import CONFIGMAPS, MPIJOBS, PODS, SECRETS, SERVICES, ApiError, KubeClient, Resource
+from mpiop.kube.client import CONFIGMAPS, JOBS, MPIJOBS, PODS, SECRETS, SERVICES, ApiError, KubeClient, Resource
 from mpiop.plan import Plan
-from mpiop.policies import managed_by, refused
+from mpiop.policies import adoption, managed_by, refused
 
 log = structlog.get_logger(__name__)
 JSON = dict[str, Any]
@@ -112,28 +112,61 @@ class Reconciler:
         """Carry out creations, updates and deletions; return (kind, name, message) of a refused object."""
         if plan.create_ssh_secret:
             private, public = ssh.generate_key_pair(comment=f"mpiop@{job.key}")
-            await self._create(objects.ssh_secret(job, private, public))
-        refusals = await asyncio.gather(*(self._create(obj) for obj in plan.create))
+            await self._create(job, objects.ssh_secret(job, private, public))
+        refusals = await asyncio.gather(*(self._create(job, obj) for obj in plan.create))
         for obj in plan.update:
             updated = await self.client.patch(RESOURCES[obj["kind"]], job.metadata.namespace,
                                               obj["metadata"]["name"], {"data": obj["data"]})
             self.caches.informer_for(obj["kind"]).observe_write(updated)
         await asyncio.gather(*(self._delete_pod(pod) for pod in plan.delete))
+        if plan.delete_launcher_job is not None:
+            await self._delete_launcher_job(plan.delete_launcher_job)
         return next((r for r in refusals if r is not None), None)
 
-    async def _create(self, obj: JSON) -> tuple[str, str, str] | None:
+    async def _create(self, job: MPIJob, obj: JSON) -> tuple[str, str, str] | None:
         kind, name = obj["kind"], obj["metadata"]["name"]
         async with self.write_limit:
             try:
                 created = await self.client.create(RESOURCES[kind], obj["metadata"]["namespace"], obj)
             except ApiError as error:
                 if error.already_exists:
+                    if kind != "Pod":
+                        await self._claim(job, kind, name)
                     return None
                 if error.invalid:
                     return kind, name, error.message
                 raise
         self.caches.informer_for(kind).observe_write(created)
         return None
+
+    async def _claim(self, job: MPIJob, kind: str, name: str) -> None:
+        """An object of this name exists but is not in the cache: label it as ours if this job controls it
+        (kubeflow's operator made it), so the informer sees it from now on."""
+        resource = RESOURCES[kind]
+        try:
+            existing = await self.client.get(resource, job.metadata.namespace, name)
+            patch = adoption.claim_patch(job, existing)
+            if patch is None:
+                return
+            claimed = await self.client.patch(resource, job.metadata.namespace, name, patch)
+        except ApiError as error:
+            if error.not_found or error.conflict:  # gone, or changed since read: the next pass looks again
+                return
+            raise
+        self.caches.informer_for(kind).observe_write(claimed)
+        log.info("claimed an object kubeflow's operator made", kind=kind, name=name)
+
+    async def _delete_launcher_job(self, launcher_job: JSON) -> None:
+        """kubeflow's launcher Job of an adopted job, with its pods (the garbage collector deletes them)."""
+        meta = launcher_job["metadata"]
+        try:
+            await self.client.delete(JOBS, meta["namespace"], meta["name"], propagation="Background",
+                                     uid=meta.get("uid"))
+        except ApiError as error:
+            if not (error.not_found or error.conflict):
+                raise
+        self.caches.launcher_jobs.observe_delete(f"{meta['namespace']}/{meta['name']}")
+        log.info("deleted kubeflow's launcher Job", name=meta["name"])
 
     async def _delete_pod(self, pod: podstate.Pod) -> None:
         meta = pod["metadata"]

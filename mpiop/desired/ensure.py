@@ -17,7 +17,9 @@ def _stale(job: MPIJob, pod: podstate.Pod, attempt: int) -> bool:
     if podstate.attempt(pod) != attempt:
         return True
     index = podstate.replica_index(pod)
-    return podstate.role(pod) == names.WORKER_ROLE and (index is None or index >= job.spec.worker_replicas)
+    if podstate.role(pod) != names.WORKER_ROLE:
+        return False
+    return index is None or not 0 <= names.worker_index(job, index) < job.spec.worker_replicas
 
 
 def supporting_objects(plan: Plan, job: MPIJob, observed: Observed, cluster_domain: str = "") -> None:

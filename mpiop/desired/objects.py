@@ -16,7 +16,7 @@ def ssh_secret(job: MPIJob, private_key: bytes, public_key: bytes) -> dict[str, 
     return {
         "apiVersion": "v1",
         "kind": "Secret",
-        "metadata": names.owned_metadata(job, names.ssh_secret_name(job)),
+        "metadata": names.owned_metadata(job, names.ssh_secret_name(job), names.supporting_labels(job)),
         "type": "kubernetes.io/ssh-auth",
         "immutable": True,
         "data": {
@@ -37,7 +37,7 @@ def config_map(job: MPIJob, running_worker_indexes: Iterable[int], cluster_domai
     return {
         "apiVersion": "v1",
         "kind": "ConfigMap",
-        "metadata": names.owned_metadata(job, names.config_map_name(job)),
+        "metadata": names.owned_metadata(job, names.config_map_name(job), names.supporting_labels(job)),
         "data": config_map_data(job, running_worker_indexes, cluster_domain),
     }
 
@@ -47,7 +47,7 @@ def service(job: MPIJob) -> dict[str, Any]:
     return {
         "apiVersion": "v1",
         "kind": "Service",
-        "metadata": names.owned_metadata(job, names.service_name(job)),
+        "metadata": names.owned_metadata(job, names.service_name(job), names.supporting_labels(job)),
         "spec": {
             "clusterIP": "None",
             "selector": names.job_labels(job),

@@ -104,8 +104,8 @@ def _base_pod(job: MPIJob, replica: ReplicaSpec, name: str, labels: dict[str, st
 def worker_pod(job: MPIJob, index: int, attempt: int, cluster_domain: str = "") -> dict[str, Any]:
     replica = job.spec.worker
     assert replica is not None, "worker_pod needs a Worker replica spec"
-    pod = _base_pod(job, replica, names.worker_name(job, index),
-                    names.role_labels(job, names.WORKER_ROLE, index, attempt), cluster_domain)
+    labels = names.role_labels(job, names.WORKER_ROLE, names.worker_label_index(job, index), attempt)
+    pod = _base_pod(job, replica, names.worker_name(job, index), labels, cluster_domain)
     main = pod["spec"]["containers"][0]
     if not main.get("command") and not main.get("args"):
         main["command"] = list(WORKER_DEFAULT_COMMAND)

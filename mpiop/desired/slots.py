@@ -1,4 +1,7 @@
-"""How many MPI slots each worker offers: slotsPerWorker, else the worker's GPU limit, else 1."""
+"""How many MPI slots each worker offers: slotsPerWorker, else the worker's GPU limit, else 1.
+
+With runLauncherAsWorker and no Worker, the launcher is the only host: its GPU limit gives the default.
+"""
 
 from __future__ import annotations
 
@@ -38,5 +41,10 @@ def slots_per_worker(job: MPIJob) -> int:
         return job.spec.slots_per_worker
     worker = job.spec.worker
     if worker is not None and (gpus := gpus_per_pod(worker.template)) is not None:
+        return gpus
+    launcher = job.spec.launcher
+    if job.spec.run_launcher_as_worker and job.spec.worker_replicas == 0 and launcher is not None and (
+        gpus := gpus_per_pod(launcher.template)
+    ) is not None:
         return gpus
     return 1

@@ -64,6 +64,7 @@ SECRETS = Resource("", "v1", "secrets", "Secret")
 EVENTS = Resource("", "v1", "events", "Event")
 NAMESPACES = Resource("", "v1", "namespaces", "Namespace", namespaced=False)
 MPIJOBS = Resource("kubeflow.org", "v2beta1", "mpijobs", "MPIJob")
+JOBS = Resource("batch", "v1", "jobs", "Job")
 CRDS = Resource("apiextensions.k8s.io", "v1", "customresourcedefinitions", "CustomResourceDefinition",
                 namespaced=False)
 

@@ -26,6 +26,7 @@ from mpiop.kube.codec import decode, list_metadata
 log = structlog.get_logger(__name__)
 
 Trim = Callable[[JSON], JSON]
+Accept = Callable[[JSON], bool]
 Indexer = Callable[[JSON], Iterable[str]]
 _MAX_TOMBSTONES = 10_000
 ChangeHandler = Callable[[JSON | None, JSON | None], None]
@@ -73,6 +74,8 @@ class Informer:
     watch_timeout_seconds: int = 300
     page_size: int = 500
     on_watch_restart: Callable[[str], None] | None = None
+    # Objects a label selector cannot tell apart (e.g. by owner) are dropped, before trimming, unless accepted.
+    accept: Accept | None = None
 
     store: dict[str, JSON] = field(default_factory=dict, init=False)
     indexes: dict[str, defaultdict[str, set[str]]] = field(default_factory=dict, init=False)
@@ -107,6 +110,9 @@ class Informer:
                         del self.indexes[name][value]
 
     def _set(self, obj: JSON, notify: bool = True) -> None:
+        if self.accept is not None and not self.accept(obj):
+            self._delete(object_key(obj), notify)  # e.g. no longer owned
+            return
         self._put(self.trim(obj), notify)
 
     def _put(self, trimmed: JSON, notify: bool = True) -> None:
@@ -176,6 +182,8 @@ class Informer:
             def keep(item: JSON) -> None:
                 item.setdefault("kind", self.resource.kind)
                 item.setdefault("apiVersion", self.resource.api_version)
+                if self.accept is not None and not self.accept(item):
+                    return
                 trimmed = self.trim(item)
                 seen[object_key(trimmed)] = trimmed
 
@@ -204,6 +212,8 @@ class Informer:
                 for item in page.pop("items", None) or []:
                     item.setdefault("kind", self.resource.kind)
                     item.setdefault("apiVersion", self.resource.api_version)
+                    if self.accept is not None and not self.accept(item):
+                        continue
                     trimmed = self.trim(item)
                     seen[object_key(trimmed)] = trimmed
                 continue_token = page.get("metadata", {}).get("continue")

@@ -37,27 +37,33 @@ def first_failure(job: MPIJob, observed: Observed, attempt: int) -> podstate.Pod
 
 def apply(plan: Plan, job: MPIJob, observed: Observed, now: dt.datetime) -> bool:
     """Handle a failed attempt; True when it did (the job is restarting or has failed)."""
-    status = plan.status
-    attempt = status.restart_count or 0
+    attempt = plan.status.restart_count or 0
     pod = first_failure(job, observed, attempt)
     if pod is None:
         return False
-    summary = podstate.failure_summary(pod)
+    attempt_failed(plan, job, observed, now, podstate.failure_summary(pod), _is_permanent(job, pod))
+    return True
+
+
+def attempt_failed(plan: Plan, job: MPIJob, observed: Observed, now: dt.datetime, summary: str,
+                   permanent: bool = False) -> None:
+    """The current attempt failed (`summary` says how): restart the job, or fail it at backoffLimit."""
+    status = plan.status
+    attempt = status.restart_count or 0
     limit = job.spec.run_policy.effective_backoff_limit
     failures = attempt + 1
     key = job.key
-    if _is_permanent(job, pod) or failures > limit:
-        why = "permanent exit code (restartPolicy ExitCode)" if _is_permanent(job, pod) else f"backoffLimit {limit}"
+    if permanent or failures > limit:
+        why = "permanent exit code (restartPolicy ExitCode)" if permanent else f"backoffLimit {limit}"
         message = f"MPIJob {key} has failed: {summary} ({why} reached after {attempt} restarts)"
         mark_failed(plan, c.FAILED_REASON, message, now)
-        return True
+        return
     status.restart_count = failures
     message = f"MPIJob {key} is restarting: {summary} (restart {failures} of backoffLimit {limit})"
     c.set_condition(status, "Restarting", "True", c.RESTARTING_REASON, message, now)
     c.set_false_if_true(status, "Running", c.RESTARTING_REASON, message, now)
     plan.event("Warning", c.RESTARTING_REASON, message)
     plan.delete_pods(observed.pods)
-    return True
 
 
 def mark_failed(plan: Plan, reason: str, message: str, now: dt.datetime) -> None:

@@ -22,6 +22,13 @@ def apply(plan: Plan, job: MPIJob, observed: Observed, now: dt.datetime) -> bool
         return False
     if podstate.phase(launcher) != "Succeeded":
         return False
+    mark_succeeded(plan, job, now)
+    return True
+
+
+def mark_succeeded(plan: Plan, job: MPIJob, now: dt.datetime) -> None:
+    """Succeeded is final: completionTime is set and Running/Restarting go False."""
+    status = plan.status
     message = f"MPIJob {job.key} successfully completed."
     if c.set_condition(status, "Succeeded", "True", c.SUCCEEDED_REASON, message, now):
         plan.event("Normal", c.SUCCEEDED_REASON, message)
@@ -29,4 +36,3 @@ def apply(plan: Plan, job: MPIJob, observed: Observed, now: dt.datetime) -> bool
     c.set_false_if_true(status, "Restarting", c.SUCCEEDED_REASON, message, now)
     if status.completion_time is None:
         status.completion_time = now
-    return True

@@ -1,8 +1,10 @@
 """Setting job conditions the way kubectl and kubeflow's clients read them.
 
-Transition times move only when a condition's status changes. Conditions whose status is True are
-kept after the False ones, in the order they became True, so `.status.conditions[-1:]` (the CRD's State
-column, as in kubeflow) is always the job's current state.
+Transition times move only when a condition's status changes. The list keeps kubeflow's order: a
+condition that becomes True moves to the end, one that changes otherwise stays in its place (so a
+finished job reads Created, Running, Succeeded, as under kubeflow's operator). `.status.conditions[-1:]`
+(the CRD's State column, as in kubeflow) must be the current state: when the last condition is no
+longer True (a resume, Suspended going False), the most recent True one is moved to the end.
 """
 
 from __future__ import annotations
@@ -44,9 +46,18 @@ def set_condition(
         status.conditions[status.conditions.index(existing)] = condition
     else:
         status.conditions = [c for c in status.conditions if c.type != condition_type] + [condition]
-    # False ones first, True ones in the order they became True.
-    status.conditions.sort(key=lambda c: c.status == "True")
+    _current_state_last(status)
     return became_true
+
+
+def _current_state_last(status: JobStatus) -> None:
+    conditions = status.conditions
+    if not conditions or conditions[-1].status == "True":
+        return
+    current = next((c for c in reversed(conditions) if c.status == "True"), None)
+    if current is not None:
+        conditions.remove(current)
+        conditions.append(current)
 
 
 def set_false_if_true(status: JobStatus, condition_type: ConditionType, reason: str, message: str,

@@ -25,7 +25,13 @@ def mark_running(plan: Plan, job: MPIJob, observed: Observed, now: dt.datetime) 
     launcher = observed.launcher(job)
     if launcher is None or podstate.attempt(launcher) != attempt or not podstate.is_running(launcher):
         return
-    workers = observed.workers(job, attempt)
+    mark_running_if_workers_run(plan, job, observed, now)
+
+
+def mark_running_if_workers_run(plan: Plan, job: MPIJob, observed: Observed, now: dt.datetime) -> None:
+    """Running once every worker of the current attempt runs (the caller has seen its launcher run)."""
+    status = plan.status
+    workers = observed.workers(job, status.restart_count or 0)
     if all(i in workers and podstate.is_running(workers[i]) for i in range(job.spec.worker_replicas)):
         message = f"MPIJob {job.key} is running."
         if c.set_condition(status, "Running", "True", c.RUNNING_REASON, message, now):
@@ -38,7 +44,8 @@ def replica_statuses(job: MPIJob, observed: Observed) -> dict[ReplicaType, Repli
     for replica_type, role in ((LAUNCHER, names.LAUNCHER_ROLE), (WORKER, names.WORKER_ROLE)):
         if job.spec.mpi_replica_specs.get(replica_type) is None:
             continue
-        pods = [p for p in observed.pods if podstate.role(p) == role]
+        # An adopted job's launcher pods are its kubeflow launcher Job's.
+        pods = [p for p in observed.pods + observed.launcher_job_pods if podstate.role(p) == role]
         counts[replica_type] = ReplicaStatus(
             active=sum(podstate.is_active(p) for p in pods),
             succeeded=sum(podstate.phase(p) == "Succeeded" for p in pods),

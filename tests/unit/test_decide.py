@@ -39,7 +39,10 @@ class World:
     def reconcile(self, now: float) -> Plan:
         plan = decide(self.job, self.observed(), at(now), self.cluster_domain)
         self.plans.append(plan)
-        self.job = self.job.model_copy(update={"status": plan.status.model_copy(deep=True)})
+        status = plan.status.model_copy(deep=True)
+        if status != self.job.status:  # as the reconciler writes it
+            status.last_reconcile_time = at(now)
+        self.job = self.job.model_copy(update={"status": status})
         if plan.create_ssh_secret:
             self.secret = objects.ssh_secret(self.job, b"private", b"public")
         for obj in plan.create + plan.update:
@@ -126,7 +129,7 @@ def test_fresh_running_succeeded_cleanup_ttl() -> None:
 
     world.set("pi-launcher", lambda b: b.succeeded())
     plan = world.reconcile(10)
-    assert world.conditions == ["Running=False", "Created=True", "Succeeded=True"]
+    assert world.conditions == ["Created=True", "Running=False", "Succeeded=True"]
     assert world.job.status.completion_time == at(10)
     assert [e.reason for e in plan.events] == ["MPIJobSucceeded"]
     assert names_of(plan.delete) == ["pi-worker-0", "pi-worker-1"], "cleanPodPolicy Running (the default)"
@@ -156,7 +159,7 @@ def test_failure_restart_running_failure_failed() -> None:
     world.set("pi-worker-1", lambda b: b.failed(reason="OOMKilled", exit_code=137))
     plan = world.reconcile(5)
     assert world.job.status.restart_count == 1
-    assert world.conditions == ["Running=False", "Created=True", "Restarting=True"]
+    assert world.conditions == ["Created=True", "Running=False", "Restarting=True"]
     message = ("MPIJob ns/pi is restarting: pi-worker-1 container main OOMKilled exit 137 "
                "(restart 1 of backoffLimit 1)")
     assert [(e.type, e.message) for e in plan.events] == [("Warning", message)]
@@ -175,7 +178,7 @@ def test_failure_restart_running_failure_failed() -> None:
 
     world.set_all(running)
     world.reconcile(8)
-    assert world.conditions == ["Restarting=False", "Created=True", "Running=True"]
+    assert world.conditions == ["Created=True", "Restarting=False", "Running=True"]
     assert not world.job.status.is_true("Restarting")
 
     world.set("pi-launcher", lambda b: b.failed(exit_code=1))
@@ -208,7 +211,7 @@ def test_conditions_after_a_restart_and_recovery() -> None:
     world.reconcile(3)
     world.set_all(running)
     world.reconcile(4)
-    assert world.conditions == ["Restarting=False", "Created=True", "Running=True"]
+    assert world.conditions == ["Created=True", "Restarting=False", "Running=True"]
     running_condition = world.job.status.condition("Running")
     assert running_condition is not None
     assert running_condition.last_transition_time == at(4)
@@ -278,7 +281,7 @@ def test_suspend_and_resume() -> None:
 
     world.job.spec.run_policy.suspend = True
     plan = world.reconcile(10)
-    assert world.conditions == ["Running=False", "Created=True", "Suspended=True"]
+    assert world.conditions == ["Created=True", "Running=False", "Suspended=True"]
     assert sorted(names_of(plan.delete)) == ["pi-launcher", "pi-worker-0"]
     assert world.job.status.start_time is None
 

@@ -18,7 +18,7 @@ def test_ssh_secret() -> None:
     assert secret["immutable"] is True
     assert secret["metadata"]["name"] == "pi-ssh"
     assert secret["metadata"]["namespace"] == "ns"
-    assert secret["metadata"]["labels"] == names.job_labels(job)
+    assert secret["metadata"]["labels"] == {**names.job_labels(job), "app": "pi"}
     assert secret["metadata"]["ownerReferences"][0]["uid"] == "u-9"
     assert base64.b64decode(secret["data"]["ssh-privatekey"]) == b"PRIVATE"
     assert base64.b64decode(secret["data"]["ssh-publickey"]) == b"ssh-ed25519 AAAA mpiop\n"

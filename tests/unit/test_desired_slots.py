@@ -1,4 +1,4 @@
-"""mpiop.desired.slots: slotsPerWorker, else the worker's GPU limit, else 1."""
+"""mpiop.desired.slots: slotsPerWorker, else the worker's GPU limit (the launcher's if it is the only host), else 1."""
 
 from __future__ import annotations
 
@@ -32,12 +32,20 @@ from tests.builders import MPIJobBuilder, make_mpijob
         (make_mpijob("j").limit("Worker", "nvidia.com/gpu-mem", 16), 1),
         (make_mpijob("j").gpus(8, replica="Launcher"), 1),
         (make_mpijob("j").without("Worker"), 1),
+        (make_mpijob("j").without("Worker").launcher_as_worker().gpus(4, replica="Launcher"), 4),
+        (make_mpijob("j").workers(0).launcher_as_worker().gpus(4, replica="Launcher"), 4),
+        (make_mpijob("j").without("Worker").launcher_as_worker().gpus(4, replica="Launcher").slots(2), 2),
+        (make_mpijob("j").launcher_as_worker().gpus(4, replica="Launcher"), 1),
+        (make_mpijob("j").launcher_as_worker().gpus(4, replica="Launcher").gpus(8), 8),
+        (make_mpijob("j").without("Worker").launcher_as_worker(), 1),
     ],
     ids=[
         "default-1", "explicit", "explicit-beats-gpu", "explicit-zero-kept", "nvidia", "quantity-string", "amd",
         "other-vendor", "zero-gpu-ignored", "non-integer-ignored", "request-only", "limit-beats-request",
         "nvidia-before-amd", "other-vendors-sorted", "zero-nvidia-then-amd", "no-gpu", "gpu-prefix-not-gpu",
-        "launcher-gpu-ignored", "no-worker-spec",
+        "launcher-gpu-ignored", "no-worker-spec", "launcher-only-host-gpus", "zero-workers-launcher-gpus",
+        "launcher-only-explicit-wins", "launcher-as-worker-with-workers-ignores-launcher", "worker-gpus-win",
+        "launcher-only-no-gpu",
     ],
 )
 def test_slots_per_worker(job: MPIJobBuilder, expected: int) -> None:

@@ -53,5 +53,5 @@ def test_deadline_ends_running() -> None:
     job = make_mpijob("pi").deadline(10).status(start_time=at(0)).condition("Created").condition("Running").obj()
     plan = Plan(status=job.status.model_copy(deep=True))
     deadline.apply(plan, job, at(11))
-    assert [f"{c.type}={c.status}" for c in plan.status.conditions] == ["Running=False", "Created=True",
-                                                                        "Failed=True"]
+    assert [f"{c.type}={c.status}" for c in plan.status.conditions] == ["Created=True", "Running=False",
+                                                                            "Failed=True"]

@@ -129,7 +129,7 @@ def test_failed_ends_running_and_restarting() -> None:
     job = base(1, 1).condition("Restarting", when=at(10)).condition("Running", when=at(20)).obj()
     _, plan = run(job, [make_pod(job, "launcher", 0, 1).failed()])
     assert [f"{c.type}={c.status}" for c in plan.status.conditions] == [
-        "Running=False", "Restarting=False", "Created=True", "Failed=True"]
+        "Created=True", "Restarting=False", "Running=False", "Failed=True"]
 
 
 @pytest.mark.parametrize(

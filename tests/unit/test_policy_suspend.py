@@ -40,7 +40,7 @@ def test_suspend_deletes_pods_and_clears_start_time() -> None:
         "True", "MPIJobSuspended", "MPIJob ns/pi is suspended.")
     assert suspended.last_transition_time == at(50)
     assert [f"{c.type}={c.status}" for c in plan.status.conditions] == [
-        "Running=False", "Created=True", "Suspended=True"]
+        "Created=True", "Running=False", "Suspended=True"]
     assert [(e.type, e.reason) for e in plan.events] == [("Normal", "MPIJobSuspended")]
 
 

@@ -1,4 +1,4 @@
-"""mpiop.status.conditions: True conditions last in the order they became True; transition times."""
+"""mpiop.status.conditions: kubeflow's order (Created, Running, ...) with the current state last; transition times."""
 
 from __future__ import annotations
 
@@ -21,19 +21,24 @@ def order(status: JobStatus) -> list[str]:
         ([("Created", "True")], ["Created=True"]),
         ([("Created", "True"), ("Running", "True")], ["Created=True", "Running=True"]),
         ([("Created", "True"), ("Running", "True"), ("Restarting", "True"), ("Running", "False")],
-         ["Running=False", "Created=True", "Restarting=True"]),
+         ["Created=True", "Running=False", "Restarting=True"]),
         ([("Created", "True"), ("Running", "True"), ("Restarting", "True"), ("Running", "False"),
           ("Running", "True"), ("Restarting", "False")],
-         ["Restarting=False", "Created=True", "Running=True"]),
+         ["Created=True", "Restarting=False", "Running=True"]),
         ([("Created", "True"), ("Running", "True"), ("Succeeded", "True"), ("Running", "False")],
-         ["Running=False", "Created=True", "Succeeded=True"]),
+         ["Created=True", "Running=False", "Succeeded=True"]),
+        ([("Created", "True"), ("Running", "True"), ("Failed", "True"), ("Running", "False")],
+         ["Created=True", "Running=False", "Failed=True"]),
+        ([("Created", "True"), ("Suspended", "True"), ("Suspended", "False")],
+         ["Suspended=False", "Created=True"]),
         ([("Created", "True"), ("Suspended", "True"), ("Suspended", "False"), ("Running", "True")],
          ["Suspended=False", "Created=True", "Running=True"]),
         ([("Running", "False"), ("Created", "True"), ("Failed", "False")],
          ["Running=False", "Failed=False", "Created=True"]),
         ([("Created", "True"), ("Running", "True"), ("Created", "True")], ["Created=True", "Running=True"]),
     ],
-    ids=["one", "running-last", "restarting-last", "running-again-last", "succeeded-last", "resumed",
+    ids=["one", "running-last", "restarting-last", "running-again-last", "succeeded-last", "failed-last",
+         "resumed-shows-created", "resumed",
          "false-ones-first", "true-again-keeps-place"],
 )
 def test_order(steps: list[Step], expected: list[str]) -> None:

@@ -94,7 +94,7 @@ def test_running_clears_restarting_and_is_not_repeated() -> None:
     plan = plan_for(job)
     progress.mark_running(plan, job, observed, at(3))
     assert [f"{c.type}={c.status}" for c in plan.status.conditions] == [
-        "Restarting=False", "Created=True", "Running=True"]
+        "Created=True", "Restarting=False", "Running=True"]
     restarting = plan.status.condition("Restarting")
     assert restarting is not None
     assert restarting.reason == "MPIJobRunning"
