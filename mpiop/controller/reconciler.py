@@ -141,16 +141,12 @@ class Reconciler:
 
     async def _claim(self, job: MPIJob, kind: str, name: str) -> None:
         """An object of this name exists but is not in the cache: label it as ours if this job controls it
-        (kubeflow's operator made it), so the informer sees it from now on."""
-        resource = RESOURCES[kind]
+        (kubeflow's operator made it), so the informer sees it from now on. Anything else is left alone."""
         try:
-            existing = await self.client.get(resource, job.metadata.namespace, name)
-            patch = adoption.claim_patch(job, existing)
-            if patch is None:
-                return
-            claimed = await self.client.patch(resource, job.metadata.namespace, name, patch)
+            claimed = await self.client.patch(RESOURCES[kind], job.metadata.namespace, name,
+                                              adoption.claim_patch(job), patch_type="json")
         except ApiError as error:
-            if error.not_found or error.conflict:  # gone, or changed since read: the next pass looks again
+            if error.status in (400, 404, 409, 422):  # not this job's (the patch's test failed), or gone
                 return
             raise
         self.caches.informer_for(kind).observe_write(claimed)

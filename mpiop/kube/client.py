@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Self, cast
 
@@ -259,7 +259,7 @@ class KubeClient:
         return await self.request("PUT", resource.path(namespace, name, subresource), body=body,
                                   query={"fieldManager": self.field_manager})
 
-    async def patch(self, resource: Resource, namespace: str | None, name: str, body: JSON,
+    async def patch(self, resource: Resource, namespace: str | None, name: str, body: JSON | Sequence[JSON],
                     subresource: str | None = None, patch_type: str = "merge") -> JSON:
         content_type = {
             "merge": "application/merge-patch+json",

@@ -26,7 +26,7 @@ import datetime as dt
 from typing import Any
 
 from mpiop import names, podstate
-from mpiop.api.v2beta1 import KIND, MPIJob
+from mpiop.api.v2beta1 import MPIJob
 from mpiop.desired import ensure
 from mpiop.plan import Observed, Plan
 from mpiop.policies import failure, success
@@ -101,17 +101,17 @@ def cleanup(plan: Plan, job: MPIJob, observed: Observed) -> None:
         retire(plan, observed)
 
 
-def claim_patch(job: MPIJob, existing: JSON) -> JSON | None:
-    """The merge patch that labels kubeflow's ConfigMap, Secret or Service of this job as mpiop's, if needed.
+def claim_patch(job: MPIJob) -> list[JSON]:
+    """The JSON patch that labels kubeflow's ConfigMap, Secret or Service of this job as mpiop labels its own.
 
-    Only an object this job controls (same uid) is claimed; the resourceVersion makes the patch fail if it
-    changed since it was read.
+    Its first operation tests that this job (its uid) controls the object, as kubeflow's operator made it
+    (one owner reference, labels `app: <job>`): anything else is refused by the apiserver and left alone.
     """
-    meta = existing.get("metadata") or {}
-    controlled = any(r.get("kind") == KIND and r.get("uid") == job.metadata.uid and r.get("controller")
-                     for r in meta.get("ownerReferences") or [])
-    labels = meta.get("labels") or {}
-    wanted = names.supporting_labels(job)
-    if not controlled or all(labels.get(k) == v for k, v in wanted.items()):
-        return None
-    return {"metadata": {"resourceVersion": meta.get("resourceVersion"), "labels": wanted}}
+    def escaped(key: str) -> str:
+        return key.replace("~", "~0").replace("/", "~1")
+
+    return [
+        {"op": "test", "path": "/metadata/ownerReferences/0/uid", "value": job.metadata.uid},
+        *({"op": "add", "path": f"/metadata/labels/{escaped(k)}", "value": v}
+          for k, v in names.supporting_labels(job).items()),
+    ]

@@ -3,8 +3,10 @@
 The ServiceAccount, ClusterRole(+Binding) and leader-election Role(+Binding) are applied from deploy/base; a
 token is minted for the ServiceAccount (TokenRequest) and the operator runs in-process on that token alone,
 leader election included, through a whole job life: creation, Running, success, clean-up of the workers,
-deletion by ttlSecondsAfterFinished, and the lease's release at shutdown. Every request it sends is
-recorded as the (verb, group, resource, name) the authorizer sees and compared with the rules both ways.
+deletion by ttlSecondsAfterFinished, and the lease's release at shutdown; beside it, a job kubeflow's
+operator left with a failed worker is taken over and restarted (its objects claimed, its launcher Job
+deleted). Every request it sends is recorded as the (verb, group, resource, name) the authorizer sees and
+compared with the rules both ways.
 """
 
 from __future__ import annotations
@@ -22,9 +24,10 @@ import yaml
 
 from devcluster.controlplane import ControlPlane
 from mpiop.controller.manager import Manager, ManagerConfig
-from mpiop.kube.client import ApiError, KubeClient
+from mpiop.kube.client import JOBS, ApiError, KubeClient
 from mpiop.leader import LEASES, ElectionConfig, FencedClient, LeaderElector
 from mpiop.process import supervise
+from tests import kubeflow
 from tests.integration.operator import Cluster, eventually, mpijob
 from tests.integration.test_deploy import DEPLOY, docs
 from tests.integration.test_leader import drive_to_success
@@ -133,6 +136,7 @@ async def lifecycle(kube: KubeClient, token_kubeconfig: str, mpijob_crd: None) -
         cluster = Cluster(kube, namespace)
         await eventually(lambda: cluster.kube.request("GET", f"/api/v1/namespaces/{namespace}/serviceaccounts/default"),
                          what="the namespace's default ServiceAccount")
+        await kubeflow.recreate(kube, namespace, "kf-pi-fail.2-finished")  # before mpiop starts, as in a switch
         manager = Manager(main, ManagerConfig(namespace=namespace, workers=4))
         elector = LeaderElector(lease_client, ElectionConfig(
             namespace=SYSTEM, name=LEASE, identity=f"rbac-{uuid.uuid4().hex[:6]}",
@@ -150,6 +154,11 @@ async def lifecycle(kube: KubeClient, token_kubeconfig: str, mpijob_crd: None) -
                 return await cluster.job("life") is None
 
             await eventually(deleted, timeout=30, what="the job deleted by its TTL")
+
+            async def kubeflows_launcher_deleted() -> bool:
+                return not (await kube.list(JOBS, namespace))["items"]
+
+            await eventually(kubeflows_launcher_deleted, what="the adopted job restarted, kubeflow's launcher Job gone")
         except AssertionError as error:
             stopped = f"; the operator stopped early: {task.exception() or task.result()}" if task.done() else ""
             raise AssertionError(f"{error}{stopped}") from error

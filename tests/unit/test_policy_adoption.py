@@ -176,28 +176,14 @@ def test_a_launcher_job_being_deleted_is_not_deleted_again() -> None:
     assert plan.delete_launcher_job is None
 
 
-@pytest.mark.parametrize(
-    ("owner_uid", "labels", "claimed"),
-    [
-        ("mine", {"app": "pi"}, True),
-        ("mine", {"app": "pi", "training.kubeflow.org/operator-name": "mpi-operator",
-                  "training.kubeflow.org/job-name": "pi"}, False),
-        ("another", {"app": "pi"}, False),
-    ],
-    ids=["kubeflows", "already-ours", "another-jobs"],
-)
-def test_claiming_kubeflows_config_map_secret_and_service(owner_uid: str, labels: dict[str, str],
-                                                         claimed: bool) -> None:
+def test_claiming_tests_the_owner_then_adds_our_labels_to_kubeflows() -> None:
     job, _ = as_cached("kf-pi-ok.1-running")
-    uid = job.metadata.uid if owner_uid == "mine" else "another-uid"
-    existing = {"metadata": {"name": "pi-config", "resourceVersion": "861", "labels": labels,
-                             "ownerReferences": [{"kind": "MPIJob", "name": "pi", "uid": uid, "controller": True}]}}
-    patch = adoption.claim_patch(job, existing)
-    if not claimed:
-        assert patch is None
-        return
-    assert patch == {"metadata": {"resourceVersion": "861", "labels": {
-        "app": "pi", "training.kubeflow.org/operator-name": "mpi-operator", "training.kubeflow.org/job-name": "pi"}}}
+    assert adoption.claim_patch(job) == [
+        {"op": "test", "path": "/metadata/ownerReferences/0/uid", "value": "eed619a3-a261-4e05-9bd3-a3329dd2630b"},
+        {"op": "add", "path": "/metadata/labels/training.kubeflow.org~1operator-name", "value": "mpi-operator"},
+        {"op": "add", "path": "/metadata/labels/training.kubeflow.org~1job-name", "value": "pi"},
+        {"op": "add", "path": "/metadata/labels/app", "value": "pi"},
+    ]
 
 
 def test_jobs_mpiop_finished_are_still_its_own() -> None:

@@ -50,12 +50,14 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
 - apiGroups: [""]
   resources: [pods]
   verbs: [list, watch, create, delete]
+# configmaps: the hostfile is patched; all three: labelled when a job is taken over from kubeflow's operator.
 - apiGroups: [""]
-  resources: [configmaps]
+  resources: [configmaps, secrets, services]
   verbs: [list, watch, create, patch]
-- apiGroups: [""]
-  resources: [secrets, services]
-  verbs: [list, watch, create]
+# kubeflow/mpi-operator's launcher Jobs of jobs taken over.
+- apiGroups: [batch]
+  resources: [jobs]
+  verbs: [list, watch, delete]
 - apiGroups: [""]
   resources: [events]
   verbs: [create]
