@@ -7,6 +7,7 @@ seconds from creating the MPIJob to its final condition.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import secrets
@@ -145,9 +146,9 @@ def bare(e2e_session: E2E, request: pytest.FixtureRequest) -> Iterator[E2E]:
         _delete_namespace(api, ns)
 
 
-@pytest.fixture
-def e2e(bare: E2E) -> Iterator[E2E]:
-    """A fresh namespace with the operator (a real `mpiop run` process) watching only it."""
+@contextlib.contextmanager
+def operator_process(bare: E2E) -> Iterator[subprocess.Popen[bytes]]:
+    """A real `mpiop run` process watching only `bare`'s namespace, its caches synced; stopped afterwards."""
     assert bare.node.workdir is not None
     log_path = bare.node.workdir / "logs" / f"operator-{bare.ns}.log"
     env = dict(os.environ)
@@ -165,7 +166,7 @@ def e2e(bare: E2E) -> Iterator[E2E]:
         wait_for(lambda: operator.poll() is not None or "caches synced" in log_path.read_text(), 60,
                  "the operator to sync its caches", describe=lambda: log_path.read_text()[-2000:])
         assert operator.poll() is None, f"mpiop exited:\n{log_path.read_text()[-3000:]}"
-        yield bare
+        yield operator
     finally:
         operator.terminate()
         try:
@@ -173,6 +174,13 @@ def e2e(bare: E2E) -> Iterator[E2E]:
         except subprocess.TimeoutExpired:
             operator.kill()
             operator.wait(timeout=10)
+
+
+@pytest.fixture
+def e2e(bare: E2E) -> Iterator[E2E]:
+    """A fresh namespace with the operator (a real `mpiop run` process) watching only it."""
+    with operator_process(bare):
+        yield bare
 
 
 def _delete_namespace(api: Api, ns: str) -> None:

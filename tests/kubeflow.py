@@ -89,18 +89,25 @@ async def _write_status(kube: KubeClient, resource: Resource, namespace: str, na
     return await kube.patch(resource, namespace, name, {"status": status}, subresource="status")
 
 
-async def recreate(kube: KubeClient, namespace: str, moment: str, *, image: str | None = None,
-                   pod_status: bool = True) -> dict[str, JSON]:
-    """Create `moment`'s objects in `namespace` as kubeflow's operator left them (no operator running).
+def in_namespace(items: list[JSON], namespace: str) -> list[JSON]:
+    """The objects as kubeflow's operator would have made them in `namespace` (hostfile, DNS search, messages)."""
+    old = items[0]["metadata"]["namespace"]
+    moved: list[JSON] = json.loads(json.dumps(items).replace(f'"{old}"', f'"{namespace}"')
+                                   .replace(f".{old}.", f".{namespace}.").replace(f" {old}/", f" {namespace}/"))
+    return moved
+
+
+async def recreate(kube: KubeClient, namespace: str, moment: str, *, pod_status: bool = True,
+                   items: list[JSON] | None = None) -> dict[str, JSON]:
+    """Create `moment`'s objects (or `items` shaped from them) in `namespace` as kubeflow's operator left them,
+    with no operator running.
 
     The MPIJob gets kubeflow's status; the launcher Job is created again, so the cluster's Job controller
     makes its pod (`<job>-launcher-xxxxx`) as it did for kubeflow; worker pods are created as kubeflow
-    created them and, with `pod_status`, given the fixture's phase and readiness (no kubelet runs them).
-    `image` swaps every container's image (for the real node). Returns the created objects by `Kind/name`.
+    created them and, with `pod_status`, given the fixture's phase and readiness (when no kubelet runs them).
+    Returns the created objects by `Kind/name`.
     """
-    items = load(moment)
-    if image is not None:
-        items = [_with_image(o, image) for o in items]
+    items = in_namespace(items if items is not None else load(moment), namespace)
     created: dict[str, JSON] = {}
     [mpijob] = of_kind(items, "MPIJob")
     job = await kube.create(MPIJOBS, namespace, _fresh(mpijob, namespace, {}))
@@ -153,7 +160,8 @@ async def set_pod_status(kube: KubeClient, namespace: str, name: str, status: JS
         raise AssertionError(f"writing pod {name}'s status: {error}") from error
 
 
-def _with_image(obj: JSON, image: str) -> JSON:
+def with_image(obj: JSON, image: str) -> JSON:
+    """`obj` with every container's image swapped (and never pulled: the real node has it locally)."""
     obj = copy.deepcopy(obj)
     specs: list[JSON] = []
     if obj["kind"] == "MPIJob":
@@ -165,4 +173,5 @@ def _with_image(obj: JSON, image: str) -> JSON:
     for spec in specs:
         for container in spec.get("containers") or []:
             container["image"] = image
+            container["imagePullPolicy"] = "Never"
     return obj
