@@ -164,7 +164,8 @@ class MPIJobSpec(ApiModel):
         default=None,
         description=(
             "Slots (MPI processes) per worker in the hostfile. When unset, the worker container's GPU limit "
-            "(nvidia.com/gpu, amd.com/gpu or another */gpu resource) is used, else 1."
+            "(nvidia.com/gpu, amd.com/gpu or another */gpu resource) is used (the launcher's, with "
+            "runLauncherAsWorker and no Worker), else 1."
         ),
     )
     run_launcher_as_worker: bool | None = Field(
