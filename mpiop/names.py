@@ -63,9 +63,11 @@ def worker_label_index(job: MPIJob, index: int) -> int:
     return index + 1 if job.spec.run_launcher_as_worker else index
 
 
-def worker_index(job: MPIJob, label_index: int) -> int:
-    """The worker index (as in its pod name) of a replica-index label value."""
-    return label_index - 1 if job.spec.run_launcher_as_worker else label_index
+def worker_index(job: MPIJob, pod_name: str) -> int | None:
+    """The `<i>` of a `<job>-worker-<i>` pod name: what a worker is, whichever way its label counts."""
+    prefix = f"{job.metadata.name}-worker-"
+    suffix = pod_name[len(prefix):] if pod_name.startswith(prefix) else ""
+    return int(suffix) if suffix.isdigit() and str(int(suffix)) == suffix else None
 
 
 def search_domain(job: MPIJob, cluster_domain: str = "") -> str:

@@ -47,12 +47,14 @@ class Observed:
         return self.pod(names.launcher_name(job))
 
     def workers(self, job: MPIJob, attempt: int) -> dict[int, Pod]:
-        """Current-attempt worker pods by worker index (the `-worker-<i>` of their names)."""
+        """Current-attempt worker pods by worker index (the `-worker-<i>` of their names: the replica-index
+        label counts from 1 with runLauncherAsWorker, and did not in kubeflow's releases before v0.8)."""
         found: dict[int, Pod] = {}
         for pod in self.pods:
-            index = podstate.replica_index(pod)
-            if podstate.role(pod) == names.WORKER_ROLE and podstate.attempt(pod) == attempt and index is not None:
-                found[names.worker_index(job, index)] = pod
+            index = names.worker_index(job, podstate.name(pod))
+            if (podstate.role(pod) == names.WORKER_ROLE and podstate.attempt(pod) == attempt and index is not None
+                    and podstate.replica_index(pod) is not None):
+                found[index] = pod
         return found
 
 

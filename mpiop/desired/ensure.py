@@ -16,10 +16,10 @@ from mpiop.plan import Observed, Plan
 def _stale(job: MPIJob, pod: podstate.Pod, attempt: int) -> bool:
     if podstate.attempt(pod) != attempt:
         return True
-    index = podstate.replica_index(pod)
     if podstate.role(pod) != names.WORKER_ROLE:
         return False
-    return index is None or not 0 <= names.worker_index(job, index) < job.spec.worker_replicas
+    index = names.worker_index(job, podstate.name(pod))
+    return podstate.replica_index(pod) is None or index is None or index >= job.spec.worker_replicas
 
 
 def supporting_objects(plan: Plan, job: MPIJob, observed: Observed, cluster_domain: str = "") -> None:

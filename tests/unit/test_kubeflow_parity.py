@@ -44,6 +44,16 @@ def test_launcher_as_worker_job_runs_with_kubeflows_numbering() -> None:
     assert "echo pi-worker-1.pi.default.svc:1" in (observed.config_map or {})["data"]["discover_hosts.sh"]
 
 
+@pytest.mark.parametrize("label", ["1", "2"], ids=["kubeflow-before-v0.8", "v0.8"])
+def test_workers_are_known_by_name_whichever_way_the_label_counts(label: str) -> None:
+    """kubeflow before v0.8 labelled a runLauncherAsWorker job's worker-1 "1": it is still worker 1, not stale."""
+    job = make_mpijob("pi").workers(2).launcher_as_worker().obj()
+    pods_now = [make_pod(job, "launcher").ready().obj(), make_pod(job, "worker", 0).ready().obj(),
+                make_pod(job, "worker", 1).label(names.REPLICA_INDEX_LABEL, label).ready().obj()]
+    plan = decide(job, observe(job, pods_now), at(1))
+    assert (plan.create, plan.delete) == ([], [])
+
+
 def test_a_worker_beyond_the_replicas_is_stale_in_either_numbering() -> None:
     job = make_mpijob("pi").workers(1).launcher_as_worker().obj()
     extra = make_pod(make_mpijob("pi").workers(2).launcher_as_worker(), "worker", 1).ready().obj()

@@ -76,3 +76,23 @@ def test_owned_metadata_defaults_to_job_labels() -> None:
     assert meta["namespace"] == "ns1"
     assert meta["labels"] == names.job_labels(job)
     assert meta["ownerReferences"][0]["uid"] == "uid-pi"
+
+
+@pytest.mark.parametrize(
+    ("pod_name", "index"),
+    [("pi-worker-0", 0), ("pi-worker-12", 12), ("pi-launcher", None), ("pi-worker-", None), ("pi-worker-01", None),
+     ("pi-worker-1x", None), ("pii-worker-1", None), ("pi-worker-worker-1", None)],
+)
+def test_worker_index_of_a_pod_name(pod_name: str, index: int | None) -> None:
+    assert names.worker_index(make_mpijob("pi").obj(), pod_name) == index
+
+
+@pytest.mark.parametrize(("launcher_as_worker", "labels"), [(False, [0, 1]), (True, [1, 2])])
+def test_worker_label_index(launcher_as_worker: bool, labels: list[int]) -> None:
+    job = make_mpijob("pi").launcher_as_worker(launcher_as_worker).obj()
+    assert [names.worker_label_index(job, i) for i in range(2)] == labels
+
+
+def test_supporting_labels_add_kubeflows_app() -> None:
+    job = make_mpijob("pi").obj()
+    assert names.supporting_labels(job) == {**names.job_labels(job), "app": "pi"}
