@@ -107,7 +107,7 @@ def test_a_running_kubeflow_job_is_taken_over_and_succeeds(bare: E2E) -> None:
         assert e2e.node.workdir is not None
         operator_log = (e2e.node.workdir / "logs" / f"operator-{e2e.ns}.log").read_text()
 
-    assert is_true(job, "Succeeded"), e2e.describe("pi")
+    assert job is not None and is_true(job, "Succeeded"), e2e.describe("pi")
     assert [c["type"] for c in job["status"]["conditions"]] == ["Created", "Running", "Succeeded"]
     # While it ran nothing was made or replaced: kubeflow's launcher pod and the same two workers throughout.
     assert {name for name, _ in seen} == {launcher, *workers}, seen

@@ -129,7 +129,7 @@ async def recreate(kube: KubeClient, namespace: str, moment: str, *, pod_status:
 
 
 def _pod_status(pod: JSON) -> JSON:
-    status = copy.deepcopy(pod["status"])
+    status: JSON = copy.deepcopy(pod["status"])
     for key in ("hostIP", "hostIPs", "podIP", "podIPs", "qosClass"):
         status.pop(key, None)
     return status

@@ -13,7 +13,7 @@ from typing import Any
 
 from devcluster.controlplane import ControlPlane
 from mpiop import names
-from mpiop.kube.client import CONFIGMAPS, JOBS, SECRETS, SERVICES, ApiError
+from mpiop.kube.client import CONFIGMAPS, JOBS, SECRETS, SERVICES
 from tests import kubeflow
 from tests.integration.operator import Cluster, Operator, eventually, mpijob, running_operator
 
@@ -26,12 +26,7 @@ def pod_writes(operator: Operator) -> list[tuple[str, str, int]]:
 
 
 async def launcher_job(cluster: Cluster) -> JSON | None:
-    try:
-        return await cluster.kube.get(JOBS, cluster.ns, "pi-launcher")
-    except ApiError as error:
-        if error.not_found:
-            return None
-        raise
+    return await cluster.kube.get_or_none(JOBS, cluster.ns, "pi-launcher")
 
 
 async def start_kubeflows_launcher(cluster: Cluster, moment: str) -> str:

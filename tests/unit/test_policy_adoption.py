@@ -89,7 +89,8 @@ def test_a_failed_worker_restarts_the_job_and_retires_kubeflows_launcher() -> No
     plan = decide(job, observed, NOW)
     assert plan.status.restart_count == 1
     assert conditions(plan) == ["Created=True", "Running=False", "Restarting=True"]
-    assert "pi-worker-0 container mpi-worker Error exit 1" in plan.status.condition("Restarting").message
+    restarting = plan.status.condition("Restarting")
+    assert restarting is not None and "pi-worker-0 container mpi-worker Error exit 1" in (restarting.message or "")
     assert deleted(plan) == ["pi-worker-0", "pi-worker-1"]
     assert plan.delete_launcher_job is not None and plan.delete_launcher_job["metadata"]["name"] == "pi-launcher"
     assert nothing_made(plan)
@@ -133,7 +134,9 @@ def test_a_failed_launcher_job_is_a_failed_attempt() -> None:
     observed.launcher_job = failed_job
     plan = decide(job, observed, NOW)
     assert conditions(plan) == ["Created=True", "Running=False", "Failed=True"]
-    message = plan.status.condition("Failed").message
+    failed = plan.status.condition("Failed")
+    assert failed is not None
+    message = failed.message or ""
     assert "launcher Job pi-launcher BackoffLimitExceeded: Job has reached the specified backoff limit" in message
     assert "backoffLimit 0" in message
     # Failed: cleanPodPolicy Running deletes the running workers and the Job whose pod still runs.
