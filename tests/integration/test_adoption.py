@@ -48,9 +48,17 @@ async def test_a_running_kubeflow_job_is_adopted_and_completed_without_a_pod_del
     launcher = await start_kubeflows_launcher(cluster, "kf-pi-ok.1-running")
     before = {n: p["metadata"]["uid"] for n, p in (await cluster.pods()).items()}
     assert set(before) == {launcher, "pi-worker-0", "pi-worker-1"}
+    # A Job of someone else's, labelled `app` too: never cached.
+    other_pod = {"spec": {"restartPolicy": "Never", "containers": [{"name": "c", "image": "x"}]}}
+    await cluster.kube.create(JOBS, cluster.ns, {"metadata": {"name": "other", "labels": {"app": "other"}},
+                                                 "spec": {"suspend": True, "template": other_pod}})
 
     async with running_operator(str(control_plane.kubeconfig), cluster.ns) as operator:
         await eventually(lambda: mpiop_wrote_status(cluster), what="mpiop's first status write")
+        assert list(operator.manager.caches.launcher_jobs.store) == [f"{cluster.ns}/pi-launcher"]
+        events = await cluster.kube.request("GET", f"/api/v1/namespaces/{cluster.ns}/events")
+        assert [e["message"] for e in events["items"] if e["reason"] == "MPIJobAdopted"] == [
+            f"MPIJob {cluster.ns}/pi is taken over from kubeflow/mpi-operator: its launcher Job pi-launcher runs on."]
         await asyncio.sleep(2.0)  # time enough to do anything wrong (it made a second launcher within 15 s)
         assert {n: p["metadata"]["uid"] for n, p in (await cluster.pods()).items()} == before
         assert pod_writes(operator) == [], "no pod of a running adopted job is created or deleted"
