@@ -28,7 +28,7 @@ LAUNCHER_ARGS = ["-n", "2", "/home/mpiuser/pi", "2000000", SLEEP]
 
 
 def on_this_node(items: list[JSON], image: str) -> list[JSON]:
-    """kubeflow's objects with the local image, its pi program and sshd, and a real key pair."""
+    """kubeflow's objects with the local image, its pi program and sshd, no CPU limits, and a real key pair."""
     private, public = ssh.generate_key_pair(comment="kubeflow")
     shaped = []
     for obj in items:
@@ -39,6 +39,7 @@ def on_this_node(items: list[JSON], image: str) -> list[JSON]:
                            "ssh-publickey": base64.b64encode(public).decode()}
         for role, template in _templates(obj):
             container = template["containers"][0]
+            container.pop("resources", None)  # 1 CPU each: three pods would not fit this 2-core node
             if role == "Launcher":
                 container["command"], container["args"] = list(LAUNCHER_COMMAND), list(LAUNCHER_ARGS)
             else:
