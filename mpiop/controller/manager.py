@@ -73,7 +73,8 @@ class Manager:
         metrics.QUEUE_DEPTH.set_function(lambda: len(self.queue))
         metrics.JOBS.source = metrics.JobSource(
             jobs=lambda: self.caches.jobs.store.values(),
-            has_launcher=lambda ns, name: self.caches.pods.get(f"{ns}/{name}") is not None,
+            has_launcher=lambda ns, name: (self.caches.pods.get(f"{ns}/{name}") is not None
+                                           or self.caches.launcher_jobs.get(f"{ns}/{name}") is not None),
             active=lambda: self.working,
         )
         self.caches.jobs.handlers.append(self._on_job)

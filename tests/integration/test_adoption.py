@@ -12,7 +12,7 @@ import asyncio
 from typing import Any
 
 from devcluster.controlplane import ControlPlane
-from mpiop import names
+from mpiop import metrics, names
 from mpiop.kube.client import CONFIGMAPS, JOBS, SECRETS, SERVICES
 from tests import kubeflow
 from tests.integration.operator import Cluster, Operator, eventually, mpijob, running_operator
@@ -56,6 +56,8 @@ async def test_a_running_kubeflow_job_is_adopted_and_completed_without_a_pod_del
     async with running_operator(str(control_plane.kubeconfig), cluster.ns) as operator:
         await eventually(lambda: mpiop_wrote_status(cluster), what="mpiop's first status write")
         assert list(operator.manager.caches.launcher_jobs.store) == [f"{cluster.ns}/pi-launcher"]
+        info = next(m for m in metrics.JOBS.collect() if m.name == "mpi_operator_job_info")
+        assert [s.labels for s in info.samples] == [{"launcher": "pi-launcher", "namespace": cluster.ns}]
         events = await cluster.kube.request("GET", f"/api/v1/namespaces/{cluster.ns}/events")
         assert [e["message"] for e in events["items"] if e["reason"] == "MPIJobAdopted"] == [
             f"MPIJob {cluster.ns}/pi is taken over from kubeflow/mpi-operator: its launcher Job pi-launcher runs on."]
