@@ -49,8 +49,9 @@ def _decide(plan: Plan, job: MPIJob, observed: Observed, now: dt.datetime, clust
     if suspend.apply(plan, job, observed, now):
         adoption.retire(plan, observed)
         return
-    if plan.status.start_time is None:
-        plan.status.start_time = now
+    if plan.status.start_time is None:  # first start, or a resume: a new attempt too
+        plan.status.start_time = plan.status.attempt_start_time = now
+    plan.status.attempt_start_time = plan.status.attempt_start_time or plan.status.start_time
     if deadline.apply(plan, job, now):
         return
     if adoption.apply(plan, job, observed, now, cluster_domain):

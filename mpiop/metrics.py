@@ -8,6 +8,7 @@ the leader reports them, so a dashboard summing over replicas does not count job
 
 from __future__ import annotations
 
+import datetime as dt
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -16,6 +17,8 @@ from prometheus_client import REGISTRY, Counter, Gauge, Histogram
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from mpiop.api.v2beta1 import JobStatus, MPIJob
+
 # kubeflow/mpi-operator's metric names.
 JOBS_CREATED = Counter("mpi_operator_jobs_created", "MPIJobs seen created")
 JOBS_SUCCESSFUL = Counter("mpi_operator_jobs_successful", "MPIJobs that succeeded")
@@ -23,7 +26,16 @@ JOBS_FAILED = Counter("mpi_operator_jobs_failed", "MPIJobs that failed")
 IS_LEADER = Gauge("mpi_operator_is_leader", "1 when this instance is the leader (or leader election is off)")
 
 # mpiop's own.
-JOBS_RESTARTED = Counter("mpiop_jobs_restarted", "Whole-job restarts after a failed pod")
+JOBS_RESTARTED = Counter("mpiop_jobs_restarted", "Whole-job restarts after a failed pod, by the failure's reason "
+                         "(OOMKilled, Error, Evicted, WorkerLost, ...)", ["reason"])
+JOB_DURATION_SECONDS = Histogram(
+    "mpiop_job_duration_seconds", "From startTime to completionTime of finished MPIJobs, by final state", ["state"],
+    buckets=(10, 30, 60, 120, 300, 600, 1200, 1800, 3600, 7200, 14400, 28800, 86400, 172800, 604800),
+)
+JOB_SCHEDULING_DELAY_SECONDS = Histogram(
+    "mpiop_job_scheduling_delay_seconds", "From an MPIJob's creation until all its pods first ran (Running)",
+    buckets=(1, 2.5, 5, 10, 30, 60, 120, 300, 600, 1800, 3600, 14400, 86400),
+)
 RECONCILE_SECONDS = Histogram(
     "mpiop_reconcile_duration_seconds", "Time one reconcile of one MPIJob took", ["result"],
     buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10),
@@ -41,6 +53,24 @@ API_LATENCY = Histogram(
 )
 WATCH_RESTARTS = Counter("mpiop_watch_restarts", "Watch streams re-opened", ["resource"])
 PHASES = ("Pending", "Created", "Running", "Restarting", "Suspended", "Succeeded", "Failed")
+
+
+def count_transitions(job: MPIJob, new: JobStatus, now: dt.datetime) -> None:
+    """Counters and histograms that move when a status write lands (old: `job.status`)."""
+    old = job.status
+    if old.condition("Created") is None and new.condition("Created") is not None:
+        JOBS_CREATED.inc()
+    for state, counter in (("Succeeded", JOBS_SUCCESSFUL), ("Failed", JOBS_FAILED)):
+        if not old.is_true(state) and new.is_true(state):  # type: ignore[arg-type]
+            counter.inc()
+            started = new.start_time or job.metadata.creation_timestamp
+            if started is not None:
+                seconds = ((new.completion_time or now) - started).total_seconds()
+                JOB_DURATION_SECONDS.labels(state).observe(max(seconds, 0))
+    if (new.restart_count or 0) > (old.restart_count or 0):
+        JOBS_RESTARTED.labels(new.last_failure.reason if new.last_failure else "Unknown").inc()
+    if old.condition("Running") is None and new.is_true("Running") and job.metadata.creation_timestamp is not None:
+        JOB_SCHEDULING_DELAY_SECONDS.observe(max((now - job.metadata.creation_timestamp).total_seconds(), 0))
 
 
 def observe_request(verb: str, resource: str, code: int, seconds: float) -> None:
@@ -63,7 +93,8 @@ def job_phase(job: Mapping[str, Any]) -> str:
 
 @dataclass
 class JobSource:
-    """Where the per-job gauges come from: the jobs cache, a launcher lookup, and whether to report at all."""
+    """Where the per-job gauges come from: the jobs cache, whether a job (namespace, name) has a launcher pod,
+    and whether to report at all."""
 
     jobs: Callable[[], Iterable[Mapping[str, Any]]]
     has_launcher: Callable[[str, str], bool]
@@ -96,7 +127,7 @@ class JobCollector(Collector):
                 counts[job_phase(job)] += 1
                 meta = job.get("metadata") or {}
                 launcher = f"{meta.get('name')}-launcher"
-                if source.has_launcher(str(meta.get("namespace")), launcher):
+                if source.has_launcher(str(meta.get("namespace")), str(meta.get("name"))):
                     info.add_metric([launcher, str(meta.get("namespace"))], 1)
             for phase, count in counts.items():
                 phases.add_metric([phase], count)

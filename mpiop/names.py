@@ -31,8 +31,11 @@ HOSTFILE_NAME = "hostfile"
 DISCOVER_HOSTS_NAME = "discover_hosts.sh"
 
 
-def launcher_name(job: MPIJob) -> str:
-    return f"{job.metadata.name}-launcher"
+def launcher_name(job: MPIJob, attempt: int = 0) -> str:
+    """`<job>-launcher`, `<job>-launcher-<attempt>` after a restart: the failed attempt's launcher is kept (its
+    log tells why) while the next one runs. The launcher's hostname is always `<job>-launcher`."""
+    base = f"{job.metadata.name}-launcher"
+    return base if attempt == 0 else f"{base}-{attempt}"
 
 
 def worker_name(job: MPIJob, index: int) -> str:

@@ -36,6 +36,9 @@ class Observed:
     # Job (kubeflow labels them with the job's name): present only for jobs taken over from kubeflow's operator.
     launcher_job: JSON | None = None
     launcher_job_pods: list[Pod] = field(default_factory=list)
+    # The last lines of a failed container's log, by pod name: read by the controller for the pod that
+    # status.failure_report.log_request names (decisions never do I/O).
+    log_tails: dict[str, str] = field(default_factory=dict)
 
     def pod(self, name: str) -> Pod | None:
         return next((p for p in self.pods if podstate.name(p) == name), None)
@@ -43,8 +46,9 @@ class Observed:
     def pods_of_attempt(self, attempt: int) -> list[Pod]:
         return [p for p in self.pods if podstate.attempt(p) == attempt]
 
-    def launcher(self, job: MPIJob) -> Pod | None:
-        return self.pod(names.launcher_name(job))
+    def launcher(self, job: MPIJob, attempt: int) -> Pod | None:
+        """The attempt's launcher (each attempt's launcher has its own name)."""
+        return self.pod(names.launcher_name(job, attempt))
 
     def workers(self, job: MPIJob, attempt: int) -> dict[int, Pod]:
         """Current-attempt worker pods by worker index (the `-worker-<i>` of their names: the replica-index

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 from mpiop import names
@@ -50,6 +51,13 @@ def attempt(pod: Pod) -> int:
         return -1
 
 
+def is_kept_launcher(pod: Pod, current_attempt: int) -> bool:
+    """The failed launcher of the attempt before the current one: kept (one, bounded) so that
+    `kubectl logs` still shows why that attempt failed; any older one goes."""
+    return (role(pod) == names.LAUNCHER_ROLE and attempt(pod) == current_attempt - 1 and phase(pod) == "Failed"
+            and not is_terminating(pod))
+
+
 def replica_index(pod: Pod) -> int | None:
     try:
         return int(labels(pod)[names.REPLICA_INDEX_LABEL])
@@ -61,20 +69,44 @@ def role(pod: Pod) -> str:
     return labels(pod).get(names.JOB_ROLE_LABEL, "")
 
 
-def _terminated(container_status: dict[str, Any]) -> dict[str, Any] | None:
-    state = container_status.get("state") or {}
-    last = container_status.get("lastState") or {}
-    terminated = state.get("terminated") or last.get("terminated")
-    return terminated if isinstance(terminated, dict) else None
+# The kubelet's termination message (a runtime error such as `exec: "mpirunx": executable file not found`,
+# or the log tail of a FallbackToLogsOnError container) is kept this long in the cache: its end.
+TERMINATION_MESSAGE_KEPT = 512
+
+
+@dataclass(frozen=True)
+class ContainerFailure:
+    """A container that terminated with a non-zero code; `previous` when it has restarted since (its log is
+    then read with `previous=true`)."""
+
+    container: str
+    reason: str
+    exit_code: int
+    message: str = ""
+    previous: bool = False
+
+
+def node_name(pod: Pod) -> str | None:
+    node = (pod.get("spec") or {}).get("nodeName")
+    return str(node) if node else None
+
+
+def container_failure(pod: Pod) -> ContainerFailure | None:
+    """The first container that terminated with a non-zero code, now or before its last restart."""
+    for status in pod.get("status", {}).get("containerStatuses") or []:
+        current = (status.get("state") or {}).get("terminated")
+        terminated = current or (status.get("lastState") or {}).get("terminated")
+        if isinstance(terminated, dict) and int(terminated.get("exitCode", 0)) != 0:
+            return ContainerFailure(str(status.get("name")), str(terminated.get("reason") or "Error"),
+                                    int(terminated["exitCode"]), str(terminated.get("message") or ""),
+                                    previous=not current)
+    return None
 
 
 def failed_container(pod: Pod) -> tuple[str, str, int] | None:
     """(container, reason, exit code) of the first container that terminated with a non-zero code."""
-    for status in pod.get("status", {}).get("containerStatuses") or []:
-        terminated = _terminated(status)
-        if terminated and int(terminated.get("exitCode", 0)) != 0:
-            return str(status.get("name")), str(terminated.get("reason") or "Error"), int(terminated["exitCode"])
-    return None
+    found = container_failure(pod)
+    return (found.container, found.reason, found.exit_code) if found else None
 
 
 def exit_code(pod: Pod) -> int | None:
@@ -107,11 +139,17 @@ def trim(pod: Pod) -> Pod:
             {"name": s.get("name"), "state": _slim_state(s.get("state")), "lastState": _slim_state(s.get("lastState"))}
             for s in status["containerStatuses"]
         ]
-    return {"metadata": trimmed_metadata(pod), "status": kept_status}
+    trimmed: Pod = {"metadata": trimmed_metadata(pod), "status": kept_status}
+    if node := (pod.get("spec") or {}).get("nodeName"):
+        trimmed["spec"] = {"nodeName": node}
+    return trimmed
 
 
 def _slim_state(state: Any) -> dict[str, Any]:
     if not isinstance(state, dict) or "terminated" not in state:
         return {}
     terminated = state["terminated"] or {}
-    return {"terminated": {k: terminated[k] for k in ("exitCode", "reason") if k in terminated}}
+    kept = {k: terminated[k] for k in ("exitCode", "reason") if k in terminated}
+    if terminated.get("message") and terminated.get("exitCode"):
+        kept["message"] = str(terminated["message"])[-TERMINATION_MESSAGE_KEPT:]
+    return {"terminated": kept}

@@ -290,7 +290,7 @@ class PodBuilder:
     def __init__(self, job: MPIJob, role: str, index: int = 0, attempt: int = 0) -> None:
         if role not in (names.LAUNCHER_ROLE, names.WORKER_ROLE):
             raise ValueError(f"role must be {names.LAUNCHER_ROLE!r} or {names.WORKER_ROLE!r}, not {role!r}")
-        name = names.launcher_name(job) if role == names.LAUNCHER_ROLE else names.worker_name(job, index)
+        name = names.launcher_name(job, attempt) if role == names.LAUNCHER_ROLE else names.worker_name(job, index)
         self._pod: JSON = {
             "metadata": {
                 "name": name,
@@ -331,9 +331,21 @@ class PodBuilder:
         self._status["containerStatuses"] = [_terminated(container, "Completed", 0)]
         return self
 
-    def failed(self, container: str = CONTAINER, reason: str = "Error", exit_code: int = 1) -> Self:
+    def failed(self, container: str = CONTAINER, reason: str = "Error", exit_code: int = 1, message: str = "") -> Self:
+        """Failed, its container terminated (`message`: the kubelet's termination message, e.g. a runtime error)."""
         self._phase("Failed", ready=False)
-        self._status["containerStatuses"] = [_terminated(container, reason, exit_code)]
+        self._status["containerStatuses"] = [_terminated(container, reason, exit_code, message)]
+        return self
+
+    def restarted(self, container: str = CONTAINER, reason: str = "OOMKilled", exit_code: int = 137) -> Self:
+        """Running again after its container died in place (restartPolicy OnFailure/Always): lastState says how."""
+        self._phase("Running", ready=True)
+        self._status["containerStatuses"] = [
+            {"name": container, "state": {}, "lastState": _terminated(container, reason, exit_code)["state"]}]
+        return self
+
+    def on_node(self, node: str) -> Self:
+        self._pod["spec"] = {"nodeName": node}
         return self
 
     def evicted(self, message: str = "The node was low on resource: memory.") -> Self:
@@ -357,8 +369,11 @@ class PodBuilder:
         return copy.deepcopy(self._pod)
 
 
-def _terminated(container: str, reason: str, exit_code: int) -> JSON:
-    return {"name": container, "state": {"terminated": {"exitCode": exit_code, "reason": reason}}, "lastState": {}}
+def _terminated(container: str, reason: str, exit_code: int, message: str = "") -> JSON:
+    terminated: JSON = {"exitCode": exit_code, "reason": reason}
+    if message and exit_code:
+        terminated["message"] = message
+    return {"name": container, "state": {"terminated": terminated}, "lastState": {}}
 
 
 def make_pod(job: MPIJob | MPIJobBuilder, role: str, index: int = 0, attempt: int = 0) -> PodBuilder:

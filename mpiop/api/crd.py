@@ -144,6 +144,14 @@ PRINTER_COLUMNS: list[JSON] = [
     {"name": "Ready", "type": "integer", "jsonPath": ".status.replicaStatuses.Worker.ready",
      "description": "Worker pods that are running and ready."},
     {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
+    {"name": "Restarts", "type": "integer", "jsonPath": ".status.restartCount", "priority": 1,
+     "description": "Whole-job restarts after a failed pod."},
+    {"name": "Last Failure", "type": "string", "jsonPath": ".status.lastFailure.reason", "priority": 1,
+     "description": "Why the last failed attempt failed (OOMKilled, Error, Evicted, WorkerLost, ...)."},
+    {"name": "Failed Pod", "type": "string", "jsonPath": ".status.lastFailure.pod", "priority": 1,
+     "description": "The pod blamed for the last failed attempt."},
+    {"name": "Attempt Age", "type": "date", "jsonPath": ".status.attemptStartTime", "priority": 1,
+     "description": "When the current attempt started."},
 ]
 
 _API_VERSION_DESCRIPTION = (

@@ -263,6 +263,26 @@ class ReplicaStatus(ApiModel):
     )
 
 
+class FailureInfo(ApiModel):
+    """mpiop extension: the pod blamed for the last failed attempt (the condition message says more)."""
+
+    reason: str = Field(
+        description=(
+            "Why it failed: the container's reason (OOMKilled, Error, StartError, ...), the pod's (Evicted), "
+            "or WorkerLost when the launcher's log names a worker that went away."
+        ),
+    )
+    pod: str | None = Field(default=None, description="The pod blamed: a worker when one died, else the launcher.")
+    container: str | None = Field(default=None, description="Its container that failed.")
+    exit_code: int | None = Field(default=None, description="That container's exit code.")
+    node: str | None = Field(default=None, description="The node the pod ran on.")
+    ranks: str | None = Field(
+        default=None, description="The MPI ranks the hostfile put on the pod, e.g. 2-3 (none for the launcher)."
+    )
+    attempt: int | None = Field(default=None, description="The attempt (restartCount at the time) that failed.")
+    time: Time | None = Field(default=None, description="When mpiop saw the failure.")
+
+
 class JobStatus(ApiModel):
     """The observed state of an MPIJob, written by the controller through the status subresource."""
 
@@ -282,6 +302,13 @@ class JobStatus(ApiModel):
     restart_count: int | None = Field(
         default=None,
         description="mpiop extension: how many times the whole job was restarted after a failed pod.",
+    )
+    attempt_start_time: Time | None = Field(
+        default=None,
+        description="mpiop extension: when the current attempt started (startTime, or the last restart).",
+    )
+    last_failure: FailureInfo | None = Field(
+        default=None, description="mpiop extension: the pod blamed for the last failed attempt."
     )
 
     def condition(self, condition_type: ConditionType) -> JobCondition | None:

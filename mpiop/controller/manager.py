@@ -16,8 +16,8 @@ from typing import Any
 
 import structlog
 
-from mpiop import metrics
-from mpiop.controller.caches import Caches, owner_key
+from mpiop import metrics, names, podstate
+from mpiop.controller.caches import OWNER_INDEX, Caches, owner_key
 from mpiop.controller.events import EventRecorder
 from mpiop.controller.reconciler import Reconciler
 from mpiop.controller.workqueue import (
@@ -73,13 +73,19 @@ class Manager:
         metrics.QUEUE_DEPTH.set_function(lambda: len(self.queue))
         metrics.JOBS.source = metrics.JobSource(
             jobs=lambda: self.caches.jobs.store.values(),
-            has_launcher=lambda ns, name: (self.caches.pods.get(f"{ns}/{name}") is not None
-                                           or self.caches.launcher_jobs.get(f"{ns}/{name}") is not None),
+            has_launcher=self._has_launcher,
             active=lambda: self.working,
         )
         self.caches.jobs.handlers.append(self._on_job)
         for informer in self.caches.owned():
             informer.handlers.append(self._on_owned)
+
+    def _has_launcher(self, namespace: str, job: str) -> bool:
+        """Any launcher pod of the job (each attempt's launcher has its own name), or an adopted job's
+        kubeflow launcher Job."""
+        return (any(podstate.role(p) == names.LAUNCHER_ROLE
+                    for p in self.caches.pods.by_index(OWNER_INDEX, f"{namespace}/{job}"))
+                or self.caches.launcher_jobs.get(f"{namespace}/{job}-launcher") is not None)
 
     def _on_job(self, old: JSON | None, new: JSON | None) -> None:
         self.queue.add(object_key(new if new is not None else old))  # type: ignore[arg-type]

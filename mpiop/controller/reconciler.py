@@ -18,6 +18,7 @@ from mpiop import metrics, podstate, ssh
 from mpiop.api.v2beta1 import JobStatus, MPIJob, format_time
 from mpiop.controller.caches import Caches
 from mpiop.controller.events import EventRecorder
+from mpiop.controller.logtails import LogTails
 from mpiop.decide import decide
 from mpiop.desired import objects
 from mpiop.kube.client import CONFIGMAPS, JOBS, MPIJOBS, PODS, SECRETS, SERVICES, ApiError, KubeClient, Resource
@@ -57,6 +58,7 @@ class Reconciler:
         # Pod creations and deletions in flight, across all workers: with the client-side rate limiter off
         # (the default), this is what keeps a 256-worker job from taking every connection to the apiserver.
         self.write_limit = asyncio.Semaphore(write_concurrency)
+        self.log_tails = LogTails(client)
 
     async def reconcile(self, key: str) -> float | None:
         """One level-triggered pass; returns seconds after which to look again, if a timer matters."""
@@ -67,7 +69,9 @@ class Reconciler:
         if job.metadata.deletion_timestamp is not None or not managed_by.is_ours(job):
             return None
         now = self.clock()
-        plan = decide(job, self.caches.observed(job), now, self.cluster_domain)
+        observed = self.caches.observed(job)
+        await self.log_tails.fill(job, observed)  # the failure report's one I/O: a failed container's log
+        plan = decide(job, observed, now, self.cluster_domain)
         if plan.delete_job:
             await self._delete_job(job)
             return None
@@ -92,20 +96,9 @@ class Reconciler:
                                           subresource="status")
         self.caches.jobs.observe_write(updated)
         job.metadata.resource_version = updated["metadata"]["resourceVersion"]
-        self._count_transitions(job.status, plan.status)
+        metrics.count_transitions(job, plan.status, now)
         for event in plan.events:
             await self.recorder.record(job, event, now)
-
-    @staticmethod
-    def _count_transitions(old: JobStatus, new: JobStatus) -> None:
-        if old.condition("Created") is None and new.condition("Created") is not None:
-            metrics.JOBS_CREATED.inc()
-        if not old.is_true("Succeeded") and new.is_true("Succeeded"):
-            metrics.JOBS_SUCCESSFUL.inc()
-        if not old.is_true("Failed") and new.is_true("Failed"):
-            metrics.JOBS_FAILED.inc()
-        if (new.restart_count or 0) > (old.restart_count or 0):
-            metrics.JOBS_RESTARTED.inc()
 
     # -- objects -----------------------------------------------------------------------------------
     async def _apply_objects(self, job: MPIJob, plan: Plan) -> tuple[str, str, str] | None:

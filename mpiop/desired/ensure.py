@@ -1,8 +1,10 @@
 """Compare what the job wants with what exists and plan the creations, updates and deletions.
 
-Only differences are planned: a settled job plans nothing. Pods of an earlier attempt, and workers
-beyond the wanted count, are deleted; a pod is made again only once its predecessor of the same name
-is gone. When the launcher comes is the launcher creation policy's to say (policies/launcher_creation).
+Only differences are planned: a settled job plans nothing. Pods of an earlier attempt (but the failed
+launcher of the last one, kept for its log), and workers beyond the wanted count, are deleted; a worker is
+made again only once its predecessor of the same name is gone, and each attempt's launcher (it has its own
+name) only once no earlier worker remains. When the launcher comes is the launcher creation policy's to say
+(policies/launcher_creation).
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ from mpiop.plan import Observed, Plan
 
 def _stale(job: MPIJob, pod: podstate.Pod, attempt: int) -> bool:
     if podstate.attempt(pod) != attempt:
-        return True
+        return not podstate.is_kept_launcher(pod, attempt)
     if podstate.role(pod) != names.WORKER_ROLE:
         return False
     index = names.worker_index(job, podstate.name(pod))
@@ -48,6 +50,12 @@ def job_pods(plan: Plan, job: MPIJob, observed: Observed, launcher_may_start: bo
         if observed.pod(names.worker_name(job, index)) is None:
             plan.create.append(pods.worker_pod(job, index, attempt, cluster_domain))
 
-    if observed.launcher(job) is None and launcher_may_start:
+    if observed.launcher(job, attempt) is None and launcher_may_start \
+            and not _old_workers_remain(job, observed, attempt):
         plan.create.append(pods.launcher_pod(job, attempt, cluster_domain))
 
+
+def _old_workers_remain(job: MPIJob, observed: Observed, attempt: int) -> bool:
+    """An earlier attempt's worker still holds a name: the launcher waits for the workers it will reach."""
+    return any((pod := observed.pod(names.worker_name(job, i))) is not None and podstate.attempt(pod) != attempt
+               for i in range(job.spec.worker_replicas))

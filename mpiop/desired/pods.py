@@ -84,12 +84,12 @@ def _add_volume(spec: dict[str, Any], volume: dict[str, Any], mount_path: str) -
 
 
 def _base_pod(job: MPIJob, replica: ReplicaSpec, name: str, labels: dict[str, str],
-              cluster_domain: str) -> dict[str, Any]:
+              cluster_domain: str, hostname: str | None = None) -> dict[str, Any]:
     template = copy.deepcopy(replica.template)
     meta = template.get("metadata") or {}
     spec: dict[str, Any] = template.get("spec") or {}
     spec.setdefault("containers", [{}])
-    spec["hostname"] = name
+    spec["hostname"] = hostname or name
     spec["subdomain"] = names.service_name(job)
     spec["restartPolicy"] = pod_restart_policy(replica)
     _host_network_dns(spec)
@@ -116,8 +116,9 @@ def worker_pod(job: MPIJob, index: int, attempt: int, cluster_domain: str = "") 
 def launcher_pod(job: MPIJob, attempt: int, cluster_domain: str = "") -> dict[str, Any]:
     replica = job.spec.launcher
     assert replica is not None, "launcher_pod needs a Launcher replica spec"
-    pod = _base_pod(job, replica, names.launcher_name(job),
-                    names.role_labels(job, names.LAUNCHER_ROLE, 0, attempt), cluster_domain)
+    pod = _base_pod(job, replica, names.launcher_name(job, attempt),
+                    names.role_labels(job, names.LAUNCHER_ROLE, 0, attempt), cluster_domain,
+                    hostname=names.launcher_name(job))
     _add_volume(pod["spec"], _config_volume(job), names.CONFIG_MOUNT_PATH)
     main = pod["spec"]["containers"][0]
     main["env"] = env.merge_env(main.get("env"), env.launcher_env(job))

@@ -6,7 +6,9 @@ is deleted and made again. Pods carry their attempt as a label, so one failure i
 if the failed pod is still seen by a later reconcile. A pod already being deleted (by a restart, a
 scale-down or a suspend, which can kill it into Failed on its way out) is not a failure. With restartPolicy
 ExitCode, exit codes 1-127 are permanent (the program itself failed) and fail the job at once; 128-255
-(killed by a signal) restart it.
+(killed by a signal) restart it. The messages (and status.lastFailure) come from status.failure_report: the
+pod to blame, its ranks and node, and the log tail. A failed launcher is kept through the next attempt
+(its successor has its own name), so its log survives the restart.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from mpiop import names, podstate
 from mpiop.api.v2beta1 import MPIJob
 from mpiop.plan import Observed, Plan
 from mpiop.status import conditions as c
+from mpiop.status import failure_report
 
 
 def _is_permanent(job: MPIJob, pod: podstate.Pod) -> bool:
@@ -29,9 +32,7 @@ def _is_permanent(job: MPIJob, pod: podstate.Pod) -> bool:
 
 def first_failure(job: MPIJob, observed: Observed, attempt: int) -> podstate.Pod | None:
     """The launcher's failure first (it carries mpirun's exit code), then the lowest worker's."""
-    failed = [p for p in observed.pods_of_attempt(attempt)
-              if podstate.phase(p) == "Failed" and not podstate.is_terminating(p)]
-    failed.sort(key=lambda p: (podstate.role(p) != names.LAUNCHER_ROLE, podstate.replica_index(p) or 0))
+    failed = failure_report.failed_pods(observed, attempt)
     return failed[0] if failed else None
 
 
@@ -39,38 +40,47 @@ def apply(plan: Plan, job: MPIJob, observed: Observed, now: dt.datetime) -> bool
     """Handle a failed attempt; True when it did (the job is restarting or has failed)."""
     attempt = plan.status.restart_count or 0
     pod = first_failure(job, observed, attempt)
-    if pod is None:
+    found = failure_report.report(job, observed, attempt)
+    if pod is None or found is None:
         return False
-    attempt_failed(plan, job, observed, now, podstate.failure_summary(pod), _is_permanent(job, pod))
+    attempt_failed(plan, job, observed, now, found, _is_permanent(job, pod))
     return True
 
 
-def attempt_failed(plan: Plan, job: MPIJob, observed: Observed, now: dt.datetime, summary: str,
-                   permanent: bool = False) -> None:
-    """The current attempt failed (`summary` says how): restart the job, or fail it at backoffLimit."""
+def attempt_failed(plan: Plan, job: MPIJob, observed: Observed, now: dt.datetime,
+                   why: failure_report.Report | str, permanent: bool = False) -> None:
+    """The current attempt failed: restart the job, or fail it at backoffLimit. `why` is the failure report,
+    or a summary where no pod is to blame (an adopted job's launcher Job that failed)."""
+    found = why if isinstance(why, failure_report.Report) else failure_report.summary_only(why)
     status = plan.status
     attempt = status.restart_count or 0
+    status.last_failure = found.info.model_copy(update={"time": now, "attempt": attempt})
     limit = job.spec.run_policy.effective_backoff_limit
     failures = attempt + 1
     key = job.key
     if permanent or failures > limit:
-        why = "permanent exit code (restartPolicy ExitCode)" if permanent else f"backoffLimit {limit}"
-        message = f"MPIJob {key} has failed: {summary} ({why} reached after {attempt} restarts)"
-        mark_failed(plan, c.FAILED_REASON, message, now)
+        reached = "permanent exit code (restartPolicy ExitCode)" if permanent else f"backoffLimit {limit}"
+        head = f"MPIJob {key} has failed ({reached} reached after {attempt} restarts)"
+        mark_failed(plan, c.FAILED_REASON, found.message(head), now,
+                    event_message=found.message(head, limit=failure_report.EVENT_MESSAGE_LIMIT))
         return
     status.restart_count = failures
-    message = f"MPIJob {key} is restarting: {summary} (restart {failures} of backoffLimit {limit})"
+    status.attempt_start_time = now
+    kept = [p for p in observed.pods if podstate.is_kept_launcher(p, failures)]
+    middle = f"; the failed launcher {podstate.name(kept[0])} is kept for `kubectl logs`" if kept else ""
+    head = f"MPIJob {key} is restarting (restart {failures} of backoffLimit {limit})"
+    message = found.message(head, middle)
     c.set_condition(status, "Restarting", "True", c.RESTARTING_REASON, message, now)
     c.set_false_if_true(status, "Running", c.RESTARTING_REASON, message, now)
-    plan.event("Warning", c.RESTARTING_REASON, message)
-    plan.delete_pods(observed.pods)
+    plan.event("Warning", c.RESTARTING_REASON, found.message(head, middle, failure_report.EVENT_MESSAGE_LIMIT))
+    plan.delete_pods([p for p in observed.pods if p not in kept])
 
 
-def mark_failed(plan: Plan, reason: str, message: str, now: dt.datetime) -> None:
+def mark_failed(plan: Plan, reason: str, message: str, now: dt.datetime, event_message: str | None = None) -> None:
     """Failed is final: completionTime is set and Running/Restarting go False."""
     status = plan.status
     if c.set_condition(status, "Failed", "True", reason, message, now):
-        plan.event("Warning", reason, message)
+        plan.event("Warning", reason, event_message or message)
     c.set_false_if_true(status, "Running", reason, message, now)
     c.set_false_if_true(status, "Restarting", reason, message, now)
     if status.completion_time is None:

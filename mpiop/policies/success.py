@@ -17,8 +17,9 @@ from mpiop.status import conditions as c
 def apply(plan: Plan, job: MPIJob, observed: Observed, now: dt.datetime) -> bool:
     """Mark the job Succeeded when the current attempt's launcher has; True when it did."""
     status = plan.status
-    launcher = observed.launcher(job)
-    if launcher is None or podstate.attempt(launcher) != (status.restart_count or 0):
+    attempt = status.restart_count or 0
+    launcher = observed.launcher(job, attempt)
+    if launcher is None or podstate.attempt(launcher) != attempt:
         return False
     if podstate.phase(launcher) != "Succeeded":
         return False

@@ -22,7 +22,7 @@ def mark_running(plan: Plan, job: MPIJob, observed: Observed, now: dt.datetime) 
     """Running when the current attempt's launcher and every one of its workers run."""
     status = plan.status
     attempt = status.restart_count or 0
-    launcher = observed.launcher(job)
+    launcher = observed.launcher(job, attempt)
     if launcher is None or podstate.attempt(launcher) != attempt or not podstate.is_running(launcher):
         return
     mark_running_if_workers_run(plan, job, observed, now)

@@ -104,7 +104,13 @@ def test_names_columns_and_subresources() -> None:
         "Workers": ".spec.mpiReplicaSpecs.Worker.replicas",
         "Ready": ".status.replicaStatuses.Worker.ready",
         "Age": ".metadata.creationTimestamp",
+        "Restarts": ".status.restartCount",
+        "Last Failure": ".status.lastFailure.reason",
+        "Failed Pod": ".status.lastFailure.pod",
+        "Attempt Age": ".status.attemptStartTime",
     }
+    wide_only = {c["name"] for c in version["additionalPrinterColumns"] if c.get("priority") == 1}
+    assert wide_only == {"Restarts", "Last Failure", "Failed Pod", "Attempt Age"}, "`-o wide` shows them"
 
 
 def test_each_replica_type_has_the_pod_template() -> None:

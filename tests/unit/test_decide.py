@@ -160,8 +160,8 @@ def test_failure_restart_running_failure_failed() -> None:
     plan = world.reconcile(5)
     assert world.job.status.restart_count == 1
     assert world.conditions == ["Created=True", "Running=False", "Restarting=True"]
-    message = ("MPIJob ns/pi is restarting: pi-worker-1 container main OOMKilled exit 137 "
-               "(restart 1 of backoffLimit 1)")
+    message = ("MPIJob ns/pi is restarting (restart 1 of backoffLimit 1): "
+               "pi-worker-1 (rank 1) container main OOMKilled exit 137")
     assert [(e.type, e.message) for e in plan.events] == [("Warning", message)]
     assert sorted(names_of(plan.delete)) == ["pi-launcher", "pi-worker-0", "pi-worker-1"]
     assert plan.create == []
@@ -173,21 +173,21 @@ def test_failure_restart_running_failure_failed() -> None:
 
     world.gone()
     plan = world.reconcile(7)
-    assert names_of(plan.create) == ["Pod/pi-worker-0", "Pod/pi-worker-1", "Pod/pi-launcher"]
-    assert world.live_pods() == {"pi-launcher": 1, "pi-worker-0": 1, "pi-worker-1": 1}
+    assert names_of(plan.create) == ["Pod/pi-worker-0", "Pod/pi-worker-1", "Pod/pi-launcher-1"]
+    assert world.live_pods() == {"pi-launcher-1": 1, "pi-worker-0": 1, "pi-worker-1": 1}
 
     world.set_all(running)
     world.reconcile(8)
     assert world.conditions == ["Created=True", "Restarting=False", "Running=True"]
     assert not world.job.status.is_true("Restarting")
 
-    world.set("pi-launcher", lambda b: b.failed(exit_code=1))
+    world.set("pi-launcher-1", lambda b: b.failed(exit_code=1))
     plan = world.reconcile(9)
     assert world.state == "Failed"
     failed = world.job.status.condition("Failed")
     assert failed is not None
-    assert failed.message == ("MPIJob ns/pi has failed: pi-launcher container main Error exit 1 "
-                              "(backoffLimit 1 reached after 1 restarts)")
+    assert failed.message == ("MPIJob ns/pi has failed (backoffLimit 1 reached after 1 restarts): "
+                              "pi-launcher-1 container main Error exit 1")
     assert world.job.status.completion_time == at(9)
     assert world.job.status.restart_count == 1
     assert names_of(plan.delete) == ["pi-worker-0", "pi-worker-1"], "the failed launcher stays for its log"

@@ -61,7 +61,7 @@ def test_settled_job_plans_nothing() -> None:
 def test_restart_attempt_pods_are_made_with_the_current_attempt() -> None:
     job = make_mpijob("pi").workers(1).status(restart_count=2).obj()
     plan = run(job, observe(job))
-    assert created(plan) == ["Pod/pi-worker-0", "Pod/pi-launcher"]
+    assert created(plan) == ["Pod/pi-worker-0", "Pod/pi-launcher-2"]
     assert [o["metadata"]["labels"][names.ATTEMPT_LABEL] for o in plan.create] == ["2", "2"]
 
 
@@ -111,9 +111,18 @@ def test_stale_attempt_pods_deleted_and_not_recreated_until_gone() -> None:
     assert created(plan) == ["Pod/pi-worker-1"]
     assert plan.create[0]["metadata"]["labels"][names.ATTEMPT_LABEL] == "1"
 
-    # Gone: made again, in the new attempt.
+    # Gone: made again, in the new attempt (whose launcher has its own name).
     plan = run(job, observe(job))
-    assert created(plan) == ["Pod/pi-worker-0", "Pod/pi-worker-1", "Pod/pi-launcher"]
+    assert created(plan) == ["Pod/pi-worker-0", "Pod/pi-worker-1", "Pod/pi-launcher-1"]
+
+
+def test_failed_launcher_of_the_last_attempt_is_kept_older_ones_go() -> None:
+    job = make_mpijob("pi").workers(1).status(restart_count=2).obj()
+    pods = [make_pod(job, "launcher", 0, 1).failed().obj(), make_pod(job, "launcher", 0, 0).failed().obj(),
+            make_pod(job, "worker", 0, 2).running().obj()]
+    plan = run(job, observe(job, pods))
+    assert deleted(plan) == ["pi-launcher"]
+    assert created(plan) == ["Pod/pi-launcher-2"]
 
 
 @pytest.mark.parametrize(

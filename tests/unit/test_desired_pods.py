@@ -59,7 +59,7 @@ def test_worker_pod_identity_and_labels() -> None:
 def test_launcher_pod_identity_and_labels() -> None:
     job = make_mpijob("pi", "ns").obj()
     pod = launcher_pod(job, 1)
-    assert pod["metadata"]["name"] == "pi-launcher"
+    assert pod["metadata"]["name"] == "pi-launcher-1", "each attempt's launcher has its own name"
     labels = pod["metadata"]["labels"]
     assert labels["training.kubeflow.org/job-role"] == "launcher"
     assert labels["mpiop.kubeflow.org/attempt"] == "1"

@@ -90,7 +90,8 @@ def test_a_failed_worker_restarts_the_job_and_retires_kubeflows_launcher() -> No
     assert plan.status.restart_count == 1
     assert conditions(plan) == ["Created=True", "Running=False", "Restarting=True"]
     restarting = plan.status.condition("Restarting")
-    assert restarting is not None and "pi-worker-0 container mpi-worker Error exit 1" in (restarting.message or "")
+    assert restarting is not None
+    assert "pi-worker-0 (rank 0) container mpi-worker Error exit 1" in (restarting.message or "")
     assert deleted(plan) == ["pi-worker-0", "pi-worker-1"]
     assert plan.delete_launcher_job is not None and plan.delete_launcher_job["metadata"]["name"] == "pi-launcher"
     assert nothing_made(plan)
@@ -108,7 +109,7 @@ def _restarted(observed: Observed, *, launcher_job: bool, launcher_pods: bool, w
         (True, True, True, True, []),
         (False, True, True, False, []),
         (False, True, False, False, ["pi-worker-0", "pi-worker-1"]),
-        (False, False, False, False, ["pi-worker-0", "pi-worker-1", "pi-launcher"]),
+        (False, False, False, False, ["pi-worker-0", "pi-worker-1", "pi-launcher-1"]),  # attempt 1's launcher
     ],
     ids=["job-still-there", "its-pod-going", "workers-gone", "all-gone-own-launcher"],
 )

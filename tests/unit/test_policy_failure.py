@@ -38,23 +38,26 @@ def test_no_failure_does_nothing() -> None:
 
 
 @pytest.mark.parametrize(
-    ("failed", "summary"),
+    ("failed", "summary", "deleted"),
     [
-        (make_pod(base().obj(), "launcher").failed(exit_code=1), "pi-launcher container main Error exit 1"),
+        (make_pod(base().obj(), "launcher").failed(exit_code=1),
+         "pi-launcher container main Error exit 1; the failed launcher pi-launcher is kept for `kubectl logs`",
+         ["pi-worker-0", "pi-worker-1"]),
         (make_pod(base().obj(), "worker", 1).failed(reason="OOMKilled", exit_code=137),
-         "pi-worker-1 container main OOMKilled exit 137"),
+         "pi-worker-1 (rank 1) container main OOMKilled exit 137", ["pi-launcher", "pi-worker-0", "pi-worker-1"]),
         (make_pod(base().obj(), "worker", 0).evicted("The node was low on resource: memory."),
-         "pi-worker-0 Evicted: The node was low on resource: memory."),
+         "pi-worker-0 (rank 0) Evicted: The node was low on resource: memory.",
+         ["pi-launcher", "pi-worker-0", "pi-worker-1"]),
     ],
     ids=["launcher-error", "worker-oomkilled", "worker-evicted"],
 )
-def test_failure_restarts_whole_job(failed: PodBuilder, summary: str) -> None:
+def test_failure_restarts_whole_job(failed: PodBuilder, summary: str, deleted: list[str]) -> None:
     job = base().condition("Running", when=at(50)).obj()
     pods = [p for p in all_pods(job) if podstate.name(p.obj()) != podstate.name(failed.obj())] + [failed]
     handled, plan = run(job, pods)
     assert handled is True
     assert plan.status.restart_count == 1
-    message = f"MPIJob ns/pi is restarting: {summary} (restart 1 of backoffLimit 6)"
+    message = f"MPIJob ns/pi is restarting (restart 1 of backoffLimit 6): {summary}"
     restarting = plan.status.condition("Restarting")
     assert restarting is not None
     assert (restarting.status, restarting.reason, restarting.message) == ("True", "MPIJobRestarting", message)
@@ -64,7 +67,7 @@ def test_failure_restarts_whole_job(failed: PodBuilder, summary: str) -> None:
     assert (running.status, running.reason) == ("False", "MPIJobRestarting")
     assert plan.status.conditions[-1].type == "Restarting"
     assert [(e.type, e.reason, e.message) for e in plan.events] == [("Warning", "MPIJobRestarting", message)]
-    assert sorted(podstate.name(p) for p in plan.delete) == ["pi-launcher", "pi-worker-0", "pi-worker-1"]
+    assert sorted(podstate.name(p) for p in plan.delete) == deleted
     assert not plan.status.finished
     assert plan.status.completion_time is None
 
@@ -85,7 +88,7 @@ def test_lowest_worker_reported_first() -> None:
     _, plan = run(job, pods)
     restarting = plan.status.condition("Restarting")
     assert restarting is not None
-    assert "pi-worker-2 container main Error exit 4" in (restarting.message or "")
+    assert "pi-worker-2 (rank 2) container main Error exit 4" in (restarting.message or "")
 
 
 @pytest.mark.parametrize(
@@ -115,8 +118,8 @@ def test_backoff_limit_boundaries(backoff: int | None, attempt: int, fails: bool
         failed = plan.status.condition("Failed")
         assert failed is not None
         assert failed.reason == "MPIJobFailed"
-        assert failed.message == (f"MPIJob ns/pi has failed: pi-worker-1 container main Error exit 1 "
-                                  f"(backoffLimit {limit} reached after {attempt} restarts)")
+        assert failed.message == (f"MPIJob ns/pi has failed (backoffLimit {limit} reached after {attempt} restarts): "
+                                  "pi-worker-1 (rank 1) container main Error exit 1")
         assert plan.status.conditions[-1].type == "Failed"
         assert plan.delete == [], "clean-up is cleanPodPolicy's business"
         assert [(e.type, e.reason) for e in plan.events] == [("Warning", "MPIJobFailed")]
@@ -154,8 +157,8 @@ def test_exit_code_policy(policy: RestartPolicy, exit_code: int, permanent: bool
     if permanent:
         failed = plan.status.condition("Failed")
         assert failed is not None
-        assert failed.message == (f"MPIJob ns/pi has failed: pi-launcher container main Error exit {exit_code} "
-                                  "(permanent exit code (restartPolicy ExitCode) reached after 0 restarts)")
+        assert failed.message == ("MPIJob ns/pi has failed (permanent exit code (restartPolicy ExitCode) reached "
+                                  f"after 0 restarts): pi-launcher container main Error exit {exit_code}")
 
 
 def test_exit_code_policy_is_per_replica() -> None:
@@ -214,4 +217,38 @@ def test_restart_leaves_terminating_pods_alone() -> None:
     pods = [make_pod(job, "launcher").failed(), make_pod(job, "worker", 0).running().terminating(),
             make_pod(job, "worker", 1).running()]
     _, plan = run(job, pods)
-    assert [podstate.name(p) for p in plan.delete] == ["pi-launcher", "pi-worker-1"]
+    assert [podstate.name(p) for p in plan.delete] == ["pi-worker-1"], "the failed launcher is kept"
+
+
+def test_restart_names_the_dead_worker_carries_the_tail_and_keeps_the_launcher() -> None:
+    job = base().obj()
+    tail = "\n".join(["step 1", "mpirun noticed that process rank 1 with PID 0 on node pi-worker-1 exited on "
+                      "signal 9 (Killed).", *(f"x{i}" * 40 for i in range(30))])
+    pods = [make_pod(job, "launcher").on_node("n0").failed(exit_code=137), make_pod(job, "worker", 0).running(),
+            make_pod(job, "worker", 1).on_node("n2").running()]
+    observed = Observed(pods=[p.obj() for p in pods], log_tails={"pi-launcher": tail})
+    plan = Plan(status=job.status.model_copy(deep=True))
+    assert failure.apply(plan, job, observed, at(100))
+    restarting = plan.status.condition("Restarting")
+    assert restarting is not None and restarting.message is not None
+    assert restarting.message.startswith(
+        "MPIJob ns/pi is restarting (restart 1 of backoffLimit 6): worker pi-worker-1 (rank 1, node n2) was lost "
+        "(mpirun noticed that process rank 1 with PID 0 on node pi-worker-1 exited on signal 9 (Killed).); then the "
+        "launcher pi-launcher (node n0) container main Error exit 137; the failed launcher pi-launcher is kept for "
+        "`kubectl logs`\nLast lines of pi-launcher/main:\n")
+    assert restarting.message.endswith(tail)
+    [event] = plan.events
+    assert len(event.message) <= 1024 and event.message.endswith(tail[-200:])
+    assert plan.status.last_failure is not None
+    assert plan.status.last_failure.model_dump(exclude_none=True) == {
+        "reason": "WorkerLost", "pod": "pi-worker-1", "node": "n2", "ranks": "1", "attempt": 0, "time": at(100)}
+    assert plan.status.attempt_start_time == at(100)
+    assert sorted(podstate.name(p) for p in plan.delete) == ["pi-worker-0", "pi-worker-1"]
+
+
+def test_final_failure_records_the_last_failure() -> None:
+    job = base(0).obj()
+    _, plan = run(job, [make_pod(job, "worker", 1).on_node("n2").failed(reason="OOMKilled", exit_code=137)])
+    assert plan.status.last_failure is not None
+    assert (plan.status.last_failure.reason, plan.status.last_failure.pod) == ("OOMKilled", "pi-worker-1")
+    assert plan.status.attempt_start_time is None, "no new attempt"

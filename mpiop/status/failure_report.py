@@ -1,0 +1,229 @@
+"""Why an attempt failed, in the words `kubectl describe mpijob` shows: which pod, which ranks ran there, on
+which node, which container, its exit code and reason, and the last lines of the log that explains it.
+
+An MPI job's launcher fails whenever any rank dies, so "the launcher failed" is rarely the answer
+(kubeflow/mpi-operator#90). When the launcher failed, a worker of the same attempt that failed too (or whose
+container was OOM-killed and restarted in place) is named instead; else a worker the launcher's log names
+(Open MPI's "ORTE/PRTE has lost communication with a remote daemon ... on node", "mpirun noticed that
+process rank N ... on node", Hydra's "BAD TERMINATION ... RANK N PID P RUNNING AT"). The tail shown is the
+launcher's when it failed (mpirun's error is there), else the failing container's own. Pure: the tails
+are read by the controller (`pods/log`) for the pod `log_request` names and handed in through Observed.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from mpiop import names, podstate
+from mpiop.api.v2beta1 import FailureInfo, MPIJob
+from mpiop.desired.slots import slots_per_worker
+from mpiop.plan import Observed
+
+TAIL_LINES = 20
+TAIL_BYTES = 2048
+# core/v1 Events are cut at 1 KiB by the recorder; the Event's tail is shortened from its start to fit.
+EVENT_MESSAGE_LIMIT = 1024
+WORKER_LOST = "WorkerLost"
+_DETAIL_CHARS = 300
+
+# A named host in mpirun's error: (pattern, group of the host, group of the rank).
+_HOST_PATTERNS = (
+    re.compile(r"Remote daemon:\s*\S+ on node (?P<host>[\w.-]+)"),                              # ORTE / PRTE
+    re.compile(r"noticed that process rank (?P<rank>\d+) with PID \S+ on node (?P<host>[\w.-]+)"),  # mpirun/prterun
+    re.compile(r"RANK (?P<rank>\d+) PID \d+ RUNNING AT (?P<host>[\w.-]+)"),                      # Hydra
+    re.compile(r"PID \d+ RUNNING AT (?P<host>[\w.-]+)"),                                         # older Hydra
+)
+# "Process name: [[51934,1],3]" (ORTE) or "[prterun-pi-launcher-17@1,3]" (PRTE): rank 3, mapped by the hostfile.
+_PROCESS_NAME = re.compile(r"Process name:\s*\[(?:\[\d+,\d+\]|[^\]\s]*@\d+),(?P<rank>\d+)\]")
+_CONTROL = re.compile(r"\x1b\[[0-9;]*[A-Za-z]|[\x00-\x08\x0b-\x1f\x7f]")
+
+
+@dataclass(frozen=True)
+class LogRequest:
+    """The one container log a failure report wants: read through `pods/log`, `previous` if it restarted."""
+
+    pod: str
+    container: str
+    previous: bool = False
+
+
+@dataclass(frozen=True)
+class Report:
+    """A failed attempt, told from the pod to blame."""
+
+    pod: str
+    reason: str
+    what: str  # e.g. "pi-worker-1 (ranks 2-3, node n1) container main OOMKilled exit 137"
+    info: FailureInfo
+    tail_from: str = ""  # "pod/container" of the tail
+    tail: str = ""
+
+    def message(self, head: str, middle: str = "", limit: int | None = None) -> str:
+        """`head: what middle`, then the log tail; within `limit` characters by shortening the tail's start."""
+        text = f"{head}: {self.what}{middle}"
+        if not self.tail:
+            return text if limit is None else text[:limit]
+        lead = f"\nLast lines of {self.tail_from}:\n"
+        tail = self.tail
+        if limit is not None:
+            room = limit - len(text) - len(lead)
+            if room < 80:
+                return text[:limit]
+            tail = tail if len(tail) <= room else "..." + tail[len(tail) - room + 3:]
+        return f"{text}{lead}{tail}"
+
+
+def summary_only(what: str, reason: str = "Failed") -> Report:
+    """A failure no pod is blamed for (e.g. an adopted job's launcher Job that failed), told as `what`."""
+    return Report(pod="", reason=reason, what=what, info=FailureInfo(reason=reason))
+
+
+def bound_tail(raw: str | bytes, lines: int = TAIL_LINES, size: int = TAIL_BYTES) -> str:
+    """The last `lines` lines and at most `size` bytes of a log, control characters removed."""
+    text = raw.decode("utf-8", errors="replace") if isinstance(raw, bytes) else raw
+    kept = [_CONTROL.sub("", line).rstrip() for line in text.replace("\r\n", "\n").split("\n")]
+    while kept and not kept[-1]:
+        kept.pop()
+    out = "\n".join(kept[-lines:])
+    encoded = out.encode()
+    if len(encoded) > size:
+        out = encoded[-size:].decode("utf-8", errors="ignore")
+        out = out.split("\n", 1)[1] if "\n" in out[:-1] else out
+    return out
+
+
+def rank_range(job: MPIJob, pod: podstate.Pod) -> str | None:
+    """The ranks the hostfile puts on this pod (mpirun fills hosts in order, `slots` each); None: no ranks."""
+    slots = slots_per_worker(job)
+    offset = slots if job.spec.run_launcher_as_worker else 0
+    if podstate.role(pod) == names.LAUNCHER_ROLE:
+        first = 0 if job.spec.run_launcher_as_worker else None
+    else:
+        index = names.worker_index(job, podstate.name(pod))
+        first = None if index is None else offset + index * slots
+    if first is None or slots < 1:
+        return None
+    return f"rank {first}" if slots == 1 else f"ranks {first}-{first + slots - 1}"
+
+
+def failed_pods(observed: Observed, attempt: int) -> list[podstate.Pod]:
+    """Failed pods of the attempt, not being deleted: the launcher first, then workers by index."""
+    failed = [p for p in observed.pods_of_attempt(attempt)
+              if podstate.phase(p) == "Failed" and not podstate.is_terminating(p)]
+    failed.sort(key=lambda p: (podstate.role(p) != names.LAUNCHER_ROLE, podstate.replica_index(p) or 0))
+    return failed
+
+
+def _failed_launcher(job: MPIJob, observed: Observed, attempt: int) -> podstate.Pod | None:
+    return next((p for p in failed_pods(observed, attempt) if podstate.role(p) == names.LAUNCHER_ROLE), None)
+
+
+def log_request(job: MPIJob, observed: Observed, attempt: int) -> LogRequest | None:
+    """Whose log explains the attempt's failure: the failed launcher's (mpirun's error), else the failed pod's."""
+    failed = failed_pods(observed, attempt)
+    for pod in failed[:1]:
+        found = podstate.container_failure(pod)
+        if found is not None:
+            return LogRequest(podstate.name(pod), found.container, found.previous)
+    return None
+
+
+def _dead_worker(job: MPIJob, observed: Observed, attempt: int) -> podstate.Pod | None:
+    """The lowest worker of the attempt that failed, or whose container failed and was restarted in place."""
+    workers = observed.workers(job, attempt)
+    for index in sorted(workers):
+        pod = workers[index]
+        if podstate.phase(pod) == "Failed" or podstate.container_failure(pod) is not None:
+            return pod
+    return None
+
+
+def _host_to_pod(job: MPIJob, observed: Observed, attempt: int, host: str) -> podstate.Pod | None:
+    label = host.split(".", 1)[0]
+    if label == names.launcher_name(job):
+        return None  # the launcher's own ranks: it stays the one to blame
+    return next((p for p in observed.workers(job, attempt).values() if podstate.name(p) == label), None)
+
+
+def _rank_to_host(job: MPIJob, rank: int) -> str | None:
+    slots = max(slots_per_worker(job), 1)
+    position = rank // slots
+    if job.spec.run_launcher_as_worker:
+        if position == 0:
+            return names.launcher_name(job)
+        position -= 1
+    return names.worker_name(job, position) if position < job.spec.worker_replicas else None
+
+
+def lost_worker(job: MPIJob, observed: Observed, attempt: int, tail: str) -> tuple[podstate.Pod, str] | None:
+    """The worker mpirun's error names (with the line that names it), if it is one of this attempt's."""
+    for line in tail.splitlines():
+        for pattern in _HOST_PATTERNS:
+            if (match := pattern.search(line)) and (pod := _host_to_pod(job, observed, attempt, match["host"])):
+                return pod, line.strip(" =")
+        if ((match := _PROCESS_NAME.search(line)) and (host := _rank_to_host(job, int(match["rank"])))
+                and (pod := _host_to_pod(job, observed, attempt, host))):
+            return pod, line.strip()
+    return None
+
+
+def _where(job: MPIJob, pod: podstate.Pod) -> str:
+    parts = [r for r in (rank_range(job, pod),) if r]
+    if node := podstate.node_name(pod):
+        parts.append(f"node {node}")
+    return f" ({', '.join(parts)})" if parts else ""
+
+
+def _describe(job: MPIJob, pod: podstate.Pod) -> str:
+    """`pod (ranks, node) container c Reason exit N`, with the kubelet's message's last line, if any."""
+    name = podstate.name(pod)
+    text = name + _where(job, pod) + podstate.failure_summary(pod).removeprefix(name)
+    found = podstate.container_failure(pod)
+    detail = ""
+    if found is not None and found.message.strip():
+        detail = found.message.strip().splitlines()[-1].strip()
+    if detail:
+        text += f": {detail[:_DETAIL_CHARS]}"
+    return text
+
+
+def _reason(pod: podstate.Pod) -> str:
+    found = podstate.container_failure(pod)
+    if found is not None:
+        return found.reason
+    return str(pod.get("status", {}).get("reason") or "Failed")
+
+
+def _info(job: MPIJob, pod: podstate.Pod, reason: str, attempt: int) -> FailureInfo:
+    found = podstate.container_failure(pod)
+    return FailureInfo(
+        reason=reason, pod=podstate.name(pod), container=found.container if found else None,
+        exit_code=found.exit_code if found else None, node=podstate.node_name(pod),
+        ranks=(rank_range(job, pod) or "").removeprefix("ranks ").removeprefix("rank ") or None, attempt=attempt,
+    )
+
+
+def report(job: MPIJob, observed: Observed, attempt: int) -> Report | None:
+    """The attempt's failure, told from the pod to blame; None when no pod of the attempt failed."""
+    failed = failed_pods(observed, attempt)
+    if not failed:
+        return None
+    request = log_request(job, observed, attempt)
+    tail = observed.log_tails.get(request.pod, "") if request else ""
+    tail_from = f"{request.pod}/{request.container}" if request else ""
+    launcher = _failed_launcher(job, observed, attempt)
+    if launcher is not None:
+        if (dead := _dead_worker(job, observed, attempt)) is not None:
+            what = f"{_describe(job, dead)}; then the launcher {_describe(job, launcher)}"
+            return Report(podstate.name(dead), _reason(dead), what, _info(job, dead, _reason(dead), attempt),
+                          tail_from, tail)
+        if (lost := lost_worker(job, observed, attempt, tail)) is not None:
+            pod, line = lost
+            what = (f"worker {podstate.name(pod)}{_where(job, pod)} was lost ({line[:_DETAIL_CHARS]}); "
+                    f"then the launcher {_describe(job, launcher)}")
+            return Report(podstate.name(pod), WORKER_LOST, what, _info(job, pod, WORKER_LOST, attempt),
+                          tail_from, tail)
+    pod = failed[0]
+    return Report(podstate.name(pod), _reason(pod), _describe(job, pod), _info(job, pod, _reason(pod), attempt),
+                  tail_from, tail)

@@ -1,0 +1,190 @@
+"""mpiop.status.failure_report: whom a failed attempt is blamed on, its ranks and node, and the log tail."""
+
+from __future__ import annotations
+
+import pytest
+
+from mpiop.api.v2beta1 import MPIJob
+from mpiop.plan import Observed
+from mpiop.status import failure_report
+from mpiop.status.failure_report import LogRequest, bound_tail, log_request, report
+from tests.builders import MPIJobBuilder, PodBuilder, make_mpijob, make_pod
+
+JOB = make_mpijob("pi", "ns").workers(3).slots(2).obj()
+
+
+def launcher(job: MPIJob = JOB) -> PodBuilder:
+    return make_pod(job, "launcher").on_node("n0")
+
+
+def worker(index: int, job: MPIJob = JOB) -> PodBuilder:
+    return make_pod(job, "worker", index).on_node(f"n{index + 1}")
+
+
+def observed(*pods: PodBuilder, tail: str = "", of: str = "pi-launcher") -> Observed:
+    found = Observed(pods=[p.obj() for p in pods])
+    if tail:
+        found.log_tails[of] = tail
+    return found
+
+
+ORTE_LOST = """\
+--------------------------------------------------------------------------
+ORTE has lost communication with a remote daemon.
+
+  HNP daemon   : [[41012,0],0] on node pi-launcher
+  Remote daemon: [[41012,0],2] on node pi-worker-1.pi.ns.svc
+
+This is usually due to either a failure of the TCP network
+connection to the node, or possibly an internal failure of
+the daemon itself. We cannot recover from this failure, and
+therefore will terminate the job.
+--------------------------------------------------------------------------"""
+PRTE_LOST = ORTE_LOST.replace("ORTE", "PRTE").replace("pi-worker-1.pi.ns.svc", "pi-worker-2")
+NOTICED = ("mpirun noticed that process rank 1 with PID 0 on node pi-worker-0 exited on signal 9 (Killed).\n"
+           "--------------------------------------------------------------------------")
+HYDRA = """\
+===================================================================================
+=   BAD TERMINATION OF ONE OF YOUR APPLICATION PROCESSES
+=   RANK 5 PID 57 RUNNING AT pi-worker-2
+=   KILLED BY SIGNAL: 9 (Killed)
+==================================================================================="""
+PROCESS_NAME = """\
+mpirun detected that one or more processes exited with non-zero status, thus causing
+the job to be terminated. The first process to do so was:
+
+  Process name: [[51934,1],3]
+  Exit code:    3"""
+
+
+@pytest.mark.parametrize(
+    ("pods", "tail", "pod", "reason", "what"),
+    [
+        ([launcher().failed(exit_code=1), worker(0).running(), worker(1).running()], "", "pi-launcher", "Error",
+         "pi-launcher (node n0) container main Error exit 1"),
+        ([launcher().failed(exit_code=1), worker(0).running(), worker(1).failed(reason="OOMKilled", exit_code=137)],
+         "", "pi-worker-1", "OOMKilled",
+         "pi-worker-1 (ranks 2-3, node n2) container main OOMKilled exit 137; "
+         "then the launcher pi-launcher (node n0) container main Error exit 1"),
+        ([launcher().failed(exit_code=137), worker(0).running(), worker(2).restarted()], "", "pi-worker-2",
+         "OOMKilled", "pi-worker-2 (ranks 4-5, node n3) container main OOMKilled exit 137; "
+                      "then the launcher pi-launcher (node n0) container main Error exit 137"),
+        ([launcher().failed(exit_code=1), worker(0).running(), worker(1).running()], ORTE_LOST, "pi-worker-1",
+         "WorkerLost", "worker pi-worker-1 (ranks 2-3, node n2) was lost (Remote daemon: [[41012,0],2] on node "
+                       "pi-worker-1.pi.ns.svc); then the launcher pi-launcher (node n0) container main Error exit 1"),
+        ([launcher().failed(exit_code=1), worker(2).running()], PRTE_LOST, "pi-worker-2", "WorkerLost", None),
+        ([launcher().failed(exit_code=137), worker(0).running()], NOTICED, "pi-worker-0", "WorkerLost",
+         "worker pi-worker-0 (ranks 0-1, node n1) was lost (mpirun noticed that process rank 1 with PID 0 on node "
+         "pi-worker-0 exited on signal 9 (Killed).); then the launcher pi-launcher (node n0) container main "
+         "Error exit 137"),
+        ([launcher().failed(exit_code=9), worker(2).running()], HYDRA, "pi-worker-2", "WorkerLost", None),
+        ([launcher().failed(exit_code=3), worker(1).running()], PROCESS_NAME, "pi-worker-1", "WorkerLost", None),
+        ([launcher().failed(exit_code=1), worker(0).running()], "Primary job terminated normally", "pi-launcher",
+         "Error", None),
+        ([launcher().failed(reason="StartError", exit_code=128, message=(
+            'failed to create containerd task: failed to create shim task: OCI runtime create failed: runc create '
+            'failed: unable to start container process: exec: "mpirunx": executable file not found in $PATH'))],
+         "", "pi-launcher", "StartError",
+         'pi-launcher (node n0) container main StartError exit 128: failed to create containerd task: failed to '
+         'create shim task: OCI runtime create failed: runc create failed: unable to start container process: '
+         'exec: "mpirunx": executable file not found in $PATH'),
+        ([launcher().running(), worker(0).running(), worker(1).failed(exit_code=255)], "", "pi-worker-1", "Error",
+         "pi-worker-1 (ranks 2-3, node n2) container main Error exit 255"),
+        ([launcher().running(), worker(1).evicted("The node was low on resource: memory.")], "", "pi-worker-1",
+         "Evicted", "pi-worker-1 (ranks 2-3, node n2) Evicted: The node was low on resource: memory."),
+    ],
+    ids=["launcher-alone", "worker-oomkilled-then-launcher", "worker-restarted-in-place", "orte-lost-daemon",
+         "prte-lost-daemon", "mpirun-noticed-rank", "hydra-bad-termination", "process-name-rank",
+         "launcher-log-names-nobody", "malformed-command", "worker-alone", "worker-evicted"],
+)
+def test_who_is_blamed(pods: list[PodBuilder], tail: str, pod: str, reason: str, what: str | None) -> None:
+    found = report(JOB, observed(*pods, tail=tail), 0)
+    assert found is not None
+    assert (found.pod, found.reason, found.info.pod, found.info.reason) == (pod, reason, pod, reason)
+    if what is not None:
+        assert found.what == what
+    assert found.tail == tail
+
+
+def test_failure_info_fields() -> None:
+    found = report(JOB, observed(launcher().failed(), worker(1).failed(reason="OOMKilled", exit_code=137)), 0)
+    assert found is not None
+    assert found.info.model_dump(exclude_none=True) == {
+        "reason": "OOMKilled", "pod": "pi-worker-1", "container": "main", "exit_code": 137, "node": "n2",
+        "ranks": "2-3", "attempt": 0}
+
+
+def test_a_lost_worker_not_of_this_attempt_is_not_blamed() -> None:
+    job = make_mpijob("pi", "ns").workers(2).status(restart_count=1).obj()
+    pods = [make_pod(job, "launcher", 0, 1).failed(), make_pod(job, "worker", 1, 0).running()]
+    found = report(job, observed(*pods, tail=ORTE_LOST, of="pi-launcher-1"), 1)
+    assert found is not None
+    assert found.pod == "pi-launcher-1"
+
+
+@pytest.mark.parametrize(
+    ("pods", "wanted"),
+    [
+        ([launcher().failed(), worker(1).failed(reason="OOMKilled", exit_code=137)],
+         LogRequest("pi-launcher", "main", False)),
+        ([launcher().running(), worker(1).failed("mpi", exit_code=2)], LogRequest("pi-worker-1", "mpi", False)),
+        ([launcher().running(), worker(0).evicted()], None),
+        ([launcher().running(), worker(0).running()], None),
+        ([launcher().failed().terminating()], None),
+    ],
+    ids=["launcher-failed", "worker-failed", "evicted-no-container", "nothing-failed", "deleted-by-us"],
+)
+def test_log_request(pods: list[PodBuilder], wanted: LogRequest | None) -> None:
+    assert log_request(JOB, observed(*pods), 0) == wanted
+
+
+def test_log_request_previous_when_the_container_restarted() -> None:
+    job = make_mpijob("pi").workers(1).obj()
+    pod = make_pod(job, "worker", 0).restarted().obj()
+    pod["status"]["phase"] = "Failed"  # e.g. evicted after an in-place restart
+    assert log_request(job, Observed(pods=[pod]), 0) == LogRequest("pi-worker-0", "main", True)
+
+
+@pytest.mark.parametrize(
+    ("builder", "pod_index", "ranks"),
+    [
+        (make_mpijob("pi").workers(3).slots(2), 1, "ranks 2-3"),
+        (make_mpijob("pi").workers(3), 2, "rank 2"),
+        (make_mpijob("pi").workers(3).slots(2).launcher_as_worker(), 0, "ranks 2-3"),
+        (make_mpijob("pi").workers(3).slots(2).launcher_as_worker(), None, "ranks 0-1"),
+        (make_mpijob("pi").workers(3).slots(4), None, None),
+        (make_mpijob("pi").workers(2).gpus(8), 1, "ranks 8-15"),
+    ],
+    ids=["slots-2", "one-slot", "launcher-as-worker-shifts", "launcher-as-worker-runs-ranks", "launcher-no-ranks",
+         "gpus-are-slots"],
+)
+def test_rank_range(builder: MPIJobBuilder, pod_index: int | None, ranks: str | None) -> None:
+    job = builder.obj()
+    pod = make_pod(job, "launcher") if pod_index is None else make_pod(job, "worker", pod_index)
+    assert failure_report.rank_range(job, pod.obj()) == ranks
+
+
+def test_bound_tail_keeps_the_last_lines_and_bytes() -> None:
+    lines = [f"line {i}" for i in range(100)]
+    assert bound_tail("\n".join(lines) + "\n\n").splitlines() == lines[-20:]
+    long = "\n".join("x" * 200 + f" {i}" for i in range(20))
+    bounded = bound_tail(long)
+    assert len(bounded.encode()) <= 2048 and bounded.endswith(" 19")
+    assert bounded.splitlines()[0].startswith("x"), "cut at a line boundary"
+    assert bound_tail(b"\x1b[31mred\x1b[0m\r\nbell\x07 \xff\n") == "red\nbell \ufffd"
+
+
+def test_message_within_the_event_limit_keeps_the_end_of_the_tail() -> None:
+    tail = "\n".join(f"rank {i}: some long diagnostic line from the program" for i in range(20))
+    found = report(JOB, observed(launcher().failed(), tail=tail), 0)
+    assert found is not None
+    full = found.message("MPIJob ns/pi is restarting (restart 1 of backoffLimit 6)")
+    assert full.endswith(tail) and "\nLast lines of pi-launcher/main:\n" in full
+    short = found.message("MPIJob ns/pi is restarting (restart 1 of backoffLimit 6)", limit=1024)
+    assert len(short) <= 1024
+    assert short.startswith("MPIJob ns/pi is restarting (restart 1 of backoffLimit 6): pi-launcher (node n0)")
+    assert short.endswith("rank 19: some long diagnostic line from the program")
+
+
+def test_no_failure_no_report() -> None:
+    assert report(JOB, observed(launcher().running(), worker(0).running()), 0) is None
