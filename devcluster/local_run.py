@@ -23,7 +23,8 @@ from devcluster import background
 from devcluster.binaries import kube_binary
 from devcluster.install import install_crd
 from mpiop import logging as mpiop_logging
-from mpiop.api.v2beta1 import JobCondition, JobStatus
+from mpiop import names
+from mpiop.api.v2beta1 import JobCondition, JobStatus, MPIJob
 from mpiop.cli import main as cli_main
 from mpiop.kube.client import MPIJOBS, PODS, KubeClient
 from mpiop.process import add_run_arguments
@@ -64,11 +65,12 @@ async def run_pi(client: KubeClient, image: str, timeout: float = 600.0) -> tupl
 
     await client.create(MPIJOBS, PI_NAMESPACE, pi_job(PI_JOB, image))
     deadline = time.monotonic() + timeout
-    while (condition := final_condition(await client.get(MPIJOBS, PI_NAMESPACE, PI_JOB))) is None:
+    while (condition := final_condition(job := await client.get(MPIJOBS, PI_NAMESPACE, PI_JOB))) is None:
         if time.monotonic() > deadline:
             raise TimeoutError(f"MPIJob {PI_NAMESPACE}/{PI_JOB} did not finish within {timeout:.0f}s")
         await asyncio.sleep(1.0)
-    log = await client.request_raw("GET", PODS.path(PI_NAMESPACE, f"{PI_JOB}-launcher", "log"))
+    launcher = names.launcher_name(MPIJob.model_validate(job), (job.get("status") or {}).get("restartCount") or 0)
+    log = await client.request_raw("GET", PODS.path(PI_NAMESPACE, launcher, "log"))
     return condition, log.decode(errors="replace")
 
 

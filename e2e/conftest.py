@@ -24,6 +24,8 @@ from devcluster import images
 from devcluster.binaries import cache_dir
 from devcluster.node import Node
 from e2e.harness.kube import MPIJOBS, Api, ApiError, is_true, wait_for
+from mpiop import names
+from mpiop.api.v2beta1 import MPIJob
 
 REPORT: dict[str, Any] = {"node": {}, "scenarios": {}}
 REPORT_PATH = cache_dir() / "e2e" / "report.json"
@@ -100,8 +102,12 @@ class E2E:
             lines.append("  operator log tail:\n" + "\n".join(log.read_text().splitlines()[-15:]))
         return "\n".join(lines)
 
-    def launcher_log(self, name: str) -> str:
-        return self.api.logs(self.ns, f"{name}-launcher")
+    def launcher_log(self, name: str, attempt: int | None = None) -> str:
+        """The log of the launcher of `attempt` (default: the current one; each attempt's has its own name)."""
+        job = self.job(name) or {}
+        if attempt is None:
+            attempt = (job.get("status") or {}).get("restartCount") or 0
+        return self.api.logs(self.ns, names.launcher_name(MPIJob.model_validate(job), attempt))
 
 
 @pytest.fixture(scope="session")

@@ -106,20 +106,22 @@ class Metrics:
                    and s.labels["verb"] in WRITES and s.labels["resource"] != except_resource)
 
 
-async def drive_to_success(cluster: Cluster, name: str) -> None:
-    """Play the kubelet through a one-worker job's life until it is Succeeded and its worker deleted."""
-    wanted = {f"{name}-launcher", f"{name}-worker-0"}
+async def drive_to_success(cluster: Cluster, name: str, launcher: str = "") -> None:
+    """Play the kubelet through a one-worker job's life until it is Succeeded and its worker deleted
+    (`launcher`: the attempt's launcher, `<name>-launcher` in the first one)."""
+    launcher = launcher or f"{name}-launcher"
+    wanted = {launcher, f"{name}-worker-0"}
 
     async def pods_exist() -> bool:
         return wanted <= set(await cluster.pods())
 
     async def only_launcher_left() -> bool:
-        return {p for p in await cluster.pods() if p.startswith(f"{name}-")} == {f"{name}-launcher"}
+        return not any(p.startswith(f"{name}-worker-") for p in await cluster.pods())
 
     await eventually(pods_exist, what=f"pods of {name}")
-    await cluster.run_all([f"{name}-worker-0", f"{name}-launcher"])
+    await cluster.run_all([f"{name}-worker-0", launcher])
     await eventually(lambda: cluster.condition(name, "Running"), what=f"{name} Running")
-    await cluster.set_phase(f"{name}-launcher", "Succeeded")
+    await cluster.set_phase(launcher, "Succeeded")
     await eventually(lambda: cluster.condition(name, "Succeeded"), what=f"{name} Succeeded")
     await eventually(only_launcher_left, what=f"{name}'s running worker deleted")
 

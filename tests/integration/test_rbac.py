@@ -2,11 +2,12 @@
 
 The ServiceAccount, ClusterRole(+Binding) and leader-election Role(+Binding) are applied from deploy/base; a
 token is minted for the ServiceAccount (TokenRequest) and the operator runs in-process on that token alone,
-leader election included, through a whole job life: creation, Running, success, clean-up of the workers,
-deletion by ttlSecondsAfterFinished, and the lease's release at shutdown; beside it, a job kubeflow's
-operator left with a failed worker is taken over and restarted (its objects claimed, its launcher Job
-deleted). Every request it sends is recorded as the (verb, group, resource, name) the authorizer sees and
-compared with the rules both ways.
+leader election included, through a whole job life: creation, a failed attempt (whose launcher's log is read
+for the failure report) and a restart, Running, success, clean-up of the workers, deletion by
+ttlSecondsAfterFinished, and the lease's release at shutdown; beside it, a job kubeflow's operator left with a
+failed worker is taken over and restarted (its objects claimed, its launcher Job deleted). Every request it
+sends is recorded as the (verb, group, resource, name) the authorizer sees and compared with the rules both
+ways.
 """
 
 from __future__ import annotations
@@ -118,6 +119,15 @@ async def token_kubeconfig(control_plane: ControlPlane, kube: KubeClient, rbac_o
     return str(path)
 
 
+async def fail_once(cluster: Cluster, name: str) -> str:
+    """Fail the first attempt's launcher (the failure report reads its log: `pods/log get`); the next launcher."""
+    launcher = f"{name}-launcher"
+    await eventually(lambda: cluster.pod(launcher), what=f"{launcher}")
+    await cluster.set_phase(launcher, "Failed", exit_code=1)
+    await eventually(lambda: cluster.condition(name, "Restarting"), what=f"{name} Restarting")
+    return f"{launcher}-1"
+
+
 @pytest.fixture(scope="module")
 async def lifecycle(kube: KubeClient, token_kubeconfig: str, mpijob_crd: None) -> AsyncIterator[Run]:
     """One job's whole life, the operator holding nothing but the ServiceAccount's token."""
@@ -148,7 +158,7 @@ async def lifecycle(kube: KubeClient, token_kubeconfig: str, mpijob_crd: None) -
             await asyncio.wait_for(elector.leading.wait(), 30)
             await asyncio.wait_for(manager.synced.wait(), 30)
             await cluster.create_job(mpijob("life", workers=1, run_policy={"ttlSecondsAfterFinished": 1}))
-            await drive_to_success(cluster, "life")
+            await drive_to_success(cluster, "life", launcher=await fail_once(cluster, "life"))
 
             async def deleted() -> bool:
                 return await cluster.job("life") is None

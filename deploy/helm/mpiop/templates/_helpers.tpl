@@ -50,6 +50,10 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
 - apiGroups: [""]
   resources: [pods]
   verbs: [list, watch, create, delete]
+# The last lines of a failed container's log, for the failure's condition message and Event.
+- apiGroups: [""]
+  resources: [pods/log]
+  verbs: [get]
 # configmaps: the hostfile is patched; all three: labelled when a job is taken over from kubeflow's operator.
 - apiGroups: [""]
   resources: [configmaps, secrets, services]

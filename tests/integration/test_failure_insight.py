@@ -1,0 +1,155 @@
+"""Why did my job fail? What a user sees in the condition, the Event and `kubectl get mpij -o wide`, through the
+real apiserver, the test writing pod statuses as the kubelet does (bound to a node, terminated containers with
+the runtime's reason, exit code and message). Log tails need a real kubelet: e2e/test_failure_insight.py.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from devcluster.controlplane import ControlPlane
+from mpiop.kube.client import PODS
+from tests.integration.operator import Cluster, Operator, eventually, mpijob
+
+JSON = dict[str, Any]
+START_ERROR = ('failed to create containerd task: failed to create shim task: OCI runtime create failed: runc create '
+               'failed: unable to start container process: error during container init: exec: "mpirunx": '
+               'executable file not found in $PATH: unknown')
+
+
+async def _bind(cluster: Cluster, pod: str, node: str) -> None:
+    """What the scheduler does: the pod's nodeName is set through its binding subresource."""
+    await cluster.kube.request("POST", PODS.path(cluster.ns, pod, "binding"), body={
+        "apiVersion": "v1", "kind": "Binding", "metadata": {"name": pod}, "target": {"kind": "Node", "name": node}})
+
+
+async def _running(cluster: Cluster, pods: dict[str, str]) -> None:
+    """Bind each pod to its node and run it, as the scheduler and kubelet would."""
+    await eventually(lambda: _exist(cluster, set(pods)), what=f"pods {sorted(pods)}")
+    for pod, node in pods.items():
+        await _bind(cluster, pod, node)
+        await cluster.set_phase(pod, "Running", ready=True)
+
+
+async def _exist(cluster: Cluster, names: set[str]) -> bool:
+    return names <= set(await cluster.pods())
+
+
+async def _deletions_confirmed(cluster: Cluster) -> bool:
+    """A bound pod being deleted waits for its kubelet to confirm: done here (grace period 0) for every one."""
+    going = [name for name, pod in (await cluster.pods()).items() if pod["metadata"].get("deletionTimestamp")]
+    for name in going:
+        await cluster.kube.request("DELETE", PODS.path(cluster.ns, name), query={"gracePeriodSeconds": 0})
+    return not going
+
+
+async def _terminated(cluster: Cluster, pod: str, *, phase: str, reason: str, exit_code: int, message: str = "",
+                      restarted: bool = False) -> None:
+    """A container's end as the kubelet reports it; `restarted`: it died and runs again (restartPolicy OnFailure)."""
+    terminated: JSON = {"exitCode": exit_code, "reason": reason, "startedAt": "2024-05-01T12:00:00Z",
+                        "finishedAt": "2024-05-01T12:00:05Z", "containerID": "containerd://0"}
+    if message:
+        terminated["message"] = message
+    state: JSON = {"running": {"startedAt": "2024-05-01T12:00:06Z"}} if restarted else {"terminated": terminated}
+    status = {
+        "phase": phase,
+        "conditions": [{"type": "Ready", "status": "True" if restarted else "False"}],
+        "containerStatuses": [{
+            "name": "main", "ready": restarted, "restartCount": 1 if restarted else 0, "image": "img", "imageID": "",
+            "state": state, "lastState": {"terminated": terminated} if restarted else {},
+        }],
+    }
+    await cluster.kube.patch(PODS, cluster.ns, pod, {"status": status}, subresource="status")
+
+
+async def _events(cluster: Cluster, reason: str) -> list[str]:
+    listed = await cluster.kube.request("GET", f"/api/v1/namespaces/{cluster.ns}/events")
+    return [e["message"] for e in listed["items"] if e["reason"] == reason]
+
+
+def _show(control_plane: ControlPlane, cluster: Cluster, name: str) -> str:
+    """What `kubectl get mpij -o wide` prints (printed for the record)."""
+    wide = control_plane.kubectl("get", "mpij", name, "-n", cluster.ns, "-o", "wide")
+    print(f"\n$ kubectl get mpij {name} -o wide\n{wide}")
+    return wide
+
+
+async def test_oom_killed_worker(control_plane: ControlPlane, cluster: Cluster, operator: Operator) -> None:
+    await cluster.create_job(mpijob("oom", workers=2, slotsPerWorker=4))
+    await _running(cluster, {"oom-launcher": "node-a", "oom-worker-0": "node-b", "oom-worker-1": "node-c"})
+    await eventually(lambda: cluster.condition("oom", "Running"), what="Running")
+    await _terminated(cluster, "oom-worker-1", phase="Failed", reason="OOMKilled", exit_code=137)
+
+    restarting = await eventually(lambda: cluster.condition("oom", "Restarting"), what="Restarting")
+    message = (f"MPIJob {cluster.ns}/oom is restarting (restart 1 of backoffLimit 6): "
+               "oom-worker-1 (ranks 4-7, node node-c) container main OOMKilled exit 137")
+    print(f"\ncondition Restarting: {restarting['message']}")
+    assert restarting["message"] == message
+    assert await eventually(lambda: _events(cluster, "MPIJobRestarting"), what="the Event") == [message]
+    job = await cluster.job("oom")
+    assert job is not None
+    assert job["status"]["lastFailure"] == {"reason": "OOMKilled", "pod": "oom-worker-1", "container": "main",
+                                            "exitCode": 137, "node": "node-c", "ranks": "4-7", "attempt": 0,
+                                            "time": job["status"]["lastFailure"]["time"]}
+    wide = _show(control_plane, cluster, "oom").splitlines()
+    assert wide[0].split() == ["NAME", "STATE", "WORKERS", "READY", "AGE", "RESTARTS", "LAST", "FAILURE", "FAILED",
+                               "POD", "ATTEMPT", "AGE"]
+    assert wide[1].split()[:2] == ["oom", "Restarting"] and wide[1].split()[5:8] == ["1", "OOMKilled", "oom-worker-1"]
+
+
+async def test_launcher_failing_because_a_worker_died(control_plane: ControlPlane, cluster: Cluster,
+                                                      operator: Operator) -> None:
+    """kubeflow/mpi-operator#90: the launcher fails while a worker (restartPolicy OnFailure) was OOM-killed and
+    restarted in place; the worker is named, not the launcher."""
+    await cluster.create_job(mpijob("dead", workers=2))
+    await _running(cluster, {"dead-launcher": "node-a", "dead-worker-0": "node-b", "dead-worker-1": "node-c"})
+    await _terminated(cluster, "dead-worker-0", phase="Running", reason="OOMKilled", exit_code=137, restarted=True)
+    await _terminated(cluster, "dead-launcher", phase="Failed", reason="Error", exit_code=1)
+
+    restarting = await eventually(lambda: cluster.condition("dead", "Restarting"), what="Restarting")
+    print(f"\ncondition Restarting: {restarting['message']}")
+    message = (f"MPIJob {cluster.ns}/dead is restarting (restart 1 of backoffLimit 6): dead-worker-0 (rank 0, node "
+               "node-b) container main OOMKilled exit 137; then the launcher dead-launcher (node node-a) container "
+               "main Error exit 1; the failed launcher dead-launcher is kept for `kubectl logs`")
+    assert restarting["message"] == message
+    assert await eventually(lambda: _events(cluster, "MPIJobRestarting"), what="the Event") == [message]
+    # The failed launcher stays (for `kubectl logs`) while the next attempt's runs under its own name.
+    await eventually(lambda: _deletions_confirmed(cluster), what="the attempt's pods deleted")
+    await eventually(lambda: _exist(cluster, {"dead-launcher-1", "dead-worker-0", "dead-worker-1"}),
+                     what="the next attempt")
+    kept = await cluster.pod("dead-launcher")
+    assert kept is not None and kept["status"]["phase"] == "Failed" and not kept["metadata"].get("deletionTimestamp")
+    assert kept["metadata"]["labels"]["mpiop.kubeflow.org/attempt"] == "0"
+    new = await cluster.pod("dead-launcher-1")
+    assert new is not None and new["spec"]["hostname"] == "dead-launcher"
+    job = await cluster.job("dead")
+    assert job is not None and job["status"]["lastFailure"]["reason"] == "OOMKilled"
+    _show(control_plane, cluster, "dead")
+
+
+async def test_malformed_command(control_plane: ControlPlane, cluster: Cluster, operator: Operator) -> None:
+    await cluster.create_job(mpijob("mal", workers=1, launcher_command=["mpirunx", "/home/mpiuser/pi"],
+                                    run_policy={"backoffLimit": 1}))
+    await _running(cluster, {"mal-launcher": "node-a", "mal-worker-0": "node-b"})
+    await _terminated(cluster, "mal-launcher", phase="Failed", reason="StartError", exit_code=128, message=START_ERROR)
+    restarting = await eventually(lambda: cluster.condition("mal", "Restarting"), what="Restarting")
+    print(f"\ncondition Restarting: {restarting['message']}")
+    assert restarting["message"] == (
+        f"MPIJob {cluster.ns}/mal is restarting (restart 1 of backoffLimit 1): mal-launcher (node node-a) container "
+        f"main StartError exit 128: {START_ERROR}; the failed launcher mal-launcher is kept for `kubectl logs`")
+
+    await eventually(lambda: _deletions_confirmed(cluster), what="the attempt's pods deleted")
+    await _running(cluster, {"mal-launcher-1": "node-a", "mal-worker-0": "node-b"})
+    await _terminated(cluster, "mal-launcher-1", phase="Failed", reason="StartError", exit_code=128,
+                      message=START_ERROR)
+    failed = await eventually(lambda: cluster.condition("mal", "Failed"), what="Failed")
+    print(f"condition Failed: {failed['message']}")
+    message = (f"MPIJob {cluster.ns}/mal has failed (backoffLimit 1 reached after 1 restarts): mal-launcher-1 (node "
+               f"node-a) container main StartError exit 128: {START_ERROR}")
+    assert failed["message"] == message
+    assert await eventually(lambda: _events(cluster, "MPIJobFailed"), what="the Event") == [message]
+    describe = control_plane.kubectl("describe", "mpijob", "mal", "-n", cluster.ns)
+    print(f"\n$ kubectl describe mpijob mal\n{describe}")
+    assert "executable file not found in $PATH" in describe
+    wide = _show(control_plane, cluster, "mal").splitlines()
+    assert wide[1].split()[1] == "Failed" and wide[1].split()[5:8] == ["1", "StartError", "mal-launcher-1"]
