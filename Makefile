@@ -30,9 +30,11 @@ system-deps:
 binaries: venv system-deps
 	$(BIN)/python -m devcluster.binaries
 
-# Tests also render the Helm chart: helm is built once from its Go module into .cache/ (hack/helm.sh).
+# Tests also render the Helm chart and check the alerting rules: helm and promtool are built once from their
+# Go modules into .cache/ (hack/helm.sh, hack/promtool.sh).
 test-binaries: binaries
 	bash hack/helm.sh >/dev/null
+	bash hack/promtool.sh >/dev/null
 
 # Everything Python in the repo: ruff, mypy --strict, and the import contracts of .importlinter (the layers).
 PY_DIRS := mpiop devcluster tests bench e2e hack

@@ -27,7 +27,7 @@ IS_LEADER = Gauge("mpi_operator_is_leader", "1 when this instance is the leader 
 
 # mpiop's own.
 JOBS_RESTARTED = Counter("mpiop_jobs_restarted", "Whole-job restarts after a failed pod, by the failure's reason "
-                         "(OOMKilled, Error, Evicted, WorkerLost, ...)", ["reason"])
+                         "(OOMKilled, Error, Evicted, WorkerLost, RankFailed, ...)", ["reason"])
 JOB_DURATION_SECONDS = Histogram(
     "mpiop_job_duration_seconds", "From startTime to completionTime of finished MPIJobs, by final state", ["state"],
     buckets=(10, 30, 60, 120, 300, 600, 1200, 1800, 3600, 7200, 14400, 28800, 86400, 172800, 604800),

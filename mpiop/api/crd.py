@@ -147,7 +147,7 @@ PRINTER_COLUMNS: list[JSON] = [
     {"name": "Restarts", "type": "integer", "jsonPath": ".status.restartCount", "priority": 1,
      "description": "Whole-job restarts after a failed pod."},
     {"name": "Last Failure", "type": "string", "jsonPath": ".status.lastFailure.reason", "priority": 1,
-     "description": "Why the last failed attempt failed (OOMKilled, Error, Evicted, WorkerLost, ...)."},
+     "description": "Why the last failed attempt failed (OOMKilled, Error, Evicted, WorkerLost, RankFailed, ...)."},
     {"name": "Failed Pod", "type": "string", "jsonPath": ".status.lastFailure.pod", "priority": 1,
      "description": "The pod blamed for the last failed attempt."},
     {"name": "Attempt Age", "type": "date", "jsonPath": ".status.attemptStartTime", "priority": 1,

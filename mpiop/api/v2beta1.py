@@ -268,8 +268,8 @@ class FailureInfo(ApiModel):
 
     reason: str = Field(
         description=(
-            "Why it failed: the container's reason (OOMKilled, Error, StartError, ...), the pod's (Evicted), "
-            "or WorkerLost when the launcher's log names a worker that went away."
+            "Why it failed: the container's reason (OOMKilled, Error, StartError, ...), the pod's (Evicted), or, "
+            "from the launcher's log, WorkerLost (mpirun lost the worker) or RankFailed (a rank there died)."
         ),
     )
     pod: str | None = Field(default=None, description="The pod blamed: a worker when one died, else the launcher.")

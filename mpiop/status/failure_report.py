@@ -3,9 +3,10 @@ which node, which container, its exit code and reason, and the last lines of the
 
 An MPI job's launcher fails whenever any rank dies, so "the launcher failed" is rarely the answer
 (kubeflow/mpi-operator#90). When the launcher failed, a worker of the same attempt that failed too (or whose
-container was OOM-killed and restarted in place) is named instead; else a worker the launcher's log names
-(Open MPI's "ORTE/PRTE has lost communication with a remote daemon ... on node", "mpirun noticed that
-process rank N ... on node", Hydra's "BAD TERMINATION ... RANK N PID P RUNNING AT"). The tail shown is the
+container was OOM-killed and restarted in place) is named instead; else a worker the launcher's log names:
+Open MPI's "ORTE/PRTE has lost communication with a remote daemon ... on node" (WorkerLost), "mpirun noticed
+that process rank N ... on node" or Hydra's "BAD TERMINATION ... RANK N PID P RUNNING AT" (RankFailed), or
+the rank of "Process name: [[j,1],N]" placed by the hostfile. The tail shown is the
 launcher's when it failed (mpirun's error is there), else the failing container's own. Pure: the tails
 are read by the controller (`pods/log`) for the pod `log_request` names and handed in through Observed.
 """
@@ -24,15 +25,15 @@ TAIL_LINES = 20
 TAIL_BYTES = 2048
 # core/v1 Events are cut at 1 KiB by the recorder; the Event's tail is shortened from its start to fit.
 EVENT_MESSAGE_LIMIT = 1024
-WORKER_LOST = "WorkerLost"
+WORKER_LOST = "WorkerLost"  # mpirun lost the worker's daemon (ORTE/PRTE "lost communication")
+RANK_FAILED = "RankFailed"  # a rank on the worker died ("mpirun noticed that process rank N ...", Hydra)
 _DETAIL_CHARS = 300
 
-# A named host in mpirun's error: (pattern, group of the host, group of the rank).
+# A named host in mpirun's error, and what it says happened there.
 _HOST_PATTERNS = (
-    re.compile(r"Remote daemon:\s*\S+ on node (?P<host>[\w.-]+)"),                              # ORTE / PRTE
-    re.compile(r"noticed that process rank (?P<rank>\d+) with PID \S+ on node (?P<host>[\w.-]+)"),  # mpirun/prterun
-    re.compile(r"RANK (?P<rank>\d+) PID \d+ RUNNING AT (?P<host>[\w.-]+)"),                      # Hydra
-    re.compile(r"PID \d+ RUNNING AT (?P<host>[\w.-]+)"),                                         # older Hydra
+    (re.compile(r"Remote daemon:\s*\S+ on node (?P<host>[\w.-]+)"), WORKER_LOST),                    # ORTE / PRTE
+    (re.compile(r"noticed that process rank \d+ with PID \S+ on node (?P<host>[\w.-]+)"), RANK_FAILED),  # (prte)mpirun
+    (re.compile(r"PID \d+ RUNNING AT (?P<host>[\w.-]+)"), RANK_FAILED),                               # Hydra
 )
 # "Process name: [[51934,1],3]" (ORTE) or "[prterun-pi-launcher-17@1,3]" (PRTE): rank 3, mapped by the hostfile.
 _PROCESS_NAME = re.compile(r"Process name:\s*\[(?:\[\d+,\d+\]|[^\]\s]*@\d+),(?P<rank>\d+)\]")
@@ -156,15 +157,16 @@ def _rank_to_host(job: MPIJob, rank: int) -> str | None:
     return names.worker_name(job, position) if position < job.spec.worker_replicas else None
 
 
-def lost_worker(job: MPIJob, observed: Observed, attempt: int, tail: str) -> tuple[podstate.Pod, str] | None:
-    """The worker mpirun's error names (with the line that names it), if it is one of this attempt's."""
+def named_worker(job: MPIJob, observed: Observed, attempt: int,
+                 tail: str) -> tuple[podstate.Pod, str, str] | None:
+    """The worker mpirun's error names, with the reason and the line that names it, if it is of this attempt."""
     for line in tail.splitlines():
-        for pattern in _HOST_PATTERNS:
+        for pattern, reason in _HOST_PATTERNS:
             if (match := pattern.search(line)) and (pod := _host_to_pod(job, observed, attempt, match["host"])):
-                return pod, line.strip(" =")
+                return pod, reason, line.strip(" =")
         if ((match := _PROCESS_NAME.search(line)) and (host := _rank_to_host(job, int(match["rank"])))
                 and (pod := _host_to_pod(job, observed, attempt, host))):
-            return pod, line.strip()
+            return pod, RANK_FAILED, line.strip()
     return None
 
 
@@ -218,12 +220,11 @@ def report(job: MPIJob, observed: Observed, attempt: int) -> Report | None:
             what = f"{_describe(job, dead)}; then the launcher {_describe(job, launcher)}"
             return Report(podstate.name(dead), _reason(dead), what, _info(job, dead, _reason(dead), attempt),
                           tail_from, tail)
-        if (lost := lost_worker(job, observed, attempt, tail)) is not None:
-            pod, line = lost
-            what = (f"worker {podstate.name(pod)}{_where(job, pod)} was lost ({line[:_DETAIL_CHARS]}); "
+        if (named := named_worker(job, observed, attempt, tail)) is not None:
+            pod, reason, line = named
+            what = (f"worker {podstate.name(pod)}{_where(job, pod)}, per the launcher's log: {line[:_DETAIL_CHARS]}; "
                     f"then the launcher {_describe(job, launcher)}")
-            return Report(podstate.name(pod), WORKER_LOST, what, _info(job, pod, WORKER_LOST, attempt),
-                          tail_from, tail)
+            return Report(podstate.name(pod), reason, what, _info(job, pod, reason, attempt), tail_from, tail)
     pod = failed[0]
     return Report(podstate.name(pod), _reason(pod), _describe(job, pod), _info(job, pod, _reason(pod), attempt),
                   tail_from, tail)

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import subprocess
 from collections.abc import AsyncIterator
+from pathlib import Path
 
 import pytest
 
@@ -21,3 +23,23 @@ async def operator(control_plane: ControlPlane, cluster: Cluster) -> AsyncIterat
     """mpiop running in-process, watching only this test's namespace."""
     async with running_operator(str(control_plane.kubeconfig), cluster.ns) as running:
         yield running
+
+
+def _go_tool(script: str) -> str:
+    """A tool built from its Go module into .cache/ by hack/<script> on first use (minutes); its path."""
+    result = subprocess.run(["bash", str(Path(__file__).resolve().parents[2] / "hack" / script)],
+                            capture_output=True, text=True, timeout=1800, check=False)
+    assert result.returncode == 0, result.stderr
+    return result.stdout.strip().splitlines()[-1]
+
+
+@pytest.fixture(scope="session")
+def helm() -> str:
+    """helm, from helm.sh/helm/v3/cmd/helm (hack/helm.sh)."""
+    return _go_tool("helm.sh")
+
+
+@pytest.fixture(scope="session")
+def promtool() -> str:
+    """promtool, from github.com/prometheus/prometheus/cmd/promtool (hack/promtool.sh)."""
+    return _go_tool("promtool.sh")

@@ -2,9 +2,9 @@
 
 `kubectl apply --server-side --dry-run=server` runs every admission step but storage. Namespaced objects
 need their namespace to exist, so mpiop-system is created for real (from deploy/base/namespace.yaml); the
-MPIJob CRD is installed by the session fixture, and the ServiceMonitor's kind by a minimal stand-in of the
-Prometheus Operator's CRD (monitoring.coreos.com/v1, schema left open). helm is built from its Go module
-by hack/helm.sh into .cache/ (once; minutes) and only renders: `helm template | kubectl apply`.
+MPIJob CRD is installed by the session fixture, and the ServiceMonitor's and PrometheusRule's kinds by minimal
+stand-ins of the Prometheus Operator's CRDs (monitoring.coreos.com/v1, schema left open). helm is built from its
+Go module by hack/helm.sh into .cache/ (once; minutes) and only renders: `helm template | kubectl apply`.
 """
 
 from __future__ import annotations
@@ -42,6 +42,21 @@ spec:
     storage: true
     schema:
       openAPIV3Schema: {type: object, x-kubernetes-preserve-unknown-fields: true}
+---
+apiVersion: apiextensions.k8s.io/v1
+kind: CustomResourceDefinition
+metadata:
+  name: prometheusrules.monitoring.coreos.com
+spec:
+  group: monitoring.coreos.com
+  scope: Namespaced
+  names: {kind: PrometheusRule, listKind: PrometheusRuleList, plural: prometheusrules, singular: prometheusrule}
+  versions:
+  - name: v1
+    served: true
+    storage: true
+    schema:
+      openAPIV3Schema: {type: object, x-kubernetes-preserve-unknown-fields: true}
 """
 
 
@@ -56,15 +71,6 @@ def identity(obj: JSON) -> tuple[str, str, str]:
 
 def by_kind(objects: list[JSON]) -> dict[str, JSON]:
     return {obj["kind"]: obj for obj in objects}
-
-
-@pytest.fixture(scope="session")
-def helm() -> str:
-    """The helm binary, built from helm.sh/helm/v3/cmd/helm by hack/helm.sh on first use."""
-    result = subprocess.run(["bash", str(ROOT / "hack" / "helm.sh")], capture_output=True, text=True,
-                            timeout=1800, check=False)
-    assert result.returncode == 0, result.stderr
-    return result.stdout.strip().splitlines()[-1]
 
 
 def render(helm: str, *values: str, crds: bool = True) -> str:
@@ -92,7 +98,7 @@ def system_namespace(control_plane: ControlPlane, mpijob_crd: None) -> str:
 def service_monitor_crd(control_plane: ControlPlane) -> None:
     control_plane.kubectl("apply", "--server-side", "-f", "-", input_text=SERVICE_MONITOR_CRD)
     control_plane.kubectl("wait", "--for=condition=Established", "--timeout=60s",
-                          "crd/servicemonitors.monitoring.coreos.com")
+                          "crd/servicemonitors.monitoring.coreos.com", "crd/prometheusrules.monitoring.coreos.com")
 
 
 def dry_run(control_plane: ControlPlane, *source: str, input_text: str | None = None) -> set[str]:
@@ -117,12 +123,14 @@ def test_kustomize_base_passes_a_server_side_dry_run(control_plane: ControlPlane
 def test_prometheus_overlay_passes_a_server_side_dry_run(control_plane: ControlPlane, system_namespace: str,
                                                          service_monitor_crd: None) -> None:
     accepted = dry_run(control_plane, "-k", str(DEPLOY / "overlays" / "prometheus"))
-    assert accepted == BASE_OBJECTS | {"servicemonitor.monitoring.coreos.com/mpiop"}
+    assert accepted == BASE_OBJECTS | {"servicemonitor.monitoring.coreos.com/mpiop",
+                                       "prometheusrule.monitoring.coreos.com/mpiop", "configmap/mpiop-dashboard"}
 
 
 @pytest.mark.parametrize("values", [
     (),
-    ("metrics.serviceMonitor.enabled=true", "logFormat=console", "logLevel=debug", "workers=16"),
+    ("metrics.serviceMonitor.enabled=true", "metrics.prometheusRule.enabled=true",
+     "metrics.grafanaDashboard.enabled=true", "logFormat=console", "logLevel=debug", "workers=16"),
     ("replicaCount=1", "leaderElection.enabled=false", "metrics.enabled=false", "namespace.create=true"),
     ("watchNamespace={namespace}", "leaderElection.leaseDuration=30s", "leaderElection.id=other"),
 ], ids=["defaults", "servicemonitor", "single-replica", "one-namespace"])
@@ -145,7 +153,8 @@ def test_helm_chart_passes_a_server_side_dry_run(control_plane: ControlPlane, sy
         assert "--leader-elect" not in args and "--metrics-addr=0" in args
         assert not {"PodDisruptionBudget", "Service"} & kinds and "Namespace" in kinds
     if "metrics.serviceMonitor.enabled=true" in values:
-        assert "ServiceMonitor" in kinds and "--log-format=console" in args and "--workers=16" in args
+        assert {"ServiceMonitor", "PrometheusRule", "ConfigMap"} <= kinds
+        assert "--log-format=console" in args and "--workers=16" in args
 
 
 def test_helm_refuses_two_replicas_without_leader_election(helm: str) -> None:

@@ -6,12 +6,25 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from prometheus_client.parser import text_string_to_metric_families
+
 from devcluster.controlplane import ControlPlane
 from tests.integration.operator import Cluster, eventually, mpijob
 from tests.integration.test_leader import Metrics, OperatorProcess, drive_to_success
+from tests.integration.test_monitoring import metric_names, queries
+
+
+def exported_families(text: str) -> set[str]:
+    """Every series name /metrics can show: each family's, with its histogram and counter suffixes."""
+    names: set[str] = set()
+    for family in text_string_to_metric_families(text):
+        suffixes = {"counter": ("_total", "_created"), "histogram": ("_bucket", "_count", "_sum", "_created")}
+        names |= {family.name, *(family.name + s for s in suffixes.get(family.type, ()))}
+    return names
 
 
 async def _fail(cluster: Cluster, name: str) -> None:
+    """backoffLimit 1: the worker OOM-killed (a restart), then the next attempt's launcher fails (Failed)."""
     wanted = {f"{name}-launcher", f"{name}-worker-0"}
 
     async def pods_exist() -> bool:
@@ -19,7 +32,10 @@ async def _fail(cluster: Cluster, name: str) -> None:
 
     await eventually(pods_exist, what=f"pods of {name}")
     await cluster.run_all(sorted(wanted))
-    await cluster.set_phase(f"{name}-launcher", "Failed", exit_code=1)
+    await cluster.set_phase(f"{name}-worker-0", "Failed", exit_code=137, reason="OOMKilled")
+    await eventually(lambda: cluster.condition(name, "Restarting"), what=f"{name} Restarting")
+    await eventually(lambda: cluster.pod(f"{name}-launcher-1"), what="the next attempt's launcher")
+    await cluster.set_phase(f"{name}-launcher-1", "Failed", exit_code=1)
     await eventually(lambda: cluster.condition(name, "Failed"), what=f"{name} Failed")
 
 
@@ -37,7 +53,7 @@ async def test_metrics_move_with_a_job_life(control_plane: ControlPlane, cluster
         before = await op.metrics()
 
         await cluster.create_job(mpijob("ok", workers=1))
-        await cluster.create_job(mpijob("bad", workers=1, run_policy={"backoffLimit": 0}))
+        await cluster.create_job(mpijob("bad", workers=1, run_policy={"backoffLimit": 1}))
         await drive_to_success(cluster, "ok")
         await _fail(cluster, "bad")
         after = await eventually(lambda: _settled(op), what="per-job gauges")
@@ -52,12 +68,25 @@ async def test_metrics_move_with_a_job_life(control_plane: ControlPlane, cluster
         assert _moved(before, after, "mpiop_reconcile_duration_seconds_count", result="ok") >= 4
         assert _moved(before, after, "mpiop_reconcile_duration_seconds_bucket", result="ok", le="+Inf") >= 4
         assert _moved(before, after, "mpiop_workqueue_wait_seconds_count") >= 4
-        assert _moved(before, after, "mpiop_api_requests_total", verb="POST", resource="pods", code="201") == 4
+        # ok: launcher + worker; bad: twice (one restart).
+        assert _moved(before, after, "mpiop_api_requests_total", verb="POST", resource="pods", code="201") == 6
         assert _moved(before, after, "mpiop_api_requests_total", verb="PATCH", resource="mpijobs/status") >= 4
         assert _moved(before, after, "mpiop_api_requests_total", verb="DELETE", resource="pods") >= 1
-        assert _moved(before, after, "mpiop_api_request_duration_seconds_count", verb="POST", resource="pods") == 4
+        assert _moved(before, after, "mpiop_api_request_duration_seconds_count", verb="POST", resource="pods") == 6
         assert after.value("mpiop_jobs", phase="Succeeded") == 1 and after.value("mpiop_jobs", phase="Failed") == 1
         assert after.value("mpiop_workqueue_depth") == 0
+        # Job durations by final state, the scheduling delay, restarts by reason.
+        assert _moved(before, after, "mpiop_job_duration_seconds_count", state="Succeeded") == 1
+        assert _moved(before, after, "mpiop_job_duration_seconds_count", state="Failed") == 1
+        assert _moved(before, after, "mpiop_job_scheduling_delay_seconds_count") == 2  # both ran once
+        assert _moved(before, after, "mpiop_jobs_restarted_total", reason="OOMKilled") == 1
+        # The failure report read the failed launcher's log (no kubelet here: the apiserver answers an error).
+        assert _moved(before, after, "mpiop_api_requests_total", verb="GET", resource="pods/log") >= 1
+        # The shipped dashboard and alerts query only what mpiop exports.
+        exported = exported_families((await op.http(op.metrics_port, "/metrics"))[1])
+        for expr in queries():
+            missing = {n for n in metric_names(expr) if n not in exported}
+            assert not missing, f"{expr!r} uses metrics mpiop does not export: {missing}"
 
         assert op.stop() == 0
         lines = [json.loads(line) for line in op.log_lines()]  # every line is one JSON object

@@ -232,16 +232,16 @@ def test_restart_names_the_dead_worker_carries_the_tail_and_keeps_the_launcher()
     restarting = plan.status.condition("Restarting")
     assert restarting is not None and restarting.message is not None
     assert restarting.message.startswith(
-        "MPIJob ns/pi is restarting (restart 1 of backoffLimit 6): worker pi-worker-1 (rank 1, node n2) was lost "
-        "(mpirun noticed that process rank 1 with PID 0 on node pi-worker-1 exited on signal 9 (Killed).); then the "
-        "launcher pi-launcher (node n0) container main Error exit 137; the failed launcher pi-launcher is kept for "
-        "`kubectl logs`\nLast lines of pi-launcher/main:\n")
+        "MPIJob ns/pi is restarting (restart 1 of backoffLimit 6): worker pi-worker-1 (rank 1, node n2), per the "
+        "launcher's log: mpirun noticed that process rank 1 with PID 0 on node pi-worker-1 exited on signal 9 "
+        "(Killed).; then the launcher pi-launcher (node n0) container main Error exit 137; the failed launcher "
+        "pi-launcher is kept for `kubectl logs`\nLast lines of pi-launcher/main:\n")
     assert restarting.message.endswith(tail)
     [event] = plan.events
     assert len(event.message) <= 1024 and event.message.endswith(tail[-200:])
     assert plan.status.last_failure is not None
     assert plan.status.last_failure.model_dump(exclude_none=True) == {
-        "reason": "WorkerLost", "pod": "pi-worker-1", "node": "n2", "ranks": "1", "attempt": 0, "time": at(100)}
+        "reason": "RankFailed", "pod": "pi-worker-1", "node": "n2", "ranks": "1", "attempt": 0, "time": at(100)}
     assert plan.status.attempt_start_time == at(100)
     assert sorted(podstate.name(p) for p in plan.delete) == ["pi-worker-0", "pi-worker-1"]
 

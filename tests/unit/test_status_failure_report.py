@@ -70,15 +70,16 @@ the job to be terminated. The first process to do so was:
          "OOMKilled", "pi-worker-2 (ranks 4-5, node n3) container main OOMKilled exit 137; "
                       "then the launcher pi-launcher (node n0) container main Error exit 137"),
         ([launcher().failed(exit_code=1), worker(0).running(), worker(1).running()], ORTE_LOST, "pi-worker-1",
-         "WorkerLost", "worker pi-worker-1 (ranks 2-3, node n2) was lost (Remote daemon: [[41012,0],2] on node "
-                       "pi-worker-1.pi.ns.svc); then the launcher pi-launcher (node n0) container main Error exit 1"),
+         "WorkerLost", "worker pi-worker-1 (ranks 2-3, node n2), per the launcher's log: Remote daemon: [[41012,0],2] "
+                       "on node pi-worker-1.pi.ns.svc; then the launcher pi-launcher (node n0) container main Error "
+                       "exit 1"),
         ([launcher().failed(exit_code=1), worker(2).running()], PRTE_LOST, "pi-worker-2", "WorkerLost", None),
-        ([launcher().failed(exit_code=137), worker(0).running()], NOTICED, "pi-worker-0", "WorkerLost",
-         "worker pi-worker-0 (ranks 0-1, node n1) was lost (mpirun noticed that process rank 1 with PID 0 on node "
-         "pi-worker-0 exited on signal 9 (Killed).); then the launcher pi-launcher (node n0) container main "
-         "Error exit 137"),
-        ([launcher().failed(exit_code=9), worker(2).running()], HYDRA, "pi-worker-2", "WorkerLost", None),
-        ([launcher().failed(exit_code=3), worker(1).running()], PROCESS_NAME, "pi-worker-1", "WorkerLost", None),
+        ([launcher().failed(exit_code=137), worker(0).running()], NOTICED, "pi-worker-0", "RankFailed",
+         "worker pi-worker-0 (ranks 0-1, node n1), per the launcher's log: mpirun noticed that process rank 1 with "
+         "PID 0 on node pi-worker-0 exited on signal 9 (Killed).; then the launcher pi-launcher (node n0) container "
+         "main Error exit 137"),
+        ([launcher().failed(exit_code=9), worker(2).running()], HYDRA, "pi-worker-2", "RankFailed", None),
+        ([launcher().failed(exit_code=3), worker(1).running()], PROCESS_NAME, "pi-worker-1", "RankFailed", None),
         ([launcher().failed(exit_code=1), worker(0).running()], "Primary job terminated normally", "pi-launcher",
          "Error", None),
         ([launcher().failed(reason="StartError", exit_code=128, message=(
