@@ -27,37 +27,29 @@ CHART = DEPLOY / "helm" / "mpiop"
 SYSTEM = "mpiop-system"
 JSON = dict[str, Any]
 
-SERVICE_MONITOR_CRD = """
+
+def _open_crd(kind: str, plural: str) -> str:
+    """A stand-in for one of the Prometheus Operator's CRDs: the kind is served, its schema left open."""
+    return f"""
 apiVersion: apiextensions.k8s.io/v1
 kind: CustomResourceDefinition
 metadata:
-  name: servicemonitors.monitoring.coreos.com
+  name: {plural}.monitoring.coreos.com
 spec:
   group: monitoring.coreos.com
   scope: Namespaced
-  names: {kind: ServiceMonitor, listKind: ServiceMonitorList, plural: servicemonitors, singular: servicemonitor}
+  names: {{kind: {kind}, listKind: {kind}List, plural: {plural}, singular: {kind.lower()}}}
   versions:
   - name: v1
     served: true
     storage: true
     schema:
-      openAPIV3Schema: {type: object, x-kubernetes-preserve-unknown-fields: true}
----
-apiVersion: apiextensions.k8s.io/v1
-kind: CustomResourceDefinition
-metadata:
-  name: prometheusrules.monitoring.coreos.com
-spec:
-  group: monitoring.coreos.com
-  scope: Namespaced
-  names: {kind: PrometheusRule, listKind: PrometheusRuleList, plural: prometheusrules, singular: prometheusrule}
-  versions:
-  - name: v1
-    served: true
-    storage: true
-    schema:
-      openAPIV3Schema: {type: object, x-kubernetes-preserve-unknown-fields: true}
+      openAPIV3Schema: {{type: object, x-kubernetes-preserve-unknown-fields: true}}
 """
+
+
+PROMETHEUS_OPERATOR_CRDS = _open_crd("ServiceMonitor", "servicemonitors") + "---" + _open_crd("PrometheusRule",
+                                                                                             "prometheusrules")
 
 
 def docs(text: str) -> list[JSON]:
@@ -96,7 +88,7 @@ def system_namespace(control_plane: ControlPlane, mpijob_crd: None) -> str:
 
 @pytest.fixture(scope="session")
 def service_monitor_crd(control_plane: ControlPlane) -> None:
-    control_plane.kubectl("apply", "--server-side", "-f", "-", input_text=SERVICE_MONITOR_CRD)
+    control_plane.kubectl("apply", "--server-side", "-f", "-", input_text=PROMETHEUS_OPERATOR_CRDS)
     control_plane.kubectl("wait", "--for=condition=Established", "--timeout=60s",
                           "crd/servicemonitors.monitoring.coreos.com", "crd/prometheusrules.monitoring.coreos.com")
 
