@@ -1,0 +1,38 @@
+"""Why did my job fail, on a real node: a rank dies on a worker, mpirun fails the launcher, and
+`kubectl describe mpijob` names the worker, its ranks and node, and shows the tail of mpirun's real error
+(read by the operator through pods/log from the real kubelet)."""
+
+from __future__ import annotations
+
+import time
+
+from devcluster.pi_job import pi_job
+from e2e.conftest import E2E
+from e2e.harness.kube import condition, is_true
+
+
+def test_a_rank_killed_on_a_worker_shows_mpiruns_error(e2e: E2E) -> None:
+    """Rank 3 (the second slot of worker 1) kills itself with SIGKILL, as the OOM killer would; backoffLimit 0."""
+    rank3_dies = 'if [ "$OMPI_COMM_WORLD_RANK" = 3 ]; then kill -9 $$; fi; exec /usr/local/bin/pi-openmpi 2000000'
+    command = ["mpi-wait-hosts", "mpirun.openmpi", "--allow-run-as-root", "-n", "4", "sh", "-c", rank3_dies]
+    started = e2e.create_job(pi_job("dies", e2e.image, launcher_command=command, runPolicy={"backoffLimit": 0}))
+    job = e2e.wait_finished("dies")
+    e2e.record("rank-killed-failed", time.monotonic() - started)
+    assert is_true(job, "Failed"), job
+    message = (condition(job, "Failed") or {}).get("message", "")
+    describe = e2e.node.kubectl("describe", "mpijob", "dies", "-n", e2e.ns)
+    print(f"\n$ kubectl describe mpijob dies\n{describe}")
+    print(f"$ kubectl get mpij dies -o wide\n{e2e.node.kubectl('get', 'mpij', 'dies', '-n', e2e.ns, '-o', 'wide')}")
+    # The worker is blamed, with the ranks the hostfile put there and its node.
+    assert message.startswith(f"MPIJob {e2e.ns}/dies has failed (backoffLimit 0 reached after 0 restarts): "
+                              "worker dies-worker-1 (ranks 2-3, node "), message
+    assert "then the launcher dies-launcher" in message, message
+    # The tail of mpirun's own error, from the launcher's log.
+    assert "\nLast lines of dies-launcher/launcher:\n" in message, message
+    assert "mpirun noticed that process rank 3 with PID" in message and "on node dies-worker-1" in message, message
+    assert "mpirun noticed that process rank 3" in describe
+    failure = (job.get("status") or {}).get("lastFailure") or {}
+    assert (failure.get("reason"), failure.get("pod"), failure.get("ranks")) == ("RankFailed", "dies-worker-1", "2-3")
+    events = e2e.api.get(f"/api/v1/namespaces/{e2e.ns}/events")["items"]
+    warning = [e["message"] for e in events if e["reason"] == "MPIJobFailed"]
+    assert len(warning) == 1 and len(warning[0]) <= 1024 and "mpirun noticed that process rank 3" in warning[0]
