@@ -1,0 +1,43 @@
+"""mpiop.metrics.count_transitions: what moves when a status write lands."""
+
+from __future__ import annotations
+
+from prometheus_client import REGISTRY
+
+from mpiop import metrics
+from mpiop.api.v2beta1 import FailureInfo
+from tests.builders import at, make_mpijob
+
+
+def value(name: str, **labels: str) -> float:
+    return REGISTRY.get_sample_value(name, labels) or 0.0
+
+
+def test_success_observes_the_duration_from_start_time() -> None:
+    job = make_mpijob("pi").condition("Created").condition("Running").status(start_time=at(0)).obj()
+    new = job.status.model_copy(deep=True)
+    new.conditions.append(new.conditions[-1].model_copy(update={"type": "Succeeded"}))
+    new.completion_time = at(90)
+    before = (value("mpiop_job_duration_seconds_count", state="Succeeded"),
+              value("mpiop_job_duration_seconds_sum", state="Succeeded"), value("mpi_operator_jobs_successful_total"))
+    metrics.count_transitions(job, new, at(95))
+    assert value("mpiop_job_duration_seconds_count", state="Succeeded") == before[0] + 1
+    assert value("mpiop_job_duration_seconds_sum", state="Succeeded") == before[1] + 90
+    assert value("mpi_operator_jobs_successful_total") == before[2] + 1
+    metrics.count_transitions(job.model_copy(update={"status": new}), new, at(96))  # no transition: nothing moves
+    assert value("mpiop_job_duration_seconds_count", state="Succeeded") == before[0] + 1
+
+
+def test_restart_counts_its_reason_and_first_running_the_scheduling_delay() -> None:
+    job = make_mpijob("pi").condition("Created").obj()
+    job.metadata.creation_timestamp = at(0)
+    new = job.status.model_copy(deep=True)
+    new.conditions.append(new.conditions[-1].model_copy(update={"type": "Running"}))
+    before = value("mpiop_job_scheduling_delay_seconds_sum")
+    metrics.count_transitions(job, new, at(42))
+    assert value("mpiop_job_scheduling_delay_seconds_sum") == before + 42
+
+    restarted = new.model_copy(update={"restart_count": 1, "last_failure": FailureInfo(reason="OOMKilled")})
+    oom = value("mpiop_jobs_restarted_total", reason="OOMKilled")
+    metrics.count_transitions(job.model_copy(update={"status": new}), restarted, at(50))
+    assert value("mpiop_jobs_restarted_total", reason="OOMKilled") == oom + 1
