@@ -29,11 +29,13 @@ WORKER_LOST = "WorkerLost"  # mpirun lost the worker's daemon (ORTE/PRTE "lost c
 RANK_FAILED = "RankFailed"  # a rank on the worker died ("mpirun noticed that process rank N ...", Hydra)
 _DETAIL_CHARS = 300
 
-# A named host in mpirun's error, and what it says happened there.
+# A named host in mpirun's error, and what it says happened there. Open MPI wraps its help texts, so a
+# match may span lines ("... process rank 3 with PID 0 on\nnode pi-worker-1 exiting improperly").
 _HOST_PATTERNS = (
-    (re.compile(r"Remote daemon:\s*\S+ on node (?P<host>[\w.-]+)"), WORKER_LOST),                    # ORTE / PRTE
-    (re.compile(r"noticed that process rank \d+ with PID \S+ on node (?P<host>[\w.-]+)"), RANK_FAILED),  # (prte)mpirun
-    (re.compile(r"PID \d+ RUNNING AT (?P<host>[\w.-]+)"), RANK_FAILED),                               # Hydra
+    (re.compile(r"Remote daemon:\s*\S+\s+on node\s+(?P<host>[\w.-]+)"), WORKER_LOST),  # ORTE / PRTE
+    # "mpirun noticed that process rank N with PID P on node H exited on signal 9", "... exiting improperly"
+    (re.compile(r"process rank \d+ with PID \S+\s+on\s+node\s+(?P<host>[\w.-]+)"), RANK_FAILED),
+    (re.compile(r"PID \d+ RUNNING AT (?P<host>[\w.-]+)"), RANK_FAILED),  # Hydra's BAD TERMINATION
 )
 # "Process name: [[51934,1],3]" (ORTE) or "[prterun-pi-launcher-17@1,3]" (PRTE): rank 3, mapped by the hostfile.
 _PROCESS_NAME = re.compile(r"Process name:\s*\[(?:\[\d+,\d+\]|[^\]\s]*@\d+),(?P<rank>\d+)\]")
@@ -159,15 +161,26 @@ def _rank_to_host(job: MPIJob, rank: int) -> str | None:
 
 def named_worker(job: MPIJob, observed: Observed, attempt: int,
                  tail: str) -> tuple[podstate.Pod, str, str] | None:
-    """The worker mpirun's error names, with the reason and the line that names it, if it is of this attempt."""
-    for line in tail.splitlines():
-        for pattern, reason in _HOST_PATTERNS:
-            if (match := pattern.search(line)) and (pod := _host_to_pod(job, observed, attempt, match["host"])):
-                return pod, reason, line.strip(" =")
-        if ((match := _PROCESS_NAME.search(line)) and (host := _rank_to_host(job, int(match["rank"])))
-                and (pod := _host_to_pod(job, observed, attempt, host))):
-            return pod, RANK_FAILED, line.strip()
-    return None
+    """The first worker of this attempt mpirun's error names, with the reason and the line(s) naming it."""
+    found: list[tuple[int, podstate.Pod, str, str]] = []
+    for pattern, reason in _HOST_PATTERNS:
+        for match in pattern.finditer(tail):
+            if pod := _host_to_pod(job, observed, attempt, match["host"]):
+                found.append((match.start(), pod, reason, _lines_of(tail, match)))
+    for match in _PROCESS_NAME.finditer(tail):
+        if (host := _rank_to_host(job, int(match["rank"]))) and (pod := _host_to_pod(job, observed, attempt, host)):
+            found.append((match.start(), pod, RANK_FAILED, _lines_of(tail, match)))
+    if not found:
+        return None
+    _, pod, reason, text = min(found, key=lambda f: f[0])
+    return pod, reason, text
+
+
+def _lines_of(text: str, match: re.Match[str]) -> str:
+    """The whole line(s) a match spans, on one line."""
+    start = text.rfind("\n", 0, match.start()) + 1
+    end = text.find("\n", match.end())
+    return " ".join(text[start:end if end >= 0 else len(text)].split()).strip(" =")
 
 
 def _where(job: MPIJob, pod: podstate.Pod) -> str:

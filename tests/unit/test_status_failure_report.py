@@ -189,3 +189,19 @@ def test_message_within_the_event_limit_keeps_the_end_of_the_tail() -> None:
 
 def test_no_failure_no_report() -> None:
     assert report(JOB, observed(launcher().running(), worker(0).running()), 0) is None
+
+
+def test_a_wrapped_help_text_still_names_the_worker() -> None:
+    tail = ("mpirun has exited due to process rank 3 with PID 0 on\nnode pi-worker-1 exiting improperly. There are "
+            "three reasons this could occur:")
+    found = report(JOB, observed(launcher().failed(), worker(1).running(), tail=tail), 0)
+    assert found is not None
+    assert (found.pod, found.reason) == ("pi-worker-1", "RankFailed")
+    assert "per the launcher's log: mpirun has exited due to process rank 3 with PID 0 on node pi-worker-1 " \
+           "exiting improperly." in found.what
+
+
+def test_the_first_worker_named_is_blamed() -> None:
+    tail = f"{NOTICED.replace('pi-worker-0', 'pi-worker-2')}\n{ORTE_LOST}"
+    found = report(JOB, observed(launcher().failed(), worker(1).running(), worker(2).running(), tail=tail), 0)
+    assert found is not None and found.pod == "pi-worker-2"
