@@ -12,17 +12,19 @@ from e2e.harness.kube import condition, is_true
 
 
 def test_a_rank_killed_on_a_worker_shows_mpiruns_error(e2e: E2E) -> None:
-    """Rank 3 (the second slot of worker 1) kills itself with SIGKILL, as the OOM killer would; backoffLimit 0."""
-    rank3_dies = 'if [ "$OMPI_COMM_WORLD_RANK" = 3 ]; then kill -9 $$; fi; exec /usr/local/bin/pi-openmpi 2000000'
+    """Rank 3 (the second slot of worker 1) is SIGKILLed while the ranks wait before reducing, as the OOM killer
+    would kill it; backoffLimit 0. Every rank sleeps 60 s after MPI_Init; rank 3 is killed 5 s in."""
+    rank3_dies = ('if [ "$OMPI_COMM_WORLD_RANK" = 3 ]; then (sleep 5; kill -9 $$) & fi; '
+                  "exec /usr/local/bin/pi-openmpi 2000000 60")
     command = ["mpi-wait-hosts", "mpirun.openmpi", "--allow-run-as-root", "-n", "4", "sh", "-c", rank3_dies]
     started = e2e.create_job(pi_job("dies", e2e.image, launcher_command=command, runPolicy={"backoffLimit": 0}))
-    job = e2e.wait_finished("dies")
+    job = e2e.wait_finished("dies", timeout=240)
     e2e.record("rank-killed-failed", time.monotonic() - started)
-    assert is_true(job, "Failed"), job
-    message = (condition(job, "Failed") or {}).get("message", "")
     describe = e2e.node.kubectl("describe", "mpijob", "dies", "-n", e2e.ns)
     print(f"\n$ kubectl describe mpijob dies\n{describe}")
     print(f"$ kubectl get mpij dies -o wide\n{e2e.node.kubectl('get', 'mpij', 'dies', '-n', e2e.ns, '-o', 'wide')}")
+    assert is_true(job, "Failed"), f"{e2e.describe('dies')}\nlauncher log:\n{e2e.launcher_log('dies')}"
+    message = (condition(job, "Failed") or {}).get("message", "")
     # The worker is blamed, with the ranks the hostfile put there and its node.
     assert message.startswith(f"MPIJob {e2e.ns}/dies has failed (backoffLimit 0 reached after 0 restarts): "
                               "worker dies-worker-1 (ranks 2-3, node "), message
