@@ -13,8 +13,9 @@ from e2e.harness.kube import condition, is_true
 
 def test_a_rank_killed_on_a_worker_shows_mpiruns_error(e2e: E2E) -> None:
     """Rank 3 (the second slot of worker 1) is SIGKILLed while the ranks wait before reducing, as the OOM killer
-    would kill it; backoffLimit 0. Every rank sleeps 60 s after MPI_Init; rank 3 is killed 5 s in."""
-    rank3_dies = ('if [ "$OMPI_COMM_WORLD_RANK" = 3 ]; then (sleep 5; kill -9 $$) & fi; '
+    would kill it; backoffLimit 0. Every rank sleeps 60 s after MPI_Init; rank 3 is killed 5 s in. (`$$$$`: the
+    kubelet turns `$$` in a command into `$`.)"""
+    rank3_dies = ('if [ "$OMPI_COMM_WORLD_RANK" = 3 ]; then (sleep 5; kill -9 $$$$) & fi; '
                   "exec /usr/local/bin/pi-openmpi 2000000 60")
     command = ["mpi-wait-hosts", "mpirun.openmpi", "--allow-run-as-root", "-n", "4", "sh", "-c", rank3_dies]
     started = e2e.create_job(pi_job("dies", e2e.image, launcher_command=command, runPolicy={"backoffLimit": 0}))

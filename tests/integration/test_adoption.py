@@ -110,17 +110,17 @@ async def test_a_kubeflow_job_with_a_failed_worker_is_restarted_by_mpiop(
 
     async with running_operator(str(control_plane.kubeconfig), cluster.ns):
         restarting = await eventually(lambda: cluster.condition("pi", "Restarting"), what="Restarting")
-        assert "pi-worker-0 container mpi-worker Error exit 1" in restarting["message"]
+        assert "pi-worker-0 (rank 0) container mpi-worker Error exit 1" in restarting["message"]
 
         async def own_launcher() -> JSON | None:
             pods = await cluster.pods()
-            return pods.get("pi-launcher") if old_launcher not in pods else None
+            return pods.get("pi-launcher-1") if old_launcher not in pods else None  # attempt 1's launcher
 
         launcher = await eventually(own_launcher, timeout=60, what="mpiop's launcher Pod, kubeflow's gone")
         assert await launcher_job(cluster) is None, "kubeflow's launcher Job is deleted on the restart"
         assert launcher["metadata"]["labels"][names.ATTEMPT_LABEL] == "1"
         assert launcher["metadata"]["ownerReferences"][0]["kind"] == "MPIJob"
-        wanted = ["pi-launcher", "pi-worker-0", "pi-worker-1"]
+        wanted = ["pi-launcher-1", "pi-worker-0", "pi-worker-1"]
 
         async def all_of_attempt_1() -> bool:
             pods = await cluster.pods()
@@ -130,7 +130,7 @@ async def test_a_kubeflow_job_with_a_failed_worker_is_restarted_by_mpiop(
         await eventually(all_of_attempt_1, what="the new attempt's pods")
         await cluster.run_all(wanted)
         await eventually(lambda: cluster.condition("pi", "Running"), what="Running again")
-        await cluster.set_phase("pi-launcher", "Succeeded", exit_code=0, reason="Completed")
+        await cluster.set_phase("pi-launcher-1", "Succeeded", exit_code=0, reason="Completed")
         await eventually(lambda: cluster.condition("pi", "Succeeded"), what="Succeeded")
 
     job = await cluster.job("pi")
