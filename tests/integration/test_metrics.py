@@ -32,6 +32,7 @@ async def _fail(cluster: Cluster, name: str) -> None:
 
     await eventually(pods_exist, what=f"pods of {name}")
     await cluster.run_all(sorted(wanted))
+    await eventually(lambda: cluster.condition(name, "Running"), what=f"{name} Running")
     await cluster.set_phase(f"{name}-worker-0", "Failed", exit_code=137, reason="OOMKilled")
     await eventually(lambda: cluster.condition(name, "Restarting"), what=f"{name} Restarting")
     await eventually(lambda: cluster.pod(f"{name}-launcher-1"), what="the next attempt's launcher")
