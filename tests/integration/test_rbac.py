@@ -157,7 +157,7 @@ async def lifecycle(kube: KubeClient, token_kubeconfig: str, mpijob_crd: None) -
         try:
             await asyncio.wait_for(elector.leading.wait(), 30)
             await asyncio.wait_for(manager.synced.wait(), 30)
-            await cluster.create_job(mpijob("life", workers=1, run_policy={"ttlSecondsAfterFinished": 1}))
+            await cluster.create_job(mpijob("life", workers=1, run_policy={"ttlSecondsAfterFinished": 5}))
             await drive_to_success(cluster, "life", launcher=await fail_once(cluster, "life"))
 
             async def deleted() -> bool:
