@@ -2,6 +2,7 @@
 
     finished by kubeflow's operator? -> left exactly as it is
     finished?    -> TTL, clean-up (kubeflow's launcher Job too), counts; nothing else
+    bad forward-env annotation? -> Failed ValidationError                      (policies/forward_env)
     (always)     -> SSH Secret, Service, hostfile ConfigMap
     suspended?   -> pods (and kubeflow's launcher Job) deleted, Suspended
     deadline?    -> Failed DeadlineExceeded, clean-up
@@ -24,7 +25,7 @@ import datetime as dt
 from mpiop.api.v2beta1 import MPIJob
 from mpiop.desired import ensure
 from mpiop.plan import Observed, Plan
-from mpiop.policies import adoption, cleanup, deadline, failure, launcher_creation, success, suspend, ttl
+from mpiop.policies import adoption, cleanup, deadline, failure, forward_env, launcher_creation, success, suspend, ttl
 from mpiop.status import progress
 
 
@@ -43,7 +44,7 @@ def decide(job: MPIJob, observed: Observed, now: dt.datetime, cluster_domain: st
 
 
 def _decide(plan: Plan, job: MPIJob, observed: Observed, now: dt.datetime, cluster_domain: str) -> None:
-    if plan.status.finished:
+    if plan.status.finished or forward_env.apply(plan, job, now):
         return
     ensure.supporting_objects(plan, job, observed, cluster_domain)
     if suspend.apply(plan, job, observed, now):

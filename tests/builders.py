@@ -114,6 +114,10 @@ class MPIJobBuilder:
         self._job["metadata"].setdefault("labels", {})[key] = value
         return self
 
+    def annotation(self, key: str, value: str) -> Self:
+        self._job["metadata"].setdefault("annotations", {})[key] = value
+        return self
+
     def resource_version(self, version: str) -> Self:
         self._job["metadata"]["resourceVersion"] = version
         return self

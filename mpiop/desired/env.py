@@ -7,8 +7,12 @@ reads PRTE_MCA_*; setting both lets one job spec work with either image.
 
 from __future__ import annotations
 
+import re
+from typing import Any
+
 from mpiop import names
 from mpiop.api.v2beta1 import MPIImplementation, MPIJob
+from mpiop.desired import presets
 from mpiop.desired.slots import slots_per_worker
 
 EnvVar = dict[str, str]
@@ -60,3 +64,71 @@ def merge_env(existing: list[dict[str, object]] | None, added: list[EnvVar]) -> 
     existing = list(existing or [])
     present = {e.get("name") for e in existing}
     return existing + [dict(e) for e in added if e["name"] not in present]
+
+
+# -- framework presets and their forwarding to the ranks ---------------------------------------------------
+# Ranks that mpirun starts over SSH get the environment of an SSH session, not the pod's: the launcher's
+# MPI must carry the variables over. Hydra (Intel MPI, MPICH) passes the launcher's whole environment by
+# default; Open MPI passes only OMPI_* and what it is told.
+FORWARD_ENV_ANNOTATION = "mpiop.kubeflow.org/forward-env"
+OPENMPI_ENV_LIST = "OMPI_MCA_mca_base_env_list"
+_FORWARDABLE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\*?|\*")
+# `-x NAME` on Open MPI 4's command line together with OMPI_MCA_mca_base_env_list is a fatal error
+# ("orterun:conflict-env-set"): a command that forwards with -x keeps doing it alone.
+_DASH_X = re.compile(r"(?:^|\s)-x(?:\s|$)")
+
+
+def forward_env_entries(job: MPIJob) -> list[str]:
+    """The annotation's entries: names or `PREFIX*`, separated by commas or spaces."""
+    raw = job.metadata.annotations.get(FORWARD_ENV_ANNOTATION, "")
+    return [e for e in re.split(r"[\s,]+", raw) if e]
+
+
+def forward_env_errors(job: MPIJob) -> list[str]:
+    """Entries that are not a variable name or `PREFIX*` (they would break mpirun's list)."""
+    return [e for e in forward_env_entries(job) if not _FORWARDABLE.fullmatch(e)]
+
+
+def _launcher_container(job: MPIJob) -> dict[str, Any]:
+    containers = (job.spec.launcher.template.get("spec") or {}).get("containers") if job.spec.launcher else None
+    return dict(containers[0]) if containers else {}
+
+
+def forwarded_names(job: MPIJob) -> list[str]:
+    """The presets, then the user's entries; `PREFIX*` expands to the launcher container's `env` names.
+
+    mpiop cannot see values from envFrom or the image, and Open MPI refuses a listed name the launcher does
+    not have: a pattern only matches what the launcher's `env` declares; a plain name is taken as given."""
+    declared = [str(e.get("name")) for e in _launcher_container(job).get("env") or [] if isinstance(e, dict)]
+    result = list(presets.PRESET_NAMES)
+    for entry in forward_env_entries(job):
+        if not _FORWARDABLE.fullmatch(entry):
+            continue
+        matched = [n for n in declared if n.startswith(entry[:-1])] if entry.endswith("*") else [entry]
+        result += [n for n in matched if n not in result]
+    return result
+
+
+def _forwards_with_dash_x(job: MPIJob) -> bool:
+    container = _launcher_container(job)
+    words = [str(w) for key in ("command", "args") for w in container.get(key) or []]
+    return any(_DASH_X.search(w) for w in words)
+
+
+def forwarding_env(job: MPIJob) -> list[EnvVar]:
+    """How the launcher's MPI is told to pass the presets (and the user's list) on to every rank."""
+    implementation = job.spec.effective_mpi_implementation
+    if implementation == "Intel":
+        return [{"name": "I_MPI_HYDRA_ENV", "value": "all"}]
+    if implementation == "MPICH":
+        return [{"name": "HYDRA_ENV", "value": "all"}]
+    if _forwards_with_dash_x(job):
+        return []
+    # Open MPI 4 (orterun) and 5 (PRRTE's ompi personality) both read this list: `;`-separated names.
+    return [{"name": OPENMPI_ENV_LIST, "value": ";".join(forwarded_names(job))}]
+
+
+def framework_env(job: MPIJob, cluster_domain: str = "",
+                  master_port: int = presets.DEFAULT_MASTER_PORT) -> list[EnvVar]:
+    """The launcher's presets and their forwarding; workers get `presets.presets` alone."""
+    return presets.presets(job, cluster_domain, master_port) + forwarding_env(job)

@@ -2,8 +2,8 @@
 
 The user's template is the base; mpiop adds the identity (name, hostname + subdomain so the headless
 Service gives each pod a DNS name, and the job's DNS search domain so bare pod names resolve too), kubeflow's
-labels, the SSH key and hostfile volumes, and the launcher's MPI environment. Whatever the user set in the
-template wins over our defaults.
+labels, the SSH key and hostfile volumes, the launcher's MPI environment and the framework presets
+(MASTER_ADDR...; forwarded to the ranks by the launcher). Whatever the user set in the template wins.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from typing import Any
 
 from mpiop import names
 from mpiop.api.v2beta1 import DEFAULT_SSH_AUTH_MOUNT_PATH, MPIJob, ReplicaSpec
-from mpiop.desired import env
+from mpiop.desired import env, presets
 
 SSH_VOLUME = "ssh-auth"
 CONFIG_VOLUME = "mpi-job-config"
@@ -109,7 +109,7 @@ def worker_pod(job: MPIJob, index: int, attempt: int, cluster_domain: str = "") 
     main = pod["spec"]["containers"][0]
     if not main.get("command") and not main.get("args"):
         main["command"] = list(WORKER_DEFAULT_COMMAND)
-    main["env"] = env.merge_env(main.get("env"), env.worker_env())
+    main["env"] = env.merge_env(main.get("env"), env.worker_env() + presets.presets(job, cluster_domain))
     return pod
 
 
@@ -121,5 +121,5 @@ def launcher_pod(job: MPIJob, attempt: int, cluster_domain: str = "") -> dict[st
                     hostname=names.launcher_name(job))
     _add_volume(pod["spec"], _config_volume(job), names.CONFIG_MOUNT_PATH)
     main = pod["spec"]["containers"][0]
-    main["env"] = env.merge_env(main.get("env"), env.launcher_env(job))
+    main["env"] = env.merge_env(main.get("env"), env.launcher_env(job) + env.framework_env(job, cluster_domain))
     return pod

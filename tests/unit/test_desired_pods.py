@@ -164,12 +164,28 @@ def test_env_user_wins() -> None:
     assert env["OMPI_MCA_orte_default_hostfile"] == "/etc/mpi/hostfile"
     assert [e["name"] for e in launcher_env].count("NVIDIA_VISIBLE_DEVICES") == 1
     worker_env = worker_pod(job, 0, 0)["spec"]["containers"][0]["env"]
-    assert worker_env == [{"name": "K_MPI_JOB_ROLE", "value": "custom"}]
+    assert worker_env[0] == {"name": "K_MPI_JOB_ROLE", "value": "custom"}
+    assert [e["name"] for e in worker_env].count("K_MPI_JOB_ROLE") == 1
 
 
-def test_worker_env_has_role_and_no_launcher_variables() -> None:
+def test_worker_env_has_role_presets_and_no_launcher_variables() -> None:
     env = env_of(worker_pod(make_mpijob("pi").obj(), 0, 0)["spec"]["containers"][0])
-    assert env == {"K_MPI_JOB_ROLE": "worker"}
+    assert env == {"K_MPI_JOB_ROLE": "worker", "MASTER_ADDR": "pi-worker-0.pi.default.svc", "MASTER_PORT": "29500",
+                   "WORLD_SIZE": "2", "NPROC_PER_NODE": "1", "LOCAL_WORLD_SIZE": "1"}
+
+
+def test_presets_on_every_pod_user_wins_and_cluster_domain() -> None:
+    """The launcher carries the presets and the list that forwards them; a user's MASTER_PORT is kept."""
+    job = make_mpijob("pi").slots(2).env("Launcher", "MASTER_PORT", "1234").env("Worker", "MASTER_PORT", "1234").obj()
+    launcher = env_of(launcher_pod(job, 0, "example.org")["spec"]["containers"][0])
+    worker = env_of(worker_pod(job, 1, 0, "example.org")["spec"]["containers"][0])
+    for env in (launcher, worker):
+        assert env["MASTER_ADDR"] == "pi-worker-0.pi.default.svc.example.org"
+        assert env["MASTER_PORT"] == "1234"
+        assert (env["WORLD_SIZE"], env["NPROC_PER_NODE"], env["LOCAL_WORLD_SIZE"]) == ("4", "2", "2")
+    assert launcher["OMPI_MCA_mca_base_env_list"] == ";".join(
+        ["MASTER_ADDR", "MASTER_PORT", "WORLD_SIZE", "NPROC_PER_NODE", "LOCAL_WORLD_SIZE"])
+    assert "OMPI_MCA_mca_base_env_list" not in worker
 
 
 @pytest.mark.parametrize(

@@ -1,0 +1,26 @@
+"""A forward-env annotation mpirun could not use fails the job before any pod is made, naming the entries.
+
+Open MPI stops at the first bad name of its forwarding list, so running the job would only fail later and
+less clearly; retrying cannot help.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+
+from mpiop.api.v2beta1 import MPIJob
+from mpiop.desired import env
+from mpiop.plan import Plan
+from mpiop.policies.failure import mark_failed
+from mpiop.status import conditions as c
+
+
+def apply(plan: Plan, job: MPIJob, now: dt.datetime) -> bool:
+    bad = env.forward_env_errors(job)
+    if not bad:
+        return False
+    entries = ", ".join(repr(e) for e in bad)
+    message = (f"MPIJob {job.key} has failed: metadata.annotations[{env.FORWARD_ENV_ANNOTATION}]: {entries} "
+               "is not an environment variable name or NAME_PREFIX*")
+    mark_failed(plan, c.VALIDATION_ERROR_REASON, message[:1024], now)
+    return True
