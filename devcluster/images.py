@@ -3,7 +3,8 @@
 * the pause image: a tiny static C program (``e2e/images/pause.c``) in a one-file layer;
 * the MPI image: a Debian rootfs made by ``debootstrap --variant=minbase`` with OpenSSH, Open MPI, MPICH
   and Python, customised in a chroot by ``e2e/images/customize-mpi.sh`` (sshd for root and non-root, the
-  ssh client config, the ``mpiuser`` account, the pi program compiled for both MPI libraries);
+  ssh client config, the ``mpiuser`` account, PyTorch and mpi4py with apt, Intel MPI from PyPI's impi-rt,
+  the pi program compiled for the three MPI libraries);
 * the operator image: the same kind of rootfs with Python and mpiop installed in a venv.
 
 Each is written as an OCI image layout in a tar, which ``ctr -n k8s.io images import`` takes. Everything is
@@ -29,6 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from devcluster import intelmpi
 from devcluster.binaries import _build_lock, cache_dir, project_root
 
 # Bump when the way images are made changes in a way the inputs below do not show.
@@ -312,11 +314,23 @@ def pause_image() -> Image:
 
 
 def mpi_image() -> Image:
-    """Debian + OpenSSH + Open MPI + MPICH + Python, sshd on 2222 as root or not, /home/mpiuser/pi."""
+    """Debian + OpenSSH + Open MPI + MPICH + Intel MPI + Python with PyTorch and mpi4py; sshd on 2222 as root
+    or not; pi for each MPI.
+
+    PyTorch and mpi4py are Debian's CPU builds, installed with apt in the chroot (apt resolves their ~200
+    dependencies, which debootstrap's resolver does not do reliably). Intel MPI's runtime comes from the
+    pinned impi-rt wheel (`devcluster/intelmpi.py`), which is part of the cache key."""
     assets = assets_dir()
-    inputs = [assets / n for n in ("customize-mpi.sh", "mpi-sshd", "mpi-wait-hosts", "ssh_client.conf", "pi.c")]
+    inputs = [assets / n for n in ("customize-mpi.sh", "mpi-sshd", "mpi-wait-hosts", "ssh_client.conf", "pi.c",
+                                   "mpiexec.hydra")]
     config = {"Env": [PATH_ENV], "Cmd": ["/bin/bash"], "WorkingDir": "/"}
-    return _customized_image("mpi", MPI_PACKAGES, "sh /build/customize-mpi.sh", inputs, config)
+    if _customized_image_cached("mpi", MPI_PACKAGES, inputs, config, intelmpi.KEY):
+        return _customized_image("mpi", MPI_PACKAGES, "sh /build/customize-mpi.sh", inputs, config,
+                                 network=True, extra_key=intelmpi.KEY)
+    with tempfile.TemporaryDirectory(prefix="intel-mpi-", dir=cache_dir()) as tmp:
+        intel = intelmpi.extract(Path(tmp) / "intel-mpi")
+        return _customized_image("mpi", MPI_PACKAGES, "sh /build/customize-mpi.sh", [*inputs, intel], config,
+                                 network=True, extra_key=intelmpi.KEY)
 
 
 def _operator_source(dest: Path) -> Path:
