@@ -50,10 +50,13 @@ def pytest_terminal_summary(terminalreporter: Any) -> None:
         write(f"node bring-up: {node['total']:.1f}s ({steps})")
     for name, seconds in REPORT["scenarios"].items():
         write(f"{name:<44} {seconds:6.1f}s")
-    if log := REPORT.get("openmpi_pi_launcher_log"):
-        write("OpenMPI pi launcher log:")
-        for line in log.splitlines():
-            write(f"  {line}")
+    for key, log in REPORT.items():  # openmpi_pi_launcher_log, pytorch_ddp_launcher_log, ...
+        if key.endswith("_log") and isinstance(log, str):
+            write(f"{key.removesuffix('_log').replace('_', ' ')}:")
+            for line in log.splitlines():
+                write(f"  {line}")
+    if differences := REPORT.get("pytorch_ddp_max_difference"):
+        write(f"DDP vs single-process parameters, max |difference|: {differences}")
     write(f"(also in {REPORT_PATH})")
 
 

@@ -1,0 +1,175 @@
+"""Real allreduce training through mpiop: PyTorch DDP (gloo) under Open MPI's mpirun, and Intel MPI.
+
+The training script is examples/pytorch/train_ddp.py, given to the pods in a ConfigMap. The manifest has
+no rendezvous plumbing: MASTER_ADDR, MASTER_PORT and WORLD_SIZE come from mpiop's presets, forwarded by
+mpirun to the ranks it starts over SSH. The test checks the launcher's log against a single-process run of
+the same global batches that it runs itself (a plain Pod of the same image).
+"""
+
+from __future__ import annotations
+
+import base64
+import re
+import struct
+import time
+from pathlib import Path
+from typing import Any
+
+from devcluster.pi_job import pi_job
+from e2e.conftest import E2E, REPORT
+from e2e.harness.kube import JSON, PODS, condition, is_true, wait_for
+from e2e.test_mpi import _log_or_empty, assert_pi, assert_succeeded
+
+SCRIPT = Path(__file__).resolve().parents[1] / "examples" / "pytorch" / "train_ddp.py"
+MOUNT = "/opt/train"
+RANKS = 4
+IDENTITY = re.compile(r"^rank (\d+)/(\d+) local (\d+)/(\S+) on (\S+): MASTER_ADDR=(\S+) MASTER_PORT=(\S+) "
+                      r"WORLD_SIZE=(\S+)$", re.M)
+FIRST = re.compile(r"^(rank \d+|reference)(?:/\d+)? first loss (\S+) \(step 0\)$", re.M)
+LAST = re.compile(r"^(rank \d+|reference)(?:/\d+)? last loss (\S+) \(step \d+\)", re.M)
+PARAMS = re.compile(r"^(rank \d+|reference)(?:/\d+)? params sha256=([0-9a-f]{64}) f32=(\S+)$", re.M)
+TOLERANCE = 1e-4
+_reference: dict[str, Any] = {}
+
+
+def _script_config_map() -> dict[str, Any]:
+    return {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "train-ddp"},
+            "data": {"train_ddp.py": SCRIPT.read_text()}}
+
+
+def _with_script(pod_spec: dict[str, Any]) -> dict[str, Any]:
+    pod_spec.setdefault("volumes", []).append({"name": "train", "configMap": {"name": "train-ddp"}})
+    for container in pod_spec["containers"]:
+        container.setdefault("volumeMounts", []).append({"name": "train", "mountPath": MOUNT})
+    return pod_spec
+
+
+def ddp_job(name: str, image: str, launcher_env: list[dict[str, Any]] | None = None,
+            annotations: dict[str, str] | None = None, **spec: Any) -> dict[str, Any]:
+    """2 workers x 2 slots; the launcher runs `mpirun -n 4 python3 train_ddp.py` (examples/pytorch-ddp.yaml)."""
+    command = ["mpi-wait-hosts", "mpirun.openmpi", "--allow-run-as-root", "-n", str(RANKS),
+               "python3", f"{MOUNT}/train_ddp.py"]
+    manifest = pi_job(name, image, launcher_command=command, launcher_env=launcher_env, **spec)
+    for replica in manifest["spec"]["mpiReplicaSpecs"].values():
+        _with_script(replica["template"]["spec"])
+    if annotations:
+        manifest["metadata"]["annotations"] = annotations
+    return manifest
+
+
+def _vector(b64: str) -> list[float]:
+    raw = base64.b64decode(b64)
+    return list(struct.unpack(f"<{len(raw) // 4}f", raw))
+
+
+def reference(e2e: E2E) -> list[float]:
+    """The parameters of one process over the same global batches (computed once per session)."""
+    if "params" not in _reference:
+        spec = _with_script({"restartPolicy": "Never", "containers": [{
+            "name": "reference", "image": e2e.image, "imagePullPolicy": "Never",
+            "command": ["python3", f"{MOUNT}/train_ddp.py", "--reference", str(RANKS)]}]})
+        pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "ddp-reference"}, "spec": spec}
+        e2e.api.create(PODS.format(ns=e2e.ns), pod)
+        wait_for(lambda: (p := e2e.api.pod(e2e.ns, "ddp-reference")) and p["status"].get("phase") in
+                 ("Succeeded", "Failed"), 300, "the single-process reference run")
+        log = e2e.api.logs(e2e.ns, "ddp-reference")
+        found = PARAMS.search(log)
+        assert found and found.group(1) == "reference", log
+        _reference.update(log=log, params=_vector(found.group(3)))
+        REPORT["pytorch_ddp_reference_log"] = "\n".join(
+            line if len(line) < 200 else line[:120] + "..." for line in log.splitlines())
+    params: list[float] = _reference["params"]
+    return params
+
+
+def assert_trained(e2e: E2E, job: str, log: str) -> None:
+    """Every rank: forwarded presets, loss fell >= 10x, identical parameters equal to the reference's."""
+    identities = IDENTITY.findall(log)
+    assert sorted(int(i[0]) for i in identities) == list(range(RANKS)), log
+    master = f"{job}-worker-0.{job}.{e2e.ns}.svc"
+    for _rank, size, _local, local_size, _host, addr, port, world in identities:
+        assert (size, local_size, addr, port, world) == (str(RANKS), "2", master, "29500", str(RANKS)), log
+    assert len({i[4] for i in identities}) == 2, log  # two worker pods
+    first = {who: float(v) for who, v in FIRST.findall(log)}
+    last = {who: float(v) for who, v in LAST.findall(log)}
+    ranks = {f"rank {r}" for r in range(RANKS)}
+    assert set(first) == set(last) == ranks, log
+    for who in ranks:
+        assert first[who] >= 10 * last[who], f"{who}: loss {first[who]} -> {last[who]}\n{log}"
+    params = {who: (digest, b64) for who, digest, b64 in PARAMS.findall(log)}
+    assert set(params) == ranks, log
+    assert len({digest for digest, _ in params.values()}) == 1, f"ranks' parameters differ:\n{log}"
+    mine = _vector(params["rank 0"][1])
+    expected = reference(e2e)
+    assert len(mine) == len(expected)
+    worst = max(abs(a - b) for a, b in zip(mine, expected, strict=True))
+    assert worst <= TOLERANCE, f"DDP vs single process: max |difference| {worst} > {TOLERANCE}"
+    REPORT.setdefault("pytorch_ddp_max_difference", {})[job] = worst
+
+
+def summary(log: str) -> str:
+    """The launcher log without the base64 parameters (for the report)."""
+    return re.sub(r" f32=\S+", " f32=...", log)
+
+
+def test_pytorch_ddp(e2e: E2E) -> None:
+    """DDP over gloo, 2 workers x 2 slots, `mpirun -n 4 python3 train_ddp.py` and nothing else."""
+    e2e.api.create(f"/api/v1/namespaces/{e2e.ns}/configmaps", _script_config_map())
+    started = e2e.create_job(ddp_job("ddp", e2e.image))
+    reference(e2e)
+    job = e2e.wait_finished("ddp", timeout=600)
+    e2e.record("pytorch-ddp", time.monotonic() - started)
+    assert_succeeded(job)
+    log = e2e.launcher_log("ddp")
+    REPORT["pytorch_ddp_launcher_log"] = summary(log)
+    assert_trained(e2e, "ddp", log)
+
+
+def test_pytorch_ddp_worker_deleted(e2e: E2E) -> None:
+    """A worker deleted mid-training: Restarting, then Succeeded with the same checks.
+
+    The first attempt sleeps 0.5 s per step (TRAIN_STEP_SECONDS from a ConfigMap, forwarded to the ranks
+    by the job's `mpiop.kubeflow.org/forward-env: TRAIN_*`); the test sets it to 0 before deleting."""
+    e2e.api.create(f"/api/v1/namespaces/{e2e.ns}/configmaps", _script_config_map())
+    control = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "train-control"},
+               "data": {"pause": "0.5"}}
+    e2e.api.create(f"/api/v1/namespaces/{e2e.ns}/configmaps", control)
+    env = [{"name": "TRAIN_STEP_SECONDS",
+            "valueFrom": {"configMapKeyRef": {"name": "train-control", "key": "pause"}}}]
+    manifest = ddp_job("ddp-restart", e2e.image, launcher_env=env,
+                       annotations={"mpiop.kubeflow.org/forward-env": "TRAIN_*"}, runPolicy={"backoffLimit": 3})
+    started = e2e.create_job(manifest)
+    wait_for(lambda: "rank 0/4 step 20 " in _log_or_empty(e2e, "ddp-restart"), 300, "training to be under way",
+             describe=lambda: e2e.describe("ddp-restart"))
+    e2e.api.merge_patch(f"/api/v1/namespaces/{e2e.ns}/configmaps/train-control", {"data": {"pause": "0"}})
+    e2e.api.delete(f"/api/v1/namespaces/{e2e.ns}/pods/ddp-restart-worker-1")
+    def restarting_job() -> JSON | None:
+        job = e2e.job("ddp-restart")
+        return job if is_true(job, "Restarting") else None
+
+    restarting = wait_for(restarting_job, 120, "the Restarting condition",
+                          describe=lambda: e2e.describe("ddp-restart"))
+    assert "restart" in (condition(restarting, "Restarting") or {}).get("message", "").lower()
+    job = e2e.wait_finished("ddp-restart", timeout=600)
+    e2e.record("pytorch-ddp-worker-deleted", time.monotonic() - started)
+    assert_succeeded(job)
+    assert (job.get("status") or {}).get("restartCount", 0) >= 1, job
+    log = e2e.launcher_log("ddp-restart")
+    assert " step 20 " not in log, log  # the second attempt's log, at full speed
+    assert_trained(e2e, "ddp-restart", log)
+
+
+def test_intel_mpi_pi(e2e: E2E) -> None:
+    """kubeflow's Intel MPI shape: mpiImplementation Intel, launcherCreationPolicy WaitForWorkersReady,
+    workers Ready once sshd answers; Intel's mpiexec.hydra (impi-rt) runs pi on 4 ranks over 2 workers."""
+    command = ["mpiexec.hydra", "-n", str(RANKS), "/usr/local/bin/pi-intel", "2000000"]
+    manifest = pi_job("pi-intel", e2e.image, implementation="Intel", launcher_command=command,
+                      worker_readiness_probe=True, launcherCreationPolicy="WaitForWorkersReady",
+                      runPolicy={"backoffLimit": 1})
+    started = e2e.create_job(manifest)
+    job = e2e.wait_finished("pi-intel", timeout=420)
+    e2e.record("intel-mpi-pi", time.monotonic() - started)
+    log = e2e.launcher_log("pi-intel")
+    REPORT["intel_mpi_pi_launcher_log"] = log
+    assert_succeeded(job)
+    assert_pi(log, "pi-intel")
