@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import re
 import time
+from collections.abc import Callable
 
 from devcluster.pi_job import pi_job
 from e2e.conftest import E2E, REPORT
@@ -107,35 +108,45 @@ def test_malformed_command_fails(e2e: E2E) -> None:
 
 
 def test_worker_deleted_mid_run(e2e: E2E) -> None:
-    """Delete a worker while the ranks run: the job restarts (Restarting) and then succeeds.
+    """Delete a worker while the ranks run: the job restarts (Restarting) and then succeeds."""
+    started = time.monotonic()
+    delete_worker_mid_run(e2e, "restart", lambda command, env: pi_job(
+        "restart", e2e.image, launcher_command=command, launcher_env=env))
+    e2e.record("worker-deleted-restarting-succeeded", time.monotonic() - started)
+    assert_pi(e2e.launcher_log("restart"), "restart")
+
+
+def delete_worker_mid_run(e2e: E2E, name: str, make_job: Callable[[list[str], list[JSON]], JSON],
+                          while_running: Callable[[], object] = lambda: None) -> JSON:
+    """Run `make_job(launcher command, launcher env)`, delete worker 1 while the ranks run, and wait: Restarting,
+    then Succeeded after a restart, with the second attempt's log. Returns the finished job.
 
     The ranks sleep for as long as the ConfigMap says when the launcher starts: long in the first attempt,
-    zero in the next (the test changes it before deleting the worker)."""
+    zero in the next (changed before the worker is deleted). `while_running` is called as the ranks sleep."""
     control = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "pi-control"},
                "data": {"sleep": "600"}}
     e2e.api.create(f"/api/v1/namespaces/{e2e.ns}/configmaps", control)
     env = [{"name": "PI_SLEEP", "valueFrom": {"configMapKeyRef": {"name": "pi-control", "key": "sleep"}}}]
     command = ["mpi-wait-hosts", "sh", "-c",
                'exec mpirun.openmpi --allow-run-as-root -n 4 /usr/local/bin/pi-openmpi 2000000 "$PI_SLEEP"']
-    started = e2e.create_job(pi_job("restart", e2e.image, launcher_command=command, launcher_env=env))
-    wait_for(lambda: "every rank sleeps 600 s" in _log_or_empty(e2e, "restart"), 180,
-             "the ranks to be running", describe=lambda: e2e.describe("restart"))
+    e2e.create_job(make_job(command, env))
+    wait_for(lambda: "every rank sleeps 600 s" in _log_or_empty(e2e, name), 180,
+             "the ranks to be running", describe=lambda: e2e.describe(name))
+    while_running()
     e2e.api.merge_patch(f"/api/v1/namespaces/{e2e.ns}/configmaps/pi-control", {"data": {"sleep": "0"}})
-    e2e.api.delete(f"/api/v1/namespaces/{e2e.ns}/pods/restart-worker-1")
+    e2e.api.delete(f"/api/v1/namespaces/{e2e.ns}/pods/{name}-worker-1")
     def restarting_job() -> JSON | None:
-        job = e2e.job("restart")
+        job = e2e.job(name)
         return job if is_true(job, "Restarting") else None
 
-    restarting = wait_for(restarting_job, 120,
-                          "the Restarting condition", describe=lambda: e2e.describe("restart"))
+    restarting = wait_for(restarting_job, 120, "the Restarting condition", describe=lambda: e2e.describe(name))
     assert "restart" in (condition(restarting, "Restarting") or {}).get("message", "").lower()
-    job = e2e.wait_finished("restart")
-    e2e.record("worker-deleted-restarting-succeeded", time.monotonic() - started)
+    job = e2e.wait_finished(name)
     assert_succeeded(job)
     assert (job.get("status") or {}).get("restartCount", 0) >= 1, job
-    log = e2e.launcher_log("restart")
+    log = e2e.launcher_log(name)
     assert "every rank sleeps" not in log, log  # the second attempt's log
-    assert_pi(log, "restart")
+    return job
 
 
 def _log_or_empty(e2e: E2E, job: str) -> str:

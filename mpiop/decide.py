@@ -12,7 +12,8 @@
     launcher ok? -> Succeeded, clean-up                                       (policies/success)
     pod failed?  -> Restarting (pods deleted) or Failed (backoffLimit), clean-up (policies/failure)
     otherwise    -> Running when all pods run; create what is missing, the launcher when its creation
-                    policy allows (policies/launcher_creation); update the hostfile
+                    policy allows (policies/launcher_creation); update the hostfile (host network: per-pod SSH ports,
+                    desired.hostnetwork)
 
 After the plan is carried out, a create the apiserver refuses as invalid fails the job once with
 ValidationError (policies/refused, applied by the reconciler: the refusal is only known after the write).
@@ -24,17 +25,19 @@ import datetime as dt
 
 from mpiop.api.v2beta1 import MPIJob
 from mpiop.desired import ensure
+from mpiop.desired.hostnetwork import DEFAULT_PORT_RANGE, PortRange
 from mpiop.plan import Observed, Plan
 from mpiop.policies import adoption, cleanup, deadline, failure, forward_env, launcher_creation, success, suspend, ttl
 from mpiop.status import progress
 
 
-def decide(job: MPIJob, observed: Observed, now: dt.datetime, cluster_domain: str = "") -> Plan:
+def decide(job: MPIJob, observed: Observed, now: dt.datetime, cluster_domain: str = "",
+           port_range: PortRange = DEFAULT_PORT_RANGE) -> Plan:
     plan = Plan(status=job.status.model_copy(deep=True))
     if adoption.finished_under_kubeflow(job):
         return plan
     progress.mark_created(plan, job, now)
-    _decide(plan, job, observed, now, cluster_domain)
+    _decide(plan, job, observed, now, cluster_domain, port_range)
     if plan.status.finished:
         cleanup.apply(plan, job, observed)
         adoption.cleanup(plan, job, observed)
@@ -43,10 +46,11 @@ def decide(job: MPIJob, observed: Observed, now: dt.datetime, cluster_domain: st
     return plan
 
 
-def _decide(plan: Plan, job: MPIJob, observed: Observed, now: dt.datetime, cluster_domain: str) -> None:
+def _decide(plan: Plan, job: MPIJob, observed: Observed, now: dt.datetime, cluster_domain: str,
+            port_range: PortRange) -> None:
     if plan.status.finished or forward_env.apply(plan, job, now):
         return
-    ensure.supporting_objects(plan, job, observed, cluster_domain)
+    ensure.supporting_objects(plan, job, observed, cluster_domain, port_range)
     if suspend.apply(plan, job, observed, now):
         adoption.retire(plan, observed)
         return
@@ -64,4 +68,4 @@ def _decide(plan: Plan, job: MPIJob, observed: Observed, now: dt.datetime, clust
     progress.mark_running(plan, job, observed, now)
     attempt = plan.status.restart_count or 0
     launcher_may_start = launcher_creation.launcher_may_start(job, observed, attempt)
-    ensure.job_pods(plan, job, observed, launcher_may_start, cluster_domain)
+    ensure.job_pods(plan, job, observed, launcher_may_start, cluster_domain, port_range)

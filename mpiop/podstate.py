@@ -44,6 +44,14 @@ def is_ready(pod: Pod) -> bool:
     )
 
 
+def unschedulable_message(pod: Pod) -> str:
+    """The scheduler's reason a Pending pod has no node yet ('' when it is scheduled or not yet looked at)."""
+    for condition in pod.get("status", {}).get("conditions") or []:
+        if condition.get("type") == "PodScheduled" and condition.get("status") == "False":
+            return str(condition.get("message") or "")
+    return ""
+
+
 def attempt(pod: Pod) -> int:
     try:
         return int(labels(pod).get(names.ATTEMPT_LABEL, "0"))
@@ -133,6 +141,11 @@ def trim(pod: Pod) -> Pod:
     if status.get("conditions"):
         kept_status["conditions"] = [
             {"type": c.get("type"), "status": c.get("status")} for c in status["conditions"] if c.get("type") == "Ready"
+        ]
+        # Why the scheduler cannot place it: a host-port conflict moves the pod to another port.
+        kept_status["conditions"] += [
+            {"type": "PodScheduled", "status": "False", "message": c.get("message") or ""}
+            for c in status["conditions"] if c.get("type") == "PodScheduled" and c.get("status") == "False"
         ]
     if status.get("containerStatuses"):
         kept_status["containerStatuses"] = [

@@ -21,6 +21,7 @@ import structlog
 from mpiop import logging as mpiop_logging
 from mpiop import metrics
 from mpiop.controller.manager import Manager, ManagerConfig
+from mpiop.desired.hostnetwork import DEFAULT_PORT_RANGE, PortRange
 from mpiop.kube.client import KubeClient
 from mpiop.leader import ElectionConfig, FencedClient, LeaderElector
 from mpiop.server import Checks, Servers, health_app, metrics_app
@@ -37,6 +38,13 @@ def duration(text: str) -> float:
         raise argparse.ArgumentTypeError(f"not a duration: {text!r} (e.g. 15s, 500ms, 1m)")
     scale = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}[match.group(2) or "s"]
     return float(match.group(1)) * scale
+
+
+def _port_range(text: str) -> PortRange:
+    try:
+        return PortRange.parse(text)
+    except ValueError as error:
+        raise argparse.ArgumentTypeError(str(error)) from None
 
 
 def add_run_arguments(parser: argparse.ArgumentParser) -> None:
@@ -56,6 +64,9 @@ def add_run_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--log-level", default="info", choices=("debug", "info", "warning", "error"))
     parser.add_argument("--cluster-domain", default="",
                         help="append this domain to hostfile names, e.g. cluster.local (default: none)")
+    parser.add_argument("--host-network-port-range", type=_port_range, default=DEFAULT_PORT_RANGE, metavar="FIRST-LAST",
+                        help="host ports for the sshd (and MASTER_PORT) of hostNetwork pods, one per pod "
+                             f"(default {DEFAULT_PORT_RANGE})")
     parser.add_argument("--resync-seconds", type=float, default=300.0, help="re-reconcile every job this often")
     parser.add_argument("--field-manager", default="mpiop",
                         help="name recorded in managedFields for this process's writes (default mpiop)")
@@ -81,7 +92,7 @@ def config_from_args(args: argparse.Namespace) -> ManagerConfig:
     if args.workers < 1:
         raise SystemExit("--workers must be at least 1")
     return ManagerConfig(namespace=args.namespace or None, workers=args.workers, cluster_domain=args.cluster_domain,
-                         resync_seconds=args.resync_seconds)
+                         port_range=args.host_network_port_range, resync_seconds=args.resync_seconds)
 
 
 def election_from_args(args: argparse.Namespace) -> ElectionConfig | None:

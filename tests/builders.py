@@ -33,7 +33,7 @@ from mpiop.api.v2beta1 import (
     RestartPolicy,
     format_time,
 )
-from mpiop.desired import objects
+from mpiop.desired import hostnetwork, objects
 from mpiop.plan import Observed
 
 JSON = dict[str, Any]
@@ -201,6 +201,12 @@ class MPIJobBuilder:
         self._pod_spec(replica).update(copy.deepcopy(fields))
         return self
 
+    def host_network(self, *replicas: ReplicaType) -> Self:
+        """hostNetwork: true on these replicas' templates (default: both)."""
+        for r in replicas or (LAUNCHER, WORKER):
+            self._pod_spec(r)["hostNetwork"] = True
+        return self
+
     def pod_label(self, replica: ReplicaType, key: str, value: str) -> Self:
         self._template_meta(replica).setdefault("labels", {})[key] = value
         return self
@@ -357,6 +363,13 @@ class PodBuilder:
         self._status.update(reason="Evicted", message=message)
         return self
 
+    def unschedulable(self, message: str = "0/3 nodes are available: 3 node(s) didn't have free ports for the "
+                                           "requested pod ports.") -> Self:
+        """Pending, with the scheduler's PodScheduled=False message (by default: a host-port conflict)."""
+        self._phase("Pending")
+        self._status["conditions"] = [{"type": "PodScheduled", "status": "False", "message": message}]
+        return self
+
     def unknown(self) -> Self:
         return self._phase("Unknown")
 
@@ -395,9 +408,10 @@ def observe(job: MPIJob, pods: list[JSON] | None = None, *, owned_objects: bool 
     attempt = job.status.restart_count or 0
     running = sorted(i for i, p in Observed(pods=pods).workers(job, attempt).items()
                      if i < job.spec.worker_replicas and podstate.is_running(p))
+    ports = hostnetwork.ports(job, attempt, pods, None)
     return Observed(
         pods=pods,
-        config_map=objects.config_map(job, running, cluster_domain),
+        config_map=objects.config_map(job, running, cluster_domain, ports),
         secret=objects.ssh_secret(job, b"private", b"public"),
         service=objects.service(job),
     )

@@ -27,6 +27,7 @@ from mpiop.controller.workqueue import (
     QueueShutDownError,
     WorkQueue,
 )
+from mpiop.desired.hostnetwork import DEFAULT_PORT_RANGE, PortRange
 from mpiop.kube.client import JSON, ApiError, KubeClient
 from mpiop.kube.informer import object_key
 
@@ -49,6 +50,7 @@ class ManagerConfig:
     namespace: str | None = None
     workers: int = 8
     cluster_domain: str = ""
+    port_range: PortRange = DEFAULT_PORT_RANGE
     resync_seconds: float = 300.0
     watch_timeout_seconds: int = 300
     queue_qps: float = 10.0
@@ -66,7 +68,8 @@ class Manager:
                              BucketRateLimiter(config.queue_qps, config.queue_burst)),
             on_wait=metrics.QUEUE_WAIT_SECONDS.observe,
         )
-        self.reconciler = Reconciler(client, self.caches, EventRecorder(client), cluster_domain=config.cluster_domain)
+        self.reconciler = Reconciler(client, self.caches, EventRecorder(client), cluster_domain=config.cluster_domain,
+                                     port_range=config.port_range)
         self.synced = asyncio.Event()
         self.working = False  # workers running: this process reconciles (leads, or has no election)
         self._ids = itertools.count(1)

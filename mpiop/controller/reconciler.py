@@ -21,6 +21,7 @@ from mpiop.controller.events import EventRecorder
 from mpiop.controller.logtails import LogTails
 from mpiop.decide import decide
 from mpiop.desired import objects
+from mpiop.desired.hostnetwork import DEFAULT_PORT_RANGE, PortRange
 from mpiop.kube.client import CONFIGMAPS, JOBS, MPIJOBS, PODS, SECRETS, SERVICES, ApiError, KubeClient, Resource
 from mpiop.plan import Plan
 from mpiop.policies import adoption, managed_by, refused
@@ -49,12 +50,13 @@ def status_patch(old: JobStatus, new: JobStatus) -> JSON | None:
 class Reconciler:
     def __init__(self, client: KubeClient, caches: Caches, recorder: EventRecorder, *,
                  clock: Callable[[], dt.datetime] = utcnow, cluster_domain: str = "",
-                 write_concurrency: int = 32) -> None:
+                 port_range: PortRange = DEFAULT_PORT_RANGE, write_concurrency: int = 32) -> None:
         self.client = client
         self.caches = caches
         self.recorder = recorder
         self.clock = clock
         self.cluster_domain = cluster_domain
+        self.port_range = port_range
         # Pod creations and deletions in flight, across all workers: with the client-side rate limiter off
         # (the default), this is what keeps a 256-worker job from taking every connection to the apiserver.
         self.write_limit = asyncio.Semaphore(write_concurrency)
@@ -71,7 +73,7 @@ class Reconciler:
         now = self.clock()
         observed = self.caches.observed(job)
         await self.log_tails.fill(job, observed)  # the failure report's one I/O: a failed container's log
-        plan = decide(job, observed, now, self.cluster_domain)
+        plan = decide(job, observed, now, self.cluster_domain, self.port_range)
         if plan.delete_job:
             await self._delete_job(job)
             return None

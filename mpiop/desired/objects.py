@@ -8,7 +8,7 @@ from typing import Any
 
 from mpiop import names
 from mpiop.api.v2beta1 import MPIJob
-from mpiop.desired import hostfile
+from mpiop.desired import hostfile, hostnetwork
 
 
 def ssh_secret(job: MPIJob, private_key: bytes, public_key: bytes) -> dict[str, Any]:
@@ -26,19 +26,25 @@ def ssh_secret(job: MPIJob, private_key: bytes, public_key: bytes) -> dict[str, 
     }
 
 
-def config_map_data(job: MPIJob, running_worker_indexes: Iterable[int], cluster_domain: str = "") -> dict[str, str]:
-    return {
+def config_map_data(job: MPIJob, running_worker_indexes: Iterable[int], cluster_domain: str = "",
+                    ports: hostnetwork.Ports = hostnetwork.NO_PORTS) -> dict[str, str]:
+    """The hostfile, discover_hosts.sh and, with host-network ports, the SSH client config naming them."""
+    data = {
         names.HOSTFILE_NAME: hostfile.hostfile(job, cluster_domain),
         names.DISCOVER_HOSTS_NAME: hostfile.discover_hosts(job, running_worker_indexes, cluster_domain),
     }
+    if ports:
+        data[hostnetwork.SSH_CONFIG_NAME] = hostnetwork.ssh_config(job, ports, cluster_domain)
+    return data
 
 
-def config_map(job: MPIJob, running_worker_indexes: Iterable[int], cluster_domain: str = "") -> dict[str, Any]:
+def config_map(job: MPIJob, running_worker_indexes: Iterable[int], cluster_domain: str = "",
+               ports: hostnetwork.Ports = hostnetwork.NO_PORTS) -> dict[str, Any]:
     return {
         "apiVersion": "v1",
         "kind": "ConfigMap",
         "metadata": names.owned_metadata(job, names.config_map_name(job), names.supporting_labels(job)),
-        "data": config_map_data(job, running_worker_indexes, cluster_domain),
+        "data": config_map_data(job, running_worker_indexes, cluster_domain, ports),
     }
 
 

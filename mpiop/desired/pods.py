@@ -13,7 +13,7 @@ from typing import Any
 
 from mpiop import names
 from mpiop.api.v2beta1 import DEFAULT_SSH_AUTH_MOUNT_PATH, MPIJob, ReplicaSpec
-from mpiop.desired import env, presets
+from mpiop.desired import env, hostnetwork, presets
 
 SSH_VOLUME = "ssh-auth"
 CONFIG_VOLUME = "mpi-job-config"
@@ -61,16 +61,13 @@ def _add_search_domain(spec: dict[str, Any], domain: str) -> None:
 
 
 def _config_volume(job: MPIJob) -> dict[str, Any]:
-    return {
-        "name": CONFIG_VOLUME,
-        "configMap": {
-            "name": names.config_map_name(job),
-            "items": [
-                {"key": names.HOSTFILE_NAME, "path": names.HOSTFILE_NAME, "mode": 0o444},
-                {"key": names.DISCOVER_HOSTS_NAME, "path": names.DISCOVER_HOSTS_NAME, "mode": 0o555},
-            ],
-        },
-    }
+    items = [
+        {"key": names.HOSTFILE_NAME, "path": names.HOSTFILE_NAME, "mode": 0o444},
+        {"key": names.DISCOVER_HOSTS_NAME, "path": names.DISCOVER_HOSTS_NAME, "mode": 0o555},
+    ]
+    if hostnetwork.ssh_pods(job):
+        items.append({"key": hostnetwork.SSH_CONFIG_NAME, "path": hostnetwork.SSH_CONFIG_NAME, "mode": 0o444})
+    return {"name": CONFIG_VOLUME, "configMap": {"name": names.config_map_name(job), "items": items}}
 
 
 def _add_volume(spec: dict[str, Any], volume: dict[str, Any], mount_path: str) -> None:
@@ -101,25 +98,40 @@ def _base_pod(job: MPIJob, replica: ReplicaSpec, name: str, labels: dict[str, st
     return {"apiVersion": "v1", "kind": "Pod", "metadata": metadata, "spec": spec}
 
 
-def worker_pod(job: MPIJob, index: int, attempt: int, cluster_domain: str = "") -> dict[str, Any]:
+def _master_port(job: MPIJob, ports: hostnetwork.Ports) -> int:
+    """MASTER_PORT: torch's default, or on the host network the port rank 0's pod holds for it."""
+    return hostnetwork.master_port(job, ports) or presets.DEFAULT_MASTER_PORT
+
+
+def worker_pod(job: MPIJob, index: int, attempt: int, cluster_domain: str = "",
+               ports: hostnetwork.Ports = hostnetwork.NO_PORTS) -> dict[str, Any]:
+    """`ports`: the attempt's host-network port table (hostnetwork.ports), for host-network workers."""
     replica = job.spec.worker
     assert replica is not None, "worker_pod needs a Worker replica spec"
     labels = names.role_labels(job, names.WORKER_ROLE, names.worker_label_index(job, index), attempt)
     pod = _base_pod(job, replica, names.worker_name(job, index), labels, cluster_domain)
+    ssh_port = hostnetwork.add_ports(pod, job, ports)
     main = pod["spec"]["containers"][0]
     if not main.get("command") and not main.get("args"):
-        main["command"] = list(WORKER_DEFAULT_COMMAND)
-    main["env"] = env.merge_env(main.get("env"), env.worker_env() + presets.presets(job, cluster_domain))
+        main["command"] = list(WORKER_DEFAULT_COMMAND) + (["-p", str(ssh_port)] if ssh_port is not None else [])
+    framework = presets.presets(job, cluster_domain, _master_port(job, ports))
+    main["env"] = env.merge_env(main.get("env"), env.worker_env(ssh_port) + framework)
     return pod
 
 
-def launcher_pod(job: MPIJob, attempt: int, cluster_domain: str = "") -> dict[str, Any]:
+def launcher_pod(job: MPIJob, attempt: int, cluster_domain: str = "",
+                 ports: hostnetwork.Ports = hostnetwork.NO_PORTS) -> dict[str, Any]:
     replica = job.spec.launcher
     assert replica is not None, "launcher_pod needs a Launcher replica spec"
     pod = _base_pod(job, replica, names.launcher_name(job, attempt),
                     names.role_labels(job, names.LAUNCHER_ROLE, 0, attempt), cluster_domain,
                     hostname=names.launcher_name(job))
+    ssh_port = hostnetwork.add_ports(pod, job, ports)  # a host-network launcher that also works
     _add_volume(pod["spec"], _config_volume(job), names.CONFIG_MOUNT_PATH)
     main = pod["spec"]["containers"][0]
-    main["env"] = env.merge_env(main.get("env"), env.launcher_env(job) + env.framework_env(job, cluster_domain))
+    added = env.launcher_env(job)
+    if ssh_port is not None:
+        added.append({"name": hostnetwork.SSH_PORT_ENV, "value": str(ssh_port)})
+    added += env.framework_env(job, cluster_domain, _master_port(job, ports))
+    main["env"] = env.merge_env(main.get("env"), added)
     return pod

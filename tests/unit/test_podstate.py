@@ -152,6 +152,18 @@ def test_trim_keeps_only_what_decisions_need() -> None:
     }
 
 
+def test_trim_keeps_why_a_pod_is_unschedulable() -> None:
+    """A host-port conflict is read from the scheduler's message (desired.hostnetwork)."""
+    message = "0/1 nodes are available: 1 node(s) didn't have free ports for the requested pod ports."
+    pending = {"metadata": {"name": "p"}, "status": {"phase": "Pending", "conditions": [
+        {"type": "PodScheduled", "status": "False", "reason": "Unschedulable", "message": message,
+         "lastProbeTime": None}]}}
+    trimmed = podstate.trim(pending)
+    assert trimmed["status"]["conditions"] == [{"type": "PodScheduled", "status": "False", "message": message}]
+    assert podstate.unschedulable_message(trimmed) == message
+    assert podstate.unschedulable_message({"metadata": {}, "status": {"phase": "Running"}}) == ""
+
+
 def test_trim_of_a_new_pod() -> None:
     assert podstate.trim({"metadata": {"name": "p"}}) == {"metadata": {"name": "p", "ownerReferences": []},
                                                           "status": {}}

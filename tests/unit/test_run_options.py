@@ -7,6 +7,7 @@ import asyncio
 
 import pytest
 
+from mpiop.desired.hostnetwork import PortRange
 from mpiop.kube.client import TokenBucket
 from mpiop.process import add_run_arguments, config_from_args
 
@@ -30,6 +31,18 @@ def test_defaults_leave_the_client_side_limiter_off() -> None:
 def test_workers_must_be_positive() -> None:
     with pytest.raises(SystemExit, match="--workers must be at least 1"):
         config_from_args(parse("--workers", "0"))
+
+
+def test_host_network_port_range() -> None:
+    assert config_from_args(parse()).port_range == PortRange(20000, 30000)
+    assert config_from_args(parse("--host-network-port-range", "40000-40999")).port_range == PortRange(40000, 40999)
+
+
+def test_bad_host_network_port_range_names_the_flag(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        parse("--host-network-port-range", "30000-20000")
+    err = capsys.readouterr().err
+    assert "argument --host-network-port-range: host network port range 30000-20000: need 1 <= first" in err
 
 
 # Slow refills (one token every 2 s), so the real time the loop takes cannot add a token.
