@@ -145,3 +145,19 @@ def test_a_working_launcher_keeps_its_port_under_each_attempts_name() -> None:
     assert fresh["pi-launcher"] != ports["pi-launcher"], "the new attempt's port"
     plan = world.reconcile(6)
     assert plan.delete == [] and plan.create == [] and config_ports(world) == fresh
+
+
+def test_the_kept_launcher_of_an_old_attempt_does_not_move_the_new_one() -> None:
+    """A failed launcher is kept for its log, with its old port label: only current pods can have moved."""
+    world = World(make_mpijob("pi", "ns").host_network().launcher_as_worker().obj())
+    world.reconcile(0)
+    world.reconcile(1)
+    world.set_all(running)
+    world.set("pi-launcher", lambda b: b.failed(exit_code=137))
+    world.reconcile(2)
+    world.gone()
+    world.reconcile(3)
+    world.reconcile(4)
+    assert world.live_pods() == {"pi-launcher": 0, "pi-launcher-1": 1, "pi-worker-0": 1, "pi-worker-1": 1}
+    plan = world.reconcile(5)
+    assert plan.delete == [] and plan.create == []
