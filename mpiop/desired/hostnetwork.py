@@ -183,17 +183,18 @@ def ports(job: MPIJob, attempt: int, pods: Iterable[podstate.Pod], config_map: d
     current = {_key(job, p): p for p in pods if podstate.attempt(p) == attempt and not podstate.is_terminating(p)}
     recorded = read_config(config_map, attempt)
     table: dict[str, int] = {}
+    used: set[int] = set()
     conflicted: dict[str, int] = {}
     for key in wanted:
         pod = current.get(owner[key])
         held = pod_ports(job, pod).get(key) if pod is not None else recorded.get(key)
-        if held is None or held in table.values():
+        if held is None or held in used:
             continue
         if pod is not None and port_conflict(pod):
             conflicted[key] = held
         else:
             table[key] = held
-    used = set(table.values())
+            used.add(held)
     for key in wanted:
         if key not in table:
             table[key] = allocate(job, attempt, key, used, port_range, after=conflicted.get(key))
