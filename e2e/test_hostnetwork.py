@@ -13,7 +13,7 @@ import time
 from typing import Any
 
 from devcluster.pi_job import pi_job
-from e2e.conftest import E2E
+from e2e.conftest import E2E, REPORT
 from e2e.harness.kube import wait_for
 from e2e.test_mpi import PI_LINE, assert_succeeded, delete_worker_mid_run
 
@@ -64,6 +64,8 @@ def assert_host_network_pi(e2e: E2E, job: str, ranks: int = 4) -> dict[str, int]
         worker_log = e2e.api.logs(e2e.ns, name)
         assert f"Server listening on 0.0.0.0 port {ports[name]}." in worker_log, worker_log
         assert ACCEPTED in worker_log, f"the launcher never logged into {name}:\n{worker_log}"
+        REPORT.setdefault("host_network", {})[f"{e2e.ns}/{name}"] = [
+            line for line in worker_log.splitlines() if "Server listening on 0.0.0.0" in line or ACCEPTED in line]
     assert len(set(ports.values())) == 2, ports
     return ports
 
@@ -91,6 +93,20 @@ def test_host_network_mpich_pi(e2e: E2E) -> None:
     e2e.record(f"host-network-mpich-pi ({restarts} restarts)", time.monotonic() - started)
     assert_succeeded(job)
     assert_host_network_pi(e2e, "hn-mpich")
+
+
+def test_host_network_openmpi_pi_non_root(e2e: E2E) -> None:
+    """kubeflow's non-root shape on the host network: uid 1000 runs sshd unprivileged on its port (>1024, so no
+    capability), the launcher's ssh as uid 1000 reads the same mounted config."""
+    command = ["sh", "-c", 'echo "launcher runs as $(id -un)"; exec mpi-wait-hosts mpirun.openmpi -n 4 '
+               '/home/mpiuser/pi 2000000']
+    started = e2e.create_job(host_network_job("hn-nonroot", e2e.image, run_as_user=1000, launcher_command=command,
+                                              ssh_auth_mount_path="/home/mpiuser/.ssh"))
+    job = e2e.wait_finished("hn-nonroot")
+    e2e.record("host-network-openmpi-pi-non-root", time.monotonic() - started)
+    assert_succeeded(job)
+    assert "launcher runs as mpiuser" in e2e.launcher_log("hn-nonroot")
+    assert_host_network_pi(e2e, "hn-nonroot")
 
 
 def test_two_host_network_jobs_at_once(e2e: E2E) -> None:
@@ -129,6 +145,10 @@ def test_host_network_port_conflict_moves_the_worker(e2e: E2E) -> None:
     assert_succeeded(job)
     ports = assert_host_network_pi(e2e, "hn-busy")
     assert ports["hn-busy-worker-1"] != taken, (taken, ports)
+    refused = [e["message"] for e in e2e.api.events(e2e.ns) if e.get("reason") == "FailedScheduling"
+               and e["involvedObject"]["name"] == "hn-busy-worker-1"]
+    assert any("didn't have free ports" in m for m in refused), refused
+    REPORT.setdefault("host_network", {})["port-conflict"] = {"taken": taken, "moved to": ports, "scheduler": refused}
     assert (job.get("status") or {}).get("restartCount", 0) == 0, "a moved port is not a restart"
 
 
@@ -143,5 +163,5 @@ def test_host_network_worker_deleted_mid_run(e2e: E2E) -> None:
         while_running=lambda: before.update({p["metadata"]["name"]: ssh_port(p) for p in workers(e2e, "hn-restart")}))
     e2e.record("host-network-worker-deleted-succeeded", time.monotonic() - started)
     after = assert_host_network_pi(e2e, "hn-restart")
-    print(f"ports before the restart {before}, after {after}")
+    REPORT.setdefault("host_network", {})["restart ports"] = {"before": before, "after": after}
     assert len(before) == 2 and set(before.values()) != set(after.values()), (before, after)
