@@ -290,8 +290,9 @@ def launcher_env(job: MPIJob) -> list[dict[str, str]]:
                 {"name": "PRTE_MCA_plm_ssh_no_tree_spawn", "value": "1"}]
     launcher = job.spec.launcher
     if launcher is not None and on_host_network(launcher.template) and not job.spec.run_launcher_as_worker:
-        # A worker on the launcher's node resolves to one of the launcher's own addresses: Open MPI would run its
-        # ranks in the launcher, Hydra would fork its proxy there instead of ssh-ing to the worker.
+        # A worker on the launcher's node resolves to one of the launcher's own addresses: Open MPI 4 files it under
+        # its own node (the e2e job failed: "Please correct the hostfile"); a Hydra that compares addresses would
+        # fork the worker's proxy in the launcher instead of ssh-ing to it.
         name = {"OpenMPI": "OMPI_MCA_if_base_do_not_resolve", "Intel": "I_MPI_HYDRA_BOOTSTRAP_AUTOFORK"}.get(
             implementation, "HYDRA_LAUNCHER_AUTOFORK")
         env.append({"name": name, "value": "1" if implementation == "OpenMPI" else "0"})
