@@ -16,6 +16,7 @@ from devcluster.pi_job import pi_job
 from e2e.conftest import E2E, REPORT
 from e2e.harness.kube import wait_for
 from e2e.test_mpi import PI_LINE, assert_succeeded, delete_worker_mid_run
+from e2e.test_training import IDENTITY, RANKS, _script_config_map, ddp_job
 
 JSON = dict[str, Any]
 ACCEPTED = "Accepted publickey"
@@ -165,3 +166,25 @@ def test_host_network_worker_deleted_mid_run(e2e: E2E) -> None:
     after = assert_host_network_pi(e2e, "hn-restart")
     REPORT.setdefault("host_network", {})["restart ports"] = {"before": before, "after": after}
     assert len(before) == 2 and set(before.values()) != set(after.values()), (before, after)
+
+
+def test_host_network_pytorch_ddp_master_port(e2e: E2E) -> None:
+    """PyTorch DDP on the host network: MASTER_PORT is the port rank 0's pod holds (`mpiop-master`), not torch's
+    29500, which two host-network jobs on one node would both bind."""
+    e2e.api.create(f"/api/v1/namespaces/{e2e.ns}/configmaps", _script_config_map())
+    manifest = ddp_job("hn-ddp", e2e.image, worker_pod_spec={"hostNetwork": True})
+    manifest["spec"]["mpiReplicaSpecs"]["Launcher"]["template"]["spec"]["hostNetwork"] = True
+    manifest["spec"].setdefault("runPolicy", {})["cleanPodPolicy"] = "None"
+    started = e2e.create_job(manifest)
+    job = e2e.wait_finished("hn-ddp", timeout=600)
+    e2e.record("host-network-pytorch-ddp", time.monotonic() - started)
+    assert_succeeded(job)
+    worker0 = e2e.api.pod(e2e.ns, "hn-ddp-worker-0")
+    assert worker0 is not None
+    master = [p for p in worker0["spec"]["containers"][0]["ports"] if p["name"] == "mpiop-master"]
+    assert len(master) == 1 and master[0]["hostPort"] != 29500, worker0["spec"]["containers"][0]["ports"]
+    log = e2e.launcher_log("hn-ddp")
+    identities = IDENTITY.findall(log)
+    assert sorted(int(i[0]) for i in identities) == list(range(RANKS)), log
+    assert {i[6] for i in identities} == {str(master[0]["hostPort"])}, log
+    REPORT.setdefault("host_network", {})["ddp MASTER_PORT"] = master[0]["hostPort"]
