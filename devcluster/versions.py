@@ -3,7 +3,8 @@
 
 from mpiop import KUBERNETES_VERSION
 
-__all__ = ["ETCD_VERSION", "KUBERNETES_VERSION", "KWOK_VERSION", "staging_version"]
+__all__ = ["CONTROLLER_TOOLS_VERSION", "ETCD_VERSION", "KUBERNETES_VERSION", "KWOK_VERSION",
+           "SCHEDULER_PLUGINS_VERSION", "VOLCANO_APIS_VERSION", "staging_version"]
 
 # etcd used only when none is found (KUBEBUILDER_ASSETS, PATH): the server the pinned Kubernetes
 # release vendors its etcd client from.
@@ -12,6 +13,13 @@ ETCD_VERSION = "v3.6.4"
 # KWOK (Kubernetes WithOut Kubelet) for the simulated-cluster mode: fake nodes whose pods turn Running by
 # Stages instead of containers. v0.8.0 is built with client-go v0.36, which speaks to a v1.34 apiserver.
 KWOK_VERSION = "v0.8.0"
+
+# Gang scheduling: scheduler-plugins' kube-scheduler with the Coscheduling plugin (and its PodGroup CRD), built
+# on Kubernetes v1.33 (one minor behind the apiserver, within the supported skew). Volcano's PodGroup API of
+# that release, whose CRD controller-gen generates from the module's Go types (the module ships none).
+SCHEDULER_PLUGINS_VERSION = "v0.33.5"
+VOLCANO_APIS_VERSION = "v1.12.1"
+CONTROLLER_TOOLS_VERSION = "v0.17.3"
 
 
 def staging_version(kubernetes_version: str = KUBERNETES_VERSION) -> str:

@@ -14,6 +14,8 @@
     otherwise    -> Running when all pods run; create what is missing, the launcher when its creation
                     policy allows (policies/launcher_creation); update the hostfile (host network: per-pod SSH ports,
                     desired.hostnetwork)
+    gang?        -> its PodGroup made before any pod and the new pods put in it; deleted while suspended
+                    or finished; why the gang waits in Running=False (policies/gang, --gang-scheduling)
 
 After the plan is carried out, a create the apiserver refuses as invalid fails the job once with
 ValidationError (policies/refused, applied by the reconciler: the refusal is only known after the write).
@@ -26,18 +28,31 @@ import datetime as dt
 from mpiop.api.v2beta1 import MPIJob
 from mpiop.desired import ensure
 from mpiop.desired.hostnetwork import DEFAULT_PORT_RANGE, PortRange
+from mpiop.desired.podgroup import GangScheduler
 from mpiop.plan import Observed, Plan
-from mpiop.policies import adoption, cleanup, deadline, failure, forward_env, launcher_creation, success, suspend, ttl
+from mpiop.policies import (
+    adoption,
+    cleanup,
+    deadline,
+    failure,
+    forward_env,
+    gang,
+    launcher_creation,
+    success,
+    suspend,
+    ttl,
+)
 from mpiop.status import progress
 
 
 def decide(job: MPIJob, observed: Observed, now: dt.datetime, cluster_domain: str = "",
-           port_range: PortRange = DEFAULT_PORT_RANGE) -> Plan:
+           port_range: PortRange = DEFAULT_PORT_RANGE, gang_scheduler: GangScheduler | None = None) -> Plan:
     plan = Plan(status=job.status.model_copy(deep=True))
     if adoption.finished_under_kubeflow(job):
         return plan
     progress.mark_created(plan, job, now)
     _decide(plan, job, observed, now, cluster_domain, port_range)
+    gang.apply(plan, job, observed, now, gang_scheduler)
     if plan.status.finished:
         cleanup.apply(plan, job, observed)
         adoption.cleanup(plan, job, observed)

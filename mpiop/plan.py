@@ -39,6 +39,7 @@ class Observed:
     # The last lines of a failed container's log, by pod name: read by the controller for the pod that
     # status.failure_report.log_request names (decisions never do I/O).
     log_tails: dict[str, str] = field(default_factory=dict)
+    pod_group: JSON | None = None  # only with gang scheduling on
 
     def pod(self, name: str) -> Pod | None:
         return next((p for p in self.pods if podstate.name(p) == name), None)
@@ -62,6 +63,15 @@ class Observed:
         return found
 
 
+@dataclass(frozen=True)
+class PodGroupWrite:
+    """Gang scheduling: create the PodGroup (before any pod is created), merge-patch its spec, or delete it."""
+
+    verb: Literal["create", "patch", "delete"]
+    name: str
+    body: JSON = field(default_factory=dict)  # the PodGroup (create) or the merge patch (patch)
+
+
 @dataclass
 class Plan:
     status: JobStatus
@@ -73,6 +83,7 @@ class Plan:
     # kubeflow's launcher Job of an adopted job, to delete (with its pods) when its run is over.
     delete_launcher_job: JSON | None = None
     events: list[Event] = field(default_factory=list)
+    pod_group: PodGroupWrite | None = None
     requeue_after: float | None = None
 
     def requeue_in(self, seconds: float) -> None:

@@ -142,7 +142,8 @@ def trim(pod: Pod) -> Pod:
         kept_status["conditions"] = [
             {"type": c.get("type"), "status": c.get("status")} for c in status["conditions"] if c.get("type") == "Ready"
         ]
-        # Why the scheduler cannot place it: a host-port conflict moves the pod to another port.
+        # Why the scheduler cannot place it: a host-port conflict moves the pod to another port, and a gang
+        # held back says so on its MPIJob (policies/gang).
         kept_status["conditions"] += [
             {"type": "PodScheduled", "status": "False", "message": c.get("message") or ""}
             for c in status["conditions"] if c.get("type") == "PodScheduled" and c.get("status") == "False"

@@ -22,6 +22,7 @@ from mpiop import logging as mpiop_logging
 from mpiop import metrics
 from mpiop.controller.manager import Manager, ManagerConfig
 from mpiop.desired.hostnetwork import DEFAULT_PORT_RANGE, PortRange
+from mpiop.desired.podgroup import gang_scheduler
 from mpiop.kube.client import KubeClient
 from mpiop.leader import ElectionConfig, FencedClient, LeaderElector
 from mpiop.server import Checks, Servers, health_app, metrics_app
@@ -67,6 +68,10 @@ def add_run_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--host-network-port-range", type=_port_range, default=DEFAULT_PORT_RANGE, metavar="FIRST-LAST",
                         help="host ports for the sshd (and MASTER_PORT) of hostNetwork pods, one per pod "
                              f"(default {DEFAULT_PORT_RANGE})")
+    parser.add_argument("--gang-scheduling", default="", metavar="NAME",
+                        help="gang-schedule every job with a PodGroup: 'volcano', or the schedulerName of a "
+                             "scheduler-plugins Coscheduling profile (e.g. scheduler-plugins-scheduler); "
+                             "empty: off (default)")
     parser.add_argument("--resync-seconds", type=float, default=300.0, help="re-reconcile every job this often")
     parser.add_argument("--field-manager", default="mpiop",
                         help="name recorded in managedFields for this process's writes (default mpiop)")
@@ -92,7 +97,8 @@ def config_from_args(args: argparse.Namespace) -> ManagerConfig:
     if args.workers < 1:
         raise SystemExit("--workers must be at least 1")
     return ManagerConfig(namespace=args.namespace or None, workers=args.workers, cluster_domain=args.cluster_domain,
-                         port_range=args.host_network_port_range, resync_seconds=args.resync_seconds)
+                         port_range=args.host_network_port_range, resync_seconds=args.resync_seconds,
+                         gang_scheduler=gang_scheduler(args.gang_scheduling))
 
 
 def election_from_args(args: argparse.Namespace) -> ElectionConfig | None:
@@ -178,6 +184,7 @@ async def run(args: argparse.Namespace) -> int:
     servers = Servers()
     try:
         manager = Manager(client, config)
+        await manager.preflight()
         elector = None
         if election is not None and lease_client is not None and isinstance(client, FencedClient):
             elector = LeaderElector(lease_client, election,
@@ -187,6 +194,7 @@ async def run(args: argparse.Namespace) -> int:
         await servers.start(health_app(_checks(manager, elector)), args.health_addr, "health probes")
         await servers.start(metrics_app(), args.metrics_addr, "metrics")
         log.info("mpiop starting", namespace=args.namespace or "(all)", workers=args.workers,
+                 gang_scheduling=args.gang_scheduling or "off",
                  leader_election=election.identity if election else "off", field_manager=args.field_manager)
         code = await supervise(manager, elector, stop)
     finally:

@@ -237,6 +237,11 @@ class MPIJobBuilder:
         self._run_policy["suspend"] = value
         return self
 
+    def scheduling_policy(self, **fields: Any) -> Self:
+        """runPolicy.schedulingPolicy fields by wire name (minAvailable=2, queue="q", minResources={...})."""
+        self._run_policy.setdefault("schedulingPolicy", {}).update(copy.deepcopy(fields))
+        return self
+
     def managed_by(self, controller: str) -> Self:
         self._run_policy["managedBy"] = controller
         return self

@@ -17,7 +17,9 @@ from typing import Any
 
 from mpiop import names, podstate
 from mpiop.api.v2beta1 import KIND, MPIJob
-from mpiop.kube.client import CONFIGMAPS, JOBS, MPIJOBS, PODS, SECRETS, SERVICES, KubeClient
+from mpiop.desired import podgroup
+from mpiop.desired.podgroup import GangScheduler
+from mpiop.kube.client import CONFIGMAPS, JOBS, MPIJOBS, PODS, SECRETS, SERVICES, ApiError, KubeClient, Resource
 from mpiop.kube.informer import Informer
 from mpiop.kube.trim import metadata as trimmed_metadata
 from mpiop.plan import Observed
@@ -70,6 +72,37 @@ def trim_service(obj: JSON) -> JSON:
     return {"metadata": trimmed_metadata(obj), "spec": {"selector": (obj.get("spec") or {}).get("selector")}}
 
 
+def trim_pod_group(obj: JSON) -> JSON:
+    status = obj.get("status") or {}
+    conditions = [{k: c[k] for k in ("type", "status", "reason", "message") if k in c}
+                  for c in status.get("conditions") or []]
+    return {"metadata": trimmed_metadata(obj), "spec": obj.get("spec") or {},
+            "status": {"phase": status.get("phase"), "conditions": conditions} if status else {}}
+
+
+def pod_group_resource(scheduler: GangScheduler) -> Resource:
+    return Resource(scheduler.group, scheduler.version, podgroup.PLURAL, podgroup.KIND)
+
+
+async def pod_group_api_missing(client: KubeClient, scheduler: GangScheduler) -> str | None:
+    """Why PodGroups of the chosen gang scheduler cannot be used (its CRD is not served), or None.
+
+    Asked through discovery, which every authenticated client may read: no permission on CRDs is needed.
+    """
+    resource = pod_group_resource(scheduler)
+    try:
+        served = await client.request("GET", f"/apis/{resource.group}/{resource.version}")
+    except ApiError as error:
+        if not error.not_found:
+            raise
+        served = {}
+    if any(r.get("name") == resource.plural for r in served.get("resources") or []):
+        return None
+    return (f"--gang-scheduling {scheduler.scheduler_name} needs PodGroups of {resource.api_version}, and the "
+            f"apiserver does not serve them: install the CustomResourceDefinition {scheduler.crd_name} "
+            f"({'Volcano' if scheduler.volcano else 'scheduler-plugins'}) first")
+
+
 def trim_job(obj: JSON) -> JSON:
     """Jobs are kept whole but for managedFields, which nobody here reads."""
     obj.get("metadata", {}).pop("managedFields", None)
@@ -93,10 +126,13 @@ class Caches:
     secrets: Informer
     services: Informer
     launcher_jobs: Informer
+    # Gang scheduling only. Not label-selected (kubeflow's PodGroups carry no labels): those an MPIJob controls.
+    pod_groups: Informer | None = None
 
     @classmethod
     def create(cls, client: KubeClient, namespace: str | None, watch_timeout_seconds: int = 300,
-               on_watch_restart: Callable[[str], None] | None = None) -> Caches:
+               on_watch_restart: Callable[[str], None] | None = None,
+               gang_scheduler: GangScheduler | None = None) -> Caches:
         def owned(resource: Any, trim: Callable[[JSON], JSON]) -> Informer:
             return Informer(client, resource, namespace, label_selector=names.OWNED_SELECTOR, trim=trim,
                             indexers={OWNER_INDEX: _by_owner}, watch_timeout_seconds=watch_timeout_seconds,
@@ -113,13 +149,18 @@ class Caches:
             launcher_jobs=Informer(client, JOBS, namespace, label_selector=names.APP_LABEL, trim=trim_launcher_job,
                                    accept=_controlled_by_mpijob, indexers={OWNER_INDEX: _by_owner},
                                    watch_timeout_seconds=watch_timeout_seconds, on_watch_restart=on_watch_restart),
+            pod_groups=None if gang_scheduler is None else Informer(
+                client, pod_group_resource(gang_scheduler), namespace, trim=trim_pod_group,
+                accept=_controlled_by_mpijob, indexers={OWNER_INDEX: _by_owner},
+                watch_timeout_seconds=watch_timeout_seconds, on_watch_restart=on_watch_restart),
         )
 
     def all(self) -> list[Informer]:
         return [self.jobs, *self.owned()]
 
     def owned(self) -> list[Informer]:
-        return [self.pods, self.config_maps, self.secrets, self.services, self.launcher_jobs]
+        extra = [self.pod_groups] if self.pod_groups is not None else []
+        return [self.pods, self.config_maps, self.secrets, self.services, self.launcher_jobs, *extra]
 
     def observed(self, job: MPIJob) -> Observed:
         def mine(informer: Informer) -> list[JSON]:
@@ -135,8 +176,12 @@ class Caches:
             service=one(self.services, names.service_name(job)),
             launcher_job=one(self.launcher_jobs, names.launcher_name(job)),
             launcher_job_pods=[p for p in self.pods.by_index(OWNER_INDEX, job.key) if _controlled_by_job(p)],
+            pod_group=one(self.pod_groups, podgroup.pod_group_name(job)) if self.pod_groups is not None else None,
         )
 
     def informer_for(self, kind: str) -> Informer:
-        return {"Pod": self.pods, "ConfigMap": self.config_maps, "Secret": self.secrets,
-                "Service": self.services, "Job": self.launcher_jobs, KIND: self.jobs}[kind]
+        informers = {"Pod": self.pods, "ConfigMap": self.config_maps, "Secret": self.secrets,
+                     "Service": self.services, "Job": self.launcher_jobs, KIND: self.jobs}
+        if self.pod_groups is not None:
+            informers[podgroup.KIND] = self.pod_groups
+        return informers[kind]

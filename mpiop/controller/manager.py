@@ -17,7 +17,7 @@ from typing import Any
 import structlog
 
 from mpiop import metrics, names, podstate
-from mpiop.controller.caches import OWNER_INDEX, Caches, owner_key
+from mpiop.controller.caches import OWNER_INDEX, Caches, owner_key, pod_group_api_missing
 from mpiop.controller.events import EventRecorder
 from mpiop.controller.reconciler import Reconciler
 from mpiop.controller.workqueue import (
@@ -28,6 +28,7 @@ from mpiop.controller.workqueue import (
     WorkQueue,
 )
 from mpiop.desired.hostnetwork import DEFAULT_PORT_RANGE, PortRange
+from mpiop.desired.podgroup import GangScheduler
 from mpiop.kube.client import JSON, ApiError, KubeClient
 from mpiop.kube.informer import object_key
 
@@ -55,6 +56,7 @@ class ManagerConfig:
     watch_timeout_seconds: int = 300
     queue_qps: float = 10.0
     queue_burst: int = 100
+    gang_scheduler: GangScheduler | None = None
 
 
 class Manager:
@@ -62,14 +64,17 @@ class Manager:
         self.client = client
         self.config = config
         self.caches = Caches.create(client, config.namespace, config.watch_timeout_seconds,
-                                    on_watch_restart=metrics.observe_watch_restart)
+                                    on_watch_restart=metrics.observe_watch_restart,
+                                    gang_scheduler=config.gang_scheduler)
         self.queue: WorkQueue[str] = WorkQueue(
             MaxOfRateLimiter(ItemExponentialFailureRateLimiter(0.005, 1000.0),
                              BucketRateLimiter(config.queue_qps, config.queue_burst)),
             on_wait=metrics.QUEUE_WAIT_SECONDS.observe,
         )
         self.reconciler = Reconciler(client, self.caches, EventRecorder(client), cluster_domain=config.cluster_domain,
-                                     port_range=config.port_range)
+                                     port_range=config.port_range,
+
+                                     gang_scheduler=config.gang_scheduler)
         self.synced = asyncio.Event()
         self.working = False  # workers running: this process reconciles (leads, or has no election)
         self._ids = itertools.count(1)
@@ -97,6 +102,12 @@ class Manager:
         key = owner_key(new if new is not None else old)  # type: ignore[arg-type]
         if key is not None:
             self.queue.add(key)
+
+    async def preflight(self) -> None:
+        """Fail at start, with the reason, on what would only fail later: a gang scheduler without its CRD."""
+        gang = self.config.gang_scheduler
+        if gang is not None and (missing := await pod_group_api_missing(self.client, gang)) is not None:
+            raise SystemExit(missing)
 
     async def run(self, stop: asyncio.Event, leading: asyncio.Event | None = None) -> None:
         """Run until `stop` is set; then finish in-flight reconciles and return.

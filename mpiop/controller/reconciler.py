@@ -16,12 +16,13 @@ import structlog
 
 from mpiop import metrics, podstate, ssh
 from mpiop.api.v2beta1 import JobStatus, MPIJob, format_time
-from mpiop.controller.caches import Caches
+from mpiop.controller.caches import Caches, pod_group_resource
 from mpiop.controller.events import EventRecorder
 from mpiop.controller.logtails import LogTails
 from mpiop.decide import decide
 from mpiop.desired import objects
 from mpiop.desired.hostnetwork import DEFAULT_PORT_RANGE, PortRange
+from mpiop.desired.podgroup import GangScheduler
 from mpiop.kube.client import CONFIGMAPS, JOBS, MPIJOBS, PODS, SECRETS, SERVICES, ApiError, KubeClient, Resource
 from mpiop.plan import Plan
 from mpiop.policies import adoption, managed_by, refused
@@ -50,7 +51,8 @@ def status_patch(old: JobStatus, new: JobStatus) -> JSON | None:
 class Reconciler:
     def __init__(self, client: KubeClient, caches: Caches, recorder: EventRecorder, *,
                  clock: Callable[[], dt.datetime] = utcnow, cluster_domain: str = "",
-                 port_range: PortRange = DEFAULT_PORT_RANGE, write_concurrency: int = 32) -> None:
+                 port_range: PortRange = DEFAULT_PORT_RANGE, write_concurrency: int = 32,
+                 gang_scheduler: GangScheduler | None = None) -> None:
         self.client = client
         self.caches = caches
         self.recorder = recorder
@@ -61,6 +63,7 @@ class Reconciler:
         # (the default), this is what keeps a 256-worker job from taking every connection to the apiserver.
         self.write_limit = asyncio.Semaphore(write_concurrency)
         self.log_tails = LogTails(client)
+        self.gang_scheduler = gang_scheduler
 
     async def reconcile(self, key: str) -> float | None:
         """One level-triggered pass; returns seconds after which to look again, if a timer matters."""
@@ -73,7 +76,7 @@ class Reconciler:
         now = self.clock()
         observed = self.caches.observed(job)
         await self.log_tails.fill(job, observed)  # the failure report's one I/O: a failed container's log
-        plan = decide(job, observed, now, self.cluster_domain, self.port_range)
+        plan = decide(job, observed, now, self.cluster_domain, self.port_range, self.gang_scheduler)
         if plan.delete_job:
             await self._delete_job(job)
             return None
@@ -108,6 +111,8 @@ class Reconciler:
         if plan.create_ssh_secret:
             private, public = ssh.generate_key_pair(comment=f"mpiop@{job.key}")
             await self._create(job, objects.ssh_secret(job, private, public))
+        if plan.pod_group is not None and (refused_group := await self._write_pod_group(job, plan)) is not None:
+            return refused_group  # its pods are not created without it
         refusals = await asyncio.gather(*(self._create(job, obj) for obj in plan.create))
         for obj in plan.update:
             updated = await self.client.patch(RESOURCES[obj["kind"]], job.metadata.namespace,
@@ -158,6 +163,33 @@ class Reconciler:
                 raise
         self.caches.launcher_jobs.observe_delete(f"{meta['namespace']}/{meta['name']}")
         log.info("deleted kubeflow's launcher Job", name=meta["name"])
+
+    async def _write_pod_group(self, job: MPIJob, plan: Plan) -> tuple[str, str, str] | None:
+        """Create, patch or delete the job's PodGroup (before any pod); (kind, name, message) if refused."""
+        write, informer = plan.pod_group, self.caches.pod_groups
+        assert write is not None and informer is not None and self.gang_scheduler is not None
+        resource, namespace = pod_group_resource(self.gang_scheduler), job.metadata.namespace
+        try:
+            if write.verb == "delete":
+                await self.client.delete(resource, namespace, write.name)
+                informer.observe_delete(f"{namespace}/{write.name}")
+                return None
+            if write.verb == "create":
+                written = await self.client.create(resource, namespace, write.body)
+            else:
+                written = await self.client.patch(resource, namespace, write.name, write.body)
+        except ApiError as error:
+            if write.verb == "delete" and error.not_found:
+                informer.observe_delete(f"{namespace}/{write.name}")
+                return None
+            if error.already_exists:  # not this job's (e.g. its predecessor's, until collected): wait
+                raise RuntimeError(f"PodGroup {namespace}/{write.name} exists and is not owned by this MPIJob; "
+                                   "its pods wait until it is gone") from error
+            if error.invalid:
+                return "PodGroup", write.name, error.message
+            raise
+        informer.observe_write(written)
+        return None
 
     async def _delete_pod(self, pod: podstate.Pod) -> None:
         meta = pod["metadata"]

@@ -172,8 +172,9 @@ def test_trim_of_a_new_pod() -> None:
 @pytest.mark.parametrize(
     "pod",
     [worker(), worker().running(), worker().ready().terminating(), worker().succeeded(),
-     worker().failed(reason="OOMKilled", exit_code=137), worker().evicted(), make_pod(JOB, "launcher", 0, 3)],
-    ids=["pending", "running", "ready-terminating", "succeeded", "failed", "evicted", "launcher"],
+     worker().failed(reason="OOMKilled", exit_code=137), worker().evicted(), make_pod(JOB, "launcher", 0, 3),
+     worker().unschedulable()],
+    ids=["pending", "running", "ready-terminating", "succeeded", "failed", "evicted", "launcher", "unschedulable"],
 )
 def test_builder_pods_are_trimmed(pod: PodBuilder) -> None:
     """make_pod(...).obj() is in the cache's shape: trimming it (as the raw pod, whose owner reference says

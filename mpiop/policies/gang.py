@@ -1,0 +1,107 @@
+"""Gang scheduling (`mpiop run --gang-scheduling NAME`): one PodGroup per job, and why a gang is not placed.
+
+The PodGroup (desired/podgroup) is created before any pod: the reconciler writes it first, and a pod is never
+planned without it. It follows the spec (minMember follows Worker.replicas), is deleted while the job is
+suspended (Kueue re-admits it, maybe changed, on resume, when it is made again) and once the job finished;
+the garbage collector removes it with the job. Every pod the plan creates joins it.
+
+While no pod of the current attempt runs and the gang scheduler holds them back, the job's Running
+condition is False with reason PodGroupUnschedulable and a message built from the PodGroup's status
+(Volcano's Unschedulable condition, its phase) and the scheduler's PodScheduled message on the pods, plus a
+Warning Event, so `kubectl describe mpijob` says why nothing runs. Once the gang is placed the condition
+goes again.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+
+from mpiop import podstate
+from mpiop.api.v2beta1 import MPIJob
+from mpiop.desired import podgroup
+from mpiop.desired.podgroup import GangScheduler
+from mpiop.plan import JSON, Observed, Plan, PodGroupWrite
+from mpiop.policies import suspend
+from mpiop.policies.failure import mark_failed
+from mpiop.status import conditions as c
+
+UNSCHEDULABLE_REASON = "PodGroupUnschedulable"
+_MESSAGE_LIMIT = 1024
+
+
+def apply(plan: Plan, job: MPIJob, observed: Observed, now: dt.datetime, scheduler: GangScheduler | None) -> None:
+    """Plan the PodGroup's create/patch/delete, put new pods in the gang, and report a gang held back."""
+    if scheduler is None:
+        return
+    existing = observed.pod_group
+    name = podgroup.pod_group_name(job)
+    if plan.status.finished or suspend.is_suspended(job):
+        if existing is not None and not existing["metadata"].get("deletionTimestamp"):
+            plan.pod_group = PodGroupWrite("delete", name)
+        _clear(plan)
+        return
+    try:
+        wanted = podgroup.pod_group(job, scheduler)
+    except ValueError as error:  # a quantity that is not one: retrying cannot help
+        mark_failed(plan, c.VALIDATION_ERROR_REASON, f"MPIJob {job.key} has failed: {error}", now)
+        plan.create = [o for o in plan.create if o.get("kind") != "Pod"]
+        return
+    if existing is None:
+        plan.pod_group = PodGroupWrite("create", name, wanted)
+    elif (patch := podgroup.spec_patch(scheduler, wanted["spec"], existing)) is not None:
+        plan.pod_group = PodGroupWrite("patch", name, patch)
+    if plan.pod_group is not None and (warning := podgroup.min_member_warning(job)):
+        plan.event("Warning", "MinAvailableLowered", warning)
+    for obj in plan.create:
+        if obj.get("kind") == "Pod":
+            podgroup.join_pod(obj, job, scheduler)
+    _report(plan, job, observed, wanted, scheduler, now)
+
+
+def why_unscheduled(job: MPIJob, observed: Observed, wanted: JSON, scheduler: GangScheduler,
+                    attempt: int) -> str | None:
+    """Why the gang is held back, from the PodGroup's status and the pods' PodScheduled conditions; None if not."""
+    pods = sorted(observed.pods_of_attempt(attempt), key=podstate.name)
+    if not pods or any(podstate.phase(p) != "Pending" for p in pods):
+        return None
+    held = [(p, message) for p in pods if (message := podstate.unschedulable_message(p))]
+    status = ((observed.pod_group or {}).get("status")) or {}
+    group_says = next((cond.get("message") or cond.get("reason") for cond in status.get("conditions") or []
+                       if cond.get("type") == "Unschedulable" and cond.get("status") == "True"), None)
+    if not held and not group_says:
+        return None
+    spec = wanted["spec"]
+    described = f"minMember {spec['minMember']}"
+    if spec.get("minResources"):
+        described += ", minResources " + ", ".join(f"{k}={v}" for k, v in spec["minResources"].items())
+    if spec.get("queue"):
+        described += f", queue {spec['queue']}"
+    message = f"{scheduler.scheduler_name} has not scheduled PodGroup {podgroup.pod_group_name(job)} ({described})"
+    if status.get("phase"):
+        message += f", phase {status['phase']}"
+    if group_says:
+        message += f": {group_says}"
+    if held:
+        pod, says = held[0]
+        message += f"; {len(held)} of {len(pods)} pods unschedulable, {podstate.name(pod)}: {says}"
+    return message[:_MESSAGE_LIMIT]
+
+
+def _report(plan: Plan, job: MPIJob, observed: Observed, wanted: JSON, scheduler: GangScheduler,
+            now: dt.datetime) -> None:
+    status = plan.status
+    message = why_unscheduled(job, observed, wanted, scheduler, status.restart_count or 0)
+    if message is None or status.is_true("Running"):
+        _clear(plan)
+        return
+    running = status.condition("Running")
+    if running is None or running.reason != UNSCHEDULABLE_REASON:
+        plan.event("Warning", UNSCHEDULABLE_REASON, message)
+    c.set_condition(status, "Running", "False", UNSCHEDULABLE_REASON, message, now)
+
+
+def _clear(plan: Plan) -> None:
+    """The gang is placed (or gone): drop the Running=False this policy wrote."""
+    running = plan.status.condition("Running")
+    if running is not None and running.status == "False" and running.reason == UNSCHEDULABLE_REASON:
+        plan.status.conditions = [cond for cond in plan.status.conditions if cond is not running]
