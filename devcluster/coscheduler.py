@@ -69,11 +69,11 @@ def coscheduler_binary(version: str = SCHEDULER_PLUGINS_VERSION) -> Path:
 
 def scheduler_plugins_crd(version: str = SCHEDULER_PLUGINS_VERSION) -> dict[str, Any]:
     """The podgroups.scheduling.x-k8s.io CRD exactly as the module ships it."""
-    root = _root(version)
-    copy = root / "crds" / Path(SCHEDULER_PLUGINS_CRD).name
-    with binaries._build_lock(root):
+    crds = _root(version) / "crds"  # its own lock: not held up by a build of the scheduler
+    copy = crds / Path(SCHEDULER_PLUGINS_CRD).name
+    with binaries._build_lock(crds):
         if not copy.is_file():
-            source = binaries._go_mod_download(SCHEDULER_PLUGINS_MODULE, version, root, "Dir")
+            source = binaries._go_mod_download(SCHEDULER_PLUGINS_MODULE, version, crds, "Dir")
             copy.parent.mkdir(parents=True, exist_ok=True)
             shutil.copyfile(source / SCHEDULER_PLUGINS_CRD, copy)
     loaded: dict[str, Any] = yaml.safe_load(copy.read_text())

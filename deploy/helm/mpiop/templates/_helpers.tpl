@@ -65,4 +65,11 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
 - apiGroups: [""]
   resources: [events]
   verbs: [create]
+{{- with .Values.gangScheduling }}
+# Gang scheduling: each job's PodGroup (created before its pods, patched as Worker.replicas changes, deleted
+# when suspended or finished).
+- apiGroups: [{{ if eq . "volcano" }}scheduling.volcano.sh{{ else }}scheduling.x-k8s.io{{ end }}]
+  resources: [podgroups]
+  verbs: [list, watch, create, patch, delete]
+{{- end }}
 {{- end }}
