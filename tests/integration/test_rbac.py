@@ -48,6 +48,8 @@ Request = tuple[str, str, str, str]
 def as_rbac(method: str, path: str, query: dict[str, Any]) -> Request:
     parts = path.split("?")[0].strip("/").split("/")
     group, rest = ("", parts[2:]) if parts[0] == "api" else (parts[1], parts[3:])
+    if not rest:  # discovery (/apis/<group>/<version>): a non-resource URL every authenticated user may get
+        return "get", group, "", ""
     if rest[0] == "namespaces" and len(rest) > 2:
         rest = rest[2:]
     resource, name = rest[0], rest[1] if len(rest) > 1 else ""

@@ -138,7 +138,7 @@ def test_a_gang_held_back_says_why_in_running_false_and_a_warning() -> None:
 
 
 def test_volcano_unschedulable_condition_is_quoted() -> None:
-    job, pods = unschedulable_job()
+    job, _ = unschedulable_job()
     status = {"phase": "Inqueue", "conditions": [{
         "type": "Unschedulable", "status": "True", "reason": "NotEnoughResources",
         "message": "3/3 tasks in gang unschedulable: pod group is not ready, 3 Pending, 3 minAvailable"}]}

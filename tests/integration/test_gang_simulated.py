@@ -1,0 +1,175 @@
+"""Gang scheduling for real: scheduler-plugins' Coscheduling scheduler on a simulated cluster with room for one job.
+
+Two fake nodes with 8 GPUs each (16 GPUs) and two MPIJobs of 4 workers x 4 GPUs (16 GPUs each). The workers'
+template holds a scheduling gate that the test lifts worker by worker, alternating between the jobs: the order
+in which two jobs submitted at once reach the scheduler, made repeatable.
+
+* Without gang scheduling (the stock kube-scheduler): each job gets 2 of its 4 workers and neither can ever
+  run: the deadlock.
+* With `--gang-scheduling scheduler-plugins-scheduler` and the real Coscheduling plugin: one job runs whole and
+  the other has no pod bound at all, and says why, until the first finishes; then it runs.
+* A gang whose minResources cannot fit (5 workers x 4 GPUs): every pod Pending, and the MPIJob says why.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator, Iterator
+from typing import Any
+
+import pytest
+
+from devcluster.coscheduler import DEFAULT_SCHEDULER_NAME
+from devcluster.install import install_crd
+from devcluster.simulated import FINISH_LABEL, SimulatedCluster
+from mpiop.desired.podgroup import GangScheduler
+from mpiop.kube.client import NAMESPACES, PODS, KubeClient
+from tests.integration.operator import Cluster, eventually, mpijob, running_operator
+
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
+
+GATE = "sim.mpiop.dev/arrival"
+JSON = dict[str, Any]
+
+
+@pytest.fixture(scope="module")
+def simulated() -> Iterator[SimulatedCluster]:
+    with SimulatedCluster(nodes=2, coscheduler=DEFAULT_SCHEDULER_NAME, coscheduler_permit_wait_seconds=5) as cluster:
+        yield cluster
+
+
+@pytest.fixture
+async def sim_kube(simulated: SimulatedCluster) -> AsyncIterator[KubeClient]:
+    client = await KubeClient.connect(str(simulated.kubeconfig), qps=0, burst=100)
+    await install_crd(client)
+    yield client
+    await client.close()
+
+
+async def new_namespace(kube: KubeClient, name: str) -> Cluster:
+    await kube.create(NAMESPACES, None, {"metadata": {"name": name}})
+    await eventually(lambda: kube.request("GET", f"/api/v1/namespaces/{name}/serviceaccounts/default"),
+                     what="the default ServiceAccount")
+    return Cluster(kube, name)
+
+
+def gpu_job(name: str, workers: int = 4, gated: bool = True) -> JSON:
+    job = mpijob(name, workers=workers, gpus=4)
+    if gated:
+        job["spec"]["mpiReplicaSpecs"]["Worker"]["template"]["spec"]["schedulingGates"] = [{"name": GATE}]
+    return job
+
+
+def workers(name: str, count: int = 4) -> list[str]:
+    return [f"{name}-worker-{i}" for i in range(count)]
+
+
+async def bound(cluster: Cluster, job: str) -> list[str]:
+    """The job's pods a scheduler has bound to a node."""
+    return sorted(n for n, p in (await cluster.pods()).items()
+                  if n.startswith(f"{job}-") and p["spec"].get("nodeName"))
+
+
+async def all_pods(cluster: Cluster, count: int) -> bool:
+    return len(await cluster.pods()) == count
+
+
+async def lift_gates_alternately(cluster: Cluster, first: str, second: str, settle: Any = None) -> None:
+    """Lift the workers' gates in the order A0 B0 A1 B1 ...; `settle(pod)` waits after each."""
+    for a, b in zip(workers(first), workers(second), strict=True):
+        for pod in (a, b):
+            await cluster.kube.patch(PODS, cluster.ns, pod, {"spec": {"schedulingGates": None}})
+            if settle is not None:
+                await settle(pod)
+
+
+async def running_false(cluster: Cluster, name: str) -> JSON | None:
+    job = await cluster.job(name)
+    return next((c for c in ((job or {}).get("status") or {}).get("conditions") or []
+                 if c["type"] == "Running" and c["status"] == "False"), None)
+
+
+async def test_without_gang_scheduling_two_jobs_deadlock(simulated: SimulatedCluster, sim_kube: KubeClient) -> None:
+    cluster = await new_namespace(sim_kube, "gang-off")
+    async with running_operator(str(simulated.kubeconfig), cluster.ns):
+        await cluster.create_job(gpu_job("a"))
+        await cluster.create_job(gpu_job("b"))
+        await eventually(lambda: all_pods(cluster, 10), what="both jobs' pods")
+
+        async def placed_or_refused(pod: str) -> bool:
+            found = await cluster.pod(pod)
+            conditions = ((found or {}).get("status") or {}).get("conditions") or []
+            return bool(found and (found["spec"].get("nodeName") or any(
+                c["type"] == "PodScheduled" and c["status"] == "False" and c.get("reason") == "Unschedulable"
+                for c in conditions)))
+
+        await lift_gates_alternately(cluster, "a", "b",
+                                     settle=lambda pod: eventually(lambda: placed_or_refused(pod), what=pod))
+        await asyncio.sleep(3)  # nothing changes any more
+        placed = {job: await bound(cluster, job) for job in ("a", "b")}
+        print(f"\nwithout gang scheduling, bound: {placed}")
+        assert placed == {"a": ["a-launcher", "a-worker-0", "a-worker-1"],
+                          "b": ["b-launcher", "b-worker-0", "b-worker-1"]}
+        assert not await cluster.condition("a", "Running") and not await cluster.condition("b", "Running")
+
+
+async def test_with_the_coscheduler_one_job_runs_whole_the_other_waits_unbound(
+        simulated: SimulatedCluster, sim_kube: KubeClient) -> None:
+    cluster = await new_namespace(sim_kube, "gang-on")
+    gang = GangScheduler(DEFAULT_SCHEDULER_NAME)
+    async with running_operator(str(simulated.kubeconfig), cluster.ns, gang_scheduler=gang):
+        await cluster.create_job(gpu_job("a"))
+        await cluster.create_job(gpu_job("b"))
+        await eventually(lambda: all_pods(cluster, 10), what="both jobs' pods")
+        await lift_gates_alternately(cluster, "a", "b", settle=lambda pod: asyncio.sleep(0.2))
+
+        async def one_running() -> str | None:
+            for job in ("a", "b"):
+                if await cluster.condition(job, "Running"):
+                    return job
+            return None
+
+        winner = await eventually(one_running, 60, "one job Running")
+        loser = "b" if winner == "a" else "a"
+        assert await bound(cluster, winner) == sorted([f"{winner}-launcher", *workers(winner)])
+        why = await eventually(lambda: running_false(cluster, loser), 30, f"{loser} saying why it waits")
+        print(f"\nwith the coscheduler: {winner} runs whole; {loser}: {why['reason']}: {why['message']}")
+        assert why["reason"] == "PodGroupUnschedulable"
+        assert f"PodGroup {loser} (minMember 5, minResources nvidia.com/gpu=16)" in why["message"]
+        events = await sim_kube.request("GET", f"/api/v1/namespaces/{cluster.ns}/events")
+        assert any(e["reason"] == "PodGroupUnschedulable" and e["involvedObject"]["name"] == loser
+                   for e in events["items"])
+
+        # Not a single pod of the other job is bound while the first runs.
+        watched_until = time.monotonic() + 5
+        while time.monotonic() < watched_until:
+            assert await bound(cluster, loser) == []
+            await asyncio.sleep(0.25)
+
+        finish = {"metadata": {"labels": {FINISH_LABEL: "Succeeded"}}}
+        await sim_kube.patch(PODS, cluster.ns, f"{winner}-launcher", finish)
+        await eventually(lambda: cluster.condition(winner, "Succeeded"), 60, f"{winner} Succeeded")
+        started = time.monotonic()
+        await eventually(lambda: cluster.condition(loser, "Running"), 90, f"{loser} Running after {winner}")
+        print(f"{loser} Running {time.monotonic() - started:.1f}s after {winner} succeeded")
+        assert await bound(cluster, loser) == sorted([f"{loser}-launcher", *workers(loser)])
+        assert await running_false(cluster, loser) is None
+
+
+async def test_a_gang_that_cannot_fit_leaves_every_pod_pending_and_says_why(
+        simulated: SimulatedCluster, sim_kube: KubeClient) -> None:
+    cluster = await new_namespace(sim_kube, "gang-big")
+    async with running_operator(str(simulated.kubeconfig), cluster.ns,
+                                gang_scheduler=GangScheduler(DEFAULT_SCHEDULER_NAME)):
+        await cluster.create_job(gpu_job("big", workers=5, gated=False))
+        why = await eventually(lambda: running_false(cluster, "big"), 60, "the job saying why it waits")
+        await asyncio.sleep(2)
+        pods = await cluster.pods()
+        assert len(pods) == 6 and all(p["status"]["phase"] == "Pending" and not p["spec"].get("nodeName")
+                                      for p in pods.values())
+        assert why["reason"] == "PodGroupUnschedulable"
+        assert "PodGroup big (minMember 6, minResources nvidia.com/gpu=20)" in why["message"]
+        described = simulated.kubectl("describe", "mpijob", "-n", cluster.ns, "big")
+        print(f"\n{why['message']}\n--- kubectl describe mpijob big (end) ---\n{described[-1500:]}")
+        assert "PodGroupUnschedulable" in described

@@ -1,0 +1,112 @@
+"""deploy/overlays/scheduler-plugins' RBAC: the podgroups rule grants exactly what a gang-scheduled job's life uses.
+
+As test_rbac.py does for deploy/base: the overlay's ServiceAccount and ClusterRole(+Binding) are applied, the
+operator runs on a token of that ServiceAccount alone with `--gang-scheduling`, and one job lives through
+creation (PodGroup created), a resize (patched), success (deleted). Every podgroups request is granted, and
+every podgroups verb granted was used.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from devcluster import coscheduler
+from devcluster.controlplane import ControlPlane
+from mpiop.controller.manager import Manager, ManagerConfig
+from mpiop.desired.podgroup import GangScheduler
+from mpiop.kube.client import MPIJOBS, NAMESPACES, KubeClient
+from tests.integration.operator import Cluster, eventually, mpijob
+from tests.integration.test_deploy import DEPLOY, docs
+from tests.integration.test_rbac import SYSTEM, RecordingClient, Request, allows, rules
+
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(180)]
+
+JSON = dict[str, Any]
+ACCOUNT = "mpiop"
+KINDS = ("ServiceAccount", "ClusterRole", "ClusterRoleBinding")
+
+
+@pytest.fixture(scope="module")
+async def overlay_rbac(control_plane: ControlPlane) -> AsyncIterator[list[JSON]]:
+    built = docs(control_plane.kubectl("kustomize", str(DEPLOY / "overlays" / "scheduler-plugins")))
+    control_plane.kubectl("apply", "--server-side", "-f", str(DEPLOY / "base" / "namespace.yaml"))
+    chosen = [obj for obj in built if obj["kind"] in KINDS]
+    text = yaml.safe_dump_all(chosen)
+    control_plane.kubectl("apply", "--server-side", "-f", "-", input_text=text)
+    yield chosen
+    control_plane.kubectl("delete", "--ignore-not-found", "-f", "-", input_text=text)
+
+
+async def gang_life(control_plane: ControlPlane, kube: KubeClient, tmp: Path) -> list[Request]:
+    answer = await kube.request(
+        "POST", f"/api/v1/namespaces/{SYSTEM}/serviceaccounts/{ACCOUNT}/token",
+        body={"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest", "spec": {"expirationSeconds": 3600}})
+    config = {
+        "apiVersion": "v1", "kind": "Config", "current-context": "sa",
+        "clusters": [{"name": "c", "cluster": {"server": control_plane.server,
+                                                "certificate-authority": str(Path(control_plane.pki) / "ca.crt")}}],
+        "users": [{"name": ACCOUNT, "user": {"token": answer["status"]["token"]}}],
+        "contexts": [{"name": "sa", "context": {"cluster": "c", "user": ACCOUNT}}],
+    }
+    (tmp / "kubeconfig").write_text(yaml.safe_dump(config))
+    namespace = f"t-rbac-gang-{uuid.uuid4().hex[:6]}"
+    await kube.create(NAMESPACES, None, {"metadata": {"name": namespace}})
+    client = await RecordingClient.connect(str(tmp / "kubeconfig"), qps=0, burst=100)
+    client.requests = []
+    try:
+        cluster = Cluster(kube, namespace)
+        await eventually(lambda: kube.request("GET", f"/api/v1/namespaces/{namespace}/serviceaccounts/default"),
+                         what="the namespace's default ServiceAccount")
+        manager = Manager(client, ManagerConfig(namespace=namespace, workers=2,
+                                                gang_scheduler=GangScheduler(coscheduler.DEFAULT_SCHEDULER_NAME)))
+        await manager.preflight()
+        stop = asyncio.Event()
+        task = asyncio.create_task(manager.run(stop))
+        try:
+            await asyncio.wait_for(manager.synced.wait(), 30)
+            await cluster.create_job(mpijob("life", workers=1))
+            await eventually(lambda: cluster.pod("life-worker-0"), what="the worker")
+            await kube.patch(MPIJOBS, namespace, "life", {"spec": {"mpiReplicaSpecs": {"Worker": {"replicas": 2}}}})
+            await eventually(lambda: cluster.pod("life-worker-1"), what="the second worker")
+            await cluster.run_all(["life-worker-0", "life-worker-1", "life-launcher"])
+            await eventually(lambda: cluster.condition("life", "Running"), what="Running")
+            await cluster.set_phase("life-launcher", "Succeeded")
+            await eventually(lambda: cluster.condition("life", "Succeeded"), what="Succeeded")
+
+            async def pod_group_deleted() -> bool:
+                return any(r[0] == "delete" and r[2] == "podgroups" for r in client.requests)
+
+            await eventually(pod_group_deleted, what="the PodGroup deleted")
+        finally:
+            stop.set()
+            await asyncio.wait_for(task, 30)
+        return list(client.requests)
+    finally:
+        await client.close()
+        await kube.delete(NAMESPACES, None, namespace)
+
+
+async def test_podgroups_rule_is_exactly_what_a_gang_job_uses(
+        control_plane: ControlPlane, kube: KubeClient, mpijob_crd: None, overlay_rbac: list[JSON],
+        tmp_path: Path) -> None:
+    from devcluster.install import install_custom_resource
+    from mpiop.controller.caches import pod_group_resource
+    from tests.integration.test_gang import PLUGINS
+
+    await install_custom_resource(kube, coscheduler.scheduler_plugins_crd(), pod_group_resource(PLUGINS))
+    requests = await gang_life(control_plane, kube, tmp_path)
+    granted = rules(overlay_rbac)
+    # Discovery (the start-up check that the PodGroup API is served) is open to every authenticated user.
+    ungranted = {r for r in requests if r[2] and not any(allows(rule, r) for rule in granted)}
+    assert not ungranted, f"used but not granted: {sorted(ungranted)}"
+    used = {r[0] for r in requests if r[1:3] == ("scheduling.x-k8s.io", "podgroups")}
+    podgroup_rule = next(rule for rule in granted if "podgroups" in rule["resources"])
+    assert podgroup_rule["apiGroups"] == ["scheduling.x-k8s.io"]
+    assert set(podgroup_rule["verbs"]) == used == {"list", "watch", "create", "patch", "delete"}
