@@ -219,3 +219,21 @@ def test_the_image_runs_as_the_uid_the_deployment_requires() -> None:
     assert re.search(rf"^USER {uid}:{uid}$", dockerfile, re.MULTILINE)
     assert re.search(r"^FROM python:\$\{PYTHON_VERSION\}-slim$", dockerfile, re.MULTILINE)
     assert "PYTHONDONTWRITEBYTECODE=1" in dockerfile  # nothing written next to the code at run time
+
+
+@pytest.mark.parametrize(("overlay", "value", "group"), [
+    ("scheduler-plugins", "scheduler-plugins-scheduler", "scheduling.x-k8s.io"),
+    ("volcano", "volcano", "scheduling.volcano.sh"),
+])
+def test_gang_scheduling_overlay_and_chart_value_agree(control_plane: ControlPlane, system_namespace: str,
+                                                       helm: str, overlay: str, value: str, group: str) -> None:
+    """The overlay and `gangScheduling` add the same flag and one podgroups rule of that scheduler's group only."""
+    assert dry_run(control_plane, "-k", str(DEPLOY / "overlays" / overlay)) == BASE_OBJECTS
+    theirs = by_kind(docs(control_plane.kubectl("kustomize", str(DEPLOY / "overlays" / overlay))))
+    ours = by_kind(docs(render(helm, f"gangScheduling={value}", "namespace.create=true", crds=False)))
+    assert ours["ClusterRole"]["rules"] == theirs["ClusterRole"]["rules"]
+    assert theirs["ClusterRole"]["rules"][-1] == {"apiGroups": [group], "resources": ["podgroups"],
+                                                  "verbs": ["list", "watch", "create", "patch", "delete"]}
+    args = [obj["spec"]["template"]["spec"]["containers"][0]["args"] for obj in (ours["Deployment"],
+                                                                                   theirs["Deployment"])]
+    assert args[0] == args[1] and f"--gang-scheduling={value}" in args[0]
