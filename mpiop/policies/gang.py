@@ -26,6 +26,9 @@ from mpiop.policies.failure import mark_failed
 from mpiop.status import conditions as c
 
 UNSCHEDULABLE_REASON = "PodGroupUnschedulable"
+# A Volcano PodGroup is Pending until a scheduling session admits it to its queue (about a second): only one
+# still Pending after this long is reported as waiting for its queue.
+QUEUE_GRACE_SECONDS = 10.0
 _MESSAGE_LIMIT = 1024
 
 
@@ -58,8 +61,18 @@ def apply(plan: Plan, job: MPIJob, observed: Observed, now: dt.datetime, schedul
     _report(plan, job, observed, wanted, scheduler, now)
 
 
+def _queued_for(pod_group: JSON | None, scheduler: GangScheduler, now: dt.datetime) -> float | None:
+    """Seconds a Volcano PodGroup has been Pending (not admitted by its queue), or None."""
+    if not scheduler.volcano or pod_group is None or (pod_group.get("status") or {}).get("phase") != "Pending":
+        return None
+    created = pod_group["metadata"].get("creationTimestamp")
+    if not created:
+        return None
+    return (now - dt.datetime.fromisoformat(str(created).replace("Z", "+00:00"))).total_seconds()
+
+
 def why_unscheduled(job: MPIJob, observed: Observed, wanted: JSON, scheduler: GangScheduler,
-                    attempt: int) -> str | None:
+                    attempt: int, now: dt.datetime) -> str | None:
     """Why the gang is held back, from the PodGroup's status and the pods' PodScheduled conditions; None if not."""
     pods = sorted(observed.pods_of_attempt(attempt), key=podstate.name)
     if not pods or any(podstate.phase(p) != "Pending" for p in pods):
@@ -68,6 +81,9 @@ def why_unscheduled(job: MPIJob, observed: Observed, wanted: JSON, scheduler: Ga
     status = ((observed.pod_group or {}).get("status")) or {}
     group_says = next((cond.get("message") or cond.get("reason") for cond in status.get("conditions") or []
                        if cond.get("type") == "Unschedulable" and cond.get("status") == "True"), None)
+    queued = _queued_for(observed.pod_group, scheduler, now)
+    if group_says is None and queued is not None and queued >= QUEUE_GRACE_SECONDS:
+        group_says = f"not admitted by queue {wanted['spec'].get('queue')} after {QUEUE_GRACE_SECONDS:.0f}s"
     if not held and not group_says:
         return None
     spec = wanted["spec"]
@@ -90,7 +106,10 @@ def why_unscheduled(job: MPIJob, observed: Observed, wanted: JSON, scheduler: Ga
 def _report(plan: Plan, job: MPIJob, observed: Observed, wanted: JSON, scheduler: GangScheduler,
             now: dt.datetime) -> None:
     status = plan.status
-    message = why_unscheduled(job, observed, wanted, scheduler, status.restart_count or 0)
+    message = why_unscheduled(job, observed, wanted, scheduler, status.restart_count or 0, now)
+    queued = _queued_for(observed.pod_group, scheduler, now)
+    if message is None and queued is not None and queued < QUEUE_GRACE_SECONDS:
+        plan.requeue_in(QUEUE_GRACE_SECONDS - queued)
     if message is None or status.is_true("Running"):
         _clear(plan)
         return

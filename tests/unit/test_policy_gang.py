@@ -155,7 +155,21 @@ def test_pods_waiting_for_the_scheduler_are_not_reported() -> None:
     pending = [make_pod(job, "worker", i).obj() for i in range(2)]
     plan = decide(job, with_group(observe(job, pending), stored(job)), at(5), gang_scheduler=PLUGINS)
     assert plan.status.condition("Running") is None
-    assert gang.why_unscheduled(job, observe(job, pending), stored(job), PLUGINS, 0) is None
+    assert gang.why_unscheduled(job, observe(job, pending), stored(job), PLUGINS, 0, at(5)) is None
+
+
+def test_a_volcano_pod_group_its_queue_does_not_admit_is_reported_after_a_grace() -> None:
+    job, _ = unschedulable_job()
+    group = stored(job, VOLCANO, {"phase": "Pending"})
+    group["metadata"]["creationTimestamp"] = "2024-05-01T12:00:00Z"  # at(0)
+    pending = [make_pod(job, "launcher").obj()]
+    early = decide(job, with_group(observe(job, pending), group), at(4), gang_scheduler=VOLCANO)
+    assert early.status.condition("Running") is None and early.requeue_after == 6
+    late = decide(job, with_group(observe(job, pending), group), at(12), gang_scheduler=VOLCANO)
+    running = late.status.condition("Running")
+    assert running is not None and running.reason == "PodGroupUnschedulable"
+    assert running.message is not None and running.message.endswith(
+        "phase Pending: not admitted by queue default after 10s")
 
 
 def test_lowered_min_available_is_warned_about_on_create() -> None:
