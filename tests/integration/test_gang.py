@@ -21,7 +21,7 @@ from mpiop.controller.caches import pod_group_resource
 from mpiop.controller.manager import Manager, ManagerConfig
 from mpiop.desired import podgroup
 from mpiop.desired.podgroup import GangScheduler
-from mpiop.kube.client import CRDS, MPIJOBS, ApiError, KubeClient
+from mpiop.kube.client import CRDS, MPIJOBS, KubeClient
 from tests.integration.operator import Cluster, eventually, mpijob, running_operator
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(180)]
@@ -44,12 +44,7 @@ async def gang_operator(control_plane: ControlPlane, cluster: Cluster,
 
 
 async def pod_group(cluster: Cluster, name: str, scheduler: GangScheduler = PLUGINS) -> JSON | None:
-    try:
-        return await cluster.kube.get(pod_group_resource(scheduler), cluster.ns, name)
-    except ApiError as error:
-        if error.not_found:
-            return None
-        raise
+    return await cluster.kube.get_or_none(pod_group_resource(scheduler), cluster.ns, name)
 
 
 async def gone(cluster: Cluster, name: str) -> bool:

@@ -24,8 +24,9 @@ from devcluster.coscheduler import DEFAULT_SCHEDULER_NAME
 from devcluster.install import install_crd
 from devcluster.simulated import FINISH_LABEL, SimulatedCluster
 from mpiop.desired.podgroup import GangScheduler
-from mpiop.kube.client import NAMESPACES, PODS, KubeClient
+from mpiop.kube.client import PODS, KubeClient
 from tests.integration.operator import Cluster, eventually, mpijob, running_operator
+from tests.namespaces import create_namespace
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
 
@@ -48,10 +49,7 @@ async def sim_kube(simulated: SimulatedCluster) -> AsyncIterator[KubeClient]:
 
 
 async def new_namespace(kube: KubeClient, name: str) -> Cluster:
-    await kube.create(NAMESPACES, None, {"metadata": {"name": name}})
-    await eventually(lambda: kube.request("GET", f"/api/v1/namespaces/{name}/serviceaccounts/default"),
-                     what="the default ServiceAccount")
-    return Cluster(kube, name)
+    return Cluster(kube, await create_namespace(kube, name))
 
 
 def gpu_job(name: str, workers: int = 4, gated: bool = True) -> JSON:

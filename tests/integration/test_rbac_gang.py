@@ -21,10 +21,11 @@ from devcluster import coscheduler
 from devcluster.controlplane import ControlPlane
 from mpiop.controller.manager import Manager, ManagerConfig
 from mpiop.desired.podgroup import GangScheduler
-from mpiop.kube.client import MPIJOBS, NAMESPACES, KubeClient
+from mpiop.kube.client import MPIJOBS, KubeClient
 from tests.integration.operator import Cluster, eventually, mpijob
 from tests.integration.test_deploy import DEPLOY, docs
 from tests.integration.test_rbac import SYSTEM, RecordingClient, Request, allows, rules
+from tests.namespaces import create_namespace, delete_namespace
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(180)]
 
@@ -56,14 +57,11 @@ async def gang_life(control_plane: ControlPlane, kube: KubeClient, tmp: Path) ->
         "contexts": [{"name": "sa", "context": {"cluster": "c", "user": ACCOUNT}}],
     }
     (tmp / "kubeconfig").write_text(yaml.safe_dump(config))
-    namespace = f"t-rbac-gang-{uuid.uuid4().hex[:6]}"
-    await kube.create(NAMESPACES, None, {"metadata": {"name": namespace}})
+    namespace = await create_namespace(kube, f"t-rbac-gang-{uuid.uuid4().hex[:6]}")
     client = await RecordingClient.connect(str(tmp / "kubeconfig"), qps=0, burst=100)
     client.requests = []
     try:
         cluster = Cluster(kube, namespace)
-        await eventually(lambda: kube.request("GET", f"/api/v1/namespaces/{namespace}/serviceaccounts/default"),
-                         what="the namespace's default ServiceAccount")
         manager = Manager(client, ManagerConfig(namespace=namespace, workers=2,
                                                 gang_scheduler=GangScheduler(coscheduler.DEFAULT_SCHEDULER_NAME)))
         await manager.preflight()
@@ -90,7 +88,7 @@ async def gang_life(control_plane: ControlPlane, kube: KubeClient, tmp: Path) ->
         return list(client.requests)
     finally:
         await client.close()
-        await kube.delete(NAMESPACES, None, namespace)
+        await delete_namespace(kube, namespace)
 
 
 async def test_podgroups_rule_is_exactly_what_a_gang_job_uses(
