@@ -15,6 +15,7 @@
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 from pathlib import Path
@@ -52,7 +53,12 @@ def build_coscheduler(version: str = SCHEDULER_PLUGINS_VERSION) -> Path:
         binaries._log(f"building scheduler-plugins kube-scheduler {version} (first time only; minutes on 2 cores)")
         partial = root / "bin.partial"
         partial.mkdir(parents=True, exist_ok=True)
-        ldflags = f"-s -w -X k8s.io/component-base/version.gitVersion={version}"
+        # The Kubernetes version it is built on, as kube-scheduler reports it: a v0.x would fail the scheduler's
+        # emulation-version check at start.
+        kubernetes = re.search(r"^\s*k8s\.io/kubernetes (v1\.\d+\.\d+)\s*$", (source / "go.mod").read_text(), re.M)
+        if kubernetes is None:
+            raise binaries.BinaryError(f"no k8s.io/kubernetes requirement in {source / 'go.mod'}")
+        ldflags = f"-s -w -X k8s.io/component-base/version.gitVersion={kubernetes.group(1)}"
         result = subprocess.run(
             [binaries._go(), "build", "-trimpath", f"-ldflags={ldflags}", "-o", str(partial / "kube-scheduler"),
              "./cmd/scheduler"], cwd=source, env=_go_env(), check=False)
