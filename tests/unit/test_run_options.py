@@ -28,6 +28,18 @@ def test_defaults_leave_the_client_side_limiter_off() -> None:
     assert config.namespace is None
 
 
+@pytest.mark.parametrize(("argv", "scheduler", "volcano"), [
+    ((), None, False),
+    (("--gang-scheduling", ""), None, False),
+    (("--gang-scheduling", "volcano"), "volcano", True),
+    (("--gang-scheduling=scheduler-plugins-scheduler",), "scheduler-plugins-scheduler", False),
+], ids=["off", "empty", "volcano", "scheduler-plugins"])
+def test_gang_scheduling_flag(argv: tuple[str, ...], scheduler: str | None, volcano: bool) -> None:
+    gang = config_from_args(parse(*argv)).gang_scheduler
+    assert (gang.scheduler_name if gang else None) == scheduler
+    assert (gang is not None and gang.volcano) == volcano
+
+
 def test_workers_must_be_positive() -> None:
     with pytest.raises(SystemExit, match="--workers must be at least 1"):
         config_from_args(parse("--workers", "0"))
