@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager
 from typing import Any
 
 import pytest
@@ -26,7 +27,7 @@ from devcluster.simulated import FINISH_LABEL, SimulatedCluster
 from mpiop.desired.podgroup import GangScheduler
 from mpiop.kube.client import PODS, KubeClient
 from tests.integration.operator import Cluster, eventually, mpijob, running_operator
-from tests.namespaces import create_namespace
+from tests.namespaces import create_namespace, delete_namespace
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
 
@@ -48,8 +49,13 @@ async def sim_kube(simulated: SimulatedCluster) -> AsyncIterator[KubeClient]:
     await client.close()
 
 
-async def new_namespace(kube: KubeClient, name: str) -> Cluster:
-    return Cluster(kube, await create_namespace(kube, name))
+@asynccontextmanager
+async def new_namespace(kube: KubeClient, name: str) -> AsyncIterator[Cluster]:
+    """A namespace for one test, deleted with its pods afterwards: the next test gets every GPU back."""
+    try:
+        yield Cluster(kube, await create_namespace(kube, name))
+    finally:
+        await delete_namespace(kube, name, wait=120)
 
 
 def gpu_job(name: str, workers: int = 4, gated: bool = True) -> JSON:
@@ -89,8 +95,8 @@ async def running_false(cluster: Cluster, name: str) -> JSON | None:
 
 
 async def test_without_gang_scheduling_two_jobs_deadlock(simulated: SimulatedCluster, sim_kube: KubeClient) -> None:
-    cluster = await new_namespace(sim_kube, "gang-off")
-    async with running_operator(str(simulated.kubeconfig), cluster.ns):
+    async with new_namespace(sim_kube, "gang-off") as cluster, \
+            running_operator(str(simulated.kubeconfig), cluster.ns):
         await cluster.create_job(gpu_job("a"))
         await cluster.create_job(gpu_job("b"))
         await eventually(lambda: all_pods(cluster, 10), what="both jobs' pods")
@@ -114,9 +120,9 @@ async def test_without_gang_scheduling_two_jobs_deadlock(simulated: SimulatedClu
 
 async def test_with_the_coscheduler_one_job_runs_whole_the_other_waits_unbound(
         simulated: SimulatedCluster, sim_kube: KubeClient) -> None:
-    cluster = await new_namespace(sim_kube, "gang-on")
     gang = GangScheduler(DEFAULT_SCHEDULER_NAME)
-    async with running_operator(str(simulated.kubeconfig), cluster.ns, gang_scheduler=gang):
+    async with new_namespace(sim_kube, "gang-on") as cluster, \
+            running_operator(str(simulated.kubeconfig), cluster.ns, gang_scheduler=gang):
         await cluster.create_job(gpu_job("a"))
         await cluster.create_job(gpu_job("b"))
         await eventually(lambda: all_pods(cluster, 10), what="both jobs' pods")
@@ -157,9 +163,9 @@ async def test_with_the_coscheduler_one_job_runs_whole_the_other_waits_unbound(
 
 async def test_a_gang_that_cannot_fit_leaves_every_pod_pending_and_says_why(
         simulated: SimulatedCluster, sim_kube: KubeClient) -> None:
-    cluster = await new_namespace(sim_kube, "gang-big")
-    async with running_operator(str(simulated.kubeconfig), cluster.ns,
-                                gang_scheduler=GangScheduler(DEFAULT_SCHEDULER_NAME)):
+    gang = GangScheduler(DEFAULT_SCHEDULER_NAME)
+    async with new_namespace(sim_kube, "gang-big") as cluster, \
+            running_operator(str(simulated.kubeconfig), cluster.ns, gang_scheduler=gang):
         await cluster.create_job(gpu_job("big", workers=5, gated=False))
         why = await eventually(lambda: running_false(cluster, "big"), 60, "the job saying why it waits")
         await asyncio.sleep(2)
