@@ -98,7 +98,9 @@ def why_unscheduled(job: MPIJob, observed: Observed, wanted: JSON, scheduler: Ga
     if group_says:
         message += f": {group_says}"
     if held:
-        pod, says = held[0]
+        # The scheduler's most common reason: a pod it last tried before its siblings existed may still say so.
+        says = max((m for _, m in held), key=[m for _, m in held].count)
+        pod = next(p for p, m in held if m == says)
         message += f"; {len(held)} of {len(pods)} pods unschedulable, {podstate.name(pod)}: {says}"
     return message[:_MESSAGE_LIMIT]
 

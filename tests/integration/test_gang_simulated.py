@@ -167,13 +167,18 @@ async def test_a_gang_that_cannot_fit_leaves_every_pod_pending_and_says_why(
     async with new_namespace(sim_kube, "gang-big") as cluster, \
             running_operator(str(simulated.kubeconfig), cluster.ns, gang_scheduler=gang):
         await cluster.create_job(gpu_job("big", workers=5, gated=False))
-        why = await eventually(lambda: running_false(cluster, "big"), 60, "the job saying why it waits")
-        await asyncio.sleep(2)
+        async def says_why() -> JSON | None:
+            found = await running_false(cluster, "big")
+            return found if found and "resource gap" in found["message"] else None
+
+        why = await eventually(says_why, 60, "the job saying the gang's resources cannot be found")
         pods = await cluster.pods()
         assert len(pods) == 6 and all(p["status"]["phase"] == "Pending" and not p["spec"].get("nodeName")
                                       for p in pods.values())
         assert why["reason"] == "PodGroupUnschedulable"
         assert "PodGroup big (minMember 6, minResources nvidia.com/gpu=20)" in why["message"]
         described = simulated.kubectl("describe", "mpijob", "-n", cluster.ns, "big")
-        print(f"\n{why['message']}\n--- kubectl describe mpijob big (end) ---\n{described[-1500:]}")
-        assert "PodGroupUnschedulable" in described
+        conditions = described[described.index("  Conditions:"):described.index("  Last Reconcile Time:")]
+        print(f"\n--- kubectl describe mpijob big (conditions, events) ---\n{conditions}"
+              f"{described[described.index('Events:'):]}")
+        assert "PodGroupUnschedulable" in conditions and "resource gap" in conditions

@@ -137,6 +137,16 @@ def test_a_gang_held_back_says_why_in_running_false_and_a_warning() -> None:
     assert plan.status.condition("Running") is None
 
 
+def test_the_most_common_reason_of_the_pods_is_quoted() -> None:
+    job, pods = unschedulable_job()
+    pods[0] = make_pod(job, "launcher").unschedulable("cannot find enough sibling pods, current pods number: 1").obj()
+    plan = decide(job, with_group(observe(job, pods), stored(job)), at(5), gang_scheduler=PLUGINS)
+    running = plan.status.condition("Running")
+    assert running is not None and running.message is not None
+    assert running.message.endswith("3 of 3 pods unschedulable, pi-worker-0: 0/2 nodes are available: resource gap: "
+                                    "nvidia.com/gpu 16.")
+
+
 def test_volcano_unschedulable_condition_is_quoted() -> None:
     job, _ = unschedulable_job()
     status = {"phase": "Inqueue", "conditions": [{
