@@ -90,7 +90,9 @@ def test_suspended_job_has_no_pod_group_and_gets_it_back_on_resume() -> None:
 
 
 def test_finished_job_deletes_its_pod_group() -> None:
-    job = make_mpijob("pi").workers(1).condition("Created").condition("Succeeded").obj()
+    # Finished under mpiop (it wrote the status): a job that finished under kubeflow's operator is left as it is.
+    job = make_mpijob("pi").workers(1).condition("Created").condition("Succeeded").status(
+        last_reconcile_time=at(0)).obj()
     plan = decide(job, with_group(observe(job), stored(job)), at(0), gang_scheduler=PLUGINS)
     assert plan.pod_group is not None and plan.pod_group.verb == "delete"
     going = stored(job)
