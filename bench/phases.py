@@ -132,6 +132,8 @@ async def burst(kube: KubeClient, operator: OperatorProcess, opts: Options, repo
         report.add("api_requests_per_job", round(spent.total() / opts.jobs, 2), f"{label}: operator API requests/job")
         report.add("api_writes_per_job", round(spent.writes() / opts.jobs, 2), f"{label}: of which writes")
         report.figures["burst_requests_by_verb"] = dict(sorted(spent.by_verb().items()))
+        report.figures["api_requests_per_job_by_verb"] = {
+            k: round(v / opts.jobs, 2) for k, v in sorted(spent.by_verb().items())}
     report.add(f"{name}_operator_cpu_s", round(cpu, 2), f"{label}: operator CPU time (s)")
 
 
@@ -185,8 +187,8 @@ async def scale(kube: KubeClient, cluster: SimulatedCluster, operator: OperatorP
     if operator is not None:
         operator.stop()
     # Exactly `scale_jobs` jobs (and their pods) in the cluster for restart, memory and latency.
-    earlier = [n for n in ("bench-burst", "bench-burst-qps50", "bench-big")
-               if any(i["metadata"]["name"] == n for i in (await kube.list(NAMESPACES)).get("items", []))]
+    earlier = [n for n in (i["metadata"]["name"] for i in (await kube.list(NAMESPACES)).get("items", []))
+               if n.startswith("bench-burst") or n == "bench-big"]
     if earlier:
         gone = await asyncio.gather(*(delete_namespace(kube, n) for n in earlier))
         log(f"scale: deleted {', '.join(earlier)} in {max(gone):.1f}s")

@@ -33,25 +33,31 @@ class Options:
     keep_logs: Path | None = None
     profile: Path | None = None
     timeout: float = 900.0
+    repeat: int = 1
+    quiet_load: float = 0.0  # 0: half the CPUs
+    quiet_wait: float = 0.0
 
 
 @dataclass
 class Report:
     figures: dict[str, Any] = field(default_factory=dict)
-    rows: list[tuple[str, str, str]] = field(default_factory=list)
+    rows: list[tuple[str, str, str, str]] = field(default_factory=list)  # key, label, shown, target
 
-    def add(self, key: str, value: Any, label: str, target: str = "") -> None:
+    def add(self, key: str, value: Any, label: str, target: str = "", *, shown: str | None = None,
+            echo: bool = True) -> None:
         self.figures[key] = value
-        shown = str(value)
-        if isinstance(value, float):
-            shown = f"{value:.3f}" if abs(value) < 10 else f"{value:.1f}"
-        self.rows.append((label, shown, target))
-        print(f"  {label:<58} {shown:>12}  {target}", file=sys.stderr, flush=True)
+        if shown is None:
+            shown = str(value)
+            if isinstance(value, float):
+                shown = f"{value:.3f}" if abs(value) < 10 else f"{value:.1f}"
+        self.rows.append((key, label, shown, target))
+        if echo:
+            print(f"  {label:<58} {shown:>12}  {target}", file=sys.stderr, flush=True)
 
     def table(self) -> str:
-        width = max(len(r[0]) for r in self.rows)
+        width = max(len(r[1]) for r in self.rows)
         lines = [f"{'figure':<{width}}  {'value':>12}  target", "-" * (width + 30)]
-        lines += [f"{label:<{width}}  {value:>12}  {target}" for label, value, target in self.rows]
+        lines += [f"{label:<{width}}  {value:>12}  {target}" for _, label, value, target in self.rows]
         return "\n".join(lines)
 
 

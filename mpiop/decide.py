@@ -57,7 +57,7 @@ def decide(job: MPIJob, observed: Observed, now: dt.datetime, cluster_domain: st
         cleanup.apply(plan, job, observed)
         adoption.cleanup(plan, job, observed)
         ttl.apply(plan, job, now)
-    plan.status.replica_statuses = progress.replica_statuses(job, observed)
+    plan.status.replica_statuses = progress.replica_statuses(job, progress.after(observed, plan))
     return plan
 
 

@@ -138,16 +138,15 @@ def trim(pod: Pod) -> Pod:
     """What the controller decides on; everything else in a Pod is dropped from the cache."""
     status = pod.get("status", {})
     kept_status: dict[str, Any] = {k: status[k] for k in ("phase", "reason", "message") if k in status}
-    if status.get("conditions"):
-        kept_status["conditions"] = [
-            {"type": c.get("type"), "status": c.get("status")} for c in status["conditions"] if c.get("type") == "Ready"
-        ]
-        # Why the scheduler cannot place it: a host-port conflict moves the pod to another port, and a gang
-        # held back says so on its MPIJob (policies/gang).
-        kept_status["conditions"] += [
-            {"type": "PodScheduled", "status": "False", "message": c.get("message") or ""}
-            for c in status["conditions"] if c.get("type") == "PodScheduled" and c.get("status") == "False"
-        ]
+    conditions = [{"type": "Ready", "status": c.get("status")}
+                  for c in status.get("conditions") or [] if c.get("type") == "Ready"]
+    # Why the scheduler cannot place it: a host-port conflict moves the pod to another port, and a gang
+    # held back says so on its MPIJob (policies/gang).
+    conditions += [{"type": "PodScheduled", "status": "False", "message": c.get("message") or ""}
+                   for c in status.get("conditions") or []
+                   if c.get("type") == "PodScheduled" and c.get("status") == "False"]
+    if conditions:  # only then: other conditions coming and going change nothing here
+        kept_status["conditions"] = conditions
     if status.get("containerStatuses"):
         kept_status["containerStatuses"] = [
             {"name": s.get("name"), "state": _slim_state(s.get("state")), "lastState": _slim_state(s.get("lastState"))}

@@ -1,46 +1,229 @@
-"""core/v1 Events on an MPIJob, for `kubectl describe`. Best effort: a lost Event never fails a reconcile."""
+"""core/v1 Events on an MPIJob, for `kubectl describe`, sent off the reconcile path.
+
+`record()` only queues: a reconcile never waits for an Event, and in a burst Events do not hold up pod
+creations. A background task sends them, a few at a time, correlated as client-go's EventCorrelator does:
+
+- an Event identical to one already waiting (same job, type, reason, message) is merged into it (count+1);
+- an Event identical to one sent in the last 10 minutes bumps that Event's count with one PATCH instead of
+  creating another object;
+- from the 10th Event of one job with the same reason but different messages in 10 minutes on, they are
+  combined into one "(combined from similar events): <latest message>" Event.
+
+Best effort, never silent: an Event that cannot be sent (after retries for transient errors) or that is
+dropped because too many are waiting is logged and counted in `mpiop_events_total{result}`; a lost Event
+never fails a reconcile.
+"""
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import datetime as dt
 import socket
+import time
+from collections import OrderedDict
+from dataclasses import dataclass, field
 
 import structlog
 
+from mpiop import metrics
 from mpiop.api.v2beta1 import API_VERSION, KIND, MPIJob, format_time
 from mpiop.kube.client import EVENTS, ApiError, KubeClient
 from mpiop.plan import Event
 
 log = structlog.get_logger(__name__)
 COMPONENT = "mpi-job-controller"
+WINDOW_SECONDS = 600.0  # client-go: defaultAggregateIntervalInSeconds, and how long a sent Event is bumped
+SIMILAR_THRESHOLD = 10  # client-go: defaultAggregateMaxEvents
+COMBINED_PREFIX = "(combined from similar events): "
+CACHE_SIZE = 4096  # client-go: maxLruCacheEntries
+RETRIES = (0.5, 2.0, 5.0)  # seconds before each new try of a transient failure
+
+Key = tuple[str, str, str, str, str]
+"""(namespace, involved object uid, type, reason, message)."""
+
+
+@dataclass
+class _Pending:
+    involved: dict[str, str]
+    event: Event
+    first: str
+    last: str
+    count: int = 1
+
+
+@dataclass
+class _Sent:
+    name: str
+    count: int
+    first: str
+    at: float
+
+
+@dataclass
+class _Similar:
+    messages: set[str] = field(default_factory=set)
+    since: float = 0.0
+
+
+def _involved(job: MPIJob) -> dict[str, str]:
+    return {"apiVersion": API_VERSION, "kind": KIND, "name": job.metadata.name,
+            "namespace": job.metadata.namespace, "uid": job.metadata.uid or ""}
 
 
 class EventRecorder:
-    def __init__(self, client: KubeClient, instance: str | None = None) -> None:
+    def __init__(self, client: KubeClient, instance: str | None = None, *, concurrency: int = 4,
+                 max_pending: int = 10000) -> None:
         self.client = client
         self.instance = instance or socket.gethostname()
+        self.concurrency = concurrency
+        self.max_pending = max_pending
+        self._pending: OrderedDict[Key, _Pending] = OrderedDict()
+        self._sent: OrderedDict[Key, _Sent] = OrderedDict()
+        self._similar: OrderedDict[tuple[str, str, str, str], _Similar] = OrderedDict()
+        self._wake = asyncio.Event()
+        self._idle = asyncio.Event()
+        self._idle.set()
+        self._task: asyncio.Task[None] | None = None
+        self._sending: set[asyncio.Task[None]] = set()
 
     async def record(self, job: MPIJob, event: Event, now: dt.datetime) -> None:
+        """Queue one Event (returns at once)."""
+        event, key = self._aggregate(job, event)
         stamp = format_time(now)
-        body = {
+        pending = self._pending.get(key)
+        if pending is not None:
+            pending.count += 1
+            pending.last = stamp
+            pending.event = event
+            return
+        if len(self._pending) >= self.max_pending:
+            _, dropped = self._pending.popitem(last=False)
+            metrics.EVENTS.labels("dropped").inc(dropped.count)
+            log.warning("event dropped: too many waiting to be sent", job=dropped.involved["name"],
+                        reason=dropped.event.reason, waiting=len(self._pending))
+        self._pending[key] = _Pending(_involved(job), event, stamp, stamp)
+        self._idle.clear()
+        self._wake.set()
+        if self._task is None or self._task.done():
+            self._task = asyncio.create_task(self._run(), name="event-recorder")
+
+    def _aggregate(self, job: MPIJob, event: Event) -> tuple[Event, Key]:
+        """client-go's EventAggregator: many messages of one reason on one job become one combined Event.
+
+        Returns the Event to send and its identity: the message for a plain Event, the reason alone for a
+        combined one (so the next combined Event updates it instead of making another).
+        """
+        key = (job.metadata.namespace, job.metadata.uid or job.key, event.type, event.reason)
+        now = time.monotonic()
+        similar = self._similar.get(key)
+        if similar is None or now - similar.since > WINDOW_SECONDS:
+            similar = self._similar[key] = _Similar(since=now)
+        self._similar.move_to_end(key)
+        while len(self._similar) > CACHE_SIZE:
+            self._similar.popitem(last=False)
+        if len(similar.messages) < SIMILAR_THRESHOLD:
+            similar.messages.add(event.message)
+        if len(similar.messages) < SIMILAR_THRESHOLD:
+            return event, (*key, event.message)
+        return Event(event.type, event.reason, COMBINED_PREFIX + event.message), (*key, COMBINED_PREFIX)
+
+    async def flush(self, timeout: float = 10.0) -> bool:
+        """Wait until every queued Event was sent (or given up on); False if `timeout` passed first."""
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._idle.wait(), timeout)
+            return True
+        return False
+
+    async def close(self, timeout: float = 5.0) -> None:
+        """Send what is waiting (up to `timeout`), then stop; what is left is logged as lost."""
+        if not await self.flush(timeout) and self._pending:
+            metrics.EVENTS.labels("dropped").inc(sum(p.count for p in self._pending.values()))
+            log.warning("events not sent before shutdown", count=len(self._pending))
+            self._pending.clear()
+        tasks = [*self._sending, *([self._task] if self._task is not None else [])]
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        self._task = None
+
+    # -- the sender --------------------------------------------------------------------------------
+    async def _run(self) -> None:
+        sending = self._sending
+        while True:
+            while self._pending and len(sending) < self.concurrency:
+                key, pending = self._pending.popitem(last=False)
+                task = asyncio.create_task(self._send(key, pending))
+                sending.add(task)
+                task.add_done_callback(sending.discard)
+            if not self._pending and not sending:
+                self._idle.set()
+            self._wake.clear()
+            waits: list[asyncio.Future[object]] = [asyncio.ensure_future(self._wake.wait())]
+            if sending:
+                waits.append(asyncio.ensure_future(asyncio.wait(set(sending), return_when=asyncio.FIRST_COMPLETED)))
+            try:
+                await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                for waiting in waits:
+                    waiting.cancel()
+
+    async def _send(self, key: Key, pending: _Pending) -> None:
+        for delay in (*RETRIES, None):
+            try:
+                await self._send_once(key, pending)
+                return
+            except asyncio.CancelledError:
+                raise
+            except Exception as error:  # an Event must never take the sender down
+                transient = isinstance(error, OSError | TimeoutError) or (
+                    isinstance(error, ApiError) and (error.status >= 500 or error.status == 429))
+                if delay is None or not transient:
+                    metrics.EVENTS.labels("failed").inc(pending.count)
+                    log.warning("event not recorded", job=f"{key[0]}/{pending.involved['name']}",
+                                reason=pending.event.reason, error=str(error))
+                    return
+                await asyncio.sleep(delay)
+
+    async def _send_once(self, key: Key, pending: _Pending) -> None:
+        namespace = key[0]
+        sent = self._sent.get(key)
+        if sent is not None and time.monotonic() - sent.at <= WINDOW_SECONDS:
+            count = sent.count + pending.count
+            try:
+                await self.client.patch(EVENTS, namespace, sent.name, {
+                    "count": count, "lastTimestamp": pending.last, "message": pending.event.message[:1024]})
+            except ApiError as error:
+                if not error.not_found:
+                    raise
+            else:
+                self._remember(key, _Sent(sent.name, count, sent.first, time.monotonic()))
+                metrics.EVENTS.labels("updated").inc(pending.count)
+                return
+        created = await self.client.create(EVENTS, namespace, self._body(namespace, pending))
+        self._remember(key, _Sent(created["metadata"]["name"], pending.count, pending.first, time.monotonic()))
+        metrics.EVENTS.labels("created").inc(pending.count)
+
+    def _remember(self, key: Key, sent: _Sent) -> None:
+        self._sent[key] = sent
+        self._sent.move_to_end(key)
+        while len(self._sent) > CACHE_SIZE:
+            self._sent.popitem(last=False)
+
+    def _body(self, namespace: str, pending: _Pending) -> dict[str, object]:
+        event = pending.event
+        return {
             "apiVersion": "v1",
             "kind": "Event",
-            "metadata": {"generateName": f"{job.metadata.name}.", "namespace": job.metadata.namespace},
-            "involvedObject": {
-                "apiVersion": API_VERSION, "kind": KIND, "name": job.metadata.name,
-                "namespace": job.metadata.namespace, "uid": job.metadata.uid,
-            },
+            "metadata": {"generateName": f"{pending.involved['name']}.", "namespace": namespace},
+            "involvedObject": pending.involved,
             "type": event.type,
             "reason": event.reason,
             "message": event.message[:1024],
             "source": {"component": COMPONENT},
             "reportingComponent": COMPONENT,
             "reportingInstance": self.instance,
-            "firstTimestamp": stamp,
-            "lastTimestamp": stamp,
-            "count": 1,
+            "firstTimestamp": pending.first,
+            "lastTimestamp": pending.last,
+            "count": pending.count,
         }
-        try:
-            await self.client.create(EVENTS, job.metadata.namespace, body)
-        except (ApiError, OSError) as error:
-            log.warning("event not recorded", job=job.key, reason=event.reason, error=str(error))

@@ -46,6 +46,18 @@ async def _until(awaited: asyncio.Future[Any], stop: asyncio.Event) -> bool:
     return not stop.is_set()
 
 
+def _same_but_version(old: JSON, new: JSON) -> bool:
+    """Whether two cached (trimmed) objects differ in their resourceVersion (and a pod's node) alone.
+
+    A pod's node is kept for the failure report, which reads it only once the pod has failed (a change of its
+    own): being bound to a node decides nothing.
+    """
+    def unversioned(obj: JSON) -> JSON:
+        return {**obj, "metadata": {**obj["metadata"], "resourceVersion": None}, "spec": None}
+
+    return unversioned(old) == unversioned(new)
+
+
 @dataclass
 class ManagerConfig:
     namespace: str | None = None
@@ -71,10 +83,9 @@ class Manager:
                              BucketRateLimiter(config.queue_qps, config.queue_burst)),
             on_wait=metrics.QUEUE_WAIT_SECONDS.observe,
         )
-        self.reconciler = Reconciler(client, self.caches, EventRecorder(client), cluster_domain=config.cluster_domain,
-                                     port_range=config.port_range,
-
-                                     gang_scheduler=config.gang_scheduler)
+        self.recorder = EventRecorder(client)
+        self.reconciler = Reconciler(client, self.caches, self.recorder, cluster_domain=config.cluster_domain,
+                                     port_range=config.port_range, gang_scheduler=config.gang_scheduler)
         self.synced = asyncio.Event()
         self.working = False  # workers running: this process reconciles (leads, or has no election)
         self._ids = itertools.count(1)
@@ -99,6 +110,8 @@ class Manager:
         self.queue.add(object_key(new if new is not None else old))  # type: ignore[arg-type]
 
     def _on_owned(self, old: JSON | None, new: JSON | None) -> None:
+        if old is not None and new is not None and _same_but_version(old, new):
+            return  # e.g. a pod bound to a node: nothing the (trimmed) cache keeps changed, nothing to decide
         key = owner_key(new if new is not None else old)  # type: ignore[arg-type]
         if key is not None:
             self.queue.add(key)
@@ -135,12 +148,14 @@ class Manager:
             log.info("stopping: finishing in-flight reconciles")
             await self.queue.shut_down_with_drain()
             await asyncio.gather(*workers, return_exceptions=True)
+            await self.recorder.close()
         finally:
             self.working = False
             self.queue.shut_down()
             for task in [*informers, *workers]:
                 task.cancel()
             await asyncio.gather(*informers, *workers, return_exceptions=True)
+            await self.recorder.close(timeout=0)  # after a graceful stop: already done
 
     async def _resync(self) -> None:
         while True:

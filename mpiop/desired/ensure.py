@@ -4,8 +4,10 @@ Only differences are planned: a settled job plans nothing. Pods of an earlier at
 launcher of the last one, kept for its log), and workers beyond the wanted count, are deleted; a worker is
 made again only once its predecessor of the same name is gone, and each attempt's launcher (it has its own
 name) only once no earlier worker remains. When the launcher comes is the launcher creation policy's to say
-(policies/launcher_creation). On the host network, a pod whose port moved (a conflict) is made again on its
-new port, and the launcher also waits until the ConfigMap names every host-network pod's current port.
+(policies/launcher_creation); once it may, it is planned before the workers, so a big job's launcher does
+not wait behind hundreds of worker creations. On the host network, a pod whose port moved (a conflict) is
+made again on its new port, and the launcher also waits until the ConfigMap names every host-network pod's
+current port.
 """
 
 from __future__ import annotations
@@ -65,14 +67,13 @@ def job_pods(plan: Plan, job: MPIJob, observed: Observed, launcher_may_start: bo
         # The launcher mounted the old port (its ssh would wait on it): it starts again with the new config.
         launcher = observed.launcher(job, attempt)
         plan.delete_pods(moved + ([launcher] if launcher is not None else []))
-    for index in range(job.spec.worker_replicas):
-        if observed.pod(names.worker_name(job, index)) is None:
-            plan.create.append(pods.worker_pod(job, index, attempt, cluster_domain, ports))
-
     if observed.launcher(job, attempt) is None and launcher_may_start \
             and not _old_workers_remain(job, observed, attempt) \
             and hostnetwork.config_current(job, ports, observed.config_map, cluster_domain):
         plan.create.append(pods.launcher_pod(job, attempt, cluster_domain, ports))
+    for index in range(job.spec.worker_replicas):
+        if observed.pod(names.worker_name(job, index)) is None:
+            plan.create.append(pods.worker_pod(job, index, attempt, cluster_domain, ports))
 
 
 def _old_workers_remain(job: MPIJob, observed: Observed, attempt: int) -> bool:

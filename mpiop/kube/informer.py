@@ -48,6 +48,14 @@ def _newer_or_equal(candidate: JSON, current: JSON | None) -> bool:
         return True
 
 
+def _older_or_equal(obj: JSON, resource_version: str) -> bool:
+    """Whether `obj` is known to be no newer than `resource_version` (False when that can't be told)."""
+    try:
+        return int(obj["metadata"]["resourceVersion"]) <= int(resource_version)
+    except (KeyError, ValueError, TypeError):
+        return False
+
+
 def _newer_than(obj: JSON, resource_version: str) -> bool:
     try:
         return int(obj["metadata"]["resourceVersion"]) > int(resource_version)
@@ -147,8 +155,11 @@ class Informer:
             return
         self._set(obj, notify=False)
 
-    def observe_delete(self, key: str) -> None:
+    def observe_delete(self, key: str, resource_version: str | None = None) -> None:
+        """Our own deletion, answered: with its resourceVersion, watch events older than it are ignored."""
         self._delete(key, notify=False)
+        if resource_version:
+            self._tombstone(key, resource_version)
 
     # -- the loop ----------------------------------------------------------------------------------
     async def run(self) -> None:
@@ -286,13 +297,19 @@ class Informer:
         obj.setdefault("kind", self.resource.kind)
         obj.setdefault("apiVersion", self.resource.api_version)
         if kind in ("ADDED", "MODIFIED"):
+            deleted_at = self._tombstones.get(object_key(obj))
+            if deleted_at is not None and _older_or_equal(obj, deleted_at):
+                return False  # an event from before a deletion we already applied (our own, answered first)
             self._tombstones.pop(object_key(obj), None)
             self._set(obj)
         elif kind == "DELETED":
             key = object_key(obj)
             self._delete(key)
-            self._tombstones[key] = str(obj.get("metadata", {}).get("resourceVersion", ""))
-            self._tombstones.move_to_end(key)
-            while len(self._tombstones) > _MAX_TOMBSTONES:
-                self._tombstones.popitem(last=False)
+            self._tombstone(key, str(obj.get("metadata", {}).get("resourceVersion", "")))
         return False
+
+    def _tombstone(self, key: str, resource_version: str) -> None:
+        self._tombstones[key] = resource_version
+        self._tombstones.move_to_end(key)
+        while len(self._tombstones) > _MAX_TOMBSTONES:
+            self._tombstones.popitem(last=False)

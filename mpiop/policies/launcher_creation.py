@@ -1,6 +1,6 @@
 """launcherCreationPolicy: when the launcher pod may be created.
 
-AtStartup (the default) creates it with the workers; WaitForWorkersReady holds it until every worker of
+AtStartup (the default) creates it at once, before the workers; WaitForWorkersReady holds it until every worker of
 the current attempt is Ready, so mpirun never starts against a worker whose sshd is not listening yet.
 """
 

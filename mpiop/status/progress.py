@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
+from dataclasses import replace
 
 from mpiop import names, podstate
 from mpiop.api.v2beta1 import LAUNCHER, WORKER, MPIJob, ReplicaStatus, ReplicaType
@@ -37,6 +38,19 @@ def mark_running_if_workers_run(plan: Plan, job: MPIJob, observed: Observed, now
         if c.set_condition(status, "Running", "True", c.RUNNING_REASON, message, now):
             plan.event("Normal", c.RUNNING_REASON, message)
         c.set_false_if_true(status, "Restarting", c.RUNNING_REASON, message, now)
+
+
+def after(observed: Observed, plan: Plan) -> Observed:
+    """The pods as they will be once the plan is carried out: deleted ones going, created ones Pending.
+
+    The status written before the plan's creations and deletions then already counts them (as kubeflow's,
+    written after its creations, does), instead of costing a second status write when the caches catch up.
+    """
+    going = {podstate.name(p) for p in plan.delete}
+    pods = [{**p, "metadata": {**p["metadata"], "deletionTimestamp": "planned"}} if podstate.name(p) in going else p
+            for p in observed.pods]
+    pods += [{"metadata": o["metadata"], "status": {"phase": "Pending"}} for o in plan.create if o["kind"] == "Pod"]
+    return replace(observed, pods=pods)
 
 
 def replica_statuses(job: MPIJob, observed: Observed) -> dict[ReplicaType, ReplicaStatus]:

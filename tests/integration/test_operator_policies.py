@@ -49,8 +49,12 @@ async def test_oom_killed_worker_restarts_the_job(cluster: Cluster, operator: Op
     await cluster.set_phase("oom-worker-1", "Failed", exit_code=137, reason="OOMKilled")
     restarting = await eventually(lambda: cluster.condition("oom", "Restarting"), what="Restarting")
     assert "oom-worker-1 (rank 1) container main OOMKilled exit 137" in restarting["message"]
-    events = await cluster.kube.request("GET", f"/api/v1/namespaces/{cluster.ns}/events")
-    assert any(e["reason"] == "MPIJobRestarting" and "OOMKilled" in e["message"] for e in events["items"])
+
+    async def restarting_event() -> bool:  # Events are sent in the background, just after the status
+        events = await cluster.kube.request("GET", f"/api/v1/namespaces/{cluster.ns}/events")
+        return any(e["reason"] == "MPIJobRestarting" and "OOMKilled" in e["message"] for e in events["items"])
+
+    await eventually(restarting_event, what="the MPIJobRestarting Event")
 
 
 @pytest.mark.parametrize(

@@ -2,7 +2,8 @@
 
 The ServiceAccount, ClusterRole(+Binding) and leader-election Role(+Binding) are applied from deploy/base; a
 token is minted for the ServiceAccount (TokenRequest) and the operator runs in-process on that token alone,
-leader election included, through a whole job life: creation, a failed attempt (whose launcher's log is read
+leader election included, through a whole job life: creation, suspended and resumed twice as Kueue would
+(the second Suspended Event bumps the first one's count), a failed attempt (whose launcher's log is read
 for the failure report) and a restart, Running, success, clean-up of the workers, deletion by
 ttlSecondsAfterFinished, and the lease's release at shutdown; beside it, a job kubeflow's operator left with a
 failed worker is taken over and restarted (its objects claimed, its launcher Job deleted). Every request it
@@ -25,7 +26,7 @@ import yaml
 
 from devcluster.controlplane import ControlPlane
 from mpiop.controller.manager import Manager, ManagerConfig
-from mpiop.kube.client import JOBS, ApiError, KubeClient
+from mpiop.kube.client import JOBS, MPIJOBS, ApiError, KubeClient
 from mpiop.leader import LEASES, ElectionConfig, FencedClient, LeaderElector
 from mpiop.process import supervise
 from tests import kubeflow
@@ -55,7 +56,8 @@ def as_rbac(method: str, path: str, query: dict[str, Any]) -> Request:
     resource, name = rest[0], rest[1] if len(rest) > 1 else ""
     if len(rest) > 2:
         resource += "/" + rest[2]
-    verb = {"POST": "create", "PUT": "update", "PATCH": "patch", "DELETE": "delete"}.get(method)
+    verb = {"POST": "create", "PUT": "update", "PATCH": "patch",
+            "DELETE": "delete" if name else "deletecollection"}.get(method)
     if verb is None:
         verb = "get" if name else "watch" if query.get("watch") == "true" else "list"
     return verb, group, resource, name
@@ -130,6 +132,19 @@ async def fail_once(cluster: Cluster, name: str) -> str:
     return f"{launcher}-1"
 
 
+async def suspend_and_resume(cluster: Cluster, name: str) -> None:
+    """Suspend a job whose pods exist (they go), then resume it."""
+    wanted = {f"{name}-launcher", f"{name}-worker-0"}
+
+    async def pods_are(expected: set[str]) -> bool:
+        return {p for p in await cluster.pods() if p.startswith(f"{name}-")} == expected
+
+    await eventually(lambda: pods_are(wanted), what=f"pods of {name}")
+    await cluster.kube.patch(MPIJOBS, cluster.ns, name, {"spec": {"runPolicy": {"suspend": True}}})
+    await eventually(lambda: pods_are(set()), what=f"{name}'s pods deleted while suspended")
+    await cluster.kube.patch(MPIJOBS, cluster.ns, name, {"spec": {"runPolicy": {"suspend": False}}})
+
+
 @pytest.fixture(scope="module")
 async def lifecycle(kube: KubeClient, token_kubeconfig: str, mpijob_crd: None) -> AsyncIterator[Run]:
     """One job's whole life, the operator holding nothing but the ServiceAccount's token."""
@@ -160,6 +175,8 @@ async def lifecycle(kube: KubeClient, token_kubeconfig: str, mpijob_crd: None) -
             await asyncio.wait_for(elector.leading.wait(), 30)
             await asyncio.wait_for(manager.synced.wait(), 30)
             await cluster.create_job(mpijob("life", workers=1, run_policy={"ttlSecondsAfterFinished": 5}))
+            for _ in range(2):
+                await suspend_and_resume(cluster, "life")
             await drive_to_success(cluster, "life", launcher=await fail_once(cluster, "life"))
 
             async def deleted() -> bool:

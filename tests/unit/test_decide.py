@@ -101,8 +101,8 @@ def test_fresh_running_succeeded_cleanup_ttl() -> None:
 
     plan = world.reconcile(0)
     assert plan.create_ssh_secret
-    assert names_of(plan.create) == ["Service/pi", "ConfigMap/pi-config", "Pod/pi-worker-0", "Pod/pi-worker-1",
-                                     "Pod/pi-launcher"]
+    assert names_of(plan.create) == ["Service/pi", "ConfigMap/pi-config", "Pod/pi-launcher", "Pod/pi-worker-0",
+                                     "Pod/pi-worker-1"]
     assert world.config_map is not None
     assert world.config_map["data"]["hostfile"] == (
         "pi-worker-0.pi.ns.svc.cluster.local slots=1\npi-worker-1.pi.ns.svc.cluster.local slots=1\n")
@@ -110,7 +110,7 @@ def test_fresh_running_succeeded_cleanup_ttl() -> None:
     assert world.job.status.start_time == at(0)
     assert [e.reason for e in plan.events] == ["MPIJobCreated"]
     worker_counts = world.job.status.replica_statuses["Worker"]
-    assert (worker_counts.active, worker_counts.ready) == (0, 0), "nothing observed yet"
+    assert (worker_counts.active, worker_counts.ready) == (2, 0), "the planned pods count: no second write"
 
     plan = world.reconcile(1)
     assert (plan.create, plan.update, plan.delete, plan.events) == ([], [], [], [])
@@ -136,6 +136,7 @@ def test_fresh_running_succeeded_cleanup_ttl() -> None:
     assert plan.requeue_after == 60
     assert plan.create == []
     assert world.job.status.replica_statuses["Launcher"].succeeded == 1
+    assert world.job.status.replica_statuses["Worker"].active == 0, "the planned deletions count already"
 
     world.gone()
     plan = world.reconcile(20)
@@ -173,7 +174,7 @@ def test_failure_restart_running_failure_failed() -> None:
 
     world.gone()
     plan = world.reconcile(7)
-    assert names_of(plan.create) == ["Pod/pi-worker-0", "Pod/pi-worker-1", "Pod/pi-launcher-1"]
+    assert names_of(plan.create) == ["Pod/pi-launcher-1", "Pod/pi-worker-0", "Pod/pi-worker-1"]
     assert world.live_pods() == {"pi-launcher-1": 1, "pi-worker-0": 1, "pi-worker-1": 1}
 
     world.set_all(running)
@@ -273,7 +274,7 @@ def test_suspend_and_resume() -> None:
     plan = world.reconcile(5)
     assert world.conditions == ["Suspended=False", "Created=True"]
     assert world.job.status.start_time == at(5)
-    assert names_of(plan.create) == ["Pod/pi-worker-0", "Pod/pi-launcher"]
+    assert names_of(plan.create) == ["Pod/pi-launcher", "Pod/pi-worker-0"]
     assert plan.requeue_after == 100
     world.set_all(running)
     world.reconcile(6)
@@ -296,7 +297,7 @@ def test_suspend_and_resume() -> None:
 
     world.gone()
     plan = world.reconcile(21)
-    assert names_of(plan.create) == ["Pod/pi-worker-0", "Pod/pi-launcher"]
+    assert names_of(plan.create) == ["Pod/pi-launcher", "Pod/pi-worker-0"]
     world.set_all(running)
     world.reconcile(22)
     assert world.state == "Running"

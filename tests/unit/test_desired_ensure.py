@@ -34,8 +34,8 @@ def test_fresh_job_creates_everything() -> None:
     job = make_mpijob("pi").workers(2).obj()
     plan = run(job, Observed())
     assert plan.create_ssh_secret is True
-    assert created(plan) == ["Service/pi", "ConfigMap/pi-config", "Pod/pi-worker-0", "Pod/pi-worker-1",
-                             "Pod/pi-launcher"]
+    assert created(plan) == ["Service/pi", "ConfigMap/pi-config", "Pod/pi-launcher", "Pod/pi-worker-0",
+                             "Pod/pi-worker-1"]
     assert plan.update == []
     assert plan.delete == []
     config_map = plan.create[1]
@@ -61,7 +61,7 @@ def test_settled_job_plans_nothing() -> None:
 def test_restart_attempt_pods_are_made_with_the_current_attempt() -> None:
     job = make_mpijob("pi").workers(1).status(restart_count=2).obj()
     plan = run(job, observe(job))
-    assert created(plan) == ["Pod/pi-worker-0", "Pod/pi-launcher-2"]
+    assert created(plan) == ["Pod/pi-launcher-2", "Pod/pi-worker-0"]
     assert [o["metadata"]["labels"][names.ATTEMPT_LABEL] for o in plan.create] == ["2", "2"]
 
 
@@ -69,7 +69,7 @@ def test_existing_objects_not_recreated() -> None:
     job = make_mpijob("pi").workers(1).obj()
     plan = run(job, Observed(secret={"kind": "Secret"}, service={"kind": "Service"}))
     assert plan.create_ssh_secret is False
-    assert created(plan) == ["ConfigMap/pi-config", "Pod/pi-worker-0", "Pod/pi-launcher"]
+    assert created(plan) == ["ConfigMap/pi-config", "Pod/pi-launcher", "Pod/pi-worker-0"]
 
 
 def test_missing_worker_is_made_again() -> None:
@@ -89,10 +89,10 @@ def test_wait_for_workers_ready_ignores_ready_pods_of_an_old_attempt() -> None:
     assert deleted(plan) == ["pi-worker-0"]
 
 
-def test_at_startup_launcher_comes_with_workers() -> None:
+def test_at_startup_launcher_comes_first() -> None:
     job = make_mpijob("pi").workers(2).launcher_creation_policy("AtStartup").obj()
     plan = run(job, observe(job))
-    assert created(plan) == ["Pod/pi-worker-0", "Pod/pi-worker-1", "Pod/pi-launcher"]
+    assert created(plan) == ["Pod/pi-launcher", "Pod/pi-worker-0", "Pod/pi-worker-1"]
 
 
 def test_stale_attempt_pods_deleted_and_not_recreated_until_gone() -> None:
@@ -113,7 +113,7 @@ def test_stale_attempt_pods_deleted_and_not_recreated_until_gone() -> None:
 
     # Gone: made again, in the new attempt (whose launcher has its own name).
     plan = run(job, observe(job))
-    assert created(plan) == ["Pod/pi-worker-0", "Pod/pi-worker-1", "Pod/pi-launcher-1"]
+    assert created(plan) == ["Pod/pi-launcher-1", "Pod/pi-worker-0", "Pod/pi-worker-1"]
 
 
 def test_failed_launcher_of_the_last_attempt_is_kept_older_ones_go() -> None:

@@ -62,9 +62,10 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
 - apiGroups: [batch]
   resources: [jobs]
   verbs: [list, watch, delete]
+# patch: a repeated Event bumps the count of the one already made (client-go's event correlator).
 - apiGroups: [""]
   resources: [events]
-  verbs: [create]
+  verbs: [create, patch]
 {{- with .Values.gangScheduling }}
 # Gang scheduling: each job's PodGroup (created before its pods, patched as Worker.replicas changes, deleted
 # when suspended or finished).

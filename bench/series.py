@@ -1,0 +1,117 @@
+"""Floor and burst, repeated, with a quiet check: a figure is never taken from a loaded machine unawares.
+
+Before each repetition the 1-minute load average is compared with `--quiet-load` (default: half the CPUs);
+with `--quiet-wait S` the bench waits up to S seconds for it to come down. Every repetition records its load
+before and after and whether it started quiet. Each repetition is the same: the previous burst's namespace
+is deleted, the floor runs with no operator, then a fresh `mpiop run` takes the burst. The summary gives the
+median of each figure with its min and max (`<figure>_min`, `<figure>_max`, `<figure>_runs` in the JSON).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import statistics
+import time
+from pathlib import Path
+from typing import Any
+
+from bench.harness import delete_namespace
+from bench.operator import OperatorProcess
+from bench.phases import burst, floor
+from bench.report import Options, Report, load, log, profile_path
+from devcluster.simulated import SimulatedCluster
+from mpiop.kube.client import NAMESPACES, KubeClient
+
+SERIES = {
+    "floor_s": ("floor: every pod exists (s)", ""),
+    "burst_s": ("burst: every pod exists (s)", "<= 1.1 x floor"),
+    "burst_running_s": ("burst: every job Running (s)", "<= 1.15 x floor"),
+    "burst_succeeded_s": ("burst: every job Succeeded (s)", ""),
+    "burst_over_floor": ("burst / floor: every pod exists", "<= 1.1"),
+    "burst_running_over_floor": ("burst every job Running / floor every pod Running", "<= 1.15"),
+    "api_requests_per_job": ("burst: operator API requests per job", "<= 16"),
+}
+
+
+def one_minute_load() -> float:
+    return os.getloadavg()[0]
+
+
+async def quiet_check(opts: Options) -> bool:
+    """Wait (up to --quiet-wait) for the 1-minute load to be at most --quiet-load; whether it was."""
+    limit = opts.quiet_load if opts.quiet_load > 0 else (os.cpu_count() or 1) / 2
+    deadline = time.monotonic() + opts.quiet_wait
+    for _ in range(int(opts.quiet_wait // 5) + 1):
+        if one_minute_load() <= limit or time.monotonic() >= deadline:
+            break
+        await asyncio.sleep(5)
+    quiet = one_minute_load() <= limit
+    if not quiet:
+        log(f"NOT QUIET: 1-minute load average {one_minute_load():.2f} > {limit:.2f}; figures taken under load")
+    return quiet
+
+
+async def burst_namespaces(kube: KubeClient) -> list[str]:
+    listed = (await kube.list(NAMESPACES)).get("items", [])
+    return [n["metadata"]["name"] for n in listed if n["metadata"]["name"].startswith("bench-burst")]
+
+
+async def floor_and_burst(kube: KubeClient, cluster: SimulatedCluster, opts: Options, report: Report,
+                          logs: Path) -> OperatorProcess | None:
+    """Run the repetitions; leave the last one's operator running (for the big jobs), or None."""
+    runs: list[dict[str, Any]] = []
+    last = Report()
+    operator: OperatorProcess | None = None
+    for run in range(opts.repeat):
+        if run:
+            if operator is not None:
+                operator.stop()
+                operator = None
+            gone = await asyncio.gather(*(delete_namespace(kube, n) for n in await burst_namespaces(kube)))
+            log(f"run {run + 1}/{opts.repeat}: previous burst deleted in {max(gone, default=0):.1f}s")
+        quiet = await quiet_check(opts)
+        figures: dict[str, Any] = {"load_before": load(), "quiet": quiet}
+        scratch = Report()
+        if "floor" in opts.phases:
+            await floor(kube, opts, scratch)
+        if "burst" in opts.phases or ("big" in opts.phases and run == opts.repeat - 1):
+            operator = OperatorProcess(cluster.kubeconfig, logs / "operator.log", opts.operator_args,
+                                       profile_path(opts, f"burst-{run}"))
+            operator.start()
+            await operator.wait_synced()
+            await operator.wait_metrics()
+        if "burst" in opts.phases and operator is not None:
+            await burst(kube, operator, opts, scratch)
+        figures.update(scratch.figures, load_after=load())
+        if "floor_s" in figures and "burst_s" in figures:
+            figures["burst_over_floor"] = round(figures["burst_s"] / figures["floor_s"], 3)
+            # Jobs are Running once their pods are: the floor for that is the bare client's pods all Running.
+            figures["burst_running_over_floor"] = round(figures["burst_running_s"] / figures["floor_pods_running_s"], 3)
+        log(f"run {run + 1}/{opts.repeat}: load average {figures['load_before']} -> {figures['load_after']}"
+            f"{'' if quiet else ' (NOT QUIET)'}")
+        runs.append(figures)
+        last = scratch
+    summarize(report, runs, last)
+    return operator
+
+
+def summarize(report: Report, runs: list[dict[str, Any]], last: Report) -> None:
+    """Median of each figure over the runs, with min and max; the other figures of the last run as they were."""
+    for key, label, shown, target in last.rows:
+        if key not in SERIES:
+            report.add(key, last.figures[key], label, target, shown=shown, echo=False)
+    for key, value in last.figures.items():
+        if key not in SERIES:
+            report.figures.setdefault(key, value)
+    report.figures["runs"] = [{k: r[k] for k in ("load_before", "load_after", "quiet") if k in r} for r in runs]
+    report.figures["all_runs_quiet"] = all(r["quiet"] for r in runs)
+    for key, (label, target) in SERIES.items():
+        values = [r[key] for r in runs if key in r]
+        if not values:
+            continue
+        low, middle, high = min(values), statistics.median(values), max(values)
+        report.add(key, round(middle, 3), f"{label}, median of {len(values)}", target,
+                   shown=f"{middle:.2f} [{low:.2f}-{high:.2f}]" if len(values) > 1 else None)
+        report.figures[f"{key}_min"], report.figures[f"{key}_max"] = low, high
+        report.figures[f"{key}_runs"] = values

@@ -1,0 +1,69 @@
+"""mpiop.controller.reconciler.only_soft_writes: which plans may wait for a transition to ride along with."""
+
+from __future__ import annotations
+
+import pytest
+
+from mpiop.api.v2beta1 import ReplicaStatus
+from mpiop.controller.reconciler import only_soft_writes
+from mpiop.decide import decide
+from mpiop.plan import Event, Plan
+from tests.builders import at, make_mpijob, make_pod, observe
+
+JOB = make_mpijob("pi", "ns").workers(2).obj()
+
+
+def settled() -> Plan:
+    """A job with its pods made and Pending: its plan changes nothing."""
+    JOB.status = decide(JOB, observe(JOB), at(0)).status
+    return decide(JOB, observe(JOB, [make_pod(JOB, "launcher").obj(), make_pod(JOB, "worker", 0).obj(),
+                                     make_pod(JOB, "worker", 1).obj()]), at(1))
+
+
+def counts(plan: Plan) -> Plan:
+    plan.status.replica_statuses["Worker"] = ReplicaStatus(active=2, ready=1)
+    return plan
+
+
+CACHED = {"data": {"hostfile": "h", "discover_hosts.sh": "#!/bin/sh\n"}}
+
+
+def hostfile(plan: Plan) -> Plan:
+    """discover_hosts.sh lists a Running worker more."""
+    plan.update.append({"kind": "ConfigMap", "metadata": {"name": "pi-config"},
+                        "data": {"hostfile": "h", "discover_hosts.sh": "#!/bin/sh\necho w0:1\n"}})
+    return plan
+
+
+def host_ports(plan: Plan) -> Plan:
+    """The hostfile itself changes (host-network ports): the launcher may be waiting for it."""
+    plan.update.append({"kind": "ConfigMap", "metadata": {"name": "pi-config"},
+                        "data": {"hostfile": "h:2222", "discover_hosts.sh": "#!/bin/sh\n"}})
+    return plan
+
+
+def transition(plan: Plan) -> Plan:
+    plan.status.completion_time = at(5)
+    return plan
+
+
+@pytest.mark.parametrize(
+    ("change", "soft"),
+    [
+        (lambda p: p, False),
+        (counts, True),
+        (hostfile, True),
+        (lambda p: hostfile(counts(p)), True),
+        (lambda p: transition(counts(p)), False),
+        (lambda p: (p.events.append(Event("Normal", "R", "m")), counts(p))[1], False),
+        (lambda p: (p.delete.append(make_pod(JOB, "worker", 1).obj()), hostfile(p))[1], False),
+        (host_ports, False),
+    ],
+    ids=["nothing-to-write", "replica-counts", "discover-hosts", "both", "with-a-transition", "with-an-event",
+         "with-a-deletion", "the-hostfile-itself"],
+)
+def test_only_soft_writes(change: object, soft: bool) -> None:
+    plan = settled()
+    old = plan.status.model_copy(deep=True)
+    assert callable(change)
+    assert only_soft_writes(change(plan), old, CACHED) is soft
