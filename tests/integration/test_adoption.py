@@ -58,8 +58,12 @@ async def test_a_running_kubeflow_job_is_adopted_and_completed_without_a_pod_del
         assert list(operator.manager.caches.launcher_jobs.store) == [f"{cluster.ns}/pi-launcher"]
         info = next(m for m in metrics.JOBS.collect() if m.name == "mpi_operator_job_info")
         assert [s.labels for s in info.samples] == [{"launcher": "pi-launcher", "namespace": cluster.ns}]
-        events = await cluster.kube.request("GET", f"/api/v1/namespaces/{cluster.ns}/events")
-        assert [e["message"] for e in events["items"] if e["reason"] == "MPIJobAdopted"] == [
+
+        async def adopted_events() -> list[str]:  # Events are sent in the background, just after the status
+            events = await cluster.kube.request("GET", f"/api/v1/namespaces/{cluster.ns}/events")
+            return [e["message"] for e in events["items"] if e["reason"] == "MPIJobAdopted"]
+
+        assert await eventually(adopted_events, what="the MPIJobAdopted Event") == [
             f"MPIJob {cluster.ns}/pi is taken over from kubeflow/mpi-operator: its launcher Job pi-launcher runs on."]
         await asyncio.sleep(2.0)  # time enough to do anything wrong (it made a second launcher within 15 s)
         assert {n: p["metadata"]["uid"] for n, p in (await cluster.pods()).items()} == before
