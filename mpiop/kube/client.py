@@ -24,7 +24,7 @@ import aiohttp
 
 from mpiop import __version__
 from mpiop.kube.access import ClusterAccess, load_access
-from mpiop.kube.codec import ListSplitter, decode, encode
+from mpiop.kube.codec import ListSplitter, decode, decode_event, encode
 
 JSON = dict[str, Any]
 RequestObserver = Callable[[str, str, int, float], None]
@@ -316,7 +316,8 @@ class KubeClient:
                     idle_timeout: float | None = None) -> AsyncIterator[JSON]:
         """Yield watch events ({type, object}) as raw dicts until the server closes the stream.
 
-        `idle_timeout` is a watchdog: a stream silent for longer raises TimeoutError.
+        `idle_timeout` is a watchdog: a stream silent for longer raises TimeoutError. An event whose object
+        is too deep to decode carries codec.py's stub instead; a line that is not JSON raises ValueError.
         """
         path = resource.path(namespace)
         query = {
@@ -344,4 +345,4 @@ class KubeClient:
                 *lines, pending = pending.split(b"\n")
                 for line in lines:
                     if line.strip():
-                        yield cast(JSON, decode(line))
+                        yield cast(JSON, decode_event(line))

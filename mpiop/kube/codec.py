@@ -1,10 +1,18 @@
 """JSON in and out of the apiserver: orjson, the cyclic GC paused over big bodies, lists cut into items as
-they stream in (so 10,000 pods are never one 50 MB document in memory)."""
+they stream in (so 10,000 pods are never one 50 MB document in memory).
+
+One object that cannot be decoded must never take the others down: a custom resource may nest deeper than
+orjson's 1,024 levels (the stdlib's json stops at Python's recursion limit, lower still) wherever its schema
+preserves unknown fields. Such an item of a list, or such a watch event, becomes a *stub*: its identity
+(apiVersion, kind, metadata but managedFields), read from a copy cut off at a safe depth, and
+``UNDECODABLE: why``. The informer reports a stub and never caches it.
+"""
 
 from __future__ import annotations
 
 import contextlib
 import gc
+import re
 from collections.abc import Callable
 from typing import Any, cast
 
@@ -13,6 +21,11 @@ import orjson
 JSON = dict[str, Any]
 
 _BIG_BODY = 256 * 1024
+UNDECODABLE = "mpiop.dev/undecodable"
+"""The key a stub carries, with why its object could not be decoded."""
+_SALVAGE_DEPTH = 32
+# A JSON string (escapes included) or a bracket: enough to follow nesting without decoding anything.
+_TOKEN = re.compile(rb'"(?:[^"\\]|\\.)*"|[\[\]{}]')
 
 
 def decode(raw: bytes | str) -> Any:
@@ -32,6 +45,69 @@ def decode(raw: bytes | str) -> Any:
 
 def encode(obj: Any) -> bytes:
     return orjson.dumps(obj)
+
+
+def value_end(raw: bytes | bytearray, start: int = 0) -> int | None:
+    """Where the JSON object or array starting at `start` ends (one past its bracket); None if it does not."""
+    depth = 0
+    for token in _TOKEN.finditer(raw, start):
+        first = token.group()[:1]
+        if first in (b"{", b"["):
+            depth += 1
+        elif first in (b"}", b"]"):
+            depth -= 1
+            if depth == 0:
+                return token.end()
+    return None
+
+
+def truncated(raw: bytes | bytearray, max_depth: int = _SALVAGE_DEPTH) -> bytes:
+    """`raw` with every object or array nested deeper than `max_depth` replaced by null: decodable by orjson."""
+    out: list[bytes] = []
+    depth, copied, cut_at = 0, 0, -1
+    for token in _TOKEN.finditer(raw):
+        first = token.group()[:1]
+        if first in (b"{", b"["):
+            depth += 1
+            if depth == max_depth + 1 and cut_at < 0:
+                out.append(bytes(raw[copied:token.start()]))
+                cut_at = token.start()
+        elif first in (b"}", b"]"):
+            if depth == max_depth + 1 and cut_at >= 0:
+                out.append(b"null")
+                copied, cut_at = token.end(), -1
+            depth -= 1
+    out.append(bytes(raw[copied:]))
+    return b"".join(out)
+
+
+def stub(obj: Any, why: str) -> JSON | None:
+    """An object's identity, from its decoded (truncated) form, marked UNDECODABLE; None without a name."""
+    if not isinstance(obj, dict) or not isinstance(obj.get("metadata"), dict):
+        return None
+    if not isinstance(obj["metadata"].get("name"), str):
+        return None
+    meta = {k: v for k, v in obj["metadata"].items() if k != "managedFields"}
+    return {"apiVersion": obj.get("apiVersion"), "kind": obj.get("kind"), "metadata": meta, UNDECODABLE: why}
+
+
+def salvage(raw: bytes | bytearray, error: ValueError) -> JSON | None:
+    """A stub for a whole object that orjson refused (None if even its metadata cannot be read)."""
+    with contextlib.suppress(ValueError):
+        return stub(orjson.loads(truncated(raw)), str(error))
+    return None
+
+
+def decode_event(line: bytes) -> Any:
+    """One watch line; an event whose object is undecodable carries a stub instead (ValueError if no stub)."""
+    try:
+        return orjson.loads(line)
+    except orjson.JSONDecodeError as error:
+        with contextlib.suppress(ValueError):
+            event = orjson.loads(truncated(line))
+            if isinstance(event, dict) and (obj := stub(event.get("object"), str(error))) is not None:
+                return {"type": event.get("type"), "object": obj}
+        raise
 
 
 def list_metadata(raw: bytes) -> JSON | None:
@@ -60,7 +136,9 @@ class ListSplitter:
     `"metadata":{` (`{"metadata":{` for built-in kinds, `{"apiVersion":"g/v","kind":"K","metadata":{` for custom
     resources, whose keys are sorted). A nested object that happens to start the same way only makes a
     candidate that does not parse, and the cut moves on to the next one: every item handed out is exactly
-    one whole item. The list's metadata is read from before or after the items, whichever holds it.
+    one whole item. A candidate that is one whole JSON value and still does not parse (too deep) is handed
+    out as a stub (see the module), and the list goes on. The list's metadata is read from before or after
+    the items, whichever holds it.
     """
 
     def __init__(self, handle: Callable[[JSON], None]) -> None:
@@ -92,9 +170,11 @@ class ListSplitter:
             while (cut := self.buffer.find(self.signature, max(self.scan_from, start + 1))) >= 0:
                 try:
                     item = orjson.loads(self.buffer[start:cut])
-                except orjson.JSONDecodeError:
-                    self.scan_from = cut + 1  # a nested look-alike: the item goes on
-                    continue
+                except orjson.JSONDecodeError as error:
+                    if value_end(self.buffer[start:cut]) != cut - start:
+                        self.scan_from = cut + 1  # a nested look-alike: the item goes on
+                        continue
+                    item = self._salvaged(self.buffer[start:cut], error)
                 self.handle(item)
                 start, self.scan_from = cut + 1, cut + 2
             if start:
@@ -104,6 +184,25 @@ class ListSplitter:
             if enabled:
                 gc.enable()
 
+    @staticmethod
+    def _salvaged(raw: bytes | bytearray, error: ValueError) -> JSON:
+        item = salvage(raw, error)
+        if item is None:
+            raise ValueError(f"a list item can be neither decoded nor identified: {error}") from error
+        return item
+
+    def _items_one_by_one(self) -> None:
+        """Hand out the whole items at the buffer's start one at a time, undecodable ones as stubs."""
+        while self.buffer[:1] == b"{" and (end := value_end(self.buffer)) is not None:
+            try:
+                item = orjson.loads(self.buffer[:end])
+            except orjson.JSONDecodeError as error:
+                item = self._salvaged(self.buffer[:end], error)
+            self.handle(item)
+            del self.buffer[:end]
+            if self.buffer[:1] == b",":
+                del self.buffer[:1]
+
     def close(self) -> JSON:
         """The last item (or none) and the list's metadata, once the body is complete."""
         if not self.in_items:
@@ -112,7 +211,11 @@ class ListSplitter:
                 self.handle(item)
             return cast(JSON, whole.get("metadata") or {})
         # What is left is `last-item]` plus the list's closing fields: wrapped, it is a JSON object again.
-        rest = decode(b'{"items":[' + bytes(self.buffer))
+        try:
+            rest = decode(b'{"items":[' + bytes(self.buffer))
+        except orjson.JSONDecodeError:
+            self._items_one_by_one()  # one of the items left is undecodable
+            rest = decode(b'{"items":[' + bytes(self.buffer))
         for item in rest.get("items") or []:
             self.handle(item)
         self.buffer.clear()

@@ -3,7 +3,12 @@
 The shape of client-go's reflector + indexer, compact: one coroutine per informer lists (paginated),
 then watches from the list's resourceVersion with bookmarks. 410 Gone re-lists; a broken stream, or one
 silent for longer than the server's own timeout (the watchdog), is re-opened from the last version
-seen. Cached objects are trimmed to what the controller decides on, to keep memory flat at scale.
+seen. Failures are retried after client-go's reflector backoff (0.8 s doubling to 30 s, jittered, reset
+after 2 minutes without one), so an apiserver that is down is not hammered. A watch line that is not a
+watch event is logged and answered with a re-list; an object that cannot be decoded (codec.py's stubs) is
+reported through `on_undecodable` and never cached, so it cannot stop the others. Anything else (a bug)
+ends `run()` with the exception, for the process's supervisor to see.
+Cached objects are trimmed to what the controller decides on, to keep memory flat at scale.
 Writes the controller makes are fed back with `observe_write`, so the next reconcile sees them at once.
 """
 
@@ -11,7 +16,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import math
 import random
+import time
 from collections import OrderedDict, defaultdict
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -21,7 +28,7 @@ import aiohttp
 import structlog
 
 from mpiop.kube.client import JSON, ApiError, KubeClient, Resource
-from mpiop.kube.codec import decode, list_metadata
+from mpiop.kube.codec import UNDECODABLE, ListSplitter, list_metadata
 
 log = structlog.get_logger(__name__)
 
@@ -31,6 +38,38 @@ Indexer = Callable[[JSON], Iterable[str]]
 _MAX_TOMBSTONES = 10_000
 ChangeHandler = Callable[[JSON | None, JSON | None], None]
 """Called with (old, new): new is None on delete, old is None on add."""
+UndecodableHandler = Callable[[JSON], None]
+"""Called with the stub (codec.py) of an object that cannot be decoded, once per resourceVersion."""
+
+
+class BadWatchEventError(ValueError):
+    """A watch line that is JSON but not a watch event: the stream cannot be trusted, re-list."""
+
+
+@dataclass
+class Backoff:
+    """client-go's reflector backoff: `initial` doubling up to `cap`, each wait jittered up to twice as long,
+    back to `initial` once `reset_after` seconds passed without one (so at most one try per 30-60 s)."""
+
+    initial: float = 0.8
+    cap: float = 30.0
+    reset_after: float = 120.0
+    factor: float = 2.0
+    jitter: float = 1.0
+    clock: Callable[[], float] = time.monotonic
+    rand: Callable[[], float] = random.random
+    _duration: float = field(default=0.0, init=False)
+    _last: float = field(default=-math.inf, init=False)
+
+    def next(self) -> float:
+        """Seconds to wait before the next try."""
+        now = self.clock()
+        if now - self._last > self.reset_after:
+            self._duration = self.initial
+        self._last = now
+        wait = self._duration
+        self._duration = min(self._duration * self.factor, self.cap)
+        return wait + self.rand() * self.jitter * wait
 
 
 def object_key(obj: JSON) -> str:
@@ -84,6 +123,8 @@ class Informer:
     on_watch_restart: Callable[[str], None] | None = None
     # Objects a label selector cannot tell apart (e.g. by owner) are dropped, before trimming, unless accepted.
     accept: Accept | None = None
+    on_undecodable: UndecodableHandler | None = None
+    backoff: Backoff = field(default_factory=Backoff)
 
     store: dict[str, JSON] = field(default_factory=dict, init=False)
     indexes: dict[str, defaultdict[str, set[str]]] = field(default_factory=dict, init=False)
@@ -92,6 +133,8 @@ class Informer:
     _resource_version: str = field(default="", init=False)
     # key -> resourceVersion of its deletion, so a late answer to our own write can't bring back a ghost.
     _tombstones: OrderedDict[str, str] = field(default_factory=OrderedDict, init=False)
+    # key -> stub of each undecodable object present (reported once per resourceVersion).
+    undecodable: dict[str, JSON] = field(default_factory=dict, init=False)
 
     def __post_init__(self) -> None:
         self.indexes = {name: defaultdict(set) for name in self.indexers}
@@ -163,19 +206,18 @@ class Informer:
 
     # -- the loop ----------------------------------------------------------------------------------
     async def run(self) -> None:
-        backoff = 0.5
+        """List and watch until cancelled; raises only what is not a failure of the apiserver or its data."""
         while True:
             try:
                 await self._list()
-                backoff = 0.5
                 await self._watch_until_gone()
             except asyncio.CancelledError:
                 raise
             except (ApiError, aiohttp.ClientError, TimeoutError, ValueError, OSError) as error:
-                log.warning("informer error; re-listing", resource=self.resource.plural, error=str(error),
-                            retry_in=round(backoff, 2))
-                await asyncio.sleep(backoff * (1 + random.random() / 2))
-                backoff = min(backoff * 2, 30.0)
+                wait = self.backoff.next()
+                log.warning("informer error; re-listing", resource=self.resource.plural, error=str(error)[:500],
+                            error_type=type(error).__name__, retry_in=round(wait, 2))
+                await asyncio.sleep(wait)
 
     async def _list(self) -> None:
         """List, each object trimmed as it arrives, so a big list never sits in memory whole.
@@ -188,16 +230,21 @@ class Informer:
         prepares page n+1 while this process decodes and trims page n.
         """
         seen: dict[str, JSON] = {}
+        undecodable: dict[str, JSON] = {}
+
+        def keep(item: JSON) -> None:
+            item.setdefault("kind", self.resource.kind)
+            item.setdefault("apiVersion", self.resource.api_version)
+            if UNDECODABLE in item:
+                undecodable[object_key(item)] = item
+                return
+            if self.accept is not None and not self.accept(item):
+                return
+            trimmed = self.trim(item)
+            seen[object_key(trimmed)] = trimmed
+
         first_token: str | None = None
         if self.stats.lists == 0 and not self.store:
-            def keep(item: JSON) -> None:
-                item.setdefault("kind", self.resource.kind)
-                item.setdefault("apiVersion", self.resource.api_version)
-                if self.accept is not None and not self.accept(item):
-                    return
-                trimmed = self.trim(item)
-                seen[object_key(trimmed)] = trimmed
-
             try:
                 meta = await self.client.list_each(self.resource, self.namespace, keep, resourceVersion="0",
                                                    labelSelector=self.label_selector, limit=self.page_size)
@@ -208,7 +255,7 @@ class Informer:
                 first_token = meta.get("continue") or None  # no watch cache: etcd honoured the limit
                 if first_token is None:
                     self._resource_version = str(meta["resourceVersion"])
-                    self._replace(seen)
+                    self._replace(seen, undecodable)
                     return
         next_page: asyncio.Future[bytes] | None = asyncio.ensure_future(self._page(first_token))
         try:
@@ -218,36 +265,47 @@ class Informer:
                 head = list_metadata(raw)
                 if head is not None and head.get("continue"):
                     next_page = asyncio.ensure_future(self._page(str(head["continue"])))
-                page = decode(raw)
+                splitter = ListSplitter(keep)  # item by item: one undecodable item does not fail the page
+                splitter.feed(raw)
                 del raw
-                for item in page.pop("items", None) or []:
-                    item.setdefault("kind", self.resource.kind)
-                    item.setdefault("apiVersion", self.resource.api_version)
-                    if self.accept is not None and not self.accept(item):
-                        continue
-                    trimmed = self.trim(item)
-                    seen[object_key(trimmed)] = trimmed
-                continue_token = page.get("metadata", {}).get("continue")
+                page_meta = splitter.close()
+                continue_token = page_meta.get("continue")
                 if continue_token and next_page is None:  # the token was not found without decoding
                     next_page = asyncio.ensure_future(self._page(str(continue_token)))
                 if not continue_token:
-                    self._resource_version = page["metadata"]["resourceVersion"]
-                del page
+                    self._resource_version = str(page_meta["resourceVersion"])
         finally:
             if next_page is not None and not next_page.done():
                 next_page.cancel()
                 with contextlib.suppress(asyncio.CancelledError, Exception):
                     await next_page
-        self._replace(seen)
+        self._replace(seen, undecodable)
 
-    def _replace(self, seen: dict[str, JSON]) -> None:
+    def _replace(self, seen: dict[str, JSON], undecodable: dict[str, JSON]) -> None:
         """Make the cache what a complete list saw (handlers fire for what changed); the cache is synced."""
         self.stats.lists += 1
         for key in [k for k in self.store if k not in seen]:
             self._delete(key)
         for trimmed in seen.values():
             self._put(trimmed)
+        self.undecodable = {k: v for k, v in self.undecodable.items() if k in undecodable}
+        for stub in undecodable.values():
+            self._report(stub)
         self.synced.set()
+
+    def _report(self, stub: JSON) -> None:
+        """An undecodable object: reported once per resourceVersion, never cached (nor its older version)."""
+        key = object_key(stub)
+        self._delete(key)
+        version = stub["metadata"].get("resourceVersion")
+        known = self.undecodable.get(key)
+        if known is not None and known["metadata"].get("resourceVersion") == version:
+            return
+        self.undecodable[key] = stub
+        log.error("object cannot be decoded: skipped until it changes", resource=self.resource.plural, key=key,
+                  resource_version=version, error=str(stub[UNDECODABLE])[:300])
+        if self.on_undecodable is not None:
+            self.on_undecodable(stub)
 
     async def _page(self, continue_token: str | None) -> bytes:
         return await self.client.list_raw(
@@ -271,27 +329,41 @@ class Informer:
                     return
                 raise
             except (aiohttp.ClientError, TimeoutError) as error:
-                self._restarted(f"stream broke: {type(error).__name__}")
-                await asyncio.sleep(0.2)
+                wait = self.backoff.next()
+                self._restarted(f"stream broke: {type(error).__name__}: {error}", wait)
+                await asyncio.sleep(wait)
                 continue
             self._restarted("server closed the stream")
 
-    def _restarted(self, why: str) -> None:
+    def _restarted(self, why: str, wait: float = 0.0) -> None:
         self.stats.watch_restarts += 1
         if self.on_watch_restart is not None:
             self.on_watch_restart(self.resource.plural)
-        log.debug("watch restarted", resource=self.resource.plural, reason=why)
+        log.debug("watch restarted", resource=self.resource.plural, reason=why, retry_in=round(wait, 2))
 
-    def _handle(self, event: dict[str, Any]) -> bool:
+    @staticmethod
+    def _checked(event: Any) -> tuple[str, JSON]:
+        """(type, object) of a well-formed watch event; BadWatchEventError for anything else."""
+        if not isinstance(event, dict) or not isinstance(event.get("object"), dict):
+            raise BadWatchEventError(f"not a watch event: {str(event)[:200]}")
+        kind, obj = event.get("type"), event["object"]
+        if kind in ("ADDED", "MODIFIED", "DELETED") and not (
+                isinstance(obj.get("metadata"), dict) and isinstance(obj["metadata"].get("name"), str)):
+            raise BadWatchEventError(f"{kind} event without the object's metadata.name: {str(event)[:200]}")
+        if kind not in ("ADDED", "MODIFIED", "DELETED", "BOOKMARK", "ERROR"):
+            raise BadWatchEventError(f"unknown watch event type {kind!r}")
+        return str(kind), obj
+
+    def _handle(self, event: Any) -> bool:
         """Apply one watch event; True when the watch has expired and a re-list is due."""
-        kind, obj = event.get("type"), event.get("object", {})
+        kind, obj = self._checked(event)
         self.stats.events += 1
         if kind == "ERROR":
             if obj.get("code") == 410:
                 return True
             raise ApiError(int(obj.get("code", 500)), obj, "WATCH", self.resource.plural)
-        with contextlib.suppress(KeyError):
-            self._resource_version = obj["metadata"]["resourceVersion"]
+        with contextlib.suppress(KeyError, TypeError):
+            self._resource_version = str(obj["metadata"]["resourceVersion"])
         if kind == "BOOKMARK":
             return False
         obj.setdefault("kind", self.resource.kind)
@@ -301,9 +373,14 @@ class Informer:
             if deleted_at is not None and _older_or_equal(obj, deleted_at):
                 return False  # an event from before a deletion we already applied (our own, answered first)
             self._tombstones.pop(object_key(obj), None)
-            self._set(obj)
+            if UNDECODABLE in obj:
+                self._report(obj)
+            else:
+                self.undecodable.pop(object_key(obj), None)
+                self._set(obj)
         elif kind == "DELETED":
             key = object_key(obj)
+            self.undecodable.pop(key, None)
             self._delete(key)
             self._tombstone(key, str(obj.get("metadata", {}).get("resourceVersion", "")))
         return False
