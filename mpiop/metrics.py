@@ -54,6 +54,8 @@ API_LATENCY = Histogram(
 EVENTS = Counter("mpiop_events", "Events on MPIJobs by what became of them: created, updated (count bumped), "
                  "failed (not sent), dropped (too many waiting, or left at shutdown)", ["result"])
 WATCH_RESTARTS = Counter("mpiop_watch_restarts", "Watch streams re-opened", ["resource"])
+UNDECODABLE_OBJECTS = Counter("mpiop_undecodable_objects", "Objects (each version once) that could not be decoded "
+                              "and were skipped", ["kind"])
 PHASES = ("Pending", "Created", "Running", "Restarting", "Suspended", "Succeeded", "Failed")
 
 

@@ -2,7 +2,9 @@
 
 SIGTERM/SIGINT: stop taking work, finish in-flight reconciles, release the lease, exit 0. A leader that
 cannot renew its lease within the renew deadline cancels its workers at once and exits 1, like client-go's
-OnStoppedLeading, so the Pod restarts as a clean standby.
+OnStoppedLeading, so the Pod restarts as a clean standby. A background task that dies (an informer, a
+worker, the elector: see controller/supervisor.py) is logged, fails /healthz, and the process stops the
+same orderly way and exits 1, so Kubernetes restarts it.
 """
 
 from __future__ import annotations
@@ -21,10 +23,11 @@ import structlog
 from mpiop import logging as mpiop_logging
 from mpiop import metrics
 from mpiop.controller.manager import Manager, ManagerConfig
+from mpiop.controller.supervisor import Supervisor
 from mpiop.desired.hostnetwork import DEFAULT_PORT_RANGE, PortRange
 from mpiop.desired.podgroup import gang_scheduler
 from mpiop.kube.client import KubeClient
-from mpiop.leader import ElectionConfig, FencedClient, LeaderElector
+from mpiop.leader import ElectionConfig, FencedClient, LeaderElector, LeadershipLostError
 from mpiop.server import Checks, Servers, health_app, metrics_app
 
 log = structlog.get_logger(__name__)
@@ -124,10 +127,18 @@ def election_from_args(args: argparse.Namespace) -> ElectionConfig | None:
 
 
 async def supervise(manager: Manager, elector: LeaderElector | None, stop: asyncio.Event) -> int:
-    """Run the manager (behind the elector, if any) until `stop`; the process's exit code."""
+    """Run the manager (behind the elector, if any) until `stop`; the process's exit code.
+
+    1 when a background task died (the manager's supervisor stopped it) or the lease was lost.
+    """
+    supervisor = manager.supervisor
+    supervisor.stop_on_failure(stop)
     if elector is None:
-        await manager.run(stop)
-        return 0
+        try:
+            await manager.run(stop)
+        except Exception as error:  # the manager itself is supervised too
+            supervisor.fail("manager", error)
+        return 1 if supervisor.failures else 0
     release = asyncio.Event()  # set once the manager has finished: then the elector gives the lease up
     election = asyncio.create_task(elector.run(release), name="leader-election")
     work = asyncio.create_task(manager.run(stop, leading=elector.leading), name="manager")
@@ -136,13 +147,16 @@ async def supervise(manager: Manager, elector: LeaderElector | None, stop: async
         if work.done():
             release.set()
             await election
-            work.result()  # a crashed manager still released the lease, then fails the process
-            return 0
+            if (crashed := work.exception()) is not None:  # a crashed manager still released the lease
+                supervisor.fail("manager", crashed)
+            return 1 if supervisor.failures else 0
         # The election ended on its own: the lease is lost (or the elector crashed). Stop writing at once.
         work.cancel()
         await asyncio.gather(work, return_exceptions=True)
-        error = election.exception()
-        log.error("leader election lost: stopped reconciling, exiting", error=str(error))
+        ended = election.exception()
+        if ended is not None and not isinstance(ended, LeadershipLostError):
+            supervisor.fail("leader-election", ended)
+        log.error("leader election lost: stopped reconciling, exiting", error=str(ended))
         return 1
     finally:
         for task in (election, work):
@@ -151,6 +165,7 @@ async def supervise(manager: Manager, elector: LeaderElector | None, stop: async
 
 
 def _checks(manager: Manager, elector: LeaderElector | None) -> Checks:
+    tasks = manager.supervisor.healthz
     def synced() -> str | None:
         return None if manager.synced.is_set() else "informer caches not synced yet"
 
@@ -164,8 +179,8 @@ def _checks(manager: Manager, elector: LeaderElector | None) -> Checks:
             return None
         return "leading, but the lease was not renewed within the renew deadline"
 
-    return Checks(healthz={"ping": lambda: None, "leader-election": renewing},
-                  readyz={"informers": synced, "leader-election": standing})
+    return Checks(healthz={"ping": lambda: None, "background-tasks": tasks, "leader-election": renewing},
+                  readyz={"informers": synced, "background-tasks": tasks, "leader-election": standing})
 
 
 async def run(args: argparse.Namespace) -> int:
@@ -183,7 +198,7 @@ async def run(args: argparse.Namespace) -> int:
         args.kubeconfig, qps=0, burst=10, observer=metrics.observe_request, field_manager=args.field_manager)
     servers = Servers()
     try:
-        manager = Manager(client, config)
+        manager = Manager(client, config, Supervisor())
         await manager.preflight()
         elector = None
         if election is not None and lease_client is not None and isinstance(client, FencedClient):

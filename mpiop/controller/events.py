@@ -11,7 +11,8 @@ creations. A background task sends them, a few at a time, correlated as client-g
 
 Best effort, never silent: an Event that cannot be sent (after retries for transient errors) or that is
 dropped because too many are waiting is logged and counted in `mpiop_events_total{result}`; a lost Event
-never fails a reconcile.
+never fails a reconcile. Every Event recorded is also a log line carrying the job's key (kubeflow's
+recorder logs each one too), so the operator's log alone tells a job's story.
 """
 
 from __future__ import annotations
@@ -89,7 +90,14 @@ class EventRecorder:
 
     async def record(self, job: MPIJob, event: Event, now: dt.datetime) -> None:
         """Queue one Event (returns at once)."""
-        event, key = self._aggregate(job, event)
+        await self.record_on(_involved(job), event, now)
+
+    async def record_on(self, involved: dict[str, str], event: Event, now: dt.datetime) -> None:
+        """Queue one Event on any object, given as its reference (apiVersion, kind, name, namespace, uid)."""
+        (log.warning if event.type == "Warning" else log.info)(
+            "event", job=f"{involved['namespace']}/{involved['name']}", kind=involved["kind"], type=event.type,
+            reason=event.reason, message=event.message)
+        event, key = self._aggregate(involved, event)
         stamp = format_time(now)
         pending = self._pending.get(key)
         if pending is not None:
@@ -102,19 +110,20 @@ class EventRecorder:
             metrics.EVENTS.labels("dropped").inc(dropped.count)
             log.warning("event dropped: too many waiting to be sent", job=dropped.involved["name"],
                         reason=dropped.event.reason, waiting=len(self._pending))
-        self._pending[key] = _Pending(_involved(job), event, stamp, stamp)
+        self._pending[key] = _Pending(involved, event, stamp, stamp)
         self._idle.clear()
         self._wake.set()
         if self._task is None or self._task.done():
             self._task = asyncio.create_task(self._run(), name="event-recorder")
 
-    def _aggregate(self, job: MPIJob, event: Event) -> tuple[Event, Key]:
+    def _aggregate(self, involved: dict[str, str], event: Event) -> tuple[Event, Key]:
         """client-go's EventAggregator: many messages of one reason on one job become one combined Event.
 
         Returns the Event to send and its identity: the message for a plain Event, the reason alone for a
         combined one (so the next combined Event updates it instead of making another).
         """
-        key = (job.metadata.namespace, job.metadata.uid or job.key, event.type, event.reason)
+        key = (involved["namespace"], involved["uid"] or f"{involved['namespace']}/{involved['name']}", event.type,
+               event.reason)
         now = time.monotonic()
         similar = self._similar.get(key)
         if similar is None or now - similar.since > WINDOW_SECONDS:

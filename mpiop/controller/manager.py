@@ -4,6 +4,9 @@ Informer events enqueue the owning job's key; `workers` coroutines take keys off
 reconcile them (never one key in two workers at once); errors go back with per-key exponential backoff,
 timers (deadlines, TTLs) with a delayed add. Every `resync_seconds` all jobs are enqueued again.
 With leader election, informers start (and warm their caches) at once; workers only once `leading` is set.
+Every task runs under the Supervisor: one that dies stops the manager (and fails /healthz). An object an
+informer cannot decode is logged, counted (`mpiop_undecodable_objects_total`) and, by the working
+process, given a Warning Event; every other job goes on.
 """
 
 from __future__ import annotations
@@ -19,7 +22,8 @@ import structlog
 from mpiop import metrics, names, podstate
 from mpiop.controller.caches import OWNER_INDEX, Caches, owner_key, pod_group_api_missing
 from mpiop.controller.events import EventRecorder
-from mpiop.controller.reconciler import Reconciler
+from mpiop.controller.reconciler import Reconciler, utcnow
+from mpiop.controller.supervisor import Supervisor
 from mpiop.controller.workqueue import (
     BucketRateLimiter,
     ItemExponentialFailureRateLimiter,
@@ -30,7 +34,9 @@ from mpiop.controller.workqueue import (
 from mpiop.desired.hostnetwork import DEFAULT_PORT_RANGE, PortRange
 from mpiop.desired.podgroup import GangScheduler
 from mpiop.kube.client import JSON, ApiError, KubeClient
+from mpiop.kube.codec import UNDECODABLE
 from mpiop.kube.informer import object_key
+from mpiop.plan import Event
 
 log = structlog.get_logger(__name__)
 
@@ -72,9 +78,10 @@ class ManagerConfig:
 
 
 class Manager:
-    def __init__(self, client: KubeClient, config: ManagerConfig) -> None:
+    def __init__(self, client: KubeClient, config: ManagerConfig, supervisor: Supervisor | None = None) -> None:
         self.client = client
         self.config = config
+        self.supervisor = supervisor if supervisor is not None else Supervisor()
         self.caches = Caches.create(client, config.namespace, config.watch_timeout_seconds,
                                     on_watch_restart=metrics.observe_watch_restart,
                                     gang_scheduler=config.gang_scheduler)
@@ -98,6 +105,8 @@ class Manager:
         self.caches.jobs.handlers.append(self._on_job)
         for informer in self.caches.owned():
             informer.handlers.append(self._on_owned)
+        for informer in self.caches.all():
+            informer.on_undecodable = self._on_undecodable
 
     def _has_launcher(self, namespace: str, job: str) -> bool:
         """Any launcher pod of the job (each attempt's launcher has its own name), or an adopted job's
@@ -122,12 +131,31 @@ class Manager:
         if gang is not None and (missing := await pod_group_api_missing(self.client, gang)) is not None:
             raise SystemExit(missing)
 
+    def _on_undecodable(self, stub: JSON) -> None:
+        """The informer logged it and keeps it out of its cache: count it, and tell its owner (if working)."""
+        metrics.UNDECODABLE_OBJECTS.labels(str(stub.get("kind"))).inc()
+        if self.working:
+            self._undecodable_event(stub)
+
+    def _undecodable_event(self, stub: JSON) -> None:
+        meta = stub["metadata"]
+        if not meta.get("namespace") or not meta.get("uid"):
+            return  # nowhere to put an Event
+        involved = {"apiVersion": str(stub.get("apiVersion")), "kind": str(stub.get("kind")),
+                    "name": str(meta["name"]), "namespace": str(meta["namespace"]), "uid": str(meta["uid"])}
+        event = Event("Warning", "Undecodable", (
+            f"mpiop cannot decode this object and ignores it until it is changed or deleted ({stub[UNDECODABLE]}); "
+            "it nests deeper than JSON decoders accept, under a field its schema preserves unchanged"))
+        self.supervisor.spawn(self.recorder.record_on(involved, event, utcnow()),
+                              name=f"event-undecodable-{meta['name']}", daemon=False)
+
     async def run(self, stop: asyncio.Event, leading: asyncio.Event | None = None) -> None:
         """Run until `stop` is set; then finish in-flight reconciles and return.
 
         With `leading`, reconcile only once it is set (leader election); cancel the task to stop at once.
         """
-        informers = [asyncio.create_task(i.run(), name=f"informer-{i.resource.plural}") for i in self.caches.all()]
+        self.supervisor.stop_on_failure(stop)
+        informers = [self.supervisor.spawn(i.run(), name=f"informer-{i.resource.plural}") for i in self.caches.all()]
         workers: list[asyncio.Task[None]] = []
         try:
             started = time.monotonic()
@@ -141,8 +169,11 @@ class Manager:
                 if not await _until(asyncio.ensure_future(leading.wait()), stop):
                     return
             self.working = True
-            workers = [asyncio.create_task(self._work(), name=f"worker-{n}") for n in range(self.config.workers)]
-            resync = asyncio.create_task(self._resync(), name="resync")
+            for informer in self.caches.all():  # seen before this process was working: tell their owners now
+                for stub in informer.undecodable.values():
+                    self._undecodable_event(stub)
+            workers = [self.supervisor.spawn(self._work(), name=f"worker-{n}") for n in range(self.config.workers)]
+            resync = self.supervisor.spawn(self._resync(), name="resync")
             await stop.wait()
             resync.cancel()
             log.info("stopping: finishing in-flight reconciles")

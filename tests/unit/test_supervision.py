@@ -1,0 +1,92 @@
+"""The informer's retry schedule (client-go's reflector backoff) and the supervisor of background tasks."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from mpiop.controller.supervisor import Supervisor
+from mpiop.kube.informer import Backoff
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+@pytest.mark.parametrize(("rand", "expected"), [
+    (0.0, [0.8, 1.6, 3.2, 6.4, 12.8, 25.6, 30.0, 30.0]),
+    (0.999, [1.6, 3.2, 6.4, 12.8, 25.6, 51.2, 60.0, 60.0]),
+], ids=["no-jitter-draw", "largest-jitter-draw"])
+def test_the_backoff_doubles_from_0_8_s_to_30_s_each_wait_jittered_up_to_twice(rand: float,
+                                                                                 expected: list[float]) -> None:
+    clock = Clock()
+    backoff = Backoff(clock=clock, rand=lambda: rand)
+    waits = []
+    for _ in expected:
+        waits.append(backoff.next())
+        clock.now += waits[-1]  # the next failure comes right after the wait
+    assert waits == pytest.approx(expected, rel=1e-3)
+
+
+def test_the_backoff_starts_over_after_two_quiet_minutes() -> None:
+    clock = Clock()
+    backoff = Backoff(clock=clock, rand=lambda: 0.0)
+    assert [backoff.next() for _ in range(4)] == pytest.approx([0.8, 1.6, 3.2, 6.4])
+    clock.now += 119.0
+    assert backoff.next() == pytest.approx(12.8), "within 2 minutes of the last failure: keeps growing"
+    clock.now += 121.0
+    assert backoff.next() == pytest.approx(0.8)
+
+
+def test_a_reconnect_storm_is_at_most_a_few_tries_a_minute() -> None:
+    """The apiserver down for 5 minutes: client-go's reflector tries ~0.22 times a second at worst."""
+    clock = Clock()
+    backoff = Backoff(clock=clock)  # real jitter
+    tries = 0
+    while clock.now < 1300.0:
+        clock.now += backoff.next()
+        tries += 1
+    assert tries <= 20, tries  # 0.2 s fixed retries made 1,500 in the same 5 minutes
+
+
+async def test_a_daemon_that_dies_fails_health_and_sets_stop() -> None:
+    supervisor = Supervisor()
+    stop = asyncio.Event()
+    supervisor.stop_on_failure(stop)
+
+    async def informer() -> None:
+        await asyncio.sleep(0)
+        raise AttributeError("'list' object has no attribute 'get'")
+
+    supervisor.spawn(informer(), name="informer-mpijobs")
+    await asyncio.wait_for(stop.wait(), 5)
+    assert supervisor.healthz() == "informer-mpijobs died: AttributeError: 'list' object has no attribute 'get'"
+    late = asyncio.Event()
+    supervisor.stop_on_failure(late)
+    assert late.is_set(), "a stop registered after the failure is set at once"
+
+
+async def test_ends_that_are_not_failures() -> None:
+    supervisor = Supervisor()
+    stop = asyncio.Event()
+    supervisor.stop_on_failure(stop)
+    forever = supervisor.spawn(asyncio.sleep(3600), name="resync")
+    helper = supervisor.spawn(asyncio.sleep(0), name="event", daemon=False)
+    await helper
+    forever.cancel()
+    await asyncio.gather(forever, return_exceptions=True)
+    assert supervisor.healthz() is None and not stop.is_set()
+
+    stop.set()  # stopping: a worker that returns is doing what it was asked
+    await supervisor.spawn(asyncio.sleep(0), name="worker-0")
+    assert supervisor.healthz() is None
+
+    other = Supervisor()
+    other.stop_on_failure(asyncio.Event())
+    await other.spawn(asyncio.sleep(0), name="worker-1")  # a daemon that returns while not stopping
+    assert other.healthz() == "worker-1 ended"
