@@ -126,14 +126,19 @@ class _Converter:
         return out
 
     def embedded_object_meta(self, description: str | None, stack: tuple[str, ...]) -> JSON:
-        """A template's metadata: the fields a template may carry, and nothing else pruned away."""
+        """A template's metadata: the fields a template may carry, and nothing else.
+
+        No `x-kubernetes-preserve-unknown-fields`: a field preserved unchecked can nest a thousand levels
+        deep, past what JSON decoders accept (orjson stops at 1,024), and one such job would be unreadable
+        to every client that lists MPIJobs. Unknown fields are refused by `kubectl`'s strict field
+        validation and pruned, with a warning, for other clients.
+        """
         meta = self.schemas[_OBJECT_META]
         out: JSON = {"description": description or meta.get("description", ""), "type": "object"}
         out["properties"] = {
             field: self.convert(meta["properties"][field], (*stack, _OBJECT_META))
             for field in _EMBEDDED_META_FIELDS
         }
-        out["x-kubernetes-preserve-unknown-fields"] = True
         return out
 
     def convert(self, node: JSON, stack: tuple[str, ...]) -> JSON:

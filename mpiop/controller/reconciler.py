@@ -17,8 +17,8 @@ from __future__ import annotations
 import asyncio
 import datetime as dt
 import time
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Callable, Coroutine, Iterable
+from typing import Any, TypeVar
 
 import structlog
 
@@ -39,6 +39,21 @@ log = structlog.get_logger(__name__)
 JSON = dict[str, Any]
 RESOURCES: dict[str, Resource] = {"Pod": PODS, "ConfigMap": CONFIGMAPS, "Secret": SECRETS, "Service": SERVICES}
 SOFT_WRITE_DELAY = 5.0
+T = TypeVar("T")
+
+
+async def all_or_none(writes: Iterable[Coroutine[Any, Any, T]]) -> list[T]:
+    """Run `writes` at once; on the first failure cancel the others and wait for them, then raise it.
+
+    asyncio.gather would return at the first failure and leave its siblings writing after the reconcile
+    ended, racing the retry of the same job that the failure schedules.
+    """
+    try:
+        async with asyncio.TaskGroup() as group:
+            tasks = [group.create_task(write) for write in writes]
+    except ExceptionGroup as failed:
+        raise failed.exceptions[0] from None
+    return [task.result() for task in tasks]
 
 
 def utcnow() -> dt.datetime:
@@ -161,12 +176,12 @@ class Reconciler:
             creations.insert(0, objects.ssh_secret(job, private, public))
         if plan.pod_group is not None and (refused_group := await self._write_pod_group(job, plan)) is not None:
             return refused_group  # its pods are not created without it
-        refusals = await asyncio.gather(*(self._create(job, obj) for obj in creations))
+        refusals = await all_or_none(self._create(job, obj) for obj in creations)
         for obj in plan.update:
             updated = await self.client.patch(RESOURCES[obj["kind"]], job.metadata.namespace,
                                               obj["metadata"]["name"], {"data": obj["data"]})
             self.caches.informer_for(obj["kind"]).observe_write(updated)
-        await asyncio.gather(*(self._delete_pod(pod) for pod in plan.delete))
+        await all_or_none(self._delete_pod(pod) for pod in plan.delete)
         if plan.delete_launcher_job is not None:
             await self._delete_launcher_job(plan.delete_launcher_job)
         return next((r for r in refusals if r is not None), None)
