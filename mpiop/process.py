@@ -164,8 +164,9 @@ async def supervise(manager: Manager, elector: LeaderElector | None, stop: async
         await asyncio.gather(election, work, return_exceptions=True)
 
 
-def _checks(manager: Manager, elector: LeaderElector | None) -> Checks:
+def health_checks(manager: Manager, elector: LeaderElector | None) -> Checks:
     tasks = manager.supervisor.healthz
+
     def synced() -> str | None:
         return None if manager.synced.is_set() else "informer caches not synced yet"
 
@@ -206,7 +207,7 @@ async def run(args: argparse.Namespace) -> int:
                                     on_change=lambda leading: metrics.IS_LEADER.set(1 if leading else 0))
             client.may_write = elector.is_leader
         metrics.IS_LEADER.set(0 if elector is not None else 1)
-        await servers.start(health_app(_checks(manager, elector)), args.health_addr, "health probes")
+        await servers.start(health_app(health_checks(manager, elector)), args.health_addr, "health probes")
         await servers.start(metrics_app(), args.metrics_addr, "metrics")
         log.info("mpiop starting", namespace=args.namespace or "(all)", workers=args.workers,
                  gang_scheduling=args.gang_scheduling or "off",
