@@ -11,7 +11,7 @@ from typing import Any
 
 JSON = dict[str, Any]
 FLOOR_MANAGER = "bench.mpiop.dev/floor"  # a foreign managedBy: no mpiop ever acts on floor jobs
-PHASES = ("floor", "burst", "big", "qps50", "scale")
+PHASES = ("floor", "burst", "big", "sustained", "qps50", "scale")
 QPS50_ARGS = ["--kube-api-qps=50", "--kube-api-burst=100"]
 
 
@@ -30,6 +30,11 @@ class Options:
     nodes: int = 0
     operator_args: list[str] = field(default_factory=list)
     phases: tuple[str, ...] = PHASES
+    sustained_rates: tuple[float, ...] = (5.0,)
+    sustained_seconds: float = 300.0
+    sustained_run_seconds: float = 5.0
+    sustained_ttl: int = 20
+    sustained_report: float = 10.0
     keep_logs: Path | None = None
     profile: Path | None = None
     timeout: float = 900.0

@@ -10,6 +10,9 @@ Order and why:
            marks each launcher Succeeded as soon as its job is Running). API requests per job are read off
            the operator's own request counter.
 3. big     one job with 64 workers, then one with 256: create to launcher pod created.
+   sustained  jobs of 1 worker arrive at a steady rate (`--rates`, default 5/s, for `--sustained-seconds`),
+           run 5 s and are deleted by a 20 s TTL: queue depth and create -> first status percentiles over
+           time, and per rate (bench/sustained.py).
    qps50   the burst again (fresh namespace) with `--kube-api-qps=50 --kube-api-burst=100`, client-go's
            classic client-side limit (and mpiop's default until it was turned off): what such a limiter
            costs (burst_qps50_s, burst_qps50_over_floor).
@@ -42,6 +45,7 @@ from bench.operator import OperatorProcess, profile_summary
 from bench.phases import big_jobs, burst, scale
 from bench.report import PHASES, QPS50_ARGS, Options, Report, load, log, profile_path
 from bench.series import floor_and_burst
+from bench.sustained import sustained
 from devcluster.install import install_crd
 from devcluster.simulated import SimulatedCluster
 from mpiop.kube.client import KubeClient
@@ -50,7 +54,9 @@ from mpiop.kube.client import KubeClient
 def nodes_needed(opts: Options) -> int:
     if opts.nodes:
         return opts.nodes
-    peak = max(opts.jobs * (opts.workers + 1),
+    # A sustained job's 2 pods live from its creation to its TTL deletion (plus slack for a lagging operator).
+    sustained = max(opts.sustained_rates, default=0.0) * (opts.sustained_run_seconds + opts.sustained_ttl + 30) * 2
+    peak = max(opts.jobs * (opts.workers + 1), int(sustained),
                2 * opts.jobs + sum(opts.big) + 2 + opts.scale_jobs * (opts.scale_workers + 1))
     return math.ceil(peak * 1.1 / opts.pods_per_node) + 1
 
@@ -64,6 +70,14 @@ async def bench(cluster: SimulatedCluster, opts: Options, report: Report, logs: 
             operator = await floor_and_burst(kube, cluster, opts, report, logs)
         if "big" in opts.phases and operator is not None:
             await big_jobs(kube, operator, opts, report)
+        if "sustained" in opts.phases:
+            if operator is None:
+                operator = OperatorProcess(cluster.kubeconfig, logs / "operator.log", opts.operator_args,
+                                           profile_path(opts, "sustained"))
+                operator.start()
+                await operator.wait_synced()
+                await operator.wait_metrics()
+            await sustained(kube, operator, opts, report)
         if operator is not None:
             report.add("rss_mb_after_burst", round(operator.rss_mb(), 1),
                        "memory: operator RSS after the burst and big jobs (MB)")
@@ -108,7 +122,15 @@ def parse_args(argv: list[str] | None = None) -> Options:
     parser.add_argument("--operator-arg", action="append", default=[],
                         help="extra `mpiop run` flag for a what-if run, e.g. --operator-arg=--kube-api-qps=200")
     parser.add_argument("--phases", default=",".join(PHASES), help=f"subset of {','.join(PHASES)}")
-    parser.add_argument("--quick", action="store_true", help="a small run: 20x4 burst, 16/32 big, 100 scale jobs")
+    parser.add_argument("--rates", default="5", help="sustained: comma-separated arrival rates, jobs/s (5)")
+    parser.add_argument("--sustained-seconds", type=float, default=300.0, help="sustained: seconds per rate (300)")
+    parser.add_argument("--sustained-run-seconds", type=float, default=5.0,
+                        help="sustained: seconds each launcher runs before it succeeds (5)")
+    parser.add_argument("--sustained-ttl", type=int, default=20, help="sustained: ttlSecondsAfterFinished (20)")
+    parser.add_argument("--sustained-report", type=float, default=10.0,
+                        help="sustained: seconds between progress lines (10)")
+    parser.add_argument("--quick", action="store_true",
+                        help="a small run: 20x4 burst, 16/32 big, 2 jobs/s for 60 s, 100 scale jobs")
     parser.add_argument("--repeat", type=int, default=1,
                         help="floor and burst this many times; figures are median [min-max] (1)")
     parser.add_argument("--quiet-load", type=float, default=0.0,
@@ -125,9 +147,13 @@ def parse_args(argv: list[str] | None = None) -> Options:
                    latency_interval=args.latency_interval, pods_per_node=args.pods_per_node, nodes=args.nodes,
                    operator_args=args.operator_arg, phases=tuple(p for p in args.phases.split(",") if p),
                    keep_logs=args.keep_logs, profile=args.profile, repeat=max(args.repeat, 1),
-                   quiet_load=args.quiet_load, quiet_wait=args.quiet_wait)
+                   quiet_load=args.quiet_load, quiet_wait=args.quiet_wait,
+                   sustained_rates=tuple(float(r) for r in args.rates.split(",") if r),
+                   sustained_seconds=args.sustained_seconds, sustained_run_seconds=args.sustained_run_seconds,
+                   sustained_ttl=args.sustained_ttl, sustained_report=args.sustained_report)
     if args.quick:
         opts.jobs, opts.workers, opts.big, opts.scale_jobs, opts.latency_samples = 20, 4, (16, 32), 100, 40
+        opts.sustained_rates, opts.sustained_seconds = (2.0,), 60.0
     unknown = set(opts.phases) - set(PHASES)
     if unknown:
         parser.error(f"unknown phases {sorted(unknown)}")
