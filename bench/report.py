@@ -20,7 +20,7 @@ class Options:
     jobs: int = 200
     workers: int = 8
     concurrency: int = 32
-    reconcile_workers: int = 8
+    reconcile_workers: int = 32  # mpiop run --workers default
     big: tuple[int, ...] = (64, 256)
     scale_jobs: int = 1000
     scale_workers: int = 9

@@ -67,7 +67,7 @@ def _same_but_version(old: JSON, new: JSON) -> bool:
 @dataclass
 class ManagerConfig:
     namespace: str | None = None
-    workers: int = 8
+    workers: int = 32
     cluster_domain: str = ""
     port_range: PortRange = DEFAULT_PORT_RANGE
     resync_seconds: float = 300.0

@@ -22,9 +22,9 @@ def test_defaults_leave_the_client_side_limiter_off() -> None:
     args = parse()
     assert args.kube_api_qps == 0
     assert args.kube_api_burst == 100
-    assert args.workers == 8
+    assert args.workers == 32
     config = config_from_args(args)
-    assert config.workers == 8
+    assert config.workers == 32
     assert config.namespace is None
 
 
