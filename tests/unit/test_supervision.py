@@ -90,3 +90,28 @@ async def test_ends_that_are_not_failures() -> None:
     other.stop_on_failure(asyncio.Event())
     await other.spawn(asyncio.sleep(0), name="worker-1")  # a daemon that returns while not stopping
     assert other.healthz() == "worker-1 ended"
+
+
+async def test_a_failed_write_cancels_its_siblings_before_the_reconcile_returns() -> None:
+    """asyncio.gather returned at the first failure and left the other writes running after the reconcile."""
+    from mpiop.controller.reconciler import all_or_none
+
+    finished: list[str] = []
+    cancelled: list[str] = []
+
+    async def write(name: str, seconds: float, fail: bool = False) -> str:
+        try:
+            await asyncio.sleep(seconds)
+        except asyncio.CancelledError:
+            cancelled.append(name)
+            raise
+        if fail:
+            raise OSError(f"{name}: connection reset")
+        finished.append(name)
+        return name
+
+    assert await all_or_none([write("a", 0), write("b", 0.01)]) == ["a", "b"]
+    finished.clear()
+    with pytest.raises(OSError, match="pod-1: connection reset"):
+        await all_or_none([write("pod-0", 0), write("pod-1", 0.01, fail=True), write("pod-2", 30)])
+    assert finished == ["pod-0"] and cancelled == ["pod-2"], "nothing still writing once it returned"
