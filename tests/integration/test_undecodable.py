@@ -92,7 +92,9 @@ async def test_started_with_the_poison_job_present(control_plane: ControlPlane, 
         assert (await op.http(op.health_port, "/readyz"))[0] == 200
         skipped = [line for line in op.log_lines() if "object cannot be decoded" in line]
         assert len(skipped) == 1 and f"{cluster.ns}/poison" in skipped[0], skipped
-        print(f"\n{skipped[0][:400]}")
+        events = [line for line in op.log_lines() if '"event": "event"' in line and "Undecodable" in line]
+        assert events and f'"job": "{cluster.ns}/poison"' in events[0], "every Event is a log line with the job key"
+        print(f"\n{skipped[0][:400]}\n{events[0][:400]}")
         assert await cluster.condition("poison", "Created") is None, "the poison job is not acted upon"
         assert op.stop() == 0
     finally:
