@@ -251,6 +251,7 @@ class Informer:
             except ApiError as error:
                 log.info("list from the watch cache refused; listing page by page", error=str(error))
                 seen.clear()
+                undecodable.clear()
             else:
                 first_token = meta.get("continue") or None  # no watch cache: etcd honoured the limit
                 if first_token is None:
