@@ -7,6 +7,7 @@ two writes never loses a decision such as a counted restart.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -24,9 +25,31 @@ class Event:
     message: str
 
 
+@dataclass(frozen=True)
+class Refusal:
+    """The apiserver's answer to one creation that did not succeed: seen by the next decision like a pod is.
+
+    `code` 409 with reason AlreadyExists is an object of that name the job does not control (a squatter);
+    403, 400 and 422 are the apiserver (or an admission plugin) refusing the object itself.
+    """
+
+    kind: str
+    name: str
+    code: int
+    reason: str
+    message: str
+
+    @property
+    def name_taken(self) -> bool:
+        return self.code == 409 and self.reason == "AlreadyExists"
+
+
 @dataclass
 class Observed:
-    """The job's objects as the caches see them now."""
+    """The job's objects as the caches see them now, and what the apiserver answered to the last creations.
+
+    Lookups by name and by (attempt) are indexed once, so a decision stays linear in the number of pods.
+    """
 
     pods: list[Pod] = field(default_factory=list)
     config_map: JSON | None = None
@@ -40,27 +63,57 @@ class Observed:
     # status.failure_report.log_request names (decisions never do I/O).
     log_tails: dict[str, str] = field(default_factory=dict)
     pod_group: JSON | None = None  # only with gang scheduling on
+    refused: list[Refusal] = field(default_factory=list)
+    _states: list[podstate.State] | None = field(default=None, init=False, repr=False, compare=False)
+    _by_name: dict[str, Pod] | None = field(default=None, init=False, repr=False, compare=False)
+    _workers: dict[int, dict[int, tuple[podstate.State, Pod]]] = field(default_factory=dict, init=False,
+                                                                         repr=False, compare=False)
+
+    @property
+    def states(self) -> list[podstate.State]:
+        """Each pod's state, in the order of `pods` (read once)."""
+        if self._states is None:
+            self._states = [podstate.state(p) for p in self.pods]
+        return self._states
 
     def pod(self, name: str) -> Pod | None:
-        return next((p for p in self.pods if podstate.name(p) == name), None)
-
-    def pods_of_attempt(self, attempt: int) -> list[Pod]:
-        return [p for p in self.pods if podstate.attempt(p) == attempt]
+        if self._by_name is None:
+            self._by_name = {s.name: p for s, p in zip(self.states, self.pods, strict=True)}
+        return self._by_name.get(name)
 
     def launcher(self, job: MPIJob, attempt: int) -> Pod | None:
         """The attempt's launcher (each attempt's launcher has its own name)."""
         return self.pod(names.launcher_name(job, attempt))
 
+    def pods_of_attempt(self, attempt: int) -> list[Pod]:
+        return [p for s, p in zip(self.states, self.pods, strict=True) if s.attempt == attempt]
+
     def workers(self, job: MPIJob, attempt: int) -> dict[int, Pod]:
         """Current-attempt worker pods by worker index (the `-worker-<i>` of their names: the replica-index
         label counts from 1 with runLauncherAsWorker, and did not in kubeflow's releases before v0.8)."""
-        found: dict[int, Pod] = {}
-        for pod in self.pods:
-            index = names.worker_index(job, podstate.name(pod))
-            if (podstate.role(pod) == names.WORKER_ROLE and podstate.attempt(pod) == attempt and index is not None
-                    and podstate.replica_index(pod) is not None):
-                found[index] = pod
+        return {i: pod for i, (_, pod) in self._attempt_workers(job, attempt).items()}
+
+    def worker_states(self, job: MPIJob, attempt: int) -> dict[int, podstate.State]:
+        """The same workers' states."""
+        return {i: state for i, (state, _) in self._attempt_workers(job, attempt).items()}
+
+    def _attempt_workers(self, job: MPIJob, attempt: int) -> dict[int, tuple[podstate.State, Pod]]:
+        found = self._workers.get(attempt)
+        if found is None:
+            found = {}
+            for state, pod in zip(self.states, self.pods, strict=True):
+                if state.role != names.WORKER_ROLE or state.attempt != attempt or state.replica is None:
+                    continue
+                index = names.worker_index(job, state.name)
+                if index is not None:
+                    found[index] = (state, pod)
+            self._workers[attempt] = found
         return found
+
+    def workers_all(self, job: MPIJob, attempt: int, wanted: Callable[[podstate.State], bool]) -> bool:
+        """Whether every wanted worker (index below the job's count) of the attempt exists and is `wanted`."""
+        count = job.spec.worker_replicas
+        return sum(1 for i, (s, _) in self._attempt_workers(job, attempt).items() if i < count and wanted(s)) == count
 
 
 @dataclass(frozen=True)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from mpiop import names
 from mpiop.kube.trim import metadata as trimmed_metadata
@@ -109,6 +109,51 @@ def container_failure(pod: Pod) -> ContainerFailure | None:
                                     int(terminated["exitCode"]), str(terminated.get("message") or ""),
                                     previous=not current)
     return None
+
+
+class State(NamedTuple):
+    """What decisions read off one pod, read once: a 10,000-pod job is looked at many times per pass."""
+
+    name: str
+    role: str
+    replica: int | None  # the replica index label
+    attempt: int
+    phase: str
+    terminating: bool
+    ready: bool
+
+    @property
+    def running(self) -> bool:
+        return self.phase == "Running" and not self.terminating
+
+    @property
+    def active(self) -> bool:
+        return self.phase in ("Pending", "Running", "Unknown") and not self.terminating
+
+
+def state(pod: Pod) -> State:
+    """The same answers as the functions above, reading each field once (this runs for every pod, every pass)."""
+    meta = pod["metadata"]
+    labels = meta.get("labels") or {}
+    status = pod.get("status") or {}
+    pod_phase = str(status.get("phase") or "Pending")
+    terminating = bool(meta.get("deletionTimestamp"))
+    try:
+        index: int | None = int(labels[names.REPLICA_INDEX_LABEL])
+    except (KeyError, ValueError):
+        index = None
+    try:
+        pod_attempt = int(labels.get(names.ATTEMPT_LABEL, "0"))
+    except ValueError:
+        pod_attempt = -1
+    ready = False
+    if pod_phase == "Running" and not terminating:
+        for condition in status.get("conditions") or ():
+            if condition.get("type") == "Ready" and condition.get("status") == "True":
+                ready = True
+                break
+    return State(str(meta["name"]), labels.get(names.JOB_ROLE_LABEL, ""), index, pod_attempt, pod_phase,
+                 terminating, ready)
 
 
 def failed_container(pod: Pod) -> tuple[str, str, int] | None:

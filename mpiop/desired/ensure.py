@@ -7,7 +7,10 @@ name) only once no earlier worker remains. When the launcher comes is the launch
 (policies/launcher_creation); once it may, it is planned before the workers, so a big job's launcher does
 not wait behind hundreds of worker creations. On the host network, a pod whose port moved (a conflict) is
 made again on its new port, and the launcher also waits until the ConfigMap names every host-network pod's
-current port.
+current port. At most MAX_POD_CREATES_PER_PASS pods are planned per pass (then the job is looked at again at
+once), and the launcher only once every worker is planned, so a 10,000-worker job never holds the event loop
+for a whole build of its pods. (The reconciler still creates the launcher only after its workers were created:
+a worker name taken by someone else's pod must keep it from starting; see controller/reconciler.)
 """
 
 from __future__ import annotations
@@ -17,14 +20,16 @@ from mpiop.api.v2beta1 import MPIJob
 from mpiop.desired import hostnetwork, objects, pods
 from mpiop.plan import Observed, Plan
 
+MAX_POD_CREATES_PER_PASS = 500
 
-def _stale(job: MPIJob, pod: podstate.Pod, attempt: int) -> bool:
-    if podstate.attempt(pod) != attempt:
+
+def _stale(job: MPIJob, state: podstate.State, pod: podstate.Pod, attempt: int, worker_replicas: int) -> bool:
+    if state.attempt != attempt:
         return not podstate.is_kept_launcher(pod, attempt)
-    if podstate.role(pod) != names.WORKER_ROLE:
+    if state.role != names.WORKER_ROLE:
         return False
-    index = names.worker_index(job, podstate.name(pod))
-    return podstate.replica_index(pod) is None or index is None or index >= job.spec.worker_replicas
+    index = names.worker_index(job, state.name)
+    return state.replica is None or index is None or index >= worker_replicas
 
 
 def _ports(job: MPIJob, observed: Observed, attempt: int, port_range: hostnetwork.PortRange) -> hostnetwork.Ports:
@@ -45,8 +50,9 @@ def supporting_objects(plan: Plan, job: MPIJob, observed: Observed, cluster_doma
     if observed.service is None:
         plan.create.append(objects.service(job))
 
-    workers = observed.workers(job, attempt)
-    running = [i for i, p in workers.items() if i < job.spec.worker_replicas and podstate.is_running(p)]
+    workers = observed.worker_states(job, attempt)
+    count = job.spec.worker_replicas
+    running = [i for i, s in workers.items() if i < count and s.running]
     ports = _ports(job, observed, attempt, port_range)
     wanted = objects.config_map(job, running, cluster_domain, ports)
     if observed.config_map is None:
@@ -61,19 +67,28 @@ def job_pods(plan: Plan, job: MPIJob, observed: Observed, launcher_may_start: bo
     deleted first."""
     attempt = plan.status.restart_count or 0
     ports = _ports(job, observed, attempt, port_range)
-    plan.delete_pods([p for p in observed.pods if _stale(job, p, attempt)])
-    moved = [p for p in observed.pods if podstate.attempt(p) == attempt and _moved(job, p, ports)]
+    count = job.spec.worker_replicas
+    states = list(zip(observed.states, observed.pods, strict=True))
+    plan.delete_pods([p for s, p in states if _stale(job, s, p, attempt, count)])
+    moved = [p for s, p in states if s.attempt == attempt and _moved(job, p, ports)]
     if moved:
         # The launcher mounted the old port (its ssh would wait on it): it starts again with the new config.
         launcher = observed.launcher(job, attempt)
         plan.delete_pods(moved + ([launcher] if launcher is not None else []))
+    first_pod = len(plan.create)
+    budget = MAX_POD_CREATES_PER_PASS
+    prefix = names.worker_name(job, 0)[:-1]
+    for index in range(count):
+        if observed.pod(f"{prefix}{index}") is None:
+            if budget == 0:
+                plan.requeue_in(0)  # the rest next pass
+                return
+            plan.create.append(pods.worker_pod(job, index, attempt, cluster_domain, ports))
+            budget -= 1
     if observed.launcher(job, attempt) is None and launcher_may_start \
             and not _old_workers_remain(job, observed, attempt) \
             and hostnetwork.config_current(job, ports, observed.config_map, cluster_domain):
-        plan.create.append(pods.launcher_pod(job, attempt, cluster_domain, ports))
-    for index in range(job.spec.worker_replicas):
-        if observed.pod(names.worker_name(job, index)) is None:
-            plan.create.append(pods.worker_pod(job, index, attempt, cluster_domain, ports))
+        plan.create.insert(first_pod, pods.launcher_pod(job, attempt, cluster_domain, ports))
 
 
 def _old_workers_remain(job: MPIJob, observed: Observed, attempt: int) -> bool:

@@ -24,12 +24,27 @@ def _hosts(job: MPIJob, worker_indexes: Iterable[int], cluster_domain: str) -> l
     return hosts
 
 
+_HOSTFILES: dict[tuple[object, ...], str] = {}
+
+
 def hostfile(job: MPIJob, cluster_domain: str = "") -> str:
-    """Every host of the job, the launcher first when it also works."""
+    """Every host of the job, the launcher first when it also works.
+
+    Kept for the last few jobs' shapes: every reconcile compares it with the ConfigMap, and at 10,000 workers
+    building it is a fair share of a pass.
+    """
     slots = slots_per_worker(job)
     implementation = job.spec.effective_mpi_implementation
-    hosts = _hosts(job, range(job.spec.worker_replicas), cluster_domain)
-    return "".join(f"{host_line(implementation, h, slots)}\n" for h in hosts)
+    key = (job.metadata.namespace, job.metadata.name, job.spec.worker_replicas, bool(job.spec.run_launcher_as_worker),
+           slots, implementation, cluster_domain)
+    found = _HOSTFILES.get(key)
+    if found is None:
+        hosts = _hosts(job, range(job.spec.worker_replicas), cluster_domain)
+        found = "".join(f"{host_line(implementation, h, slots)}\n" for h in hosts)
+        if len(_HOSTFILES) >= 64:
+            _HOSTFILES.pop(next(iter(_HOSTFILES)))
+        _HOSTFILES[key] = found
+    return found
 
 
 def discover_hosts(job: MPIJob, running_worker_indexes: Iterable[int], cluster_domain: str = "") -> str:

@@ -6,7 +6,6 @@ the current attempt is Ready, so mpirun never starts against a worker whose sshd
 
 from __future__ import annotations
 
-from mpiop import podstate
 from mpiop.api.v2beta1 import MPIJob
 from mpiop.plan import Observed
 
@@ -14,5 +13,4 @@ from mpiop.plan import Observed
 def launcher_may_start(job: MPIJob, observed: Observed, attempt: int) -> bool:
     if job.spec.effective_launcher_creation_policy == "AtStartup":
         return True
-    workers = observed.workers(job, attempt)
-    return all(i in workers and podstate.is_ready(workers[i]) for i in range(job.spec.worker_replicas))
+    return observed.workers_all(job, attempt, lambda s: s.ready)

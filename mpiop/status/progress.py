@@ -32,8 +32,7 @@ def mark_running(plan: Plan, job: MPIJob, observed: Observed, now: dt.datetime) 
 def mark_running_if_workers_run(plan: Plan, job: MPIJob, observed: Observed, now: dt.datetime) -> None:
     """Running once every worker of the current attempt runs (the caller has seen its launcher run)."""
     status = plan.status
-    workers = observed.workers(job, status.restart_count or 0)
-    if all(i in workers and podstate.is_running(workers[i]) for i in range(job.spec.worker_replicas)):
+    if observed.workers_all(job, status.restart_count or 0, lambda s: s.running):
         message = f"MPIJob {job.key} is running."
         if c.set_condition(status, "Running", "True", c.RUNNING_REASON, message, now):
             plan.event("Normal", c.RUNNING_REASON, message)
@@ -59,12 +58,13 @@ def replica_statuses(job: MPIJob, observed: Observed) -> dict[ReplicaType, Repli
         if job.spec.mpi_replica_specs.get(replica_type) is None:
             continue
         # An adopted job's launcher pods are its kubeflow launcher Job's.
-        pods = [p for p in observed.pods + observed.launcher_job_pods if podstate.role(p) == role]
+        states = [s for s in observed.states + [podstate.state(p) for p in observed.launcher_job_pods]
+                  if s.role == role]
         counts[replica_type] = ReplicaStatus(
-            active=sum(podstate.is_active(p) for p in pods),
-            succeeded=sum(podstate.phase(p) == "Succeeded" for p in pods),
-            failed=sum(podstate.phase(p) == "Failed" for p in pods),
-            ready=sum(podstate.is_ready(p) for p in pods),
+            active=sum(1 for s in states if s.active),
+            succeeded=sum(1 for s in states if s.phase == "Succeeded"),
+            failed=sum(1 for s in states if s.phase == "Failed"),
+            ready=sum(1 for s in states if s.ready),
             selector=names.selector_string(job, role),
         )
     return counts

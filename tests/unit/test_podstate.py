@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from mpiop import podstate
+from mpiop import names, podstate
 from mpiop.desired import pods
 from tests.builders import PodBuilder, make_mpijob, make_pod
 
@@ -198,3 +198,22 @@ def test_builder_pods_match_desired_pods(role: str, index: int) -> None:
 def test_make_pod_rejects_unknown_role() -> None:
     with pytest.raises(ValueError, match="role"):
         make_pod(JOB, "Worker")
+
+
+def test_state_reads_what_the_single_functions_read() -> None:
+    """podstate.state is the one-pass form of name/role/replica_index/attempt/phase/is_terminating/is_ready."""
+    job = make_mpijob("pi").obj()
+    pods = [
+        make_pod(job, "worker", 3, attempt=2).ready().obj(),
+        make_pod(job, "worker", 1).running().obj(),
+        make_pod(job, "launcher").succeeded().obj(),
+        make_pod(job, "worker", 0).ready().terminating().obj(),
+        make_pod(job, "worker", 2).failed().label(names.REPLICA_INDEX_LABEL, "x").label(names.ATTEMPT_LABEL, "y").obj(),
+        {"metadata": {"name": "bare"}},
+    ]
+    for pod in pods:
+        state = podstate.state(pod)
+        assert state == (podstate.name(pod), podstate.role(pod), podstate.replica_index(pod), podstate.attempt(pod),
+                         podstate.phase(pod), podstate.is_terminating(pod), podstate.is_ready(pod))
+        assert state.running == podstate.is_running(pod)
+        assert state.active == podstate.is_active(pod)
