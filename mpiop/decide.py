@@ -3,6 +3,9 @@
     finished by kubeflow's operator? -> left exactly as it is
     finished?    -> TTL, clean-up (kubeflow's launcher Job too), counts; nothing else
     bad forward-env annotation? -> Failed ValidationError                      (policies/forward_env)
+    too big?     -> Failed ValidationError
+    refused?     -> Failed ValidationError (the template is wrong), else ReplicaFailure and retry
+    name taken?  -> ReplicaFailure ErrResourceExists (the reconciler then starts nothing)
     (always)     -> SSH Secret, Service, hostfile ConfigMap
     suspended?   -> pods (and kubeflow's launcher Job) deleted, Suspended
     deadline?    -> Failed DeadlineExceeded, clean-up
@@ -17,8 +20,8 @@
     gang?        -> its PodGroup made before any pod and the new pods put in it; deleted while suspended
                     or finished; why the gang waits in Running=False (policies/gang, --gang-scheduling)
 
-After the plan is carried out, a create the apiserver refuses as invalid fails the job once with
-ValidationError (policies/refused, applied by the reconciler: the refusal is only known after the write).
+What the apiserver answered to the last pass's creations that failed (refused, or the name taken by an
+object the job does not control) is observed like the pods are: the reconciler keeps it for the next pass.
 """
 
 from __future__ import annotations
@@ -38,11 +41,14 @@ from mpiop.policies import (
     forward_env,
     gang,
     launcher_creation,
+    ownership,
+    refused,
+    size,
     success,
     suspend,
     ttl,
 )
-from mpiop.status import progress
+from mpiop.status import progress, replica_failure
 
 
 def decide(job: MPIJob, observed: Observed, now: dt.datetime, cluster_domain: str = "",
@@ -65,6 +71,10 @@ def _decide(plan: Plan, job: MPIJob, observed: Observed, now: dt.datetime, clust
             port_range: PortRange) -> None:
     if plan.status.finished or forward_env.apply(plan, job, now):
         return
+    if size.apply(plan, job, now) or refused.apply(plan, job, observed, now):
+        return
+    if not ownership.apply(plan, job, observed, now) and not observed.refused:
+        replica_failure.clear(plan, job.key, now)
     ensure.supporting_objects(plan, job, observed, cluster_domain, port_range)
     if suspend.apply(plan, job, observed, now):
         adoption.retire(plan, observed)

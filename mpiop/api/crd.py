@@ -242,6 +242,11 @@ def spec_schema(pod_template: JSON) -> JSON:
         name: {**copy.deepcopy(replica), "description": f"{description} {replica['description']}"}
         for name, description in REPLICA_DESCRIPTIONS.items()
     }
+    # The size mpiop is tested at: a bigger job is refused at admission, naming the field, rather than
+    # letting one tenant's job exhaust the operator's memory (every pod is cached).
+    workers = replica_specs["properties"]["Worker"]["properties"]["replicas"]
+    workers["maximum"] = v2beta1.MAX_WORKER_REPLICAS
+    workers["description"] += f" At most {v2beta1.MAX_WORKER_REPLICAS:,} workers (the largest job mpiop is tested at)."
     minimum_resources = spec["properties"]["runPolicy"]["properties"]["schedulingPolicy"]["properties"]
     minimum_resources["minResources"]["additionalProperties"]["pattern"] = QUANTITY_PATTERN
     spec["x-kubernetes-validations"] = copy.deepcopy(SPEC_RULES)

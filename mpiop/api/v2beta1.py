@@ -29,11 +29,15 @@ RestartPolicy = Literal["Always", "OnFailure", "Never", "ExitCode"]
 CleanPodPolicy = Literal["None", "Running", "All"]
 LauncherCreationPolicy = Literal["AtStartup", "WaitForWorkersReady"]
 MPIImplementation = Literal["OpenMPI", "Intel", "MPICH"]
-ConditionType = Literal["Created", "Running", "Restarting", "Succeeded", "Failed", "Suspended"]
+# ReplicaFailure is mpiop's, as a ReplicaSet's: True while the job's objects cannot be created.
+ConditionType = Literal["Created", "Running", "Restarting", "Succeeded", "Failed", "Suspended", "ReplicaFailure"]
 ConditionStatus = Literal["True", "False", "Unknown"]
 
 DEFAULT_SSH_AUTH_MOUNT_PATH = "/root/.ssh"
 DEFAULT_BACKOFF_LIMIT = 6  # what a batch/v1 Job (kubeflow's launcher) defaults to
+# The largest job mpiop is tested at (bench/huge.py): the CRD refuses more workers at admission, and a job
+# stored before that bound is failed with ValidationError instead of being attempted.
+MAX_WORKER_REPLICAS = 10_000
 
 # Kubeflow's Go types use int32 for counts and int64 for activeDeadlineSeconds; the CRD says so too, so a
 # manifest that kubeflow's apiserver schema rejects is rejected here as well.
@@ -238,7 +242,11 @@ class JobCondition(ApiModel):
     """One observed state of the job; `kubectl wait --for=condition=Succeeded` reads these."""
 
     type: ConditionType = Field(
-        description="Type of the condition: Created, Running, Restarting, Succeeded, Failed or Suspended."
+        description=(
+            "Type of the condition: Created, Running, Restarting, Succeeded, Failed or Suspended; mpiop also sets "
+            "ReplicaFailure (True while an object of the job cannot be created: the reason and message say which "
+            "and why)."
+        )
     )
     status: ConditionStatus = Field(description="Status of the condition: True, False or Unknown.")
     reason: str | None = Field(default=None, description="A CamelCase reason for the last transition.")

@@ -1,8 +1,12 @@
 """Reconcile one MPIJob: read the caches, decide (pure), carry the plan out, status first.
 
-Writes are idempotent and only what differs: names are deterministic (AlreadyExists and NotFound are
-success), the status is written only when it changed, and every answer to our own writes is fed back
-into the caches so the next pass does not act on what it just did.
+Writes are idempotent and only what differs: names are deterministic, the status is written only when it
+changed, and every answer to our own writes is fed back into the caches so the next pass does not act on what
+it just did. Creations that do not succeed (refused, or AlreadyExists by an object the job does not control)
+are what the next decision observes, like pods: it fails the job or shows why and retries. Creations go in
+kubeflow's order, each step only once the one before succeeded whole: Secret, ConfigMap and Service; workers;
+launcher. So no pod mounts a squatter's key or hostfile, and no launcher calls a squatter's pod. Writes run
+through a few coroutines at a time (not one task per pod), so a 10,000-pod pass never stalls the event loop.
 
 Few requests per job: a pass whose only writes are soft (replica counts in status, the hostfile's
 discover_hosts.sh as workers come and go) waits up to SOFT_WRITE_DELAY for a real transition to ride
@@ -17,7 +21,7 @@ from __future__ import annotations
 import asyncio
 import datetime as dt
 import time
-from collections.abc import Callable, Coroutine, Iterable
+from collections.abc import Awaitable, Callable, Coroutine, Iterable
 from typing import Any, TypeVar
 
 import structlog
@@ -32,13 +36,14 @@ from mpiop.desired import objects
 from mpiop.desired.hostnetwork import DEFAULT_PORT_RANGE, PortRange
 from mpiop.desired.podgroup import GangScheduler
 from mpiop.kube.client import CONFIGMAPS, JOBS, MPIJOBS, PODS, SECRETS, SERVICES, ApiError, KubeClient, Resource
-from mpiop.plan import Observed, Plan
-from mpiop.policies import adoption, managed_by, refused
+from mpiop.plan import Observed, Plan, Refusal
+from mpiop.policies import adoption, managed_by
 
 log = structlog.get_logger(__name__)
 JSON = dict[str, Any]
 RESOURCES: dict[str, Resource] = {"Pod": PODS, "ConfigMap": CONFIGMAPS, "Secret": SECRETS, "Service": SERVICES}
 SOFT_WRITE_DELAY = 5.0
+WRITES_PER_PASS = 32  # coroutines carrying out one pass's creations or deletions
 T = TypeVar("T")
 
 
@@ -108,6 +113,8 @@ class Reconciler:
         self.write_limit = asyncio.Semaphore(write_concurrency)
         self.log_tails = LogTails(client)
         self.gang_scheduler = gang_scheduler
+        # What the apiserver answered to each job's last creations that did not succeed: (job uid, refusals).
+        self.refused: dict[str, tuple[str, list[Refusal]]] = {}
         self._soft_since: dict[str, float] = {}  # job key -> when its waiting soft writes were first seen
 
     def _soft_wait(self, job: MPIJob, plan: Plan, observed: Observed) -> float | None:
@@ -128,6 +135,7 @@ class Reconciler:
         raw = self.caches.jobs.get(key)
         if raw is None:
             self._soft_since.pop(key, None)
+            self.refused.pop(key, None)
             return None  # deleted: the garbage collector removes what it owned
         job = MPIJob.model_validate(raw)
         if job.metadata.deletion_timestamp is not None or not managed_by.is_ours(job):
@@ -135,6 +143,8 @@ class Reconciler:
         now = self.clock()
         observed = self.caches.observed(job)
         await self.log_tails.fill(job, observed)  # the failure report's one I/O: a failed container's log
+        uid, seen = self.refused.get(key, ("", []))
+        observed.refused = seen if uid == job.metadata.uid else []
         plan = decide(job, observed, now, self.cluster_domain, self.port_range, self.gang_scheduler)
         if plan.delete_job:
             await self._delete_job(job)
@@ -143,13 +153,13 @@ class Reconciler:
         if wait is not None:
             return wait if plan.requeue_after is None else min(wait, plan.requeue_after)
         await self._write_status(job, plan, now)
-        refusal = await self._apply_objects(job, plan)
-        if refusal is not None:
-            kind, name, message = refusal
-            failed = Plan(status=plan.status.model_copy(deep=True))
-            refused.apply(failed, job, kind, name, message, now)
-            await self._write_status(job.model_copy(update={"status": plan.status}), failed, now)
-            return None
+        refusals = await self._apply_objects(job, plan)
+        if refusals:
+            self.refused[key] = (job.metadata.uid, refusals)
+        else:
+            self.refused.pop(key, None)
+        if refusals != observed.refused:
+            return 0.0  # decide again at once: the next pass reports (or clears) what the apiserver said
         return plan.requeue_after
 
     # -- status ------------------------------------------------------------------------------------
@@ -168,52 +178,65 @@ class Reconciler:
             await self.recorder.record(job, event, now)
 
     # -- objects -----------------------------------------------------------------------------------
-    async def _apply_objects(self, job: MPIJob, plan: Plan) -> tuple[str, str, str] | None:
-        """Carry out creations, updates and deletions; return (kind, name, message) of a refused object."""
-        creations = list(plan.create)
-        if plan.create_ssh_secret:  # first in line for a connection, but not a round trip ahead of the rest
+    async def _apply_objects(self, job: MPIJob, plan: Plan) -> list[Refusal]:
+        """Carry out creations (in order, stopping at a step with refusals), updates and deletions."""
+        supporting = [obj for obj in plan.create if obj["kind"] != "Pod"]
+        if plan.create_ssh_secret:
             private, public = ssh.generate_key_pair(comment=f"mpiop@{job.key}")
-            creations.insert(0, objects.ssh_secret(job, private, public))
-        if plan.pod_group is not None and (refused_group := await self._write_pod_group(job, plan)) is not None:
-            return refused_group  # its pods are not created without it
-        refusals = await all_or_none(self._create(job, obj) for obj in creations)
+            supporting.insert(0, objects.ssh_secret(job, private, public))
+        workers = [obj for obj in plan.create if obj["kind"] == "Pod" and not _is_launcher(obj)]
+        launchers = [obj for obj in plan.create if obj["kind"] == "Pod" and _is_launcher(obj)]
+        refusals = await self._create_all(job, supporting)
+        if not refusals and plan.pod_group is not None:  # its pods are not created without it
+            refused_group = await self._write_pod_group(job, plan)
+            refusals = [refused_group] if refused_group is not None else []
+        for step in (workers, launchers):
+            if refusals:
+                break
+            refusals = await self._create_all(job, step)
         for obj in plan.update:
             updated = await self.client.patch(RESOURCES[obj["kind"]], job.metadata.namespace,
                                               obj["metadata"]["name"], {"data": obj["data"]})
             self.caches.informer_for(obj["kind"]).observe_write(updated)
-        await all_or_none(self._delete_pod(pod) for pod in plan.delete)
+        await _each(plan.delete, self._delete_pod)
         if plan.delete_launcher_job is not None:
             await self._delete_launcher_job(plan.delete_launcher_job)
-        return next((r for r in refusals if r is not None), None)
+        return refusals
 
-    async def _create(self, job: MPIJob, obj: JSON) -> tuple[str, str, str] | None:
+    async def _create_all(self, job: MPIJob, objs: list[JSON]) -> list[Refusal]:
+        """Create these (no new one after a refusal: the rest would be refused too); the refusals."""
+        return [r for r in await _each(objs, lambda obj: self._create(job, obj), stop_on_result=True) if r is not None]
+
+    async def _create(self, job: MPIJob, obj: JSON) -> Refusal | None:
         kind, name = obj["kind"], obj["metadata"]["name"]
         async with self.write_limit:
             try:
                 created = await self.client.create(RESOURCES[kind], obj["metadata"]["namespace"], obj)
             except ApiError as error:
-                if error.already_exists:
-                    if kind != "Pod":
-                        await self._claim(job, kind, name)
-                    return None
-                if error.invalid:
-                    return kind, name, error.message
+                if error.already_exists and (self._controls(job, kind, name)
+                                             or (kind != "Pod" and await self._claim(job, kind, name))):
+                    return None  # ours: in the cache by now, or kubeflow's operator made it for this job
+                if error.already_exists or error.invalid or error.status == 403:
+                    log.info("creation refused", kind=kind, name=name, code=error.status, error=error.message)
+                    return Refusal(kind, name, error.status, error.reason, error.message)
                 raise
         self.caches.informer_for(kind).observe_write(created)
         return None
 
-    async def _claim(self, job: MPIJob, kind: str, name: str) -> None:
+    async def _claim(self, job: MPIJob, kind: str, name: str) -> bool:
         """An object of this name exists but is not in the cache: label it as ours if this job controls it
-        (kubeflow's operator made it), so the informer sees it from now on. Anything else is left alone."""
+        (kubeflow's operator made it), so the informer sees it from now on; True if so. Anything else is left
+        alone (and reported by the ownership policy)."""
         try:
             claimed = await self.client.patch(RESOURCES[kind], job.metadata.namespace, name,
                                               adoption.claim_patch(job), patch_type="json")
         except ApiError as error:
             if error.status in (400, 404, 409, 422):  # not this job's (the patch's test failed), or gone
-                return
+                return False
             raise
         self.caches.informer_for(kind).observe_write(claimed)
         log.info("claimed an object kubeflow's operator made", kind=kind, name=name)
+        return True
 
     async def _delete_launcher_job(self, launcher_job: JSON) -> None:
         """kubeflow's launcher Job of an adopted job, with its pods (the garbage collector deletes them)."""
@@ -227,8 +250,8 @@ class Reconciler:
         self.caches.launcher_jobs.observe_delete(f"{meta['namespace']}/{meta['name']}")
         log.info("deleted kubeflow's launcher Job", name=meta["name"])
 
-    async def _write_pod_group(self, job: MPIJob, plan: Plan) -> tuple[str, str, str] | None:
-        """Create, patch or delete the job's PodGroup (before any pod); (kind, name, message) if refused."""
+    async def _write_pod_group(self, job: MPIJob, plan: Plan) -> Refusal | None:
+        """Create, patch or delete the job's PodGroup (before any pod); the refusal if refused."""
         write, informer = plan.pod_group, self.caches.pod_groups
         assert write is not None and informer is not None and self.gang_scheduler is not None
         resource, namespace = pod_group_resource(self.gang_scheduler), job.metadata.namespace
@@ -249,10 +272,15 @@ class Reconciler:
                 raise RuntimeError(f"PodGroup {namespace}/{write.name} exists and is not owned by this MPIJob; "
                                    "its pods wait until it is gone") from error
             if error.invalid:
-                return "PodGroup", write.name, error.message
+                return Refusal("PodGroup", write.name, error.status, error.reason, error.message)
             raise
         informer.observe_write(written)
         return None
+
+    def _controls(self, job: MPIJob, kind: str, name: str) -> bool:
+        cached = self.caches.informer_for(kind).get(f"{job.metadata.namespace}/{name}")
+        refs = (cached or {}).get("metadata", {}).get("ownerReferences") or []
+        return any(r.get("controller") and r.get("uid") == job.metadata.uid for r in refs)
 
     async def _delete_pod(self, pod: podstate.Pod) -> None:
         meta = pod["metadata"]
@@ -281,3 +309,31 @@ class Reconciler:
             if not (error.not_found or error.conflict):
                 raise
         log.info("deleted finished job (ttlSecondsAfterFinished)", job=job.key)
+
+
+def _is_launcher(pod: JSON) -> bool:
+    return bool(pod["metadata"].get("labels", {}).get(names.JOB_ROLE_LABEL) == names.LAUNCHER_ROLE)
+
+
+async def _each(items: Iterable[T], write: Callable[[T], Awaitable[Any]], *,
+                stop_on_result: bool = False) -> list[Any]:
+    """`write` every item through WRITES_PER_PASS coroutines (not a task per item); results in item order.
+
+    With stop_on_result, no new write starts once one returned something (a refusal): the rest would be too.
+    """
+    pending = list(enumerate(items))
+    results: list[Any] = [None] * len(pending)
+    queue = iter(pending)
+    stopped = False
+
+    async def worker() -> None:
+        nonlocal stopped
+        for index, item in queue:
+            if stopped:
+                return
+            results[index] = await write(item)
+            stopped = stopped or (stop_on_result and results[index] is not None)
+
+    # all_or_none, not gather: a failed write stops its siblings before the reconcile ends.
+    await all_or_none(worker() for _ in range(min(WRITES_PER_PASS, len(pending))))
+    return results

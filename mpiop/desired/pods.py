@@ -54,6 +54,14 @@ def _host_network_dns(spec: dict[str, Any]) -> None:
         spec["dnsPolicy"] = "ClusterFirstWithHostNet"
 
 
+def _no_default_token(spec: dict[str, Any]) -> None:
+    """MPI pods do not call the Kubernetes API: no token of the namespace's default ServiceAccount is mounted
+    unless the template names a ServiceAccount or sets automountServiceAccountToken itself."""
+    named = spec.get("serviceAccountName") or spec.get("serviceAccount")
+    if not named and "automountServiceAccountToken" not in spec:
+        spec["automountServiceAccountToken"] = False
+
+
 def _add_search_domain(spec: dict[str, Any], domain: str) -> None:
     searches = spec.setdefault("dnsConfig", {}).setdefault("searches", [])
     if domain not in searches:
@@ -90,6 +98,7 @@ def _base_pod(job: MPIJob, replica: ReplicaSpec, name: str, labels: dict[str, st
     spec["subdomain"] = names.service_name(job)
     spec["restartPolicy"] = pod_restart_policy(replica)
     _host_network_dns(spec)
+    _no_default_token(spec)
     _add_search_domain(spec, names.search_domain(job, cluster_domain))
     _add_volume(spec, _ssh_volume(job), job.spec.effective_ssh_auth_mount_path)
     metadata = names.owned_metadata(job, name, labels={**(meta.get("labels") or {}), **labels})

@@ -22,6 +22,11 @@ SUSPENDED_REASON = "MPIJobSuspended"
 RESUMED_REASON = "MPIJobResumed"
 DEADLINE_EXCEEDED_REASON = "DeadlineExceeded"
 VALIDATION_ERROR_REASON = "ValidationError"
+# ReplicaFailure's reasons: the apiserver refused an object for now (a ServiceAccount that does not exist
+# yet), or an object of the job's name exists that the job does not control (kubeflow's event reason).
+FAILED_CREATE_REASON = "FailedCreate"
+RESOURCE_EXISTS_REASON = "ErrResourceExists"
+CREATED_OBJECTS_REASON = "ObjectsCreated"
 
 
 def set_condition(

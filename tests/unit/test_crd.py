@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import json
 import re
 from collections.abc import Iterator
@@ -13,7 +14,7 @@ import yaml
 
 from mpiop.api import podtemplate
 from mpiop.api.crd import crd, crd_yaml
-from mpiop.api.v2beta1 import MPIJob
+from mpiop.api.v2beta1 import MAX_WORKER_REPLICAS, MPIJob
 from mpiop.cli import main
 
 ROOT = Path(__file__).parents[2]
@@ -122,8 +123,14 @@ def test_each_replica_type_has_the_pod_template() -> None:
     launcher, worker = (replica_specs["properties"][name] for name in ("Launcher", "Worker"))
     assert launcher["description"].startswith("The launcher:")
     assert worker["description"].startswith("The workers:")
+    # The same but for the workers' maximum (the largest job mpiop is tested at).
+    worker_replicas = worker["properties"]["replicas"]
+    assert worker_replicas["maximum"] == MAX_WORKER_REPLICAS == 10_000
+    assert "At most 10,000 workers" in worker_replicas["description"]
+    unbounded = copy.deepcopy(worker)
+    unbounded["properties"]["replicas"] = launcher["properties"]["replicas"]
     assert {k: v for k, v in launcher.items() if k != "description"} == {
-        k: v for k, v in worker.items() if k != "description"}
+        k: v for k, v in unbounded.items() if k != "description"}
     template = worker["properties"]["template"]
     assert template["properties"]["spec"]["required"] == ["containers"]
     assert "x-kubernetes-preserve-unknown-fields" not in json.dumps(crd()), "nothing preserved unchecked"

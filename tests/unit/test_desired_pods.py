@@ -295,3 +295,20 @@ def test_host_network_pods_resolve_cluster_names(template: dict[str, Any], expec
     job = builder.obj()
     assert worker_pod(job, 0, 0)["spec"].get("dnsPolicy") == expected
     assert launcher_pod(job, 0)["spec"].get("dnsPolicy") == expected
+
+
+@pytest.mark.parametrize(("template", "expected"), [
+    ({}, False),
+    ({"serviceAccountName": "train"}, None),
+    ({"serviceAccount": "train"}, None),
+    ({"automountServiceAccountToken": True}, True),
+    ({"serviceAccountName": "train", "automountServiceAccountToken": False}, False),
+], ids=["default-account", "named-account", "deprecated-named-account", "user-asks-for-token", "user-says-no"])
+def test_no_default_service_account_token(template: dict[str, Any], expected: bool | None) -> None:
+    """MPI pods do not talk to the apiserver: the namespace's default token is not mounted unless asked for."""
+    builder = make_mpijob("pi")
+    for role in ("Launcher", "Worker"):
+        builder = builder.pod_spec(role, **template)
+    job = builder.obj()
+    assert worker_pod(job, 0, 0)["spec"].get("automountServiceAccountToken") == expected
+    assert launcher_pod(job, 0)["spec"].get("automountServiceAccountToken") == expected

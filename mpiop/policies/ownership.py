@@ -1,0 +1,33 @@
+"""Names the job needs but does not control (no controller reference to this job's uid) are never used.
+
+A tenant may create `<job>-ssh`, `<job>-config`, Service `<job>` or a pod `<job>-worker-0` before the job:
+creating ours then answers AlreadyExists. Such an object is someone else's (whoever made it: an object whose
+controller reference carries this job's uid, such as one kubeflow's controller made for it, is the job's
+own and is seen in the caches instead). The job shows ReplicaFailure, reason ErrResourceExists (kubeflow's
+event reason), names the objects, and does not start: the reconciler creates no pod while a Secret,
+ConfigMap or Service is taken and no launcher while a worker is. Creation is retried, so deleting the
+squatter lets the job go on.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+
+from mpiop.api.v2beta1 import MPIJob
+from mpiop.plan import Observed, Plan
+from mpiop.status import conditions as c
+from mpiop.status import replica_failure
+
+
+def apply(plan: Plan, job: MPIJob, observed: Observed, now: dt.datetime) -> bool:
+    """Report names taken by objects the job does not control; True when there are any."""
+    taken = [r for r in observed.refused if r.name_taken]
+    if not taken:
+        return False
+    listed = ", ".join(f"{r.kind} {r.name}" for r in taken[:5])
+    if len(taken) > 5:
+        listed += f" and {len(taken) - 5} more"
+    message = (f"MPIJob {job.key} does not start: names it needs are taken by objects it does not control "
+               f"(no controller ownerReference to its uid {job.metadata.uid}): {listed}; delete or rename them")
+    replica_failure.report(plan, c.RESOURCE_EXISTS_REASON, message[:1024], now)
+    return True

@@ -1,0 +1,25 @@
+"""A job with more workers than mpiop supports fails at once instead of being attempted.
+
+The CRD refuses such jobs at admission; this covers one stored before that bound (or under an older CRD),
+which would otherwise have the operator build, cache and hostfile millions of pods.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+
+from mpiop.api.v2beta1 import MAX_WORKER_REPLICAS, MPIJob
+from mpiop.plan import Plan
+from mpiop.policies.failure import mark_failed
+from mpiop.status import conditions as c
+
+
+def apply(plan: Plan, job: MPIJob, now: dt.datetime) -> bool:
+    """Failed with ValidationError (True) when spec.mpiReplicaSpecs.Worker.replicas is over the maximum."""
+    replicas = job.spec.worker_replicas
+    if replicas <= MAX_WORKER_REPLICAS:
+        return False
+    message = (f"MPIJob {job.key} has failed: spec.mpiReplicaSpecs.Worker.replicas: {replicas} is more than "
+               f"the {MAX_WORKER_REPLICAS} workers mpiop supports")
+    mark_failed(plan, c.VALIDATION_ERROR_REASON, message, now)
+    return True
