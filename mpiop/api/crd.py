@@ -37,7 +37,8 @@ _LAST_WORKER_INDEX = (
     " ? self.spec.mpiReplicaSpecs.Worker.replicas - 1 : 0)"
 )
 MAX_NAME_LENGTH = 63 - len("-worker-") - 1  # 54: a single worker, index 0
-MAX_NAME_LENGTH_ANY_REPLICAS = 63 - len("-worker-") - 10  # 45: int32 indexes have at most 10 digits
+# 51: indexes below MAX_WORKER_REPLICAS have at most 4 digits
+MAX_NAME_LENGTH_ANY_REPLICAS = 63 - len("-worker-") - len(str(v2beta1.MAX_WORKER_REPLICAS - 1))
 # With n = MAX_NAME_LENGTH - size(name), the index may have n + 1 digits: it must be below 10^(n+1).
 _POWERS_OF_TEN = "[" + ", ".join(str(10**i) for i in range(1, 10)) + "]"
 DNS1035_NAME_PREFIX = "^[a-z][-a-z0-9]*$"

@@ -203,9 +203,9 @@ INVALID: list[Any] = [
                  id="negative-min-available"),
     pytest.param(_set("spec.runPolicy.schedulingPolicy.minResources", {"cpu": "lots"}),
                  "spec.runPolicy.schedulingPolicy.minResources.cpu in body should match", id="bad-min-resources"),
-    pytest.param(_set(f"{REPLICAS}.Worker.replicas", 2**31),
-                 "spec.mpiReplicaSpecs.Worker.replicas in body should be less than or equal to 2147483647",
-                 id="replicas-over-int32"),
+    pytest.param(_set(f"{REPLICAS}.Worker.replicas", 10_001),
+                 "spec.mpiReplicaSpecs.Worker.replicas in body should be less than or equal to 10000",
+                 id="replicas-over-maximum"),
     pytest.param(_set("spec.sshAuthMountPath", ".ssh"),
                  "spec.sshAuthMountPath in body should match", id="relative-ssh-path"),
     pytest.param(_set("metadata.name", "a" * 55), "metadata.name: " + "a" * 55 + " is too long for the worker count",
@@ -268,8 +268,8 @@ async def test_the_valid_base_job_is_accepted(kube: KubeClient, mpijob_crd: str,
     del launcher_only["spec"]["mpiReplicaSpecs"]["Worker"]
     launcher_only["spec"]["runLauncherAsWorker"] = True
     await kube.create(MPIJOBS, namespace, launcher_only)
-    longest = valid_job("c" * 45)
-    longest["spec"]["mpiReplicaSpecs"]["Worker"]["replicas"] = 2**31 - 1
+    longest = valid_job("c" * 51)
+    longest["spec"]["mpiReplicaSpecs"]["Worker"]["replicas"] = 10_000  # c*51-worker-9999: 63 characters
     await kube.create(MPIJOBS, namespace, longest)
     at_limit = valid_job("d" * 53)
     at_limit["spec"]["mpiReplicaSpecs"]["Worker"]["replicas"] = 100  # d*53-worker-99: 63 characters
