@@ -158,7 +158,7 @@ class Reconciler:
             self.refused[key] = (job.metadata.uid, refusals)
         else:
             self.refused.pop(key, None)
-        if refusals != observed.refused:
+        if _refused_keys(refusals) != _refused_keys(observed.refused):
             return 0.0  # decide again at once: the next pass reports (or clears) what the apiserver said
         return plan.requeue_after
 
@@ -309,6 +309,11 @@ class Reconciler:
             if not (error.not_found or error.conflict):
                 raise
         log.info("deleted finished job (ttlSecondsAfterFinished)", job=job.key)
+
+
+def _refused_keys(refusals: list[Refusal]) -> set[tuple[str, str, int]]:
+    """What was refused and how, not the exact words (a quota's message changes with its usage)."""
+    return {(r.kind, r.name, r.code) for r in refusals}
 
 
 def _is_launcher(pod: JSON) -> bool:
