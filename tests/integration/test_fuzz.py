@@ -145,23 +145,22 @@ async def test_every_generated_job_is_refused_or_ends_with_a_reason(cluster: Clu
         for name in created:
             if name in outcomes:
                 continue
-            job = await cluster.job(name)
-            assert job is not None, f"{name} disappeared"
-            true = _conditions(job)
+            found = await cluster.job(name)
+            assert found is not None, f"{name} disappeared"
+            true = _conditions(found)
             for ending in ("Failed", "Suspended", "Running"):
                 if ending in true:
                     assert true[ending].get("reason"), f"{name}: {ending} without a reason"
                     outcomes[name] = f"{ending}/{true[ending]['reason']}"
                     messages[name] = true[ending].get("message", "")
             if name not in outcomes and "ReplicaFailure" in true:
-                await _admin_heals(cluster, job, healed)
+                await _admin_heals(cluster, found, healed)
         await _kubelet(cluster)
         await asyncio.sleep(0.3)
 
     stuck = {}
     for name in set(created) - set(outcomes):
-        job = await cluster.job(name)
-        true = _conditions(job or {})
+        true = _conditions(await cluster.job(name) or {})
         if "ReplicaFailure" not in true:  # Created with nothing saying why it does not go on
             stuck[name] = (created[name], sorted(true))
     assert not stuck, f"jobs stuck without an explaining condition: {stuck}"

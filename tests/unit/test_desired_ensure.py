@@ -205,12 +205,12 @@ def test_terminating_worker_is_not_a_running_host() -> None:
 def test_a_huge_job_is_planned_a_share_per_pass_and_its_launcher_last() -> None:
     job = make_mpijob("big").workers(1200).obj()
     first = Plan(status=job.status.model_copy(deep=True))
-    ensure.job_pods(first, job, observe(job))
+    ensure.job_pods(first, job, observe(job), launcher_may_start=True)
     assert [o["metadata"]["name"] for o in first.create][-1] == "big-worker-499"
     assert len(first.create) == ensure.MAX_POD_CREATES_PER_PASS and first.requeue_after == 0
     made = [make_pod(job, "worker", i).obj() for i in range(1000)]
     last = Plan(status=job.status.model_copy(deep=True))
-    ensure.job_pods(last, job, observe(job, made))
+    ensure.job_pods(last, job, observe(job, made), launcher_may_start=True)
     assert [o["metadata"]["name"] for o in last.create] == [
         *(f"big-worker-{i}" for i in range(1000, 1200)), "big-launcher"]
     assert last.requeue_after is None
