@@ -44,6 +44,7 @@ JSON = dict[str, Any]
 RESOURCES: dict[str, Resource] = {"Pod": PODS, "ConfigMap": CONFIGMAPS, "Secret": SECRETS, "Service": SERVICES}
 SOFT_WRITE_DELAY = 5.0
 WRITES_PER_PASS = 32  # coroutines carrying out one pass's creations or deletions
+DECIDE_ON_LOOP_UP_TO = 1000  # pods (existing + wanted); a bigger job is decided in a thread (bench/huge.py)
 T = TypeVar("T")
 
 
@@ -145,7 +146,13 @@ class Reconciler:
         await self.log_tails.fill(job, observed)  # the failure report's one I/O: a failed container's log
         uid, seen = self.refused.get(key, ("", []))
         observed.refused = seen if uid == job.metadata.uid else []
-        plan = decide(job, observed, now, self.cluster_domain, self.port_range, self.gang_scheduler)
+        if len(observed.pods) + job.spec.worker_replicas > DECIDE_ON_LOOP_UP_TO:
+            # A big job's decision takes tens of milliseconds of CPU: in a thread, the event loop (health,
+            # leases, watches, other jobs' writes) still gets the GIL every few milliseconds.
+            plan = await asyncio.to_thread(decide, job, observed, now, self.cluster_domain, self.port_range,
+                                           self.gang_scheduler)
+        else:
+            plan = decide(job, observed, now, self.cluster_domain, self.port_range, self.gang_scheduler)
         if plan.delete_job:
             await self._delete_job(job)
             return None

@@ -41,8 +41,8 @@ def hostfile(job: MPIJob, cluster_domain: str = "") -> str:
     if found is None:
         hosts = _hosts(job, range(job.spec.worker_replicas), cluster_domain)
         found = "".join(f"{host_line(implementation, h, slots)}\n" for h in hosts)
-        if len(_HOSTFILES) >= 64:
-            _HOSTFILES.pop(next(iter(_HOSTFILES)))
+        if len(_HOSTFILES) >= 64:  # decisions of big jobs run in threads: no step here may fail on a race
+            _HOSTFILES.clear()
         _HOSTFILES[key] = found
     return found
 
