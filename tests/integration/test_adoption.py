@@ -163,8 +163,15 @@ async def test_an_object_of_the_same_name_the_job_does_not_control_is_not_claime
     await cluster.kube.create(CONFIGMAPS, cluster.ns, {"metadata": {"name": "mine-config", "labels": {"app": "x"}},
                                                        "data": {"hostfile": "not mpiop's\n"}})
     await cluster.create_job(mpijob("mine", workers=1))
-    await eventually(lambda: cluster.pod("mine-worker-0"), what="the job's pods")
+
+    async def conflict() -> bool:  # someone else's object: never used, the job does not start (issue 12)
+        job = await cluster.job("mine")
+        conditions = ((job or {}).get("status") or {}).get("conditions") or []
+        return any(c["type"] == "ReplicaFailure" and c["reason"] == "ErrResourceExists" for c in conditions)
+
+    await eventually(conflict, what="the name conflict reported")
     await asyncio.sleep(1.0)
+    assert await cluster.pods() == {}
     config = await cluster.kube.get(CONFIGMAPS, cluster.ns, "mine-config")
     assert config["metadata"]["labels"] == {"app": "x"} and config["data"] == {"hostfile": "not mpiop's\n"}
     claims = [c for c in operator.requests.calls if c[:2] == ("PATCH", "configmaps")]
