@@ -159,7 +159,12 @@ class Reconciler:
         wait = self._soft_wait(job, plan, observed)
         if wait is not None:
             return wait if plan.requeue_after is None else min(wait, plan.requeue_after)
-        await self._write_status(job, plan, now)
+        try:
+            await self._write_status(job, plan, now)
+        except ApiError as error:
+            if error.not_found:  # deleted since the cache saw it: nothing of it is to be made any more
+                return None
+            raise
         refusals = await self._apply_objects(job, plan)
         if refusals:
             self.refused[key] = (job.metadata.uid, refusals)
