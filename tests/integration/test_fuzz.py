@@ -175,9 +175,17 @@ async def test_every_generated_job_is_refused_or_ends_with_a_reason(cluster: Clu
             print(f"  {name}: {messages[name]}")
     print(f"fuzz batch: {len(batch) - len(created)} refused at admission; {'; '.join(tally)}")
     for name in created:
-        await cluster.kube.delete(MPIJOBS, cluster.ns, name)
-    for pod in await cluster.pods():
-        await cluster.kube.delete(PODS, cluster.ns, pod, grace_period_seconds=0)
+        await _delete(cluster, MPIJOBS, cluster.ns, name)
+    for pod in await cluster.pods():  # the garbage collector may be deleting them already
+        await _delete(cluster, PODS, cluster.ns, pod)
     for made in healed:
         if made.startswith("priorityclasses/"):
-            await cluster.kube.delete(PRIORITYCLASSES, None, made.split("/", 1)[1])
+            await _delete(cluster, PRIORITYCLASSES, None, made.split("/", 1)[1])
+
+
+async def _delete(cluster: Cluster, resource: Resource, namespace: str | None, name: str) -> None:
+    try:
+        await cluster.kube.delete(resource, namespace, name, grace_period_seconds=0)
+    except ApiError as error:
+        if not error.not_found:
+            raise
