@@ -66,6 +66,7 @@ class Observed:
     refused: list[Refusal] = field(default_factory=list)
     _states: list[podstate.State] | None = field(default=None, init=False, repr=False, compare=False)
     _by_name: dict[str, Pod] | None = field(default=None, init=False, repr=False, compare=False)
+    _worker_indexes: dict[str, int | None] = field(default_factory=dict, init=False, repr=False, compare=False)
     _workers: dict[int, dict[int, tuple[podstate.State, Pod]]] = field(default_factory=dict, init=False,
                                                                          repr=False, compare=False)
 
@@ -104,11 +105,17 @@ class Observed:
             for state, pod in zip(self.states, self.pods, strict=True):
                 if state.role != names.WORKER_ROLE or state.attempt != attempt or state.replica is None:
                     continue
-                index = names.worker_index(job, state.name)
+                index = self.worker_index(job, state.name)
                 if index is not None:
                     found[index] = (state, pod)
             self._workers[attempt] = found
         return found
+
+    def worker_index(self, job: MPIJob, pod_name: str) -> int | None:
+        """names.worker_index, read once per pod."""
+        if pod_name not in self._worker_indexes:
+            self._worker_indexes[pod_name] = names.worker_index(job, pod_name)
+        return self._worker_indexes[pod_name]
 
     def workers_all(self, job: MPIJob, attempt: int, wanted: Callable[[podstate.State], bool]) -> bool:
         """Whether every wanted worker (index below the job's count) of the attempt exists and is `wanted`."""

@@ -23,12 +23,13 @@ from mpiop.plan import Observed, Plan
 MAX_POD_CREATES_PER_PASS = 500
 
 
-def _stale(job: MPIJob, state: podstate.State, pod: podstate.Pod, attempt: int, worker_replicas: int) -> bool:
+def _stale(job: MPIJob, observed: Observed, state: podstate.State, pod: podstate.Pod, attempt: int,
+           worker_replicas: int) -> bool:
     if state.attempt != attempt:
         return not podstate.is_kept_launcher(pod, attempt)
     if state.role != names.WORKER_ROLE:
         return False
-    index = names.worker_index(job, state.name)
+    index = observed.worker_index(job, state.name)
     return state.replica is None or index is None or index >= worker_replicas
 
 
@@ -69,8 +70,8 @@ def job_pods(plan: Plan, job: MPIJob, observed: Observed, launcher_may_start: bo
     ports = _ports(job, observed, attempt, port_range)
     count = job.spec.worker_replicas
     states = list(zip(observed.states, observed.pods, strict=True))
-    plan.delete_pods([p for s, p in states if _stale(job, s, p, attempt, count)])
-    moved = [p for s, p in states if s.attempt == attempt and _moved(job, p, ports)]
+    plan.delete_pods([p for s, p in states if _stale(job, observed, s, p, attempt, count)])
+    moved = [p for s, p in states if s.attempt == attempt and _moved(job, p, ports)] if ports.by_key else []
     if moved:
         # The launcher mounted the old port (its ssh would wait on it): it starts again with the new config.
         launcher = observed.launcher(job, attempt)

@@ -112,10 +112,10 @@ def rank_range(job: MPIJob, pod: podstate.Pod) -> str | None:
 
 def failed_pods(observed: Observed, attempt: int) -> list[podstate.Pod]:
     """Failed pods of the attempt, not being deleted: the launcher first, then workers by index."""
-    failed = [p for p in observed.pods_of_attempt(attempt)
-              if podstate.phase(p) == "Failed" and not podstate.is_terminating(p)]
-    failed.sort(key=lambda p: (podstate.role(p) != names.LAUNCHER_ROLE, podstate.replica_index(p) or 0))
-    return failed
+    failed = [(s, p) for s, p in zip(observed.states, observed.pods, strict=True)
+              if s.attempt == attempt and s.phase == "Failed" and not s.terminating]
+    failed.sort(key=lambda found: (found[0].role != names.LAUNCHER_ROLE, found[0].replica or 0))
+    return [p for _, p in failed]
 
 
 def _failed_launcher(job: MPIJob, observed: Observed, attempt: int) -> podstate.Pod | None:
