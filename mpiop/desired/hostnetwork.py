@@ -105,12 +105,10 @@ def ssh_pods(job: MPIJob) -> list[str]:
 
 def master_pod(job: MPIJob) -> str | None:
     """Rank 0's pod (the hostfile's first host), when it is on the host network: it binds MASTER_PORT."""
-    launcher, worker = job.spec.launcher, job.spec.worker
-    if job.spec.run_launcher_as_worker:
-        return names.launcher_name(job) if launcher is not None and on_host_network(launcher.template) else None
-    if worker is not None and job.spec.worker_replicas > 0 and on_host_network(worker.template):
-        return names.worker_name(job, 0)
-    return None
+    replica = job.spec.launcher if job.spec.run_launcher_as_worker else job.spec.worker
+    if replica is None or (not job.spec.run_launcher_as_worker and job.spec.worker_replicas == 0):
+        return None
+    return names.rank0_pod_name(job) if on_host_network(replica.template) else None
 
 
 def master_port(job: MPIJob, ports: Ports) -> int | None:

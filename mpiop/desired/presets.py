@@ -27,8 +27,7 @@ PRESET_NAMES = ("MASTER_ADDR", "MASTER_PORT", "WORLD_SIZE", "NPROC_PER_NODE", "L
 
 def first_host(job: MPIJob, cluster_domain: str = "") -> str:
     """The hostfile's first line's host: the launcher when it also works, else worker 0 (`hostfile._hosts`)."""
-    pod = names.launcher_name(job) if job.spec.run_launcher_as_worker else names.worker_name(job, 0)
-    return names.host_name(job, pod, cluster_domain)
+    return names.host_name(job, names.rank0_pod_name(job), cluster_domain)
 
 
 def world_size(job: MPIJob) -> int:
