@@ -155,7 +155,12 @@ def test_pytorch_ddp_worker_deleted(e2e: E2E) -> None:
 def test_intel_mpi_pi(e2e: E2E) -> None:
     """kubeflow's Intel MPI shape: mpiImplementation Intel, launcherCreationPolicy WaitForWorkersReady,
     workers Ready once sshd answers; Intel's mpiexec.hydra (impi-rt) runs pi on 4 ranks over 2 workers."""
-    command = ["mpiexec.hydra", "-n", str(RANKS), "/usr/local/bin/pi-intel", "2000000"]
+    # Hydra's proxies on the workers connect back to the launcher by name, so mpiexec starts once the
+    # launcher's own record is in DNS (its /etc/hosts knows it at once, the workers' resolver does not), as
+    # kubeflow's Intel MPI image entrypoint does. Without this, a loaded node failed both attempts with
+    # "getaddrinfo returned error -3 (Temporary failure in name resolution)".
+    command = ["sh", "-c", "timeout 120 sh -c 'until getent -s dns hosts \"$(hostname -f)\" >/dev/null; do sleep 0.5; "
+               f"done'; exec mpiexec.hydra -n {RANKS} /usr/local/bin/pi-intel 2000000"]
     manifest = pi_job("pi-intel", e2e.image, implementation="Intel", launcher_command=command,
                       worker_readiness_probe=True, launcherCreationPolicy="WaitForWorkersReady",
                       runPolicy={"backoffLimit": 1})

@@ -53,8 +53,10 @@ class World:
                 self.config_map = copy.deepcopy(obj)
             elif obj["kind"] == "Service":
                 self.service = copy.deepcopy(obj)
-        for pod in plan.delete:
-            self.pods[podstate.name(pod)]["metadata"]["deletionTimestamp"] = format_time(at(now))
+        for pod in plan.delete:  # cached pods are replaced, never changed in place (podstate.TrimmedPod)
+            cached = self.pods[podstate.name(pod)]
+            deleting = {**cached["metadata"], "deletionTimestamp": format_time(at(now))}
+            self.pods[podstate.name(pod)] = podstate.trim({**cached, "metadata": deleting})
         self.job_deleted = self.job_deleted or plan.delete_job
         return plan
 
@@ -62,7 +64,7 @@ class World:
         """Move one pod to another state (its identity and deletionTimestamp are kept)."""
         pod = self.pods[name]
         role, index, attempt = podstate.role(pod), podstate.replica_index(pod) or 0, podstate.attempt(pod)
-        pod["status"] = change(make_pod(self.job, role, index, attempt)).obj()["status"]
+        self.pods[name] = podstate.trim({**pod, "status": change(make_pod(self.job, role, index, attempt)).obj()["status"]})
 
     def set_all(self, change: Change) -> None:
         for name in self.pods:
