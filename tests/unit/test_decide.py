@@ -64,7 +64,8 @@ class World:
         """Move one pod to another state (its identity and deletionTimestamp are kept)."""
         pod = self.pods[name]
         role, index, attempt = podstate.role(pod), podstate.replica_index(pod) or 0, podstate.attempt(pod)
-        self.pods[name] = podstate.trim({**pod, "status": change(make_pod(self.job, role, index, attempt)).obj()["status"]})
+        status = change(make_pod(self.job, role, index, attempt)).obj()["status"]
+        self.pods[name] = podstate.trim({**pod, "status": status})
 
     def set_all(self, change: Change) -> None:
         for name in self.pods:
