@@ -108,6 +108,11 @@ async def rbac_objects(control_plane: ControlPlane) -> AsyncIterator[list[JSON]]
 async def token_kubeconfig(control_plane: ControlPlane, kube: KubeClient, rbac_objects: list[JSON],
                            tmp_path_factory: pytest.TempPathFactory) -> str:
     """A kubeconfig holding only a fresh token of the ServiceAccount and the cluster's CA."""
+    return await service_account_kubeconfig(control_plane, kube, tmp_path_factory.mktemp("sa") / "kubeconfig")
+
+
+async def service_account_kubeconfig(control_plane: ControlPlane, kube: KubeClient, path: Path) -> str:
+    """Write to `path` a kubeconfig holding only a fresh token of mpiop's ServiceAccount and the cluster's CA."""
     answer = await kube.request(
         "POST", f"/api/v1/namespaces/{SYSTEM}/serviceaccounts/{ACCOUNT}/token",
         body={"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest", "spec": {"expirationSeconds": 3600}})
@@ -118,7 +123,6 @@ async def token_kubeconfig(control_plane: ControlPlane, kube: KubeClient, rbac_o
         "users": [{"name": ACCOUNT, "user": {"token": answer["status"]["token"]}}],
         "contexts": [{"name": "sa", "context": {"cluster": "c", "user": ACCOUNT}}],
     }
-    path = tmp_path_factory.mktemp("sa") / "kubeconfig"
     path.write_text(yaml.safe_dump(config))
     return str(path)
 

@@ -24,13 +24,18 @@ from mpiop.desired.podgroup import GangScheduler
 from mpiop.kube.client import MPIJOBS, KubeClient
 from tests.integration.operator import Cluster, eventually, mpijob
 from tests.integration.test_deploy import DEPLOY, docs
-from tests.integration.test_rbac import SYSTEM, RecordingClient, Request, allows, rules
+from tests.integration.test_rbac import (
+    RecordingClient,
+    Request,
+    allows,
+    rules,
+    service_account_kubeconfig,
+)
 from tests.namespaces import create_namespace, delete_namespace
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(180)]
 
 JSON = dict[str, Any]
-ACCOUNT = "mpiop"
 KINDS = ("ServiceAccount", "ClusterRole", "ClusterRoleBinding")
 
 
@@ -46,17 +51,7 @@ async def overlay_rbac(control_plane: ControlPlane) -> AsyncIterator[list[JSON]]
 
 
 async def gang_life(control_plane: ControlPlane, kube: KubeClient, tmp: Path) -> list[Request]:
-    answer = await kube.request(
-        "POST", f"/api/v1/namespaces/{SYSTEM}/serviceaccounts/{ACCOUNT}/token",
-        body={"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest", "spec": {"expirationSeconds": 3600}})
-    config = {
-        "apiVersion": "v1", "kind": "Config", "current-context": "sa",
-        "clusters": [{"name": "c", "cluster": {"server": control_plane.server,
-                                                "certificate-authority": str(Path(control_plane.pki) / "ca.crt")}}],
-        "users": [{"name": ACCOUNT, "user": {"token": answer["status"]["token"]}}],
-        "contexts": [{"name": "sa", "context": {"cluster": "c", "user": ACCOUNT}}],
-    }
-    (tmp / "kubeconfig").write_text(yaml.safe_dump(config))
+    await service_account_kubeconfig(control_plane, kube, tmp / "kubeconfig")
     namespace = await create_namespace(kube, f"t-rbac-gang-{uuid.uuid4().hex[:6]}")
     client = await RecordingClient.connect(str(tmp / "kubeconfig"), qps=0, burst=100)
     client.requests = []
