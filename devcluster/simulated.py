@@ -213,12 +213,17 @@ class SimulatedCluster:
                                  "burst": self.scheduler_burst},
             "leaderElection": {"leaderElect": False},
         }
-        path = workdir / "kube-scheduler.yaml"
+        self._launch_scheduler_binary("kube-scheduler", binary, workdir, config, verbosity=1)
+
+    def _launch_scheduler_binary(self, name: str, binary: Path, workdir: Path, config: dict[str, Any], *,
+                                 verbosity: int, more: tuple[str, ...] = ()) -> None:
+        """A kube-scheduler build (stock or scheduler-plugins') with this configuration, serving on a free port."""
+        path = workdir / f"{name}.yaml"
         path.write_text(yaml.safe_dump(config))
-        self.control_plane._launch("kube-scheduler", [
+        self.control_plane._launch(name, [
             str(binary), f"--config={path}",
             f"--authentication-kubeconfig={self.kubeconfig}", f"--authorization-kubeconfig={self.kubeconfig}",
-            "--bind-address=127.0.0.1", f"--secure-port={free_port()}", "--v=1",
+            "--bind-address=127.0.0.1", f"--secure-port={free_port()}", f"--v={verbosity}", *more,
         ])
 
     def _launch_coscheduler(self, binary: Path, workdir: Path) -> None:
@@ -229,17 +234,11 @@ class SimulatedCluster:
         config = coscheduler.coscheduler_config(self.kubeconfig, self.coscheduler,
                                                 permit_waiting_seconds=self.coscheduler_permit_wait_seconds,
                                                 qps=self.scheduler_qps, burst=self.scheduler_burst)
-        path = workdir / "coscheduler.yaml"
-        path.write_text(yaml.safe_dump(config))
-        self.control_plane._launch("coscheduler", [
-            str(binary), f"--config={path}",
-            f"--authentication-kubeconfig={self.kubeconfig}", f"--authorization-kubeconfig={self.kubeconfig}",
-            "--bind-address=127.0.0.1", f"--secure-port={free_port()}", "--v=2",
-            # Pods the Coscheduling plugin turned away (a gang that cannot fit yet) are retried only on the
-            # events it registers (pod added, PodGroup changed), not when capacity frees up; this is the
-            # stock fallback (every 30 s, after 5 min by default), shortened.
-            "--pod-max-in-unschedulable-pods-duration=5s",
-        ])
+        # Pods the Coscheduling plugin turned away (a gang that cannot fit yet) are retried only on the
+        # events it registers (pod added, PodGroup changed), not when capacity frees up; this is the
+        # stock fallback (every 30 s, after 5 min by default), shortened.
+        self._launch_scheduler_binary("coscheduler", binary, workdir, config, verbosity=2,
+                                      more=("--pod-max-in-unschedulable-pods-duration=5s",))
 
     def _launch_kwok(self, binary: Path, stages: Path, workdir: Path) -> None:
         documents: list[Any] = [{

@@ -27,6 +27,11 @@ def is_terminating(pod: Pod) -> bool:
     return bool(pod["metadata"].get("deletionTimestamp"))
 
 
+def marked_terminating(pod: Pod, deleted_at: str) -> Pod:
+    """This pod as the apiserver has it once a deletion was accepted (graceful: still there, going)."""
+    return {**pod, "metadata": {**pod["metadata"], "deletionTimestamp": deleted_at}}
+
+
 def is_active(pod: Pod) -> bool:
     """Pending or Running and not being deleted: what replicaStatuses counts as active."""
     return phase(pod) in ("Pending", "Running", "Unknown") and not is_terminating(pod)

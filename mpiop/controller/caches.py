@@ -20,12 +20,14 @@ from mpiop.api.v2beta1 import KIND, MPIJob
 from mpiop.desired import podgroup
 from mpiop.desired.podgroup import GangScheduler
 from mpiop.kube.client import CONFIGMAPS, JOBS, MPIJOBS, PODS, SECRETS, SERVICES, ApiError, KubeClient, Resource
-from mpiop.kube.informer import Informer
+from mpiop.kube.informer import Indexer, Informer
 from mpiop.kube.trim import metadata as trimmed_metadata
 from mpiop.plan import Observed
 
 JSON = dict[str, Any]
 OWNER_INDEX = "owner"
+# Pods by `namespace/<job-name label>`, whoever owns them: what a DELETE collection by the job's labels matches.
+JOB_LABEL_INDEX = "job-label"
 
 
 def owner_key(obj: JSON) -> str | None:
@@ -52,6 +54,11 @@ def _controlled_by_job(obj: JSON) -> bool:
 
 def _owner_uid(obj: JSON) -> str | None:
     return next((r.get("uid") for r in obj["metadata"].get("ownerReferences") or [] if r.get("kind") == KIND), None)
+
+
+def _by_job_label(obj: JSON) -> Iterable[str]:
+    job_name = (obj["metadata"].get("labels") or {}).get(names.JOB_NAME_LABEL)
+    return [f"{obj['metadata'].get('namespace')}/{job_name}"] if job_name else []
 
 
 def _by_owner(obj: JSON) -> Iterable[str]:
@@ -133,15 +140,15 @@ class Caches:
     def create(cls, client: KubeClient, namespace: str | None, watch_timeout_seconds: int = 300,
                on_watch_restart: Callable[[str], None] | None = None,
                gang_scheduler: GangScheduler | None = None) -> Caches:
-        def owned(resource: Any, trim: Callable[[JSON], JSON]) -> Informer:
+        def owned(resource: Any, trim: Callable[[JSON], JSON], **more: Indexer) -> Informer:
             return Informer(client, resource, namespace, label_selector=names.OWNED_SELECTOR, trim=trim,
-                            indexers={OWNER_INDEX: _by_owner}, watch_timeout_seconds=watch_timeout_seconds,
+                            indexers={OWNER_INDEX: _by_owner, **more}, watch_timeout_seconds=watch_timeout_seconds,
                             on_watch_restart=on_watch_restart)
 
         return cls(
             jobs=Informer(client, MPIJOBS, namespace, trim=trim_job, watch_timeout_seconds=watch_timeout_seconds,
                           on_watch_restart=on_watch_restart),
-            pods=owned(PODS, podstate.trim),
+            pods=owned(PODS, podstate.trim, **{JOB_LABEL_INDEX: _by_job_label}),
             config_maps=owned(CONFIGMAPS, trim_config_map),
             secrets=owned(SECRETS, trim_secret),
             services=owned(SERVICES, trim_service),
@@ -178,6 +185,10 @@ class Caches:
             launcher_job_pods=[p for p in self.pods.by_index(OWNER_INDEX, job.key) if _controlled_by_job(p)],
             pod_group=one(self.pod_groups, podgroup.pod_group_name(job)) if self.pod_groups is not None else None,
         )
+
+    def labelled_pods(self, job: MPIJob) -> list[JSON]:
+        """Every cached pod carrying this job's name label, whoever controls it."""
+        return self.pods.by_index(JOB_LABEL_INDEX, job.key)
 
     def informer_for(self, kind: str) -> Informer:
         informers = {"Pod": self.pods, "ConfigMap": self.config_maps, "Secret": self.secrets,

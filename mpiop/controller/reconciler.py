@@ -11,9 +11,9 @@ through a few coroutines at a time (not one task per pod), so a 10,000-pod pass 
 Few requests per job: a pass whose only writes are soft (replica counts in status, the hostfile's
 discover_hosts.sh as workers come and go) waits up to SOFT_WRITE_DELAY for a real transition to ride
 along with, so a job's pods turning Running one by one cost one status write and one ConfigMap patch,
-not one each; Events are queued to a background recorder. Pods are deleted one request each, in parallel:
-a DELETE collection by the job's labels is one request, but the apiserver lists every pod of the namespace
-to answer it (from etcd, here), which made status latency at 10,000 pods 58-114 s (docs/bench.md).
+not one each; Events are queued to a background recorder. A pass's pods go in one DELETE collection by the
+job's labels when that deletes exactly them (bulk_delete), listed from the apiserver's watch cache: listed
+from etcd, the whole namespace is read for each, which made status latency at 10,000 pods 58-114 s.
 """
 
 from __future__ import annotations
@@ -28,6 +28,7 @@ import structlog
 
 from mpiop import metrics, names, podstate, ssh
 from mpiop.api.v2beta1 import JobStatus, MPIJob, format_time
+from mpiop.controller import bulk_delete
 from mpiop.controller.caches import Caches, pod_group_resource
 from mpiop.controller.events import EventRecorder
 from mpiop.controller.logtails import LogTails
@@ -210,7 +211,7 @@ class Reconciler:
             updated = await self.client.patch(RESOURCES[obj["kind"]], job.metadata.namespace,
                                               obj["metadata"]["name"], {"data": obj["data"]})
             self.caches.informer_for(obj["kind"]).observe_write(updated)
-        await _each(plan.delete, self._delete_pod)
+        await self._delete_pods(job, plan.delete)
         if plan.delete_launcher_job is not None:
             await self._delete_launcher_job(plan.delete_launcher_job)
         return refusals
@@ -293,6 +294,21 @@ class Reconciler:
         cached = self.caches.informer_for(kind).get(f"{job.metadata.namespace}/{name}")
         refs = (cached or {}).get("metadata", {}).get("ownerReferences") or []
         return any(r.get("controller") and r.get("uid") == job.metadata.uid for r in refs)
+
+    async def _delete_pods(self, job: MPIJob, pods: list[podstate.Pod]) -> None:
+        """One DELETE collection when it deletes exactly these pods (bulk_delete), else one request each."""
+        collection = bulk_delete.collection_for(job, pods, self.caches.labelled_pods(job))
+        if collection is None:
+            await _each(pods, self._delete_pod)
+            return
+        async with self.write_limit:
+            await self.client.delete_collection(PODS, job.metadata.namespace, label_selector=collection.label_selector,
+                                                field_selector=collection.field_selector)
+        # The answer lists the pods as they were before their deletion; the watch brings what they became.
+        # Until it does, the cache must not show them live, or the next pass would delete them again.
+        deleted_at = format_time(dt.datetime.now(dt.UTC))
+        for pod in pods:
+            self.caches.pods.observe_write(podstate.marked_terminating(pod, deleted_at))
 
     async def _delete_pod(self, pod: podstate.Pod) -> None:
         meta = pod["metadata"]

@@ -279,6 +279,18 @@ class KubeClient:
             options["gracePeriodSeconds"] = grace_period_seconds
         return await self.request("DELETE", resource.path(namespace, name), body=options)
 
+    async def delete_collection(self, resource: Resource, namespace: str, *, label_selector: str,
+                                field_selector: str | None = None, propagation: str = "Background") -> JSON:
+        """Delete every object the selectors match in one request; the list of what was matched.
+
+        The apiserver lists the matches first: resourceVersion=0 has it list from its watch cache (in memory)
+        instead of reading the whole namespace from etcd, which at 10,000 pods took seconds per request. The
+        cache may be a moment behind; what it missed is still there for the caller's next pass to see.
+        """
+        query = {"labelSelector": label_selector, "fieldSelector": field_selector, "resourceVersion": "0"}
+        options: JSON = {"kind": "DeleteOptions", "apiVersion": "v1", "propagationPolicy": propagation}
+        return await self.request("DELETE", resource.path(namespace), query=query, body=options)
+
     async def list_each(self, resource: Resource, namespace: str | None, handle: Callable[[JSON], None],
                         **query: Any) -> JSON:
         """One unpaginated list, streamed: `handle` gets each item as soon as its bytes have arrived.

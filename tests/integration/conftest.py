@@ -9,6 +9,8 @@ from pathlib import Path
 import pytest
 
 from devcluster.controlplane import ControlPlane
+from devcluster.install import install_crd
+from devcluster.simulated import SimulatedCluster
 from mpiop.kube.client import KubeClient
 from tests.integration.operator import Cluster, Operator, running_operator
 
@@ -16,6 +18,15 @@ from tests.integration.operator import Cluster, Operator, running_operator
 @pytest.fixture
 async def cluster(kube: KubeClient, namespace: str, mpijob_crd: str) -> Cluster:
     return Cluster(kube, namespace)
+
+
+@pytest.fixture
+async def sim_kube(simulated: SimulatedCluster) -> AsyncIterator[KubeClient]:
+    """A client of the module's own `simulated` cluster (each simulated module defines one), with the CRD."""
+    client = await KubeClient.connect(str(simulated.kubeconfig), qps=0, burst=100)
+    await install_crd(client)
+    yield client
+    await client.close()
 
 
 @pytest.fixture

@@ -22,7 +22,6 @@ from typing import Any
 import pytest
 
 from devcluster.coscheduler import DEFAULT_SCHEDULER_NAME
-from devcluster.install import install_crd
 from devcluster.simulated import FINISH_LABEL, SimulatedCluster
 from mpiop.desired.podgroup import GangScheduler
 from mpiop.kube.client import PODS, KubeClient
@@ -39,14 +38,6 @@ JSON = dict[str, Any]
 def simulated() -> Iterator[SimulatedCluster]:
     with SimulatedCluster(nodes=2, coscheduler=DEFAULT_SCHEDULER_NAME, coscheduler_permit_wait_seconds=5) as cluster:
         yield cluster
-
-
-@pytest.fixture
-async def sim_kube(simulated: SimulatedCluster) -> AsyncIterator[KubeClient]:
-    client = await KubeClient.connect(str(simulated.kubeconfig), qps=0, burst=100)
-    await install_crd(client)
-    yield client
-    await client.close()
 
 
 @asynccontextmanager

@@ -19,12 +19,12 @@ from tests.integration.test_leader import Metrics, OperatorProcess
 
 WORKERS = 8
 # 12 creations (Secret, ConfigMap, Service, launcher, 8 workers), 3 status writes (Created, Running,
-# Succeeded: the replica counts ride along), 8 worker deletions, the hostfile's discover_hosts.sh (it lists
+# Succeeded: the replica counts ride along), the finished workers deleted in one DELETE collection (by the
+# job's labels and phase, listed from the apiserver's watch cache), the hostfile's discover_hosts.sh (it lists
 # the Running workers, kubeflow's contract for elastic Horovod) patched once when they run, and one Event per
-# transition (Created, Running, Succeeded, as kubeflow records them). main costs 42 here (12 status writes,
-# 7 hostfile patches). A DELETE collection would make the 8 deletions one request, but the apiserver lists
-# every pod of the namespace to answer it (docs/bench.md: status latency 58-114 s at 10,000 pods).
-BUDGET = 12 + 3 + 8 + 1 + 3
+# transition (Created, Running, Succeeded, as kubeflow records them). It cost 42 before issue 18, 27 with
+# one DELETE per worker.
+BUDGET = 12 + 3 + 1 + 1 + 3
 
 
 def requests(metrics: Metrics) -> Counter[str]:

@@ -8,11 +8,10 @@ Succeeds. A third 5-GPU pod stays Pending: the scheduler counts the fake GPUs. `
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import Iterator
 
 import pytest
 
-from devcluster.install import install_crd
 from devcluster.simulated import FINISH_LABEL, GPU_RESOURCE, NODE_PREFIX, SimulatedCluster
 from mpiop.kube.client import PODS, KubeClient
 from tests.integration.operator import Cluster, eventually, mpijob, running_operator
@@ -24,14 +23,6 @@ pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
 def simulated() -> Iterator[SimulatedCluster]:
     with SimulatedCluster(nodes=2) as cluster:
         yield cluster
-
-
-@pytest.fixture
-async def sim_kube(simulated: SimulatedCluster) -> AsyncIterator[KubeClient]:
-    client = await KubeClient.connect(str(simulated.kubeconfig), qps=0, burst=100)
-    await install_crd(client)
-    yield client
-    await client.close()
 
 
 async def test_fake_nodes_offer_gpus(sim_kube: KubeClient) -> None:

@@ -47,9 +47,11 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
 - apiGroups: [kubeflow.org]
   resources: [mpijobs/finalizers]
   verbs: [update]
+# deletecollection: a finished job's pods (cleanPodPolicy) and a restart's attempt go in one request, selected
+# by the job's labels (and phase), when that matches exactly the pods to delete.
 - apiGroups: [""]
   resources: [pods]
-  verbs: [list, watch, create, delete]
+  verbs: [list, watch, create, delete, deletecollection]
 # The last lines of a failed container's log, for the failure's condition message and Event.
 - apiGroups: [""]
   resources: [pods/log]
