@@ -118,6 +118,8 @@ class Reconciler:
         # What the apiserver answered to each job's last creations that did not succeed: (job uid, refusals).
         self.refused: dict[str, tuple[str, list[Refusal]]] = {}
         self._soft_since: dict[str, float] = {}  # job key -> when its waiting soft writes were first seen
+        # Whether the operator's role lacks `deletecollection` on pods (a role from before it was needed).
+        self._collections_forbidden = False
 
     def _soft_wait(self, job: MPIJob, plan: Plan, observed: Observed) -> float | None:
         """Seconds to hold this plan's writes back (they are all soft and recent), or None to go ahead."""
@@ -298,14 +300,25 @@ class Reconciler:
     async def _delete_pods(self, job: MPIJob, pods: list[podstate.Pod]) -> None:
         """One DELETE collection when it deletes exactly these pods (bulk_delete), else one request each."""
         collection = bulk_delete.collection_for(job, pods, self.caches.labelled_pods(job))
-        if collection is None:
+        if collection is None or self._collections_forbidden:
             await _each(pods, self._delete_pod)
             return
         async with self.write_limit:
-            await self.client.delete_collection(PODS, job.metadata.namespace, label_selector=collection.label_selector,
-                                                field_selector=collection.field_selector)
-        # The answer lists the pods as they were before their deletion; the watch brings what they became.
-        # Until it does, the cache must not show them live, or the next pass would delete them again.
+            try:
+                await self.client.delete_collection(PODS, job.metadata.namespace,
+                                                    label_selector=collection.label_selector,
+                                                    field_selector=collection.field_selector)
+            except ApiError as error:
+                if error.status != 403:
+                    raise
+                self._collections_forbidden = True
+                log.warning("RBAC does not grant deletecollection on pods: deleting pods one request each from now "
+                            "on (deploy/'s role grants it)", error=error.message)
+        if self._collections_forbidden:
+            await _each(pods, self._delete_pod)
+            return
+        # The watch brings what the pods became; until it does, the cache must not show them live, or the next
+        # pass would delete them again.
         deleted_at = format_time(dt.datetime.now(dt.UTC))
         for pod in pods:
             self.caches.pods.observe_write(podstate.marked_terminating(pod, deleted_at))

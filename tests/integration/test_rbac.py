@@ -111,10 +111,11 @@ async def token_kubeconfig(control_plane: ControlPlane, kube: KubeClient, rbac_o
     return await service_account_kubeconfig(control_plane, kube, tmp_path_factory.mktemp("sa") / "kubeconfig")
 
 
-async def service_account_kubeconfig(control_plane: ControlPlane, kube: KubeClient, path: Path) -> str:
-    """Write to `path` a kubeconfig holding only a fresh token of mpiop's ServiceAccount and the cluster's CA."""
+async def service_account_kubeconfig(control_plane: ControlPlane, kube: KubeClient, path: Path,
+                                     namespace: str = SYSTEM, account: str = ACCOUNT) -> str:
+    """Write to `path` a kubeconfig holding only a fresh token of a ServiceAccount (mpiop's) and the cluster's CA."""
     answer = await kube.request(
-        "POST", f"/api/v1/namespaces/{SYSTEM}/serviceaccounts/{ACCOUNT}/token",
+        "POST", f"/api/v1/namespaces/{namespace}/serviceaccounts/{account}/token",
         body={"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest", "spec": {"expirationSeconds": 3600}})
     config = {
         "apiVersion": "v1", "kind": "Config", "current-context": "sa",

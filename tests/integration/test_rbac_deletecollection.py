@@ -1,0 +1,64 @@
+"""An operator whose role predates `deletecollection` on pods still cleans up: one 403, then one DELETE a pod.
+
+The operator runs in-process on a ServiceAccount token whose Role is deploy/base's ClusterRole rules with
+`deletecollection` taken off pods (namespaced: the operator watches this namespace only).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from devcluster.controlplane import ControlPlane
+from mpiop.kube.client import KubeClient
+from tests.integration.operator import Cluster, eventually, mpijob, running_operator
+from tests.integration.test_deploy import DEPLOY, docs
+from tests.integration.test_rbac import service_account_kubeconfig
+
+JSON = dict[str, Any]
+ACCOUNT = "mpiop-before-deletecollection"
+
+
+def rules_without_deletecollection(control_plane: ControlPlane) -> list[JSON]:
+    built = docs(control_plane.kubectl("kustomize", str(DEPLOY / "base")))
+    rules = [rule for obj in built if obj["kind"] == "ClusterRole" for rule in obj["rules"]]
+    taken = [{**rule, "verbs": [v for v in rule["verbs"] if v != "deletecollection"]} for rule in rules]
+    assert taken != rules, "deploy/base no longer grants deletecollection: this test has nothing to take away"
+    return taken
+
+
+async def test_a_role_without_deletecollection_falls_back_to_one_delete_per_pod(
+        control_plane: ControlPlane, kube: KubeClient, cluster: Cluster, tmp_path: Path) -> None:
+    ns = cluster.ns
+    await kube.request("POST", f"/api/v1/namespaces/{ns}/serviceaccounts",
+                       body={"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": ACCOUNT}})
+    await kube.request("POST", f"/apis/rbac.authorization.k8s.io/v1/namespaces/{ns}/roles", body={
+        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role", "metadata": {"name": ACCOUNT},
+        "rules": rules_without_deletecollection(control_plane)})
+    await kube.request("POST", f"/apis/rbac.authorization.k8s.io/v1/namespaces/{ns}/rolebindings", body={
+        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding", "metadata": {"name": ACCOUNT},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": ACCOUNT},
+        "subjects": [{"kind": "ServiceAccount", "name": ACCOUNT, "namespace": ns}]})
+    kubeconfig = await service_account_kubeconfig(control_plane, kube, tmp_path / "kubeconfig", ns, ACCOUNT)
+
+    name, workers = "old-role", [f"old-role-worker-{i}" for i in range(3)]
+    async with running_operator(kubeconfig, ns) as operator:
+        await cluster.create_job(mpijob(name, workers=3))
+
+        async def pods_exist() -> bool:
+            return {f"{name}-launcher", *workers} <= set(await cluster.pods())
+
+        async def workers_gone() -> bool:
+            return not set(workers) & set(await cluster.pods())
+
+        await eventually(pods_exist, what="the job's pods")
+        await cluster.run_all([*workers, f"{name}-launcher"])
+        await eventually(lambda: cluster.condition(name, "Running"), what="Running")
+        await cluster.set_phase(f"{name}-launcher", "Succeeded")
+        await eventually(lambda: cluster.condition(name, "Succeeded"), what="Succeeded")
+        await eventually(workers_gone, what="the running workers deleted one by one")
+        deletions = [(verb, code) for verb, resource, code in operator.requests.calls
+                     if resource == "pods" and verb == "DELETE"]
+    print(f"\npod deletions (verb, code): {deletions}")
+    assert deletions[0] == ("DELETE", 403)  # the collection, refused once
+    assert sorted(deletions[1:]) == [("DELETE", 200)] * 3
