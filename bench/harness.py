@@ -11,11 +11,11 @@ import math
 import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from devcluster.simulated import finished_pod_status
 from mpiop import names, ssh
-from mpiop.api.v2beta1 import LAUNCHER, WORKER, MPIJob
+from mpiop.api.v2beta1 import LAUNCHER, WORKER, CleanPodPolicy, MPIJob
 from mpiop.decide import decide
 from mpiop.desired import objects, pods
 from mpiop.kube.client import (
@@ -131,7 +131,7 @@ class Tracker:
 
 # -- objects --------------------------------------------------------------------------------------------
 def bench_job(name: str, workers: int, *, gpus: int = 0, managed_by: str | None = None,
-              labels: dict[str, str] | None = None) -> JSON:
+              labels: dict[str, str] | None = None, clean_pod_policy: str | None = None) -> JSON:
     """An MPIJob like a user's: launcher + workers (1 GPU each when gpus), small CPU/memory requests."""
     job = make_mpijob(name).workers(workers).slots(max(gpus, 1))
     for replica in (LAUNCHER, WORKER):
@@ -140,6 +140,8 @@ def bench_job(name: str, workers: int, *, gpus: int = 0, managed_by: str | None 
         job.gpus(gpus)
     if managed_by:
         job.managed_by(managed_by)
+    if clean_pod_policy:
+        job.clean_pod_policy(cast(CleanPodPolicy, clean_pod_policy))
     for key, value in (labels or {}).items():
         job.label(key, value)
     return job.manifest()

@@ -109,7 +109,9 @@ async def burst(kube: KubeClient, operator: OperatorProcess, opts: Options, repo
         before, cpu_before = await operator.metrics(), operator.cpu_seconds()
         started = time.monotonic()
         await gather_limited(opts.concurrency, [
-            functools.partial(kube.create, MPIJOBS, namespace, bench_job(n, opts.workers)) for n in job_names])
+            functools.partial(kube.create, MPIJOBS, namespace,
+                              bench_job(n, opts.workers, clean_pod_policy=opts.clean_pod_policy))
+            for n in job_names])
         submitted = time.monotonic()
         exist = await tracker.wait_until(lambda: len(tracker.pod_added) >= pods, opts.timeout, "burst pods")
         report.add(f"{name}_s", round(exist - started, 3),

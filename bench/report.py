@@ -41,6 +41,9 @@ class Options:
     repeat: int = 1
     quiet_load: float = 0.0  # 0: half the CPUs
     quiet_wait: float = 0.0
+    # The burst's jobs' cleanPodPolicy (None: the default, Running). "None" keeps finished jobs' pods: what the
+    # cleanup of the first finished jobs costs the ones still starting.
+    clean_pod_policy: str | None = None
 
 
 @dataclass

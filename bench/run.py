@@ -137,6 +137,8 @@ def parse_args(argv: list[str] | None = None) -> Options:
                         help="quiet check: the 1-minute load average a run should start under (default: CPUs/2)")
     parser.add_argument("--quiet-wait", type=float, default=0.0,
                         help="quiet check: seconds to wait for that load before each run (0: only report it)")
+    parser.add_argument("--clean-pod-policy", choices=("Running", "All", "None"),
+                        help="burst: the jobs' cleanPodPolicy (default: the API's default, Running)")
     parser.add_argument("--keep-logs", type=Path, help="copy the component and operator logs here")
     parser.add_argument("--profile", type=Path,
                         help="record each operator process with py-spy into this directory (needs py-spy)")
@@ -147,7 +149,7 @@ def parse_args(argv: list[str] | None = None) -> Options:
                    latency_interval=args.latency_interval, pods_per_node=args.pods_per_node, nodes=args.nodes,
                    operator_args=args.operator_arg, phases=tuple(p for p in args.phases.split(",") if p),
                    keep_logs=args.keep_logs, profile=args.profile, repeat=max(args.repeat, 1),
-                   quiet_load=args.quiet_load, quiet_wait=args.quiet_wait,
+                   quiet_load=args.quiet_load, quiet_wait=args.quiet_wait, clean_pod_policy=args.clean_pod_policy,
                    sustained_rates=tuple(float(r) for r in args.rates.split(",") if r),
                    sustained_seconds=args.sustained_seconds, sustained_run_seconds=args.sustained_run_seconds,
                    sustained_ttl=args.sustained_ttl, sustained_report=args.sustained_report)
