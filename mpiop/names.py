@@ -103,9 +103,10 @@ def role_labels(job: MPIJob, role: str, index: int | None = None, attempt: int =
     return labels
 
 
-def selector_string(job: MPIJob, role: str) -> str:
-    """The label selector of one role's pods, as replicaStatuses[].selector reports it."""
-    labels = {**job_labels(job), JOB_ROLE_LABEL: role}
+def selector_string(job: MPIJob, role: str | None = None) -> str:
+    """The label selector of one role's pods, as replicaStatuses[].selector reports it; without a role, every
+    pod of the job (a DELETE collection's)."""
+    labels = {**job_labels(job), **({JOB_ROLE_LABEL: role} if role else {})}
     return ",".join(f"{k}={v}" for k, v in sorted(labels.items()))
 
 
@@ -127,3 +128,9 @@ def owned_metadata(job: MPIJob, name: str, labels: dict[str, str] | None = None)
         "labels": labels if labels is not None else job_labels(job),
         "ownerReferences": [owner_reference(job)],
     }
+
+
+def controlled_by(job: MPIJob, obj: dict[str, Any]) -> bool:
+    """Whether `obj` names this job (this uid, not just its name) as its controller, as owner_reference does."""
+    refs = obj.get("metadata", {}).get("ownerReferences") or []
+    return any(r.get("controller") and r.get("uid") == job.metadata.uid for r in refs)

@@ -9,7 +9,7 @@ and a restart's whole attempt are the usual cases: 8 workers are 1 request inste
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from mpiop import names, podstate
@@ -26,17 +26,6 @@ class Collection:
     field_selector: str | None
 
 
-def label_selector(job: MPIJob) -> str:
-    """Every pod of this job the operator's informer could cache (kubeflow's labels, which mpiop also sets)."""
-    return ",".join(f"{k}={v}" for k, v in sorted(names.job_labels(job).items()))
-
-
-def _matches(field_selector: str | None) -> Callable[[podstate.Pod], bool]:
-    if field_selector is None:
-        return lambda pod: True
-    return lambda pod: podstate.phase(pod) not in _TERMINAL
-
-
 def collection_for(job: MPIJob, to_delete: Sequence[podstate.Pod],
                    labelled: Sequence[podstate.Pod]) -> Collection | None:
     """`labelled`: the cached pods carrying the job's labels (whoever owns them)."""
@@ -44,14 +33,9 @@ def collection_for(job: MPIJob, to_delete: Sequence[podstate.Pod],
         return None
     wanted = {podstate.name(p) for p in to_delete}
     for field_selector in (ACTIVE_FIELD_SELECTOR, None):
-        matched = [p for p in labelled if _matches(field_selector)(p)]
-        if not all(_controlled_by(job, p) for p in matched):
+        matched = [p for p in labelled if field_selector is None or podstate.phase(p) not in _TERMINAL]
+        if not all(names.controlled_by(job, p) for p in matched):
             return None  # a pod someone else owns carries the job's labels: one by one, by name
         if {podstate.name(p) for p in matched if not podstate.is_terminating(p)} == wanted:
-            return Collection(label_selector(job), field_selector)
+            return Collection(names.selector_string(job), field_selector)
     return None
-
-
-def _controlled_by(job: MPIJob, pod: podstate.Pod) -> bool:
-    refs = pod["metadata"].get("ownerReferences") or []
-    return any(r.get("controller") and r.get("uid") == job.metadata.uid for r in refs)

@@ -294,15 +294,24 @@ class Reconciler:
 
     def _controls(self, job: MPIJob, kind: str, name: str) -> bool:
         cached = self.caches.informer_for(kind).get(f"{job.metadata.namespace}/{name}")
-        refs = (cached or {}).get("metadata", {}).get("ownerReferences") or []
-        return any(r.get("controller") and r.get("uid") == job.metadata.uid for r in refs)
+        return cached is not None and names.controlled_by(job, cached)
 
     async def _delete_pods(self, job: MPIJob, pods: list[podstate.Pod]) -> None:
         """One DELETE collection when it deletes exactly these pods (bulk_delete), else one request each."""
-        collection = bulk_delete.collection_for(job, pods, self.caches.labelled_pods(job))
-        if collection is None or self._collections_forbidden:
+        collection = None if self._collections_forbidden else bulk_delete.collection_for(
+            job, pods, self.caches.labelled_pods(job))
+        if collection is None or not await self._delete_collection(job, collection):
             await _each(pods, self._delete_pod)
             return
+        # The watch brings what the pods became; until it does, the cache must not show them live, or the next
+        # pass would delete them again.
+        deleted_at = format_time(self.clock())
+        for pod in pods:
+            self.caches.pods.observe_write(podstate.marked_terminating(pod, deleted_at))
+
+    async def _delete_collection(self, job: MPIJob, collection: bulk_delete.Collection) -> bool:
+        """False if the operator's role does not grant it (one from before it was needed): from then on, pods
+        are deleted one request each."""
         async with self.write_limit:
             try:
                 await self.client.delete_collection(PODS, job.metadata.namespace,
@@ -314,14 +323,8 @@ class Reconciler:
                 self._collections_forbidden = True
                 log.warning("RBAC does not grant deletecollection on pods: deleting pods one request each from now "
                             "on (deploy/'s role grants it)", error=error.message)
-        if self._collections_forbidden:
-            await _each(pods, self._delete_pod)
-            return
-        # The watch brings what the pods became; until it does, the cache must not show them live, or the next
-        # pass would delete them again.
-        deleted_at = format_time(dt.datetime.now(dt.UTC))
-        for pod in pods:
-            self.caches.pods.observe_write(podstate.marked_terminating(pod, deleted_at))
+                return False
+        return True
 
     async def _delete_pod(self, pod: podstate.Pod) -> None:
         meta = pod["metadata"]
