@@ -22,6 +22,7 @@ import asyncio
 import datetime as dt
 import time
 from collections.abc import Awaitable, Callable, Coroutine, Iterable
+from dataclasses import dataclass
 from typing import Any, TypeVar
 
 import structlog
@@ -67,19 +68,27 @@ def utcnow() -> dt.datetime:
     return dt.datetime.now(dt.UTC).replace(microsecond=0)
 
 
-def status_patch(old: JobStatus, new: JobStatus) -> JSON | None:
-    """A merge patch turning `old` into `new` (cleared fields sent as null), or None when they agree."""
+@dataclass(frozen=True)
+class StatusChange:
+    """What a plan changes in the job's status, read once a pass (dumping a status is a fair share of one)."""
+
+    patch: JSON | None  # a merge patch turning the old status into the new (cleared fields null); None: they agree
+    fields: frozenset[str]  # the top-level fields that differ (lastReconcileTime aside)
+
+
+def status_change(old: JobStatus, new: JobStatus) -> StatusChange:
     old_json, new_json = old.to_json(), new.to_json()
     old_json.pop("lastReconcileTime", None)
     new_json.pop("lastReconcileTime", None)
-    if old_json == new_json:
-        return None
+    fields = frozenset(k for k in old_json.keys() | new_json.keys() if old_json.get(k) != new_json.get(k))
+    if not fields:
+        return StatusChange(None, fields)
     patch: JSON = {k: None for k in old_json if k not in new_json}
     patch.update(new_json)
-    return patch
+    return StatusChange(patch, fields)
 
 
-def only_soft_writes(plan: Plan, old: JobStatus, config_map: JSON | None = None) -> bool:
+def only_soft_writes(plan: Plan, status: StatusChange, config_map: JSON | None = None) -> bool:
     """Whether this plan's writes are all soft: replica counts and discover_hosts.sh, nothing else.
 
     Creations, deletions, Events, condition or time changes and a changed hostfile (on the host network the
@@ -93,10 +102,7 @@ def only_soft_writes(plan: Plan, old: JobStatus, config_map: JSON | None = None)
         changed = {k for k in obj["data"].keys() | cached.keys() if obj["data"].get(k) != cached.get(k)}
         if obj["kind"] != "ConfigMap" or not changed <= {names.DISCOVER_HOSTS_NAME}:
             return False
-    old_json, new_json = old.to_json(), plan.status.to_json()
-    changed = {k for k in old_json.keys() | new_json.keys() if old_json.get(k) != new_json.get(k)}
-    changed.discard("lastReconcileTime")
-    return changed <= {"replicaStatuses"} and bool(changed or plan.update)
+    return status.fields <= {"replicaStatuses"} and bool(status.fields or plan.update)
 
 
 class Reconciler:
@@ -121,10 +127,10 @@ class Reconciler:
         # Whether the operator's role lacks `deletecollection` on pods (a role from before it was needed).
         self._collections_forbidden = False
 
-    def _soft_wait(self, job: MPIJob, plan: Plan, observed: Observed) -> float | None:
+    def _soft_wait(self, job: MPIJob, plan: Plan, status: StatusChange, observed: Observed) -> float | None:
         """Seconds to hold this plan's writes back (they are all soft and recent), or None to go ahead."""
         key = job.key
-        if not only_soft_writes(plan, job.status, observed.config_map):
+        if not only_soft_writes(plan, status, observed.config_map):
             self._soft_since.pop(key, None)
             return None
         since = self._soft_since.setdefault(key, time.monotonic())
@@ -159,11 +165,12 @@ class Reconciler:
         if plan.delete_job:
             await self._delete_job(job)
             return None
-        wait = self._soft_wait(job, plan, observed)
+        status = status_change(job.status, plan.status)
+        wait = self._soft_wait(job, plan, status, observed)
         if wait is not None:
             return wait if plan.requeue_after is None else min(wait, plan.requeue_after)
         try:
-            await self._write_status(job, plan, now)
+            await self._write_status(job, plan, status.patch, now)
         except ApiError as error:
             if error.not_found:  # deleted since the cache saw it: nothing of it is to be made any more
                 return None
@@ -178,8 +185,7 @@ class Reconciler:
         return plan.requeue_after
 
     # -- status ------------------------------------------------------------------------------------
-    async def _write_status(self, job: MPIJob, plan: Plan, now: dt.datetime) -> None:
-        patch = status_patch(job.status, plan.status)
+    async def _write_status(self, job: MPIJob, plan: Plan, patch: JSON | None, now: dt.datetime) -> None:
         if patch is None:
             return
         patch["lastReconcileTime"] = format_time(now)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from mpiop.api.v2beta1 import ReplicaStatus
-from mpiop.controller.reconciler import only_soft_writes
+from mpiop.controller.reconciler import only_soft_writes, status_change
 from mpiop.decide import decide
 from mpiop.plan import Event, Plan
 from tests.builders import at, make_mpijob, make_pod, observe
@@ -66,4 +66,18 @@ def test_only_soft_writes(change: object, soft: bool) -> None:
     plan = settled()
     old = plan.status.model_copy(deep=True)
     assert callable(change)
-    assert only_soft_writes(change(plan), old, CACHED) is soft
+    changed = change(plan)
+    assert isinstance(changed, Plan)
+    assert only_soft_writes(changed, status_change(old, changed.status), CACHED) is soft
+
+
+def test_status_change_patches_whole_and_nulls_what_was_cleared() -> None:
+    plan = settled()
+    old = plan.status.model_copy(deep=True)
+    assert status_change(old, plan.status) == status_change(old, old)
+    assert status_change(old, old).patch is None and not status_change(old, old).fields
+    old.completion_time = at(3)
+    change = status_change(old, counts(plan).status)
+    assert change.fields == {"completionTime", "replicaStatuses"}
+    assert change.patch is not None and change.patch["completionTime"] is None
+    assert change.patch["conditions"] == plan.status.to_json()["conditions"]  # the whole status, not a diff
