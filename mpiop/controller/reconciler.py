@@ -306,31 +306,33 @@ class Reconciler:
         """One DELETE collection when it deletes exactly these pods (bulk_delete), else one request each."""
         collection = None if self._collections_forbidden else bulk_delete.collection_for(
             job, pods, self.caches.labelled_pods(job))
-        if collection is None or not await self._delete_collection(job, collection):
+        deleted = None if collection is None else await self._delete_collection(job, collection)
+        if deleted is None:
             await _each(pods, self._delete_pod)
             return
         # The watch brings what the pods became; until it does, the cache must not show them live, or the next
-        # pass would delete them again.
+        # pass would delete them again. A pod the apiserver's cache did not list yet goes by name.
         deleted_at = format_time(self.clock())
         for pod in pods:
-            self.caches.pods.observe_write(podstate.marked_terminating(pod, deleted_at))
+            if podstate.name(pod) in deleted:
+                self.caches.pods.observe_write(podstate.marked_terminating(pod, deleted_at))
+        await _each([p for p in pods if podstate.name(p) not in deleted], self._delete_pod)
 
-    async def _delete_collection(self, job: MPIJob, collection: bulk_delete.Collection) -> bool:
-        """False if the operator's role does not grant it (one from before it was needed): from then on, pods
-        are deleted one request each."""
+    async def _delete_collection(self, job: MPIJob, collection: bulk_delete.Collection) -> set[str] | None:
+        """The names of the pods it deleted; None if the operator's role does not grant it (one from before it
+        was needed): from then on, pods are deleted one request each."""
         async with self.write_limit:
             try:
-                await self.client.delete_collection(PODS, job.metadata.namespace,
-                                                    label_selector=collection.label_selector,
-                                                    field_selector=collection.field_selector)
+                return await self.client.delete_collection(PODS, job.metadata.namespace,
+                                                           label_selector=collection.label_selector,
+                                                           field_selector=collection.field_selector)
             except ApiError as error:
                 if error.status != 403:
                     raise
                 self._collections_forbidden = True
                 log.warning("RBAC does not grant deletecollection on pods: deleting pods one request each from now "
                             "on (deploy/'s role grants it)", error=error.message)
-                return False
-        return True
+                return None
 
     async def _delete_pod(self, pod: podstate.Pod) -> None:
         meta = pod["metadata"]

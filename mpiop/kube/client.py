@@ -280,17 +280,18 @@ class KubeClient:
         return await self.request("DELETE", resource.path(namespace, name), body=options)
 
     async def delete_collection(self, resource: Resource, namespace: str, *, label_selector: str,
-                                field_selector: str | None = None, propagation: str = "Background") -> None:
-        """Delete every object the selectors match in one request.
+                                field_selector: str | None = None, propagation: str = "Background") -> set[str]:
+        """Delete every object the selectors match in one request; the names of those it deleted.
 
         The apiserver lists the matches first: resourceVersion=0 has it list from its watch cache (in memory)
-        instead of reading the whole namespace from etcd, which at 10,000 pods took seconds per request. The
-        cache may be a moment behind; what it missed is still there for the caller's next pass to see.
+        instead of reading the whole namespace from etcd, which at 10,000 pods took seconds per request. That
+        cache may be a moment behind (or, with several apiservers, behind the one the caller watches): what it
+        did not list was not deleted, which is why the names are returned.
         """
         query = {"labelSelector": label_selector, "fieldSelector": field_selector, "resourceVersion": "0"}
         options: JSON = {"kind": "DeleteOptions", "apiVersion": "v1", "propagationPolicy": propagation}
-        # The answer lists the matched objects as they were before their deletion: not worth decoding.
-        await self.request_raw("DELETE", resource.path(namespace), query=query, body=options)
+        answer = await self.request("DELETE", resource.path(namespace), query=query, body=options)
+        return {str(item["metadata"]["name"]) for item in answer.get("items") or []}
 
     async def list_each(self, resource: Resource, namespace: str | None, handle: Callable[[JSON], None],
                         **query: Any) -> JSON:

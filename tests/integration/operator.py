@@ -53,11 +53,12 @@ def unexpected_reconcile_errors(logs: Sequence[Mapping[str, Any]]) -> list[str]:
 
 @asynccontextmanager
 async def running_operator(kubeconfig: str, namespace: str, *, allow_reconcile_errors: bool = False,
-                           **config: Any) -> AsyncIterator[Operator]:
+                           client_class: type[KubeClient] = KubeClient, **config: Any) -> AsyncIterator[Operator]:
     """The operator in-process on `namespace`. Like kueue's verifyLogs, leaving fails if it logged a reconcile
-    error meanwhile (unless the test provokes them on purpose: `allow_reconcile_errors`)."""
+    error meanwhile (unless the test provokes them on purpose: `allow_reconcile_errors`). `client_class`: a
+    KubeClient subclass injecting a fault at the client's edge (the apiserver stays real)."""
     requests = RequestLog()
-    client = await KubeClient.connect(kubeconfig, qps=0, burst=1000, observer=requests)
+    client = await client_class.connect(kubeconfig, qps=0, burst=1000, observer=requests)
     manager = Manager(client, ManagerConfig(namespace=namespace, workers=4, **config))
     stop = asyncio.Event()
     with structlog.testing.capture_logs() as logs:

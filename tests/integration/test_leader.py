@@ -106,11 +106,11 @@ class Metrics:
                    and s.labels["verb"] in WRITES and s.labels["resource"] != except_resource)
 
 
-async def drive_to_success(cluster: Cluster, name: str, launcher: str = "") -> None:
-    """Play the kubelet through a one-worker job's life until it is Succeeded and its worker deleted
+async def drive_to_success(cluster: Cluster, name: str, launcher: str = "", workers: int = 1) -> None:
+    """Play the kubelet through a job's life until it is Succeeded and its running workers deleted
     (`launcher`: the attempt's launcher, `<name>-launcher` in the first one)."""
     launcher = launcher or f"{name}-launcher"
-    wanted = {launcher, f"{name}-worker-0"}
+    wanted = {launcher, *(f"{name}-worker-{i}" for i in range(workers))}
 
     async def pods_exist() -> bool:
         return wanted <= set(await cluster.pods())
@@ -119,11 +119,11 @@ async def drive_to_success(cluster: Cluster, name: str, launcher: str = "") -> N
         return not any(p.startswith(f"{name}-worker-") for p in await cluster.pods())
 
     await eventually(pods_exist, what=f"pods of {name}")
-    await cluster.run_all([f"{name}-worker-0", launcher])
+    await cluster.run_all([*sorted(wanted - {launcher}), launcher])
     await eventually(lambda: cluster.condition(name, "Running"), what=f"{name} Running")
     await cluster.set_phase(launcher, "Succeeded")
     await eventually(lambda: cluster.condition(name, "Succeeded"), what=f"{name} Succeeded")
-    await eventually(only_launcher_left, what=f"{name}'s running worker deleted")
+    await eventually(only_launcher_left, what=f"{name}'s running workers deleted")
 
 
 async def _writers(cluster: Cluster, managers: set[str]) -> dict[str, set[str]]:

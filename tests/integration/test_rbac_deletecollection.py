@@ -11,8 +11,9 @@ from typing import Any
 
 from devcluster.controlplane import ControlPlane
 from mpiop.kube.client import KubeClient
-from tests.integration.operator import Cluster, eventually, mpijob, running_operator
+from tests.integration.operator import Cluster, mpijob, running_operator
 from tests.integration.test_deploy import DEPLOY, docs
+from tests.integration.test_leader import drive_to_success
 from tests.integration.test_rbac import service_account_kubeconfig
 
 JSON = dict[str, Any]
@@ -41,22 +42,10 @@ async def test_a_role_without_deletecollection_falls_back_to_one_delete_per_pod(
         "subjects": [{"kind": "ServiceAccount", "name": ACCOUNT, "namespace": ns}]})
     kubeconfig = await service_account_kubeconfig(control_plane, kube, tmp_path / "kubeconfig", ns, ACCOUNT)
 
-    name, workers = "old-role", [f"old-role-worker-{i}" for i in range(3)]
+    name = "old-role"
     async with running_operator(kubeconfig, ns) as operator:
         await cluster.create_job(mpijob(name, workers=3))
-
-        async def pods_exist() -> bool:
-            return {f"{name}-launcher", *workers} <= set(await cluster.pods())
-
-        async def workers_gone() -> bool:
-            return not set(workers) & set(await cluster.pods())
-
-        await eventually(pods_exist, what="the job's pods")
-        await cluster.run_all([*workers, f"{name}-launcher"])
-        await eventually(lambda: cluster.condition(name, "Running"), what="Running")
-        await cluster.set_phase(f"{name}-launcher", "Succeeded")
-        await eventually(lambda: cluster.condition(name, "Succeeded"), what="Succeeded")
-        await eventually(workers_gone, what="the running workers deleted one by one")
+        await drive_to_success(cluster, name, workers=3)
         deletions = [(verb, code) for verb, resource, code in operator.requests.calls
                      if resource == "pods" and verb == "DELETE"]
     print(f"\npod deletions (verb, code): {deletions}")
