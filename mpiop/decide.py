@@ -6,7 +6,8 @@
     too big?     -> Failed ValidationError
     refused?     -> Failed ValidationError (the template is wrong), else ReplicaFailure and retry
     name taken?  -> ReplicaFailure ErrResourceExists (the reconciler then starts nothing)
-    (always)     -> SSH Secret, Service, hostfile ConfigMap
+    (always)     -> SSH Secret, Service, hostfile ConfigMap (discover_hosts.sh: the Running workers, or
+                    under --no-discover-hosts a fixed script saying it is off)
     suspended?   -> pods (and kubeflow's launcher Job) deleted, Suspended
     deadline?    -> Failed DeadlineExceeded, clean-up
     kubeflow's launcher Job? -> adopted: it is the launcher of attempt 0 (success, failure, Running);
@@ -52,12 +53,13 @@ from mpiop.status import progress, replica_failure
 
 
 def decide(job: MPIJob, observed: Observed, now: dt.datetime, cluster_domain: str = "",
-           port_range: PortRange = DEFAULT_PORT_RANGE, gang_scheduler: GangScheduler | None = None) -> Plan:
+           port_range: PortRange = DEFAULT_PORT_RANGE, gang_scheduler: GangScheduler | None = None,
+           discover_hosts: bool = True) -> Plan:
     plan = Plan(status=job.status.model_copy(deep=True))
     if adoption.finished_under_kubeflow(job):
         return plan
     progress.mark_created(plan, job, now)
-    _decide(plan, job, observed, now, cluster_domain, port_range)
+    _decide(plan, job, observed, now, cluster_domain, port_range, discover_hosts)
     gang.apply(plan, job, observed, now, gang_scheduler)
     if plan.status.finished:
         cleanup.apply(plan, job, observed)
@@ -68,14 +70,14 @@ def decide(job: MPIJob, observed: Observed, now: dt.datetime, cluster_domain: st
 
 
 def _decide(plan: Plan, job: MPIJob, observed: Observed, now: dt.datetime, cluster_domain: str,
-            port_range: PortRange) -> None:
+            port_range: PortRange, discover_hosts: bool) -> None:
     if plan.status.finished or forward_env.apply(plan, job, now):
         return
     if size.apply(plan, job, now) or refused.apply(plan, job, observed, now):
         return
     if not ownership.apply(plan, job, observed, now) and not observed.refused:
         replica_failure.clear(plan, job.key, now)
-    ensure.supporting_objects(plan, job, observed, cluster_domain, port_range)
+    ensure.supporting_objects(plan, job, observed, cluster_domain, port_range, discover_hosts)
     if suspend.apply(plan, job, observed, now):
         adoption.retire(plan, observed)
         return

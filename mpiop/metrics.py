@@ -52,7 +52,8 @@ API_LATENCY = Histogram(
     buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10),
 )
 EVENTS = Counter("mpiop_events", "Events on MPIJobs by what became of them: created, updated (count bumped), "
-                 "failed (not sent), dropped (too many waiting, or left at shutdown)", ["result"])
+                 "failed (not sent), dropped (too many waiting, or left at shutdown), unsent (--no-lifecycle-events)",
+                 ["result"])
 WATCH_RESTARTS = Counter("mpiop_watch_restarts", "Watch streams re-opened", ["resource"])
 UNDECODABLE_OBJECTS = Counter("mpiop_undecodable_objects", "Objects (each version once) that could not be decoded "
                               "and were skipped", ["kind"])

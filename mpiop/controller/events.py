@@ -11,7 +11,8 @@ creations. A background task sends them, a few at a time, correlated as client-g
 
 Best effort, never silent: an Event that cannot be sent (after retries for transient errors) or that is
 dropped because too many are waiting is logged and counted in `mpiop_events_total{result}`; a lost Event
-never fails a reconcile. Every Event recorded is also a log line carrying the job's key (kubeflow's
+never fails a reconcile. Reasons the operator was told not to send (--no-lifecycle-events) are logged and
+counted as `unsent`, and nothing else. Every Event recorded is also a log line carrying the job's key (kubeflow's
 recorder logs each one too), so the operator's log alone tells a job's story.
 """
 
@@ -74,8 +75,10 @@ def _involved(job: MPIJob) -> dict[str, str]:
 
 class EventRecorder:
     def __init__(self, client: KubeClient, instance: str | None = None, *, concurrency: int = 4,
-                 max_pending: int = 10000) -> None:
+                 max_pending: int = 10000, unsent_reasons: frozenset[str] = frozenset()) -> None:
+        """`unsent_reasons`: Events only logged, never sent (--no-lifecycle-events: every job's three)."""
         self.client = client
+        self.unsent_reasons = unsent_reasons
         self.instance = instance or socket.gethostname()
         self.concurrency = concurrency
         self.max_pending = max_pending
@@ -97,6 +100,9 @@ class EventRecorder:
         (log.warning if event.type == "Warning" else log.info)(
             "event", job=f"{involved['namespace']}/{involved['name']}", kind=involved["kind"], type=event.type,
             reason=event.reason, message=event.message)
+        if event.reason in self.unsent_reasons:
+            metrics.EVENTS.labels("unsent").inc()
+            return
         event, key = self._aggregate(involved, event)
         stamp = format_time(now)
         pending = self._pending.get(key)

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import datetime as dt
+import functools
 import time
 from collections.abc import Awaitable, Callable, Coroutine, Iterable
 from dataclasses import dataclass
@@ -109,7 +110,7 @@ class Reconciler:
     def __init__(self, client: KubeClient, caches: Caches, recorder: EventRecorder, *,
                  clock: Callable[[], dt.datetime] = utcnow, cluster_domain: str = "",
                  port_range: PortRange = DEFAULT_PORT_RANGE, write_concurrency: int = 32,
-                 gang_scheduler: GangScheduler | None = None) -> None:
+                 gang_scheduler: GangScheduler | None = None, discover_hosts: bool = True) -> None:
         self.client = client
         self.caches = caches
         self.recorder = recorder
@@ -121,6 +122,7 @@ class Reconciler:
         self.write_limit = asyncio.Semaphore(write_concurrency)
         self.log_tails = LogTails(client)
         self.gang_scheduler = gang_scheduler
+        self.discover_hosts = discover_hosts
         # What the apiserver answered to each job's last creations that did not succeed: (job uid, refusals).
         self.refused: dict[str, tuple[str, list[Refusal]]] = {}
         self._soft_since: dict[str, float] = {}  # job key -> when its waiting soft writes were first seen
@@ -155,13 +157,14 @@ class Reconciler:
         await self.log_tails.fill(job, observed)  # the failure report's one I/O: a failed container's log
         uid, seen = self.refused.get(key, ("", []))
         observed.refused = seen if uid == job.metadata.uid else []
+        decision = functools.partial(decide, job, observed, now, self.cluster_domain, self.port_range,
+                                     self.gang_scheduler, self.discover_hosts)
         if len(observed.pods) + job.spec.worker_replicas > DECIDE_ON_LOOP_UP_TO:
             # A big job's decision takes tens of milliseconds of CPU: in a thread, the event loop (health,
             # leases, watches, other jobs' writes) still gets the GIL every few milliseconds.
-            plan = await asyncio.to_thread(decide, job, observed, now, self.cluster_domain, self.port_range,
-                                           self.gang_scheduler)
+            plan = await asyncio.to_thread(decision)
         else:
-            plan = decide(job, observed, now, self.cluster_domain, self.port_range, self.gang_scheduler)
+            plan = decision()
         if plan.delete_job:
             await self._delete_job(job)
             return None

@@ -43,7 +43,8 @@ def _moved(job: MPIJob, pod: podstate.Pod, ports: hostnetwork.Ports) -> bool:
 
 
 def supporting_objects(plan: Plan, job: MPIJob, observed: Observed, cluster_domain: str = "",
-                       port_range: hostnetwork.PortRange = hostnetwork.DEFAULT_PORT_RANGE) -> None:
+                       port_range: hostnetwork.PortRange = hostnetwork.DEFAULT_PORT_RANGE,
+                       discover_hosts: bool = True) -> None:
     """Secret, Service and hostfile ConfigMap: made even while the job is suspended, kept until it is deleted."""
     attempt = plan.status.restart_count or 0
     if observed.secret is None:
@@ -55,7 +56,7 @@ def supporting_objects(plan: Plan, job: MPIJob, observed: Observed, cluster_doma
     count = job.spec.worker_replicas
     running = [i for i, s in workers.items() if i < count and s.running]
     ports = _ports(job, observed, attempt, port_range)
-    wanted = objects.config_map(job, running, cluster_domain, ports)
+    wanted = objects.config_map(job, running, cluster_domain, ports, discover_hosts)
     if observed.config_map is None:
         plan.create.append(wanted)
     elif observed.config_map.get("data") != wanted["data"]:

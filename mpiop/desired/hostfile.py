@@ -47,6 +47,15 @@ def hostfile(job: MPIJob, cluster_domain: str = "") -> str:
     return found
 
 
+DISCOVER_HOSTS_OFF = """#!/bin/sh
+echo "discover_hosts.sh is not kept up to date by this operator (mpiop runs with --no-discover-hosts):" >&2
+echo "use the hostfile, or ask the operator's admin for --discover-hosts (elastic Horovod needs it)" >&2
+exit 1
+"""
+"""discover_hosts.sh under --no-discover-hosts: it never changes (no ConfigMap patch when workers come and
+go), the launcher's volume keeps its key, and an elastic Horovod launcher that runs it is told why it fails."""
+
+
 def discover_hosts(job: MPIJob, running_worker_indexes: Iterable[int], cluster_domain: str = "") -> str:
     """For elastic Horovod: a script that prints the hosts that are Running now, as `host:slots`."""
     slots = slots_per_worker(job)

@@ -27,11 +27,15 @@ def ssh_secret(job: MPIJob, private_key: bytes, public_key: bytes) -> dict[str, 
 
 
 def config_map_data(job: MPIJob, running_worker_indexes: Iterable[int], cluster_domain: str = "",
-                    ports: hostnetwork.Ports = hostnetwork.NO_PORTS) -> dict[str, str]:
-    """The hostfile, discover_hosts.sh and, with host-network ports, the SSH client config naming them."""
+                    ports: hostnetwork.Ports = hostnetwork.NO_PORTS, discover_hosts: bool = True) -> dict[str, str]:
+    """The hostfile, discover_hosts.sh and, with host-network ports, the SSH client config naming them.
+
+    `discover_hosts` False (--no-discover-hosts): discover_hosts.sh is a fixed script that says it is off.
+    """
     data = {
         names.HOSTFILE_NAME: hostfile.hostfile(job, cluster_domain),
-        names.DISCOVER_HOSTS_NAME: hostfile.discover_hosts(job, running_worker_indexes, cluster_domain),
+        names.DISCOVER_HOSTS_NAME: (hostfile.discover_hosts(job, running_worker_indexes, cluster_domain)
+                                    if discover_hosts else hostfile.DISCOVER_HOSTS_OFF),
     }
     if ports:
         data[hostnetwork.SSH_CONFIG_NAME] = hostnetwork.ssh_config(job, ports, cluster_domain)
@@ -39,12 +43,12 @@ def config_map_data(job: MPIJob, running_worker_indexes: Iterable[int], cluster_
 
 
 def config_map(job: MPIJob, running_worker_indexes: Iterable[int], cluster_domain: str = "",
-               ports: hostnetwork.Ports = hostnetwork.NO_PORTS) -> dict[str, Any]:
+               ports: hostnetwork.Ports = hostnetwork.NO_PORTS, discover_hosts: bool = True) -> dict[str, Any]:
     return {
         "apiVersion": "v1",
         "kind": "ConfigMap",
         "metadata": names.owned_metadata(job, names.config_map_name(job), names.supporting_labels(job)),
-        "data": config_map_data(job, running_worker_indexes, cluster_domain, ports),
+        "data": config_map_data(job, running_worker_indexes, cluster_domain, ports, discover_hosts),
     }
 
 

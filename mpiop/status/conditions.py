@@ -27,6 +27,8 @@ VALIDATION_ERROR_REASON = "ValidationError"
 FAILED_CREATE_REASON = "FailedCreate"
 RESOURCE_EXISTS_REASON = "ErrResourceExists"
 CREATED_OBJECTS_REASON = "ObjectsCreated"
+LIFECYCLE_REASONS = frozenset({CREATED_REASON, RUNNING_REASON, SUCCEEDED_REASON})
+"""The Normal Events of every job's life (kubeflow's too): what --no-lifecycle-events keeps from being sent."""
 
 
 def set_condition(

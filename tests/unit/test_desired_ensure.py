@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import subprocess
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from mpiop import names, podstate
 from mpiop.api.v2beta1 import MPIJob
-from mpiop.desired import ensure, objects
+from mpiop.desired import ensure, hostfile, objects
 from mpiop.plan import Observed, Plan
 from mpiop.policies import launcher_creation
 from tests.builders import PodBuilder, make_mpijob, make_pod, observe
@@ -191,6 +193,33 @@ def test_config_map_updated_only_when_discover_hosts_changes(listed: list[int], 
         data: dict[str, Any] = plan.update[0]["data"]
         assert data == objects.config_map_data(job, running)
     assert plan.create == []
+
+
+@pytest.mark.parametrize(("cached_script", "written"),
+                         [(None, True), ("fixed", False), ("live", True)],
+                         ids=["first-pass", "fixed-script", "live-script-before"])
+def test_discover_hosts_off_never_follows_the_workers(cached_script: str | None, written: bool) -> None:
+    """--no-discover-hosts: the script is fixed, so workers starting make no ConfigMap write; a ConfigMap
+    written with the live script (the operator ran with it before) gets the fixed one once."""
+    job = make_mpijob("pi").workers(2).obj()
+    pods = [make_pod(job, "worker", i).running().obj() for i in range(2)] + [make_pod(job, "launcher").obj()]
+    observed = observe(job, pods)
+    if cached_script is not None:
+        data = objects.config_map_data(job, [0, 1], discover_hosts=cached_script == "live")
+        observed.config_map = {"metadata": {"name": "pi-config", "resourceVersion": "7"}, "data": data}
+    plan = Plan(status=job.status.model_copy(deep=True))
+    ensure.supporting_objects(plan, job, observed, discover_hosts=False)
+    writes = [o["data"] for o in plan.create + plan.update if o["kind"] == "ConfigMap"]
+    assert writes == ([objects.config_map_data(job, [], discover_hosts=False)] if written else [])
+    assert not writes or writes[0][names.DISCOVER_HOSTS_NAME] == hostfile.DISCOVER_HOSTS_OFF
+
+
+def test_discover_hosts_off_script_fails_naming_the_flag(tmp_path: Path) -> None:
+    script = tmp_path / names.DISCOVER_HOSTS_NAME
+    script.write_text(hostfile.DISCOVER_HOSTS_OFF)
+    done = subprocess.run(["sh", str(script)], capture_output=True, text=True, check=False)
+    assert (done.returncode, done.stdout) == (1, "")
+    assert "--no-discover-hosts" in done.stderr and "--discover-hosts" in done.stderr
 
 
 def test_terminating_worker_is_not_a_running_host() -> None:
