@@ -37,6 +37,7 @@ from mpiop.kube.client import JSON, ApiError, KubeClient
 from mpiop.kube.codec import UNDECODABLE
 from mpiop.kube.informer import object_key
 from mpiop.plan import Event
+from mpiop.status import conditions
 
 log = structlog.get_logger(__name__)
 
@@ -75,6 +76,8 @@ class ManagerConfig:
     queue_qps: float = 10.0
     queue_burst: int = 100
     gang_scheduler: GangScheduler | None = None
+    lifecycle_events: bool = True  # False: MPIJobCreated/Running/Succeeded are logged, not sent
+    discover_hosts: bool = True  # False: discover_hosts.sh is a fixed script, never patched
 
 
 class Manager:
@@ -90,9 +93,11 @@ class Manager:
                              BucketRateLimiter(config.queue_qps, config.queue_burst)),
             on_wait=metrics.QUEUE_WAIT_SECONDS.observe,
         )
-        self.recorder = EventRecorder(client)
+        self.recorder = EventRecorder(
+            client, unsent_reasons=frozenset() if config.lifecycle_events else conditions.LIFECYCLE_REASONS)
         self.reconciler = Reconciler(client, self.caches, self.recorder, cluster_domain=config.cluster_domain,
-                                     port_range=config.port_range, gang_scheduler=config.gang_scheduler)
+                                     port_range=config.port_range, gang_scheduler=config.gang_scheduler,
+                                     discover_hosts=config.discover_hosts)
         self.synced = asyncio.Event()
         self.working = False  # workers running: this process reconciles (leads, or has no election)
         self._ids = itertools.count(1)

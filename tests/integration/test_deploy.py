@@ -9,6 +9,7 @@ Go module by hack/helm.sh into .cache/ (once; minutes) and only renders: `helm t
 
 from __future__ import annotations
 
+import argparse
 import re
 import subprocess
 from pathlib import Path
@@ -19,6 +20,7 @@ import yaml
 
 from devcluster.controlplane import ControlPlane
 from mpiop.kube.client import PODS, ApiError, KubeClient
+from mpiop.process import add_run_arguments, config_from_args
 from tests.integration.operator import eventually
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -237,3 +239,18 @@ def test_gang_scheduling_overlay_and_chart_value_agree(control_plane: ControlPla
     args = [obj["spec"]["template"]["spec"]["containers"][0]["args"] for obj in (ours["Deployment"],
                                                                                    theirs["Deployment"])]
     assert args[0] == args[1] and f"--gang-scheduling={value}" in args[0]
+
+
+@pytest.mark.parametrize(("values", "lifecycle_events", "discover_hosts"), [
+    ((), True, True),
+    (("lifecycleEvents=false", "discoverHosts=false"), False, False),
+], ids=["kubeflow-defaults", "lean"])
+def test_lean_chart_values_reach_the_operator(helm: str, values: tuple[str, ...], lifecycle_events: bool,
+                                              discover_hosts: bool) -> None:
+    """The chart's container args, parsed by the operator's own parser, give the config the values ask for."""
+    deployment = by_kind(docs(render(helm, *values, crds=False)))["Deployment"]
+    args = deployment["spec"]["template"]["spec"]["containers"][0]["args"]
+    parser = argparse.ArgumentParser()
+    add_run_arguments(parser)
+    config = config_from_args(parser.parse_args([a for a in args if a != "run"]))
+    assert (config.lifecycle_events, config.discover_hosts) == (lifecycle_events, discover_hosts)

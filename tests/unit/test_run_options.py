@@ -40,6 +40,17 @@ def test_gang_scheduling_flag(argv: tuple[str, ...], scheduler: str | None, volc
     assert (gang is not None and gang.volcano) == volcano
 
 
+@pytest.mark.parametrize(
+    ("argv", "lifecycle_events", "discover_hosts"),
+    [((), True, True), (("--no-lifecycle-events",), False, True), (("--no-discover-hosts",), True, False),
+     (("--no-lifecycle-events", "--discover-hosts", "--no-discover-hosts"), False, False)],
+    ids=["kubeflow-defaults", "no-events", "no-discover-hosts", "both-last-wins"],
+)
+def test_lean_flags(argv: tuple[str, ...], lifecycle_events: bool, discover_hosts: bool) -> None:
+    config = config_from_args(parse(*argv))
+    assert (config.lifecycle_events, config.discover_hosts) == (lifecycle_events, discover_hosts)
+
+
 def test_workers_must_be_positive() -> None:
     with pytest.raises(SystemExit, match="--workers must be at least 1"):
         config_from_args(parse("--workers", "0"))
