@@ -14,13 +14,12 @@ from typing import Any
 
 from devcluster.pi_job import pi_job
 from e2e.conftest import E2E, REPORT
-from e2e.harness.kube import wait_for
-from e2e.test_mpi import PI_LINE, assert_succeeded, delete_worker_mid_run
+from e2e.harness.kube import is_true, wait_for
+from e2e.test_mpi import PI_LINE, assert_succeeded, delete_worker_mid_run, finalize_hang, mpich_pi_command
 from e2e.test_training import IDENTITY, RANKS, _script_config_map, ddp_job
 
 JSON = dict[str, Any]
 ACCEPTED = "Accepted publickey"
-MPICH_COMMAND = ["mpi-wait-hosts", "timeout", "30", "mpirun.mpich", "-n", "4", "/usr/local/bin/pi-mpich", "2000000"]
 
 
 def host_network_job(name: str, image: str, **kwargs: Any) -> JSON:
@@ -86,12 +85,13 @@ def test_host_network_openmpi_pi(e2e: E2E) -> None:
 def test_host_network_mpich_pi(e2e: E2E) -> None:
     """MPICH (Hydra), the same shape: Hydra reads the ports from the config through HYDRA_LAUNCHER_EXTRA_ARGS,
     and forks no proxy locally for a worker that shares the launcher's address (HYDRA_LAUNCHER_AUTOFORK=0).
-    Under `timeout 30`, as in test_mpich_pi (MPICH 4.0.2's occasional Finalize hang)."""
+    The same command as test_mpich_pi (MPICH 4.0.2's Finalize hang after the result: mpich_pi_command)."""
     started = e2e.create_job(host_network_job("hn-mpich", e2e.image, implementation="MPICH",
-                                              launcher_command=MPICH_COMMAND, runPolicy={"backoffLimit": 6}))
+                                              launcher_command=mpich_pi_command(), runPolicy={"backoffLimit": 6}))
     job = e2e.wait_finished("hn-mpich", timeout=420)
     restarts = (job.get("status") or {}).get("restartCount", 0)
-    e2e.record(f"host-network-mpich-pi ({restarts} restarts)", time.monotonic() - started)
+    log = e2e.launcher_log("hn-mpich") if is_true(job, "Succeeded") else ""
+    e2e.record(f"host-network-mpich-pi ({restarts} restarts, {finalize_hang(log)})", time.monotonic() - started)
     assert_succeeded(job)
     assert_host_network_pi(e2e, "hn-mpich")
 

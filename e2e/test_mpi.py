@@ -13,6 +13,25 @@ from e2e.harness.kube import JSON, MPIJOBS, condition, is_true, wait_for
 
 PI_LINE = re.compile(r"pi is approximately (\d+\.\d+) \((\d+) samples on (\d+) ranks\)")
 RANK_LINE = re.compile(r"^rank (\d+) on (\S+)$", re.M)
+FINALIZE_HANG_NOTE = "e2e: MPI_Finalize hung after the result (openucx/ucx#8738); the result counts"
+
+
+def mpich_pi_command(seconds: int = 20) -> list[str]:
+    """pi on 4 MPICH ranks, under `timeout`: Debian 12's MPICH 4.0.2 over UCX 1.13.1's TCP transport can hang in
+    MPI_Finalize after rank 0 has printed (openucx/ucx#8738; one rank spins flushing its endpoints while the
+    others wait in the PMI barrier). On some machines that is most runs (7 of 7 attempts on one), so a run that
+    timed out *after* printing its result exits 0 and says so; one that timed out before it fails, and the job
+    restarts. The pi line and every rank's host are still checked by the test."""
+    script = (f"timeout {seconds} mpirun.mpich -n 4 /usr/local/bin/pi-mpich 2000000 >/tmp/pi.out 2>&1; rc=$?; "
+              "cat /tmp/pi.out; "
+              f"if [ $rc -eq 124 ] && grep -q 'pi is approximately' /tmp/pi.out; then echo '{FINALIZE_HANG_NOTE}'; "
+              "exit 0; fi; exit $rc")
+    return ["mpi-wait-hosts", "sh", "-c", script]
+
+
+def finalize_hang(log: str) -> str:
+    """For the e2e report: whether the successful run hung in MPI_Finalize after its result."""
+    return "hung in Finalize after the result" if FINALIZE_HANG_NOTE in log else "exited cleanly"
 
 
 def assert_pi(log: str, job: str, ranks: int = 4, hosts: int = 2) -> None:
@@ -70,20 +89,18 @@ def test_mpich_pi(e2e: E2E) -> None:
     launcher by its bare hostname (`<job>-launcher`), which resolves because mpiop puts
     `<job>.<ns>.svc.cluster.local` in every pod's DNS search list (without it: 'unable to get host address').
 
-    Debian 12's MPICH 4.0.2 (ch4:ucx) over UCX 1.13.1's TCP transport hangs in MPI_Finalize in about one
-    run of three, after rank 0 has printed (one rank spins flushing its endpoints while the others wait in
-    the PMI barrier; openucx/ucx#8738). So mpirun runs under `timeout 30` and the job may restart: what is
-    checked is that it ends Succeeded with the right output; the restarts are in the report.
+    MPICH 4.0.2 may hang in MPI_Finalize after the result (mpich_pi_command): a hang before it restarts the
+    job; what is checked is that it ends Succeeded with the right output; restarts and hangs are in the report.
     """
-    command = ["mpi-wait-hosts", "timeout", "30", "mpirun.mpich", "-n", "4", "/usr/local/bin/pi-mpich", "2000000"]
-    manifest = pi_job("pi-mpich", e2e.image, implementation="MPICH", launcher_command=command,
+    manifest = pi_job("pi-mpich", e2e.image, implementation="MPICH", launcher_command=mpich_pi_command(),
                       runPolicy={"backoffLimit": 6})
     started = e2e.create_job(manifest)
     job = e2e.wait_finished("pi-mpich", timeout=420)
     restarts = (job.get("status") or {}).get("restartCount", 0)
-    e2e.record(f"mpich-pi ({restarts} restarts after the Finalize hang)", time.monotonic() - started)
+    log = e2e.launcher_log("pi-mpich") if is_true(job, "Succeeded") else ""
+    e2e.record(f"mpich-pi ({restarts} restarts, {finalize_hang(log)})", time.monotonic() - started)
     assert_succeeded(job)
-    assert_pi(e2e.launcher_log("pi-mpich"), "pi-mpich")
+    assert_pi(log, "pi-mpich")
 
 
 def test_malformed_command_fails(e2e: E2E) -> None:
