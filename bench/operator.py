@@ -8,7 +8,6 @@ import asyncio
 import contextlib
 import datetime as dt
 import json
-import os
 import shutil
 import signal
 import subprocess
@@ -23,6 +22,7 @@ from typing import Any
 
 from prometheus_client.parser import text_string_to_metric_families
 
+from bench.cpu import cpu_seconds
 from devcluster.controlplane import _die_with_parent, free_port
 
 JSON = dict[str, Any]
@@ -162,8 +162,7 @@ class OperatorProcess:
         return self.status_kb("VmHWM") / 1024
 
     def cpu_seconds(self) -> float:
-        fields = Path(f"/proc/{self.pid}/stat").read_text().rsplit(")", 1)[1].split()
-        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+        return cpu_seconds(self.pid)
 
     async def settle(self, quiet: float = 2.0, timeout: float = 600.0, min_reconciles: float = 0) -> Metrics:
         """Wait until the operator makes no request for `quiet` seconds (and reconciled at least so many).

@@ -10,6 +10,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from bench.cpu import CpuMeter
 from bench.harness import (
     Tracker,
     bench_job,
@@ -69,12 +70,14 @@ async def create_jobs_directly(kube: KubeClient, namespace: str, manifests: list
     await asyncio.gather(*workers)
 
 
-async def floor(kube: KubeClient, opts: Options, report: Report) -> None:
+async def floor(kube: KubeClient, opts: Options, report: Report, pids: dict[str, int] | None = None) -> None:
+    """`pids`: processes whose CPU until every pod Running is reported (`floor_cpu_s`)."""
     namespace = "bench-floor"
     await fresh_namespace(kube, namespace)
     manifests = [bench_job(f"floor-{i}", opts.workers, managed_by=FLOOR_MANAGER) for i in range(opts.jobs)]
     log(f"floor: {opts.jobs} jobs x {opts.workers} workers through a bare client, {opts.concurrency} in flight")
     async with Tracker(kube, namespace) as tracker:
+        meter = CpuMeter(pids or {})
         started = time.monotonic()
         await create_jobs_directly(kube, namespace, manifests, opts.concurrency, opts.reconcile_workers)
         done = time.monotonic()
@@ -82,6 +85,7 @@ async def floor(kube: KubeClient, opts: Options, report: Report) -> None:
         seen = await tracker.wait_until(lambda: len(tracker.pod_added) >= pods, opts.timeout, "floor pods")
         running = await tracker.wait_until(lambda: len(tracker.pod_running) >= pods, opts.timeout,
                                            "floor pods running")
+        report.figures["floor_cpu_s"] = meter.stop()
     report.add("floor_s", round(max(done, seen) - started, 3),
                f"floor: {opts.jobs}x{opts.workers} objects + status via bare client (s)")
     report.add("floor_pods_running_s", round(running - started, 3), "floor: ...and every pod Running (s)")
@@ -90,8 +94,12 @@ async def floor(kube: KubeClient, opts: Options, report: Report) -> None:
 
 
 # -- burst ------------------------------------------------------------------------------------------------
-async def burst(kube: KubeClient, operator: OperatorProcess, opts: Options, report: Report, tag: str = "") -> None:
-    """J x W submitted at once. `tag` names a what-if run (its own namespace, its own figure keys)."""
+async def burst(kube: KubeClient, operator: OperatorProcess, opts: Options, report: Report, tag: str = "",
+                pids: dict[str, int] | None = None) -> None:
+    """J x W submitted at once. `tag` names a what-if run (its own namespace, its own figure keys).
+
+    `pids`: processes whose CPU until every job Running is reported, with the operator's (`<name>_cpu_s`).
+    """
     namespace = f"bench-burst{tag.replace('_', '-')}"
     name = f"burst{tag}"
     label = "burst" if not tag else f"what-if {tag.strip('_')}"
@@ -107,6 +115,7 @@ async def burst(kube: KubeClient, operator: OperatorProcess, opts: Options, repo
 
         tracker.on_condition.append(on_condition)
         before, cpu_before = await operator.metrics(), operator.cpu_seconds()
+        meter = CpuMeter({**(pids or {}), "operator": operator.pid})
         started = time.monotonic()
         await gather_limited(opts.concurrency, [
             functools.partial(kube.create, MPIJOBS, namespace,
@@ -120,6 +129,7 @@ async def burst(kube: KubeClient, operator: OperatorProcess, opts: Options, repo
                                                 "burst pods running")
         running = await tracker.wait_until(lambda: tracker.count_true("Running", job_names) == opts.jobs,
                                            opts.timeout, "burst jobs Running")
+        report.figures[f"{name}_cpu_s"] = meter.stop()
         succeeded = await tracker.wait_until(lambda: tracker.count_true("Succeeded", job_names) == opts.jobs,
                                              opts.timeout, "burst jobs Succeeded")
         await asyncio.gather(*finishing)

@@ -73,8 +73,9 @@ async def floor_and_burst(kube: KubeClient, cluster: SimulatedCluster, opts: Opt
         quiet = await quiet_check(opts)
         figures: dict[str, Any] = {"load_before": load(), "quiet": quiet}
         scratch = Report()
+        pids = {**cluster.pids_by_name(), "bench": os.getpid()}
         if "floor" in opts.phases:
-            await floor(kube, opts, scratch)
+            await floor(kube, opts, scratch, pids)
         if "burst" in opts.phases or ("big" in opts.phases and run == opts.repeat - 1):
             operator = OperatorProcess(cluster.kubeconfig, logs / "operator.log", opts.operator_args,
                                        profile_path(opts, f"burst-{run}"))
@@ -82,7 +83,7 @@ async def floor_and_burst(kube: KubeClient, cluster: SimulatedCluster, opts: Opt
             await operator.wait_synced()
             await operator.wait_metrics()
         if "burst" in opts.phases and operator is not None:
-            await burst(kube, operator, opts, scratch)
+            await burst(kube, operator, opts, scratch, pids=pids)
         figures.update(scratch.figures, load_after=load())
         if "floor_s" in figures and "burst_s" in figures:
             figures["burst_over_floor"] = round(figures["burst_s"] / figures["floor_s"], 3)
@@ -90,6 +91,10 @@ async def floor_and_burst(kube: KubeClient, cluster: SimulatedCluster, opts: Opt
             figures["burst_running_over_floor"] = round(figures["burst_running_s"] / figures["floor_pods_running_s"], 3)
         log(f"run {run + 1}/{opts.repeat}: load average {figures['load_before']} -> {figures['load_after']}"
             f"{'' if quiet else ' (NOT QUIET)'}")
+        for window in ("floor_cpu_s", "burst_cpu_s"):
+            if window in figures:
+                spent = " ".join(f"{k}={v}" for k, v in figures[window].items())
+                log(f"run {run + 1}/{opts.repeat}: {window} {spent}")
         runs.append(figures)
         last = scratch
     summarize(report, runs, last)
@@ -104,7 +109,8 @@ def summarize(report: Report, runs: list[dict[str, Any]], last: Report) -> None:
     for key, value in last.figures.items():
         if key not in SERIES:
             report.figures.setdefault(key, value)
-    report.figures["runs"] = [{k: r[k] for k in ("load_before", "load_after", "quiet") if k in r} for r in runs]
+    kept = ("load_before", "load_after", "quiet", "floor_cpu_s", "burst_cpu_s")
+    report.figures["runs"] = [{k: r[k] for k in kept if k in r} for r in runs]
     report.figures["all_runs_quiet"] = all(r["quiet"] for r in runs)
     for key, (label, target) in SERIES.items():
         values = [r[key] for r in runs if key in r]

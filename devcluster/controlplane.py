@@ -261,7 +261,11 @@ class ControlPlane:
                 shutil.rmtree(self.workdir, ignore_errors=True)
 
     def pids(self) -> list[int]:
-        return [c.process.pid for c in self.components if c.process is not None]
+        return list(self.pids_by_name().values())
+
+    def pids_by_name(self) -> dict[str, int]:
+        """Each running component's process id by its name (etcd, kube-apiserver, kwok, ...)."""
+        return {c.name: c.process.pid for c in self.components if c.process is not None}
 
     # -- client helpers ----------------------------------------------------------------------------
     def _write_kubeconfig(self, path: Path, ca: KeyPair, user: KeyPair) -> None:

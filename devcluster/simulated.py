@@ -175,6 +175,9 @@ class SimulatedCluster:
     def pids(self) -> list[int]:
         return self.control_plane.pids()
 
+    def pids_by_name(self) -> dict[str, int]:
+        return self.control_plane.pids_by_name()
+
     def __enter__(self) -> SimulatedCluster:
         self.start()
         return self
