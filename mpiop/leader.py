@@ -32,7 +32,7 @@ from typing import Any
 import aiohttp
 import structlog
 
-from mpiop.kube.client import ApiError, KubeClient, Resource
+from mpiop.kube.client import JSON_MEDIA_TYPE, ApiError, KubeClient, Resource
 
 log = structlog.get_logger(__name__)
 JSON = dict[str, Any]
@@ -269,7 +269,7 @@ class FencedClient(KubeClient):
         self.may_write: Callable[[], bool] = lambda: True
 
     async def _send(self, method: str, path: str, query: Any, body: Any, content_type: str,
-                    timeout: Any) -> aiohttp.ClientResponse:
+                    timeout: Any, accept: str = JSON_MEDIA_TYPE) -> aiohttp.ClientResponse:
         if method not in ("GET", "HEAD") and not self.may_write():
             raise NotLeaderError(f"{method} {path}: not the leader, write refused")
-        return await super()._send(method, path, query, body, content_type, timeout)
+        return await super()._send(method, path, query, body, content_type, timeout, accept)

@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import Any, ClassVar
 
 from devcluster.controlplane import ControlPlane
-from mpiop.kube.client import KubeClient, Resource
+from mpiop.kube.client import PODS, KubeClient, Resource
 from tests.integration.operator import Cluster, mpijob, running_operator
 from tests.integration.test_leader import drive_to_success
 
@@ -37,3 +37,43 @@ async def test_a_pod_the_collection_did_not_list_is_deleted_by_name(control_plan
         await drive_to_success(cluster, name, workers=3)
     print(f"\npod deletions: {LaggingCacheClient.deletions}")
     assert LaggingCacheClient.deletions == ["collection", LAGGING]  # then the one it did not list, by name
+
+
+class AnswerRecordingClient(KubeClient):
+    """Keeps the decoded answer of every DELETE it sends."""
+
+    answers: ClassVar[list[dict[str, Any]]] = []
+
+    async def request(self, method: str, path: str, **options: Any) -> dict[str, Any]:
+        answer = await super().request(method, path, **options)
+        if method == "DELETE":
+            self.answers.append(answer)
+        return answer
+
+
+async def test_a_collection_deletes_what_its_labels_match_and_answers_their_metadata_only(
+        kube: KubeClient, namespace: str) -> None:
+    """Against the real apiserver: the labelled pods go, the other stays, and the answer names exactly them
+    without their specs (a PartialObjectMetadataList), which is all the operator reads of it."""
+    def pod(name: str, labels: dict[str, str]) -> dict[str, Any]:
+        return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "labels": labels},
+                "spec": {"containers": [{"name": "c", "image": "busybox"}]}}
+
+    for name in ("a-0", "a-1", "a-2"):
+        await kube.create(PODS, namespace, pod(name, {"group": "a"}))
+    await kube.create(PODS, namespace, pod("b-0", {"group": "b"}))
+    client = AnswerRecordingClient(kube.access)
+    AnswerRecordingClient.answers.clear()
+    try:
+        deleted = await client.delete_collection(PODS, namespace, label_selector="group=a")
+    finally:
+        await client.close()
+    [answer] = AnswerRecordingClient.answers
+    print(f"\ndeleted {sorted(deleted)}; answer kind {answer.get('kind')}, item keys "
+          f"{sorted({k for item in answer['items'] for k in item})}")
+    assert deleted == {"a-0", "a-1", "a-2"}
+    assert answer["kind"] == "PartialObjectMetadataList"
+    assert all("spec" not in item and "status" not in item for item in answer["items"])
+    left = {p["metadata"]["name"] for p in (await kube.list(PODS, namespace))["items"]
+            if not p["metadata"].get("deletionTimestamp")}
+    assert left == {"b-0"}

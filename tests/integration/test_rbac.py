@@ -26,7 +26,7 @@ import yaml
 
 from devcluster.controlplane import ControlPlane
 from mpiop.controller.manager import Manager, ManagerConfig
-from mpiop.kube.client import JOBS, MPIJOBS, ApiError, KubeClient
+from mpiop.kube.client import JOBS, JSON_MEDIA_TYPE, MPIJOBS, ApiError, KubeClient
 from mpiop.leader import LEASES, ElectionConfig, FencedClient, LeaderElector
 from mpiop.process import supervise
 from tests import kubeflow
@@ -69,9 +69,9 @@ class RecordingClient(FencedClient):
     requests: list[Request]
 
     async def _send(self, method: str, path: str, query: Any, body: Any, content_type: str,
-                    timeout: Any) -> Any:
+                    timeout: Any, accept: str = JSON_MEDIA_TYPE) -> Any:
         self.requests.append(as_rbac(method, path, dict(query or {})))
-        return await super()._send(method, path, query, body, content_type, timeout)
+        return await super()._send(method, path, query, body, content_type, timeout, accept)
 
 
 @dataclass
