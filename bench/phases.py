@@ -143,6 +143,7 @@ async def burst(kube: KubeClient, operator: OperatorProcess, opts: Options, repo
     if not tag:
         report.add("api_requests_per_job", round(spent.total() / opts.jobs, 2), f"{label}: operator API requests/job")
         report.add("api_writes_per_job", round(spent.writes() / opts.jobs, 2), f"{label}: of which writes")
+        report.add("reconciles_per_job", round(spent.reconciles / opts.jobs, 2), f"{label}: reconciles per job")
         report.figures["burst_requests_by_verb"] = dict(sorted(spent.by_verb().items()))
         report.figures["api_requests_per_job_by_verb"] = {
             k: round(v / opts.jobs, 2) for k, v in sorted(spent.by_verb().items())}

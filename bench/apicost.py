@@ -1,0 +1,113 @@
+"""What each kind of request the operator sends costs the apiserver: CPU per request, by kind.
+
+On a CPU-bound machine a request's cost to the apiserver (and etcd) is what it takes from every other
+component, so this says which of a job's requests are worth saving. It runs the real control plane (etcd,
+kube-apiserver, kube-controller-manager) with this checkout's MPIJob CRD and sends `--requests` requests of
+each kind, 16 in flight, with the bench's own job and object builders; the apiserver's and etcd's CPU
+seconds over each batch, divided by the batch, are the figures. The last line is one JSON object.
+
+    .venv/bin/python -m bench.apicost [--requests 400]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import datetime as dt
+import json
+import time
+from collections.abc import Coroutine, Iterable
+from typing import Any
+
+from bench.cpu import CpuMeter
+from bench.harness import bench_job, first_status, owned_objects
+from devcluster.controlplane import ControlPlane
+from devcluster.install import install_crd
+from mpiop import names
+from mpiop.kube.client import CONFIGMAPS, MPIJOBS, PODS, SECRETS, SERVICES, KubeClient, Resource
+from tests.namespaces import create_namespace
+
+JSON = dict[str, Any]
+EVENTS = Resource("", "v1", "events", "Event")
+IN_FLIGHT = 16
+
+
+async def in_flight(requests: Iterable[Coroutine[Any, Any, Any]], limit: int = IN_FLIGHT) -> None:
+    semaphore = asyncio.Semaphore(limit)
+
+    async def one(request: Coroutine[Any, Any, Any]) -> None:
+        async with semaphore:
+            await request
+
+    await asyncio.gather(*(one(r) for r in requests))
+
+
+def event(job: JSON, reason: str) -> JSON:
+    """An Event as the operator's recorder sends it (a new one per reason and job)."""
+    now = dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    meta = job["metadata"]
+    return {"apiVersion": "v1", "kind": "Event", "metadata": {"generateName": f"{meta['name']}."},
+            "involvedObject": {"apiVersion": job["apiVersion"], "kind": job["kind"], "name": meta["name"],
+                               "namespace": meta["namespace"], "uid": meta["uid"]},
+            "reason": reason, "message": f"MPIJob {meta['namespace']}/{meta['name']} is created.", "type": "Normal",
+            "source": {"component": "mpi-job-controller"}, "firstTimestamp": now, "lastTimestamp": now, "count": 1}
+
+
+async def measure(plane: ControlPlane, count: int) -> dict[str, JSON]:
+    kube = await KubeClient.connect(str(plane.kubeconfig), qps=0, burst=1000)
+    costs: dict[str, JSON] = {}
+    try:
+        await install_crd(kube)
+        ns = await create_namespace(kube, "apicost")
+        pids = {k: v for k, v in plane.pids_by_name().items() if k in ("kube-apiserver", "etcd")}
+
+        async def batch(kind: str, requests: list[Coroutine[Any, Any, Any]]) -> None:
+            await asyncio.sleep(1.0)  # the previous batch's watch fan-out and compaction settle
+            meter, started = CpuMeter(pids), time.monotonic()
+            await in_flight(requests)
+            spent, wall = meter.stop(), time.monotonic() - started
+            costs[kind] = {"apiserver_ms": round(1000 * spent["kube-apiserver"] / count, 2),
+                           "etcd_ms": round(1000 * spent["etcd"] / count, 2), "wall_s": round(wall, 2)}
+            print(f"{kind:<34} kube-apiserver {costs[kind]['apiserver_ms']:5.2f} ms   etcd "
+                  f"{costs[kind]['etcd_ms']:5.2f} ms   ({count} in {wall:.2f} s)", flush=True)
+
+        # The CRD's first writes set up its handler and CEL programs: not counted.
+        await in_flight(kube.create(MPIJOBS, ns, bench_job(f"warm-{i}", 8)) for i in range(IN_FLIGHT))
+        manifests = [bench_job(f"cost-{i}", 8) for i in range(count)]
+        await batch("POST mpijobs", [kube.create(MPIJOBS, ns, m) for m in manifests])
+        jobs = [await kube.get(MPIJOBS, ns, m["metadata"]["name"]) for m in manifests]
+        await batch("PATCH mpijobs/status (first status)", [
+            kube.patch(MPIJOBS, ns, j["metadata"]["name"], {"status": first_status(j)}, subresource="status")
+            for j in jobs])
+        await batch("PATCH mpijobs/status (one field)", [
+            kube.patch(MPIJOBS, ns, j["metadata"]["name"], {"status": {"lastReconcileTime": "2026-01-01T00:00:00Z"}},
+                       subresource="status") for j in jobs])
+        made = [owned_objects(j) for j in jobs]  # Secret, ConfigMap, Service, workers..., launcher
+        for index, resource in enumerate((SECRETS, CONFIGMAPS, SERVICES, PODS)):  # a worker pod each
+            assert made[0][index]["kind"] == resource.kind
+            await batch(f"POST {resource.plural}", [kube.create(resource, ns, objs[index]) for objs in made])
+        hostfile_patch = {"data": {names.DISCOVER_HOSTS_NAME: "#!/bin/sh\n"}}
+        await batch("PATCH configmaps (discover_hosts.sh)", [
+            kube.patch(CONFIGMAPS, ns, objs[1]["metadata"]["name"], hostfile_patch) for objs in made])
+        await batch("POST events", [kube.create(EVENTS, ns, event(j, "MPIJobCreated")) for j in jobs])
+        await batch("DELETE pods (collection of 1)", [
+            kube.delete_collection(PODS, ns, label_selector=f"{names.JOB_NAME_LABEL}={j['metadata']['name']}")
+            for j in jobs])
+    finally:
+        await kube.close()
+    return costs
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench.apicost", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--requests", type=int, default=400, help="requests of each kind (400)")
+    args = parser.parse_args(argv)
+    with ControlPlane(scheduler=False) as plane:
+        costs = asyncio.run(measure(plane, args.requests))
+    print(json.dumps({"requests_per_kind": args.requests, "in_flight": IN_FLIGHT, "costs": costs}))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
