@@ -16,11 +16,13 @@ import asyncio
 import datetime as dt
 import json
 import time
-from collections.abc import Coroutine, Iterable
+from collections.abc import Callable
+from functools import partial
 from typing import Any
 
 from bench.cpu import CpuMeter
 from bench.harness import bench_job, first_status, owned_objects
+from bench.phases import gather_limited
 from devcluster.controlplane import ControlPlane
 from devcluster.install import install_crd
 from mpiop import names
@@ -30,16 +32,6 @@ from tests.namespaces import create_namespace
 JSON = dict[str, Any]
 EVENTS = Resource("", "v1", "events", "Event")
 IN_FLIGHT = 16
-
-
-async def in_flight(requests: Iterable[Coroutine[Any, Any, Any]], limit: int = IN_FLIGHT) -> None:
-    semaphore = asyncio.Semaphore(limit)
-
-    async def one(request: Coroutine[Any, Any, Any]) -> None:
-        async with semaphore:
-            await request
-
-    await asyncio.gather(*(one(r) for r in requests))
 
 
 def event(job: JSON, reason: str) -> JSON:
@@ -61,10 +53,10 @@ async def measure(plane: ControlPlane, count: int) -> dict[str, JSON]:
         ns = await create_namespace(kube, "apicost")
         pids = {k: v for k, v in plane.pids_by_name().items() if k in ("kube-apiserver", "etcd")}
 
-        async def batch(kind: str, requests: list[Coroutine[Any, Any, Any]]) -> None:
+        async def batch(kind: str, requests: list[Callable[[], Any]]) -> None:
             await asyncio.sleep(1.0)  # the previous batch's watch fan-out and compaction settle
             meter, started = CpuMeter(pids), time.monotonic()
-            await in_flight(requests)
+            await gather_limited(IN_FLIGHT, requests)
             spent, wall = meter.stop(), time.monotonic() - started
             costs[kind] = {"apiserver_ms": round(1000 * spent["kube-apiserver"] / count, 2),
                            "etcd_ms": round(1000 * spent["etcd"] / count, 2), "wall_s": round(wall, 2)}
@@ -72,26 +64,27 @@ async def measure(plane: ControlPlane, count: int) -> dict[str, JSON]:
                   f"{costs[kind]['etcd_ms']:5.2f} ms   ({count} in {wall:.2f} s)", flush=True)
 
         # The CRD's first writes set up its handler and CEL programs: not counted.
-        await in_flight(kube.create(MPIJOBS, ns, bench_job(f"warm-{i}", 8)) for i in range(IN_FLIGHT))
+        await gather_limited(IN_FLIGHT, [partial(kube.create, MPIJOBS, ns, bench_job(f"warm-{i}", 8))
+                                         for i in range(IN_FLIGHT)])
         manifests = [bench_job(f"cost-{i}", 8) for i in range(count)]
-        await batch("POST mpijobs", [kube.create(MPIJOBS, ns, m) for m in manifests])
+        await batch("POST mpijobs", [partial(kube.create, MPIJOBS, ns, m) for m in manifests])
         jobs = [await kube.get(MPIJOBS, ns, m["metadata"]["name"]) for m in manifests]
         await batch("PATCH mpijobs/status (first status)", [
-            kube.patch(MPIJOBS, ns, j["metadata"]["name"], {"status": first_status(j)}, subresource="status")
+            partial(kube.patch, MPIJOBS, ns, j["metadata"]["name"], {"status": first_status(j)}, subresource="status")
             for j in jobs])
         await batch("PATCH mpijobs/status (one field)", [
-            kube.patch(MPIJOBS, ns, j["metadata"]["name"], {"status": {"lastReconcileTime": "2026-01-01T00:00:00Z"}},
-                       subresource="status") for j in jobs])
+            partial(kube.patch, MPIJOBS, ns, j["metadata"]["name"],
+                    {"status": {"lastReconcileTime": "2026-01-01T00:00:00Z"}}, subresource="status") for j in jobs])
         made = [owned_objects(j) for j in jobs]  # Secret, ConfigMap, Service, workers..., launcher
         for index, resource in enumerate((SECRETS, CONFIGMAPS, SERVICES, PODS)):  # a worker pod each
             assert made[0][index]["kind"] == resource.kind
-            await batch(f"POST {resource.plural}", [kube.create(resource, ns, objs[index]) for objs in made])
+            await batch(f"POST {resource.plural}", [partial(kube.create, resource, ns, objs[index]) for objs in made])
         hostfile_patch = {"data": {names.DISCOVER_HOSTS_NAME: "#!/bin/sh\n"}}
         await batch("PATCH configmaps (discover_hosts.sh)", [
-            kube.patch(CONFIGMAPS, ns, objs[1]["metadata"]["name"], hostfile_patch) for objs in made])
-        await batch("POST events", [kube.create(EVENTS, ns, event(j, "MPIJobCreated")) for j in jobs])
+            partial(kube.patch, CONFIGMAPS, ns, objs[1]["metadata"]["name"], hostfile_patch) for objs in made])
+        await batch("POST events", [partial(kube.create, EVENTS, ns, event(j, "MPIJobCreated")) for j in jobs])
         await batch("DELETE pods (collection of 1)", [
-            kube.delete_collection(PODS, ns, label_selector=f"{names.JOB_NAME_LABEL}={j['metadata']['name']}")
+            partial(kube.delete_collection, PODS, ns, label_selector=f"{names.JOB_NAME_LABEL}={j['metadata']['name']}")
             for j in jobs])
     finally:
         await kube.close()
