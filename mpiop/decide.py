@@ -31,8 +31,7 @@ import datetime as dt
 
 from mpiop.api.v2beta1 import MPIJob
 from mpiop.desired import ensure
-from mpiop.desired.hostnetwork import DEFAULT_PORT_RANGE, PortRange
-from mpiop.desired.podgroup import GangScheduler
+from mpiop.desired.settings import DEFAULT_SETTINGS, Settings
 from mpiop.plan import Observed, Plan
 from mpiop.policies import (
     adoption,
@@ -52,15 +51,13 @@ from mpiop.policies import (
 from mpiop.status import progress, replica_failure
 
 
-def decide(job: MPIJob, observed: Observed, now: dt.datetime, cluster_domain: str = "",
-           port_range: PortRange = DEFAULT_PORT_RANGE, gang_scheduler: GangScheduler | None = None,
-           discover_hosts: bool = True) -> Plan:
+def decide(job: MPIJob, observed: Observed, now: dt.datetime, settings: Settings = DEFAULT_SETTINGS) -> Plan:
     plan = Plan(status=job.status.model_copy(deep=True))
     if adoption.finished_under_kubeflow(job):
         return plan
     progress.mark_created(plan, job, now)
-    _decide(plan, job, observed, now, cluster_domain, port_range, discover_hosts)
-    gang.apply(plan, job, observed, now, gang_scheduler)
+    _decide(plan, job, observed, now, settings)
+    gang.apply(plan, job, observed, now, settings.gang_scheduler)
     if plan.status.finished:
         cleanup.apply(plan, job, observed)
         adoption.cleanup(plan, job, observed)
@@ -69,15 +66,14 @@ def decide(job: MPIJob, observed: Observed, now: dt.datetime, cluster_domain: st
     return plan
 
 
-def _decide(plan: Plan, job: MPIJob, observed: Observed, now: dt.datetime, cluster_domain: str,
-            port_range: PortRange, discover_hosts: bool) -> None:
+def _decide(plan: Plan, job: MPIJob, observed: Observed, now: dt.datetime, settings: Settings) -> None:
     if plan.status.finished or forward_env.apply(plan, job, now):
         return
     if size.apply(plan, job, now) or refused.apply(plan, job, observed, now):
         return
     if not ownership.apply(plan, job, observed, now) and not observed.refused:
         replica_failure.clear(plan, job.key, now)
-    ensure.supporting_objects(plan, job, observed, cluster_domain, port_range, discover_hosts)
+    ensure.supporting_objects(plan, job, observed, settings)
     if suspend.apply(plan, job, observed, now):
         adoption.retire(plan, observed)
         return
@@ -86,7 +82,7 @@ def _decide(plan: Plan, job: MPIJob, observed: Observed, now: dt.datetime, clust
     plan.status.attempt_start_time = plan.status.attempt_start_time or plan.status.start_time
     if deadline.apply(plan, job, now):
         return
-    if adoption.apply(plan, job, observed, now, cluster_domain):
+    if adoption.apply(plan, job, observed, now, settings):
         return
     if success.apply(plan, job, observed, now):
         return
@@ -95,4 +91,4 @@ def _decide(plan: Plan, job: MPIJob, observed: Observed, now: dt.datetime, clust
     progress.mark_running(plan, job, observed, now)
     attempt = plan.status.restart_count or 0
     launcher_may_start = launcher_creation.launcher_may_start(job, observed, attempt)
-    ensure.job_pods(plan, job, observed, launcher_may_start, cluster_domain, port_range)
+    ensure.job_pods(plan, job, observed, launcher_may_start, settings)

@@ -33,6 +33,7 @@ from mpiop.controller.workqueue import (
 )
 from mpiop.desired.hostnetwork import DEFAULT_PORT_RANGE, PortRange
 from mpiop.desired.podgroup import GangScheduler
+from mpiop.desired.settings import Settings
 from mpiop.kube.client import JSON, ApiError, KubeClient
 from mpiop.kube.codec import UNDECODABLE
 from mpiop.kube.informer import object_key
@@ -79,6 +80,10 @@ class ManagerConfig:
     lifecycle_events: bool = True  # False: MPIJobCreated/Running/Succeeded are logged, not sent
     discover_hosts: bool = True  # False: discover_hosts.sh is a fixed script, never patched
 
+    def settings(self) -> Settings:
+        """The flags that shape a job's objects, as decide reads them."""
+        return Settings(self.cluster_domain, self.port_range, self.gang_scheduler, self.discover_hosts)
+
 
 class Manager:
     def __init__(self, client: KubeClient, config: ManagerConfig, supervisor: Supervisor | None = None) -> None:
@@ -95,9 +100,7 @@ class Manager:
         )
         self.recorder = EventRecorder(
             client, unsent_reasons=frozenset() if config.lifecycle_events else conditions.LIFECYCLE_REASONS)
-        self.reconciler = Reconciler(client, self.caches, self.recorder, cluster_domain=config.cluster_domain,
-                                     port_range=config.port_range, gang_scheduler=config.gang_scheduler,
-                                     discover_hosts=config.discover_hosts)
+        self.reconciler = Reconciler(client, self.caches, self.recorder, settings=config.settings())
         self.synced = asyncio.Event()
         self.working = False  # workers running: this process reconciles (leads, or has no election)
         self._ids = itertools.count(1)

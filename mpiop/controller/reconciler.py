@@ -36,8 +36,7 @@ from mpiop.controller.events import EventRecorder
 from mpiop.controller.logtails import LogTails
 from mpiop.decide import decide
 from mpiop.desired import objects
-from mpiop.desired.hostnetwork import DEFAULT_PORT_RANGE, PortRange
-from mpiop.desired.podgroup import GangScheduler
+from mpiop.desired.settings import DEFAULT_SETTINGS, Settings
 from mpiop.kube.client import CONFIGMAPS, JOBS, MPIJOBS, PODS, SECRETS, SERVICES, ApiError, KubeClient, Resource
 from mpiop.plan import Observed, Plan, Refusal
 from mpiop.policies import adoption, managed_by
@@ -108,21 +107,17 @@ def only_soft_writes(plan: Plan, status: StatusChange, config_map: JSON | None =
 
 class Reconciler:
     def __init__(self, client: KubeClient, caches: Caches, recorder: EventRecorder, *,
-                 clock: Callable[[], dt.datetime] = utcnow, cluster_domain: str = "",
-                 port_range: PortRange = DEFAULT_PORT_RANGE, write_concurrency: int = 32,
-                 gang_scheduler: GangScheduler | None = None, discover_hosts: bool = True) -> None:
+                 clock: Callable[[], dt.datetime] = utcnow, settings: Settings = DEFAULT_SETTINGS,
+                 write_concurrency: int = 32) -> None:
         self.client = client
         self.caches = caches
         self.recorder = recorder
         self.clock = clock
-        self.cluster_domain = cluster_domain
-        self.port_range = port_range
+        self.settings = settings
         # Pod creations and deletions in flight, across all workers: with the client-side rate limiter off
         # (the default), this is what keeps a 256-worker job from taking every connection to the apiserver.
         self.write_limit = asyncio.Semaphore(write_concurrency)
         self.log_tails = LogTails(client)
-        self.gang_scheduler = gang_scheduler
-        self.discover_hosts = discover_hosts
         # What the apiserver answered to each job's last creations that did not succeed: (job uid, refusals).
         self.refused: dict[str, tuple[str, list[Refusal]]] = {}
         self._soft_since: dict[str, float] = {}  # job key -> when its waiting soft writes were first seen
@@ -157,8 +152,7 @@ class Reconciler:
         await self.log_tails.fill(job, observed)  # the failure report's one I/O: a failed container's log
         uid, seen = self.refused.get(key, ("", []))
         observed.refused = seen if uid == job.metadata.uid else []
-        decision = functools.partial(decide, job, observed, now, self.cluster_domain, self.port_range,
-                                     self.gang_scheduler, self.discover_hosts)
+        decision = functools.partial(decide, job, observed, now, self.settings)
         if len(observed.pods) + job.spec.worker_replicas > DECIDE_ON_LOOP_UP_TO:
             # A big job's decision takes tens of milliseconds of CPU: in a thread, the event loop (health,
             # leases, watches, other jobs' writes) still gets the GIL every few milliseconds.
@@ -277,8 +271,9 @@ class Reconciler:
     async def _write_pod_group(self, job: MPIJob, plan: Plan) -> Refusal | None:
         """Create, patch or delete the job's PodGroup (before any pod); the refusal if refused."""
         write, informer = plan.pod_group, self.caches.pod_groups
-        assert write is not None and informer is not None and self.gang_scheduler is not None
-        resource, namespace = pod_group_resource(self.gang_scheduler), job.metadata.namespace
+        gang_scheduler = self.settings.gang_scheduler
+        assert write is not None and informer is not None and gang_scheduler is not None
+        resource, namespace = pod_group_resource(gang_scheduler), job.metadata.namespace
         try:
             if write.verb == "delete":
                 await self.client.delete(resource, namespace, write.name)

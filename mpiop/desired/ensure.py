@@ -18,6 +18,7 @@ from __future__ import annotations
 from mpiop import names, podstate
 from mpiop.api.v2beta1 import MPIJob
 from mpiop.desired import hostnetwork, objects, pods
+from mpiop.desired.settings import DEFAULT_SETTINGS, Settings
 from mpiop.plan import Observed, Plan
 
 MAX_POD_CREATES_PER_PASS = 500
@@ -42,9 +43,7 @@ def _moved(job: MPIJob, pod: podstate.Pod, ports: hostnetwork.Ports) -> bool:
     return any(ports.by_key.get(key, port) != port for key, port in hostnetwork.pod_ports(job, pod).items())
 
 
-def supporting_objects(plan: Plan, job: MPIJob, observed: Observed, cluster_domain: str = "",
-                       port_range: hostnetwork.PortRange = hostnetwork.DEFAULT_PORT_RANGE,
-                       discover_hosts: bool = True) -> None:
+def supporting_objects(plan: Plan, job: MPIJob, observed: Observed, settings: Settings = DEFAULT_SETTINGS) -> None:
     """Secret, Service and hostfile ConfigMap: made even while the job is suspended, kept until it is deleted."""
     attempt = plan.status.restart_count or 0
     if observed.secret is None:
@@ -55,20 +54,21 @@ def supporting_objects(plan: Plan, job: MPIJob, observed: Observed, cluster_doma
     workers = observed.worker_states(job, attempt)
     count = job.spec.worker_replicas
     running = [i for i, s in workers.items() if i < count and s.running]
-    ports = _ports(job, observed, attempt, port_range)
-    wanted = objects.config_map(job, running, cluster_domain, ports, discover_hosts)
+    ports = _ports(job, observed, attempt, settings.port_range)
+    wanted = objects.config_map(job, running, settings.cluster_domain, ports, settings.discover_hosts)
     if observed.config_map is None:
         plan.create.append(wanted)
     elif observed.config_map.get("data") != wanted["data"]:
         plan.update.append(wanted)
 
 
-def job_pods(plan: Plan, job: MPIJob, observed: Observed, launcher_may_start: bool, cluster_domain: str = "",
-             port_range: hostnetwork.PortRange = hostnetwork.DEFAULT_PORT_RANGE) -> None:
+def job_pods(plan: Plan, job: MPIJob, observed: Observed, launcher_may_start: bool,
+             settings: Settings = DEFAULT_SETTINGS) -> None:
     """Workers and launcher of the current attempt (the launcher once its creation policy allows); stale ones
     deleted first."""
     attempt = plan.status.restart_count or 0
-    ports = _ports(job, observed, attempt, port_range)
+    cluster_domain = settings.cluster_domain
+    ports = _ports(job, observed, attempt, settings.port_range)
     count = job.spec.worker_replicas
     states = list(zip(observed.states, observed.pods, strict=True))
     plan.delete_pods([p for s, p in states if _stale(job, observed, s, p, attempt, count)])

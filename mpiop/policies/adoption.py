@@ -28,6 +28,7 @@ from typing import Any
 from mpiop import names, podstate
 from mpiop.api.v2beta1 import MPIJob
 from mpiop.desired import ensure
+from mpiop.desired.settings import DEFAULT_SETTINGS, Settings
 from mpiop.plan import Observed, Plan
 from mpiop.policies import failure, success
 from mpiop.status import progress
@@ -52,7 +53,8 @@ def _pods_of(launcher_job: JSON, observed: Observed) -> list[podstate.Pod]:
             if any(r.get("uid") == uid for r in p["metadata"].get("ownerReferences") or [])]
 
 
-def apply(plan: Plan, job: MPIJob, observed: Observed, now: dt.datetime, cluster_domain: str = "") -> bool:
+def apply(plan: Plan, job: MPIJob, observed: Observed, now: dt.datetime,
+          settings: Settings = DEFAULT_SETTINGS) -> bool:
     """Run a job whose launcher is kubeflow's Job (True), or leave it to mpiop's own flow (False)."""
     launcher_job = observed.launcher_job
     if launcher_job is None and not observed.launcher_job_pods:
@@ -60,7 +62,7 @@ def apply(plan: Plan, job: MPIJob, observed: Observed, now: dt.datetime, cluster
     if launcher_job is None or (plan.status.restart_count or 0) != 0:
         # An earlier attempt's launcher: it goes; this attempt's launcher Pod waits until its pods are gone.
         retire(plan, observed)
-        ensure.job_pods(plan, job, observed, False, cluster_domain)
+        ensure.job_pods(plan, job, observed, False, settings)
         return True
     if job.status.last_reconcile_time is None:
         plan.event("Normal", ADOPTED_REASON, f"MPIJob {job.key} is taken over from kubeflow/mpi-operator: its "
@@ -77,7 +79,7 @@ def apply(plan: Plan, job: MPIJob, observed: Observed, now: dt.datetime, cluster
     elif not failure.apply(plan, job, observed, now):
         if any(podstate.is_running(p) for p in pods):
             progress.mark_running_if_workers_run(plan, job, observed, now)
-        ensure.job_pods(plan, job, observed, False, cluster_domain)
+        ensure.job_pods(plan, job, observed, False, settings)
         return True
     if not plan.status.finished:  # restarting: kubeflow's launcher goes with the workers
         retire(plan, observed)

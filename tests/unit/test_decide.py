@@ -14,6 +14,7 @@ from mpiop import podstate
 from mpiop.api.v2beta1 import MPIJob, format_time
 from mpiop.decide import decide
 from mpiop.desired import objects
+from mpiop.desired.settings import Settings
 from mpiop.plan import Observed, Plan
 from mpiop.podstate import Pod
 from tests.builders import PodBuilder, at, make_mpijob, make_pod
@@ -37,7 +38,7 @@ class World:
                         secret=self.secret, service=self.service)
 
     def reconcile(self, now: float) -> Plan:
-        plan = decide(self.job, self.observed(), at(now), self.cluster_domain)
+        plan = decide(self.job, self.observed(), at(now), Settings(cluster_domain=self.cluster_domain))
         self.plans.append(plan)
         status = plan.status.model_copy(deep=True)
         if status != self.job.status:  # as the reconciler writes it

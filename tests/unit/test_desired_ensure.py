@@ -11,6 +11,7 @@ import pytest
 from mpiop import names, podstate
 from mpiop.api.v2beta1 import MPIJob
 from mpiop.desired import ensure, hostfile, objects
+from mpiop.desired.settings import Settings
 from mpiop.plan import Observed, Plan
 from mpiop.policies import launcher_creation
 from tests.builders import PodBuilder, make_mpijob, make_pod, observe
@@ -18,9 +19,10 @@ from tests.builders import PodBuilder, make_mpijob, make_pod, observe
 
 def run(job: MPIJob, observed: Observed, cluster_domain: str = "") -> Plan:
     plan = Plan(status=job.status.model_copy(deep=True))
-    ensure.supporting_objects(plan, job, observed, cluster_domain)
+    settings = Settings(cluster_domain=cluster_domain)
+    ensure.supporting_objects(plan, job, observed, settings)
     attempt = plan.status.restart_count or 0
-    ensure.job_pods(plan, job, observed, launcher_creation.launcher_may_start(job, observed, attempt))
+    ensure.job_pods(plan, job, observed, launcher_creation.launcher_may_start(job, observed, attempt), settings)
     return plan
 
 
@@ -208,7 +210,7 @@ def test_discover_hosts_off_never_follows_the_workers(cached_script: str | None,
         data = objects.config_map_data(job, [0, 1], discover_hosts=cached_script == "live")
         observed.config_map = {"metadata": {"name": "pi-config", "resourceVersion": "7"}, "data": data}
     plan = Plan(status=job.status.model_copy(deep=True))
-    ensure.supporting_objects(plan, job, observed, discover_hosts=False)
+    ensure.supporting_objects(plan, job, observed, Settings(discover_hosts=False))
     writes = [o["data"] for o in plan.create + plan.update if o["kind"] == "ConfigMap"]
     assert writes == ([objects.config_map_data(job, [], discover_hosts=False)] if written else [])
     assert not writes or writes[0][names.DISCOVER_HOSTS_NAME] == hostfile.DISCOVER_HOSTS_OFF

@@ -1,0 +1,21 @@
+"""The operator's flags that shape a job's objects, as one value: what `decide` reads besides the job,
+what it observed and the time.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from mpiop.desired.hostnetwork import DEFAULT_PORT_RANGE, PortRange
+from mpiop.desired.podgroup import GangScheduler
+
+
+@dataclass(frozen=True)
+class Settings:
+    cluster_domain: str = ""  # --cluster-domain: the hostfile's names end in it ('' leaves them to the search path)
+    port_range: PortRange = DEFAULT_PORT_RANGE  # --host-network-port-range: SSH ports of host-network pods
+    gang_scheduler: GangScheduler | None = None  # --gang-scheduling: whose PodGroup a job's pods join, if any
+    discover_hosts: bool = True  # False (--no-discover-hosts): discover_hosts.sh is a fixed script, never patched
+
+
+DEFAULT_SETTINGS = Settings()
