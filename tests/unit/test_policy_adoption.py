@@ -10,6 +10,8 @@ import pytest
 from mpiop import podstate
 from mpiop.api.v2beta1 import CleanPodPolicy, MPIJob
 from mpiop.decide import decide
+from mpiop.desired.hostnetwork import SSH_PORT_LABEL, PortRange
+from mpiop.desired.settings import Settings
 from mpiop.plan import Observed, Plan
 from mpiop.policies import adoption
 from tests.builders import at
@@ -197,3 +199,17 @@ def test_jobs_mpiop_finished_are_still_its_own() -> None:
     assert job.status.completion_time is not None
     plan = decide(job, observed, job.status.completion_time + dt.timedelta(hours=1))
     assert plan.delete_job
+
+
+def test_an_adopted_jobs_host_network_worker_gets_its_port_from_the_operators_range() -> None:
+    """A worker kubeflow's job lost is made again by mpiop, on the host network, with a port from
+    --host-network-port-range (the flags reach the adoption policy whole)."""
+    job, observed = as_cached("kf-pi-ok.1-running")
+    worker = job.spec.mpi_replica_specs["Worker"].template
+    worker["spec"]["hostNetwork"] = True
+    observed.pods = [p for p in observed.pods if podstate.name(p) != "pi-worker-1"]
+    plan = decide(job, observed, NOW, Settings(port_range=PortRange(40000, 40009)))
+    made = [o for o in plan.create if o["kind"] == "Pod"]
+    assert [o["metadata"]["name"] for o in made] == ["pi-worker-1"]
+    port = int(made[0]["metadata"]["labels"][SSH_PORT_LABEL])
+    assert 40000 <= port <= 40009
