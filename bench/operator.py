@@ -33,11 +33,12 @@ ROOT = Path(__file__).resolve().parents[1]
 # -- the operator process ------------------------------------------------------------------------------
 @dataclass
 class Metrics:
-    """A scrape of the operator's /metrics: requests by (verb, resource, code), reconciles."""
+    """A scrape of the operator's /metrics: requests by (verb, resource, code), reconciles, watch restarts."""
 
     requests: Counter[tuple[str, str, str]] = field(default_factory=Counter)
     reconciles: float = 0.0
     queue_depth: float = 0.0
+    watch_restarts: Counter[str] = field(default_factory=Counter)  # by resource: streams the apiserver closed
 
     def total(self) -> int:
         return int(sum(self.requests.values()))
@@ -54,7 +55,9 @@ class Metrics:
     def __sub__(self, other: Metrics) -> Metrics:
         diff = Counter(self.requests)
         diff.subtract(other.requests)
-        return Metrics(+diff, self.reconciles - other.reconciles, self.queue_depth)
+        restarts = Counter(self.watch_restarts)
+        restarts.subtract(other.watch_restarts)
+        return Metrics(+diff, self.reconciles - other.reconciles, self.queue_depth, +restarts)
 
 
 def parse_metrics(text: str) -> Metrics:
@@ -68,6 +71,8 @@ def parse_metrics(text: str) -> Metrics:
                 metrics.reconciles += sample.value
             elif sample.name == "mpiop_workqueue_depth":
                 metrics.queue_depth = sample.value
+            elif sample.name == "mpiop_watch_restarts_total":
+                metrics.watch_restarts[sample.labels["resource"]] += int(sample.value)
     return metrics
 
 

@@ -145,6 +145,8 @@ async def burst(kube: KubeClient, operator: OperatorProcess, opts: Options, repo
         report.add("api_writes_per_job", round(spent.writes() / opts.jobs, 2), f"{label}: of which writes")
         report.add("reconciles_per_job", round(spent.reconciles / opts.jobs, 2), f"{label}: reconciles per job")
         report.figures["burst_requests_by_verb"] = dict(sorted(spent.by_verb().items()))
+        # Streams the apiserver closed on the operator (e.g. a watcher too slow to keep up), each re-opened.
+        report.figures["burst_watch_restarts"] = dict(sorted(spent.watch_restarts.items()))
         report.figures["api_requests_per_job_by_verb"] = {
             k: round(v / opts.jobs, 2) for k, v in sorted(spent.by_verb().items())}
     report.add(f"{name}_operator_cpu_s", round(cpu, 2), f"{label}: operator CPU time (s)")
