@@ -66,6 +66,7 @@ class Tracker:
         self.pod_running: dict[str, float] = {}
         self.job_true: dict[str, dict[str, float]] = {}
         self.on_condition: list[Callable[[str, str, float], None]] = []
+        self.on_pod_running: list[Callable[[JSON], None]] = []  # a pod first seen Running (as trimmed here)
         self._changed = asyncio.Event()
         self._tasks: list[asyncio.Task[None]] = []
 
@@ -83,8 +84,10 @@ class Tracker:
         now = time.monotonic()
         name = new["metadata"]["name"]
         self.pod_added.setdefault(name, now)
-        if new.get("phase") == "Running":
-            self.pod_running.setdefault(name, now)
+        if new.get("phase") == "Running" and name not in self.pod_running:
+            self.pod_running[name] = now
+            for callback in self.on_pod_running:
+                callback(new)
         self._changed.set()
 
     def _on_job(self, old: JSON | None, new: JSON | None) -> None:

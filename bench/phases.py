@@ -42,8 +42,11 @@ async def gather_limited(limit: int, jobs: list[Callable[[], Any]]) -> list[Any]
 
 # -- floor and fast creation ------------------------------------------------------------------------------
 async def create_jobs_directly(kube: KubeClient, namespace: str, manifests: list[JSON], concurrency: int,
-                              reconcile_workers: int, status: bool = True) -> None:
-    """What mpiop does for new jobs, with no operator in between: status, then every object, per job."""
+                              reconcile_workers: int, status: bool = True, made: dict[str, JSON] | None = None) -> None:
+    """What mpiop does for new jobs, with no operator in between: status, then every object, per job.
+
+    `made`: filled with each job as its first status write answered, by name, before its objects are created.
+    """
     semaphore = asyncio.Semaphore(concurrency)
     queue: asyncio.Queue[JSON | None] = asyncio.Queue()
 
@@ -59,8 +62,10 @@ async def create_jobs_directly(kube: KubeClient, namespace: str, manifests: list
         while (job := await queue.get()) is not None:
             if status:
                 async with semaphore:
-                    await kube.patch(MPIJOBS, namespace, job["metadata"]["name"],
-                                     {"status": first_status(job)}, subresource="status")
+                    job = await kube.patch(MPIJOBS, namespace, job["metadata"]["name"],
+                                           {"status": first_status(job)}, subresource="status")
+            if made is not None:
+                made[job["metadata"]["name"]] = job
             await asyncio.gather(*(one(o) for o in owned_objects(job)))
 
     workers = [asyncio.create_task(worker()) for _ in range(reconcile_workers)]

@@ -11,7 +11,7 @@ from typing import Any
 
 JSON = dict[str, Any]
 FLOOR_MANAGER = "bench.mpiop.dev/floor"  # a foreign managedBy: no mpiop ever acts on floor jobs
-PHASES = ("floor", "burst", "big", "sustained", "qps50", "scale")
+PHASES = ("floor", "lifecycle", "burst", "big", "sustained", "qps50", "scale")
 QPS50_ARGS = ["--kube-api-qps=50", "--kube-api-burst=100"]
 
 

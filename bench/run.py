@@ -5,6 +5,10 @@ Order and why:
 1. floor   J jobs x (Secret, ConfigMap, Service, W+1 Pods, one status write) through a bare async client at
            the operator's concurrency, before any operator runs: the apiserver's own limit on this machine.
            The namespace is then deleted (and waited for) so the operator starts on a clean cluster.
+   lifecycle  the floor again, plus what mpiop's defaults write once each job runs and ends (decide()'s plan:
+           Running and Succeeded status, Events, discover_hosts.sh, one DELETE collection), by the bench
+           itself as each job's pods all run: every job Running as early as an operator costing nothing
+           could make it (bench/lifecycle.py).
 2. burst   `mpiop run` (defaults) is started; J jobs x W workers are submitted at once. Timed: every pod
            exists (burst_s, compared with floor_s), every job Running, every job Succeeded (the bench
            marks each launcher Succeeded as soon as its job is Running). API requests per job are read off
@@ -66,7 +70,7 @@ async def bench(cluster: SimulatedCluster, opts: Options, report: Report, logs: 
     operator: OperatorProcess | None = None
     try:
         await install_crd(kube)
-        if {"floor", "burst", "big"} & set(opts.phases):
+        if {"floor", "lifecycle", "burst", "big"} & set(opts.phases):
             operator = await floor_and_burst(kube, cluster, opts, report, logs)
         if "big" in opts.phases and operator is not None:
             await big_jobs(kube, operator, opts, report)

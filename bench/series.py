@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.harness import delete_namespace
+from bench.lifecycle import lifecycle_floor
 from bench.operator import OperatorProcess
 from bench.phases import burst, floor
 from bench.report import Options, Report, load, log, profile_path
@@ -30,6 +31,9 @@ SERIES = {
     "burst_succeeded_s": ("burst: every job Succeeded (s)", ""),
     "burst_over_floor": ("burst / floor: every pod exists", "<= 1.1"),
     "burst_running_over_floor": ("burst every job Running / floor every pod Running", "<= 1.15"),
+    "lifecycle_running_s": ("lifecycle floor: every job Running (s)", ""),
+    "lifecycle_running_over_floor": ("lifecycle floor every job Running / floor every pod Running", ""),
+    "burst_running_over_lifecycle": ("burst every job Running / lifecycle floor every job Running", ""),
     "api_requests_per_job": ("burst: operator API requests per job", "<= 16"),
 }
 
@@ -76,6 +80,8 @@ async def floor_and_burst(kube: KubeClient, cluster: SimulatedCluster, opts: Opt
         pids = {**cluster.pids_by_name(), "bench": os.getpid()}
         if "floor" in opts.phases:
             await floor(kube, opts, scratch, pids)
+        if "lifecycle" in opts.phases:
+            await lifecycle_floor(kube, opts, scratch, pids)
         if "burst" in opts.phases or ("big" in opts.phases and run == opts.repeat - 1):
             operator = OperatorProcess(cluster.kubeconfig, logs / "operator.log", opts.operator_args,
                                        profile_path(opts, f"burst-{run}"))
@@ -89,9 +95,15 @@ async def floor_and_burst(kube: KubeClient, cluster: SimulatedCluster, opts: Opt
             figures["burst_over_floor"] = round(figures["burst_s"] / figures["floor_s"], 3)
             # Jobs are Running once their pods are: the floor for that is the bare client's pods all Running.
             figures["burst_running_over_floor"] = round(figures["burst_running_s"] / figures["floor_pods_running_s"], 3)
+        if "floor_s" in figures and "lifecycle_running_s" in figures:
+            figures["lifecycle_running_over_floor"] = round(
+                figures["lifecycle_running_s"] / figures["floor_pods_running_s"], 3)
+        if "burst_s" in figures and "lifecycle_running_s" in figures:
+            figures["burst_running_over_lifecycle"] = round(
+                figures["burst_running_s"] / figures["lifecycle_running_s"], 3)
         log(f"run {run + 1}/{opts.repeat}: load average {figures['load_before']} -> {figures['load_after']}"
             f"{'' if quiet else ' (NOT QUIET)'}")
-        for window in ("floor_cpu_s", "burst_cpu_s"):
+        for window in ("floor_cpu_s", "lifecycle_cpu_s", "burst_cpu_s"):
             if window in figures:
                 spent = " ".join(f"{k}={v}" for k, v in figures[window].items())
                 log(f"run {run + 1}/{opts.repeat}: {window} {spent}")
@@ -109,7 +121,7 @@ def summarize(report: Report, runs: list[dict[str, Any]], last: Report) -> None:
     for key, value in last.figures.items():
         if key not in SERIES:
             report.figures.setdefault(key, value)
-    kept = ("load_before", "load_after", "quiet", "floor_cpu_s", "burst_cpu_s")
+    kept = ("load_before", "load_after", "quiet", "floor_cpu_s", "lifecycle_cpu_s", "burst_cpu_s")
     report.figures["runs"] = [{k: r[k] for k in kept if k in r} for r in runs]
     report.figures["all_runs_quiet"] = all(r["quiet"] for r in runs)
     for key, (label, target) in SERIES.items():

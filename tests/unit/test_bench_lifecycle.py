@@ -1,0 +1,38 @@
+"""bench.lifecycle: the zero-cost operator writes what mpiop's defaults write, at the two moments it acts."""
+
+from __future__ import annotations
+
+import datetime as dt
+
+from bench.harness import bench_job, first_status
+from bench.lifecycle import observed
+from mpiop.api.v2beta1 import MPIJob
+from mpiop.decide import decide
+
+NOW = dt.datetime(2026, 11, 23, tzinfo=dt.UTC)
+
+
+def created_job(workers: int) -> dict[str, object]:
+    job = bench_job("life-0", workers)
+    job["metadata"].update(namespace="bench-lifecycle", uid="uid-life-0", resourceVersion="1")
+    job["status"] = first_status(job)
+    return job
+
+
+def test_once_every_pod_runs_the_plan_is_running_its_event_and_the_hostfile() -> None:
+    raw = created_job(8)
+    plan = decide(MPIJob.model_validate(raw), observed(raw), NOW)
+    assert plan.status.is_true("Running")
+    assert [e.reason for e in plan.events] == ["MPIJobRunning"]
+    assert [o["kind"] for o in plan.update] == ["ConfigMap"]  # discover_hosts.sh lists the 8 workers
+    assert plan.update[0]["data"]["discover_hosts.sh"].count("life-0-worker-") == 8
+    assert (plan.create, plan.delete, plan.create_ssh_secret) == ([], [], False)
+
+
+def test_once_the_launcher_succeeded_the_plan_is_succeeded_and_the_workers_go() -> None:
+    raw = created_job(8)
+    running = decide(MPIJob.model_validate(raw), observed(raw), NOW).status.to_json()
+    plan = decide(MPIJob.model_validate({**raw, "status": running}), observed(raw, launcher_phase="Succeeded"), NOW)
+    assert plan.status.is_true("Succeeded")
+    assert [e.reason for e in plan.events] == ["MPIJobSucceeded"]
+    assert sorted(p["metadata"]["name"] for p in plan.delete) == [f"life-0-worker-{i}" for i in range(8)]
