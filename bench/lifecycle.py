@@ -24,7 +24,6 @@ from bench.harness import (
     finish_pod,
     fresh_namespace,
     launcher_of,
-    owned_objects,
 )
 from bench.phases import create_jobs_directly
 from bench.report import FLOOR_MANAGER, JSON, Options, Report, log
@@ -45,9 +44,8 @@ def _now() -> dt.datetime:
     return dt.datetime.now(dt.UTC).replace(microsecond=0)
 
 
-def observed(job: JSON, launcher_phase: str = "Running") -> Observed:
-    """The job's objects as made (the bench's builders), every pod Running and Ready, the launcher in `phase`."""
-    made = owned_objects(job)
+def observed(made: list[JSON], launcher_phase: str = "Running") -> Observed:
+    """A job's objects as made (`owned_objects`), every pod Running and Ready, the launcher in `launcher_phase`."""
     by_kind: dict[str, list[JSON]] = {}
     for obj in made:
         by_kind.setdefault(obj["kind"], []).append(obj)
@@ -91,15 +89,15 @@ class ZeroCostOperator:
                                               field_selector=collection.field_selector)
         return raw, plan
 
-    async def run_and_finish(self, raw: JSON) -> None:
+    async def run_and_finish(self, raw: JSON, made: list[JSON]) -> None:
         name = raw["metadata"]["name"]
-        raw, plan = await self.write(raw, observed(raw))
+        raw, plan = await self.write(raw, observed(made))
         assert plan.status.is_true("Running"), f"{name}: decide() did not plan Running: {plan.status}"
         self.running_at[name] = time.monotonic()
         if len(self.running_at) == self.jobs:
             self.all_running.set()
         await finish_pod(self.kube, self.namespace, launcher_of(name))
-        _, plan = await self.write(raw, observed(raw, launcher_phase="Succeeded"))
+        _, plan = await self.write(raw, observed(made, launcher_phase="Succeeded"))
         assert plan.status.is_true("Succeeded"), f"{name}: decide() did not plan Succeeded: {plan.status}"
 
 
@@ -110,7 +108,7 @@ async def lifecycle_floor(kube: KubeClient, opts: Options, report: Report, pids:
                  for i in range(opts.jobs)]
     log(f"lifecycle floor: {opts.jobs} jobs x {opts.workers} workers, a bare client doing what decide() plans")
     operator = ZeroCostOperator(kube, NAMESPACE, opts.jobs)
-    made: dict[str, JSON] = {}
+    made: dict[str, tuple[JSON, list[JSON]]] = {}
     running_pods: dict[str, int] = {}
     started_jobs: list[asyncio.Task[None]] = []
 
@@ -120,7 +118,7 @@ async def lifecycle_floor(kube: KubeClient, opts: Options, report: Report, pids:
             return
         running_pods[job] = running_pods.get(job, 0) + 1
         if running_pods[job] == opts.workers + 1:
-            started_jobs.append(asyncio.create_task(operator.run_and_finish(made[job])))
+            started_jobs.append(asyncio.create_task(operator.run_and_finish(*made[job])))
 
     async with Tracker(kube, NAMESPACE) as tracker:
         tracker.on_pod_running.append(on_pod_running)

@@ -42,10 +42,12 @@ async def gather_limited(limit: int, jobs: list[Callable[[], Any]]) -> list[Any]
 
 # -- floor and fast creation ------------------------------------------------------------------------------
 async def create_jobs_directly(kube: KubeClient, namespace: str, manifests: list[JSON], concurrency: int,
-                              reconcile_workers: int, status: bool = True, made: dict[str, JSON] | None = None) -> None:
+                              reconcile_workers: int, status: bool = True,
+                              made: dict[str, tuple[JSON, list[JSON]]] | None = None) -> None:
     """What mpiop does for new jobs, with no operator in between: status, then every object, per job.
 
-    `made`: filled with each job as its first status write answered, by name, before its objects are created.
+    `made`: filled with each job as its first status write answered and the objects made for it, by name,
+    before they are created.
     """
     semaphore = asyncio.Semaphore(concurrency)
     queue: asyncio.Queue[JSON | None] = asyncio.Queue()
@@ -64,9 +66,10 @@ async def create_jobs_directly(kube: KubeClient, namespace: str, manifests: list
                 async with semaphore:
                     job = await kube.patch(MPIJOBS, namespace, job["metadata"]["name"],
                                            {"status": first_status(job)}, subresource="status")
+            objects = owned_objects(job)
             if made is not None:
-                made[job["metadata"]["name"]] = job
-            await asyncio.gather(*(one(o) for o in owned_objects(job)))
+                made[job["metadata"]["name"]] = (job, objects)
+            await asyncio.gather(*(one(o) for o in objects))
 
     workers = [asyncio.create_task(worker()) for _ in range(reconcile_workers)]
     await asyncio.gather(*(submit(m) for m in manifests))

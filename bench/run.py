@@ -37,6 +37,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import logging
 import math
 import os
 import shutil
@@ -44,6 +45,8 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+
+import structlog
 
 from bench.operator import OperatorProcess, profile_summary
 from bench.phases import big_jobs, burst, scale
@@ -168,6 +171,9 @@ def parse_args(argv: list[str] | None = None) -> Options:
 
 def main(argv: list[str] | None = None) -> int:
     opts = parse_args(argv)
+    # mpiop's parts in the bench process (its informers, the lifecycle's Event recorder) say only what goes
+    # wrong: an info line per Event would be the bench's own CPU in the figures.
+    structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.WARNING))
     report = Report()
     nodes = nodes_needed(opts)
     load_before = load()

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import datetime as dt
 
-from bench.harness import bench_job, first_status
+from bench.harness import bench_job, first_status, owned_objects
 from bench.lifecycle import observed
 from mpiop.api.v2beta1 import MPIJob
 from mpiop.decide import decide
@@ -21,7 +21,7 @@ def created_job(workers: int) -> dict[str, object]:
 
 def test_once_every_pod_runs_the_plan_is_running_its_event_and_the_hostfile() -> None:
     raw = created_job(8)
-    plan = decide(MPIJob.model_validate(raw), observed(raw), NOW)
+    plan = decide(MPIJob.model_validate(raw), observed(owned_objects(raw)), NOW)
     assert plan.status.is_true("Running")
     assert [e.reason for e in plan.events] == ["MPIJobRunning"]
     assert [o["kind"] for o in plan.update] == ["ConfigMap"]  # discover_hosts.sh lists the 8 workers
@@ -31,8 +31,9 @@ def test_once_every_pod_runs_the_plan_is_running_its_event_and_the_hostfile() ->
 
 def test_once_the_launcher_succeeded_the_plan_is_succeeded_and_the_workers_go() -> None:
     raw = created_job(8)
-    running = decide(MPIJob.model_validate(raw), observed(raw), NOW).status.to_json()
-    plan = decide(MPIJob.model_validate({**raw, "status": running}), observed(raw, launcher_phase="Succeeded"), NOW)
+    made = owned_objects(raw)
+    running = decide(MPIJob.model_validate(raw), observed(made), NOW).status.to_json()
+    plan = decide(MPIJob.model_validate({**raw, "status": running}), observed(made, launcher_phase="Succeeded"), NOW)
     assert plan.status.is_true("Succeeded")
     assert [e.reason for e in plan.events] == ["MPIJobSucceeded"]
     assert sorted(p["metadata"]["name"] for p in plan.delete) == [f"life-0-worker-{i}" for i in range(8)]
