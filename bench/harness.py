@@ -153,13 +153,16 @@ def bench_job(name: str, workers: int, *, gpus: int = 0, managed_by: str | None 
 _KEYS: tuple[bytes, bytes] | None = None
 
 
-def owned_objects(job_json: JSON) -> list[JSON]:
-    """What mpiop makes for a job, from mpiop's own builders: Secret, ConfigMap, Service, launcher, workers."""
+def owned_objects(job_json: JSON, discover_hosts: bool = True) -> list[JSON]:
+    """What mpiop makes for a job, from mpiop's own builders: Secret, ConfigMap, Service, launcher, workers.
+
+    `discover_hosts`: False as under --no-discover-hosts (the ConfigMap's script is the fixed one)."""
     global _KEYS
     if _KEYS is None:
         _KEYS = ssh.generate_key_pair("bench")
     job = MPIJob.model_validate(job_json)
-    made = [objects.ssh_secret(job, *_KEYS), objects.config_map(job, []), objects.service(job)]
+    made = [objects.ssh_secret(job, *_KEYS), objects.config_map(job, [], discover_hosts=discover_hosts),
+            objects.service(job)]
     made += [pods.worker_pod(job, i, 0) for i in range(job.spec.worker_replicas)]
     made.append(pods.launcher_pod(job, 0))
     return made

@@ -4,7 +4,8 @@ The floor (`phases.floor`) creates each job's objects and first status through a
 also plays an operator that costs nothing: once a job's pods all run, it writes what mpiop's own `decide()`
 plans for that moment (the Running status, the MPIJobRunning Event, discover_hosts.sh), finishes the launcher
 as the burst does, and writes what `decide()` plans then (the Succeeded status and Event, and one DELETE
-collection of the workers under cleanPodPolicy Running). No informers, no queue, no reconciles.
+collection of the workers under cleanPodPolicy Running). No informers, no queue, no reconciles. It follows the
+operator's flags the bench was given (`--operator-arg`), e.g. `--no-lifecycle-events`.
 
 So "every job Running" here is as early as any operator could make it at the defaults on this machine:
 burst / lifecycle is what mpiop's own work adds, lifecycle / floor what the defaults' requests add.
@@ -12,8 +13,10 @@ burst / lifecycle is what mpiop's own work adds, lifecycle / floor what the defa
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import datetime as dt
+import functools
 import time
 
 from bench.cpu import CpuMeter
@@ -24,6 +27,7 @@ from bench.harness import (
     finish_pod,
     fresh_namespace,
     launcher_of,
+    owned_objects,
 )
 from bench.phases import create_jobs_directly
 from bench.report import FLOOR_MANAGER, JSON, Options, Report, log
@@ -32,10 +36,13 @@ from mpiop.api.v2beta1 import MPIJob, format_time
 from mpiop.controller import bulk_delete
 from mpiop.controller.caches import trim_config_map, trim_secret, trim_service
 from mpiop.controller.events import EventRecorder
+from mpiop.controller.manager import ManagerConfig
 from mpiop.controller.reconciler import status_change
 from mpiop.decide import decide
 from mpiop.kube.client import CONFIGMAPS, MPIJOBS, PODS, KubeClient
 from mpiop.plan import Observed, Plan
+from mpiop.process import add_run_arguments, config_from_args
+from mpiop.status import conditions
 
 NAMESPACE = "bench-lifecycle"
 
@@ -59,21 +66,31 @@ def observed(made: list[JSON], launcher_phase: str = "Running") -> Observed:
                     secret=trim_secret(by_kind["Secret"][0]), service=trim_service(by_kind["Service"][0]))
 
 
+def operator_config(operator_args: list[str]) -> ManagerConfig:
+    """The operator's flags the bench was given (e.g. --no-lifecycle-events), read by the operator's own parser."""
+    parser = argparse.ArgumentParser()
+    add_run_arguments(parser)
+    return config_from_args(parser.parse_args(operator_args))
+
+
 class ZeroCostOperator:
     """Carries out decide()'s plan for the two moments after creation, with a bare client."""
 
-    def __init__(self, kube: KubeClient, namespace: str, jobs: int) -> None:
+    def __init__(self, kube: KubeClient, namespace: str, jobs: int, operator_args: list[str]) -> None:
         self.kube = kube
         self.namespace = namespace
         self.jobs = jobs
-        self.recorder = EventRecorder(kube)
+        config = operator_config(operator_args)
+        self.settings = config.settings()
+        self.recorder = EventRecorder(kube, unsent_reasons=frozenset() if config.lifecycle_events
+                                      else conditions.LIFECYCLE_REASONS)
         self.running_at: dict[str, float] = {}  # job -> when its Running status write answered
         self.all_running = asyncio.Event()
 
     async def write(self, raw: JSON, seen: Observed) -> tuple[JSON, Plan]:
         """decide(), then its status, Events, ConfigMap patch and pod deletions; the job as written."""
         job, now = MPIJob.model_validate(raw), _now()
-        plan = decide(job, seen, now)
+        plan = decide(job, seen, now, self.settings)
         patch = status_change(job.status, plan.status).patch
         if patch is not None:
             patch["lastReconcileTime"] = format_time(now)
@@ -107,7 +124,8 @@ async def lifecycle_floor(kube: KubeClient, opts: Options, report: Report, pids:
     manifests = [bench_job(f"life-{i}", opts.workers, managed_by=FLOOR_MANAGER, clean_pod_policy=opts.clean_pod_policy)
                  for i in range(opts.jobs)]
     log(f"lifecycle floor: {opts.jobs} jobs x {opts.workers} workers, a bare client doing what decide() plans")
-    operator = ZeroCostOperator(kube, NAMESPACE, opts.jobs)
+    operator = ZeroCostOperator(kube, NAMESPACE, opts.jobs, opts.operator_args)
+    discover_hosts = operator.settings.discover_hosts
     made: dict[str, tuple[JSON, list[JSON]]] = {}
     running_pods: dict[str, int] = {}
     started_jobs: list[asyncio.Task[None]] = []
@@ -124,7 +142,8 @@ async def lifecycle_floor(kube: KubeClient, opts: Options, report: Report, pids:
         tracker.on_pod_running.append(on_pod_running)
         meter = CpuMeter(pids or {})
         started = time.monotonic()
-        await create_jobs_directly(kube, NAMESPACE, manifests, opts.concurrency, opts.reconcile_workers, made=made)
+        await create_jobs_directly(kube, NAMESPACE, manifests, opts.concurrency, opts.reconcile_workers, made=made,
+                                   build=functools.partial(owned_objects, discover_hosts=discover_hosts))
         pods = opts.jobs * (opts.workers + 1)
         exist = await tracker.wait_until(lambda: len(tracker.pod_added) >= pods, opts.timeout, "lifecycle pods")
         await asyncio.wait_for(operator.all_running.wait(), opts.timeout)

@@ -43,11 +43,12 @@ async def gather_limited(limit: int, jobs: list[Callable[[], Any]]) -> list[Any]
 # -- floor and fast creation ------------------------------------------------------------------------------
 async def create_jobs_directly(kube: KubeClient, namespace: str, manifests: list[JSON], concurrency: int,
                               reconcile_workers: int, status: bool = True,
-                              made: dict[str, tuple[JSON, list[JSON]]] | None = None) -> None:
+                              made: dict[str, tuple[JSON, list[JSON]]] | None = None,
+                              build: Callable[[JSON], list[JSON]] = owned_objects) -> None:
     """What mpiop does for new jobs, with no operator in between: status, then every object, per job.
 
     `made`: filled with each job as its first status write answered and the objects made for it, by name,
-    before they are created.
+    before they are created. `build`: what is made for a job (default: mpiop's objects at its defaults).
     """
     semaphore = asyncio.Semaphore(concurrency)
     queue: asyncio.Queue[JSON | None] = asyncio.Queue()
@@ -66,7 +67,7 @@ async def create_jobs_directly(kube: KubeClient, namespace: str, manifests: list
                 async with semaphore:
                     job = await kube.patch(MPIJOBS, namespace, job["metadata"]["name"],
                                            {"status": first_status(job)}, subresource="status")
-            objects = owned_objects(job)
+            objects = build(job)
             if made is not None:
                 made[job["metadata"]["name"]] = (job, objects)
             await asyncio.gather(*(one(o) for o in objects))

@@ -5,7 +5,7 @@ from __future__ import annotations
 import datetime as dt
 
 from bench.harness import bench_job, first_status, owned_objects
-from bench.lifecycle import observed
+from bench.lifecycle import observed, operator_config
 from mpiop.api.v2beta1 import MPIJob
 from mpiop.decide import decide
 
@@ -37,3 +37,13 @@ def test_once_the_launcher_succeeded_the_plan_is_succeeded_and_the_workers_go() 
     assert plan.status.is_true("Succeeded")
     assert [e.reason for e in plan.events] == ["MPIJobSucceeded"]
     assert sorted(p["metadata"]["name"] for p in plan.delete) == [f"life-0-worker-{i}" for i in range(8)]
+
+
+def test_it_follows_the_operators_flags_the_bench_was_given() -> None:
+    default, lean = operator_config([]), operator_config(["--no-lifecycle-events", "--no-discover-hosts"])
+    assert (default.lifecycle_events, default.settings().discover_hosts) == (True, True)
+    assert (lean.lifecycle_events, lean.settings().discover_hosts) == (False, False)
+    raw = created_job(2)
+    made = owned_objects(raw, discover_hosts=False)
+    plan = decide(MPIJob.model_validate(raw), observed(made), NOW, lean.settings())
+    assert plan.status.is_true("Running") and plan.update == []  # discover_hosts.sh stays the fixed script
