@@ -34,7 +34,9 @@ SERIES = {
     "burst_succeeded_s": ("burst: every job Succeeded (s)", ""),
     "burst_over_floor": ("burst / floor: every pod exists", "<= 1.1"),
     "burst_running_over_floor": ("burst every job Running / floor every pod Running", "<= 1.15"),
+    "lifecycle_s": ("lifecycle floor: every pod exists (s)", ""),
     "lifecycle_running_s": ("lifecycle floor: every job Running (s)", ""),
+    "lifecycle_over_floor": ("lifecycle floor / floor: every pod exists", ""),
     "lifecycle_running_over_floor": ("lifecycle floor every job Running / floor every pod Running", ""),
     "burst_running_over_lifecycle": ("burst every job Running / lifecycle floor every job Running", ""),
     "api_requests_per_job": ("burst: operator API requests per job", "<= 16"),
@@ -114,6 +116,7 @@ async def floor_and_burst(kube: KubeClient, cluster: SimulatedCluster, opts: Opt
             # Jobs are Running once their pods are: the floor for that is the bare client's pods all Running.
             figures["burst_running_over_floor"] = round(figures["burst_running_s"] / figures["floor_pods_running_s"], 3)
         if "floor_s" in figures and "lifecycle_running_s" in figures:
+            figures["lifecycle_over_floor"] = round(figures["lifecycle_s"] / figures["floor_s"], 3)
             figures["lifecycle_running_over_floor"] = round(
                 figures["lifecycle_running_s"] / figures["floor_pods_running_s"], 3)
         if "burst_s" in figures and "lifecycle_running_s" in figures:
