@@ -7,8 +7,8 @@ Order and why:
            The namespace is then deleted (and waited for) so the operator starts on a clean cluster.
    lifecycle  the floor again, plus what mpiop's defaults write once each job runs and ends (decide()'s plan:
            Running and Succeeded status, Events, discover_hosts.sh, one DELETE collection), by the bench
-           itself as each job's pods all run: every job Running as early as an operator costing nothing
-           could make it (bench/lifecycle.py).
+           itself as each job's pods all run: every job Running as early as the barest operator makes it
+           (bench/lifecycle.py).
 2. burst   `mpiop run` (defaults) is started; J jobs x W workers are submitted at once. Timed: every pod
            exists (burst_s, compared with floor_s), every job Running, every job Succeeded (the bench
            marks each launcher Succeeded as soon as its job is Running). API requests per job are read off

@@ -82,7 +82,12 @@ class ManagerConfig:
 
     def settings(self) -> Settings:
         """The flags that shape a job's objects, as decide reads them."""
-        return Settings(self.cluster_domain, self.port_range, self.gang_scheduler, self.discover_hosts)
+        return Settings(cluster_domain=self.cluster_domain, port_range=self.port_range,
+                        gang_scheduler=self.gang_scheduler, discover_hosts=self.discover_hosts)
+
+    def unsent_event_reasons(self) -> frozenset[str]:
+        """Events only logged, never sent: every job's three lifecycle Events under --no-lifecycle-events."""
+        return frozenset() if self.lifecycle_events else conditions.LIFECYCLE_REASONS
 
 
 class Manager:
@@ -98,8 +103,7 @@ class Manager:
                              BucketRateLimiter(config.queue_qps, config.queue_burst)),
             on_wait=metrics.QUEUE_WAIT_SECONDS.observe,
         )
-        self.recorder = EventRecorder(
-            client, unsent_reasons=frozenset() if config.lifecycle_events else conditions.LIFECYCLE_REASONS)
+        self.recorder = EventRecorder(client, unsent_reasons=config.unsent_event_reasons())
         self.reconciler = Reconciler(client, self.caches, self.recorder, settings=config.settings())
         self.synced = asyncio.Event()
         self.working = False  # workers running: this process reconciles (leads, or has no election)
