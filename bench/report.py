@@ -29,6 +29,7 @@ class Options:
     pods_per_node: int = 110
     nodes: int = 0
     operator_args: list[str] = field(default_factory=list)
+    apiserver_flags: list[str] = field(default_factory=list)  # extra kube-apiserver flags (--apiserver-flag)
     phases: tuple[str, ...] = PHASES
     sustained_rates: tuple[float, ...] = (5.0,)
     sustained_seconds: float = 300.0

@@ -146,6 +146,9 @@ def parse_args(argv: list[str] | None = None) -> Options:
                         help="quiet check: seconds to wait for that load before each run (0: only report it)")
     parser.add_argument("--clean-pod-policy", choices=("Running", "All", "None"),
                         help="burst: the jobs' cleanPodPolicy (default: the API's default, Running)")
+    parser.add_argument("--apiserver-flag", action="append", default=[],
+                        help="an extra kube-apiserver flag (repeatable; a later value of a flag wins), e.g. "
+                             "--apiserver-flag=--storage-media-type=application/vnd.kubernetes.protobuf")
     parser.add_argument("--keep-logs", type=Path, help="copy the component and operator logs here")
     parser.add_argument("--profile", type=Path,
                         help="record each operator process with py-spy into this directory (needs py-spy)")
@@ -154,7 +157,8 @@ def parse_args(argv: list[str] | None = None) -> Options:
                    big=tuple(int(b) for b in args.big.split(",") if b), scale_jobs=args.scale_jobs,
                    scale_workers=args.scale_workers, latency_samples=args.latency_samples,
                    latency_interval=args.latency_interval, pods_per_node=args.pods_per_node, nodes=args.nodes,
-                   operator_args=args.operator_arg, phases=tuple(p for p in args.phases.split(",") if p),
+                   operator_args=args.operator_arg, apiserver_flags=args.apiserver_flag,
+                   phases=tuple(p for p in args.phases.split(",") if p),
                    keep_logs=args.keep_logs, profile=args.profile, repeat=max(args.repeat, 1),
                    quiet_load=args.quiet_load, quiet_wait=args.quiet_wait, clean_pod_policy=args.clean_pod_policy,
                    sustained_rates=tuple(float(r) for r in args.rates.split(",") if r),
@@ -179,7 +183,8 @@ def main(argv: list[str] | None = None) -> int:
     load_before = load()
     logs = Path(tempfile.mkdtemp(prefix="mpiop-bench-"))
     log(f"load average {load_before}; starting a simulated cluster with {nodes} fake nodes")
-    cluster = SimulatedCluster(nodes=nodes, pods_per_node=opts.pods_per_node)
+    cluster = SimulatedCluster(nodes=nodes, pods_per_node=opts.pods_per_node,
+                               extra_apiserver_flags=opts.apiserver_flags)
     started = time.monotonic()
     try:
         cluster.start()
@@ -199,6 +204,7 @@ def main(argv: list[str] | None = None) -> int:
     report.figures["cpus"] = os.cpu_count()
     report.figures["nodes"] = nodes
     report.figures["operator_args"] = opts.operator_args
+    report.figures["apiserver_flags"] = opts.apiserver_flags
     report.figures["bench_seconds"] = round(time.monotonic() - started, 1)
     if opts.profile is not None:
         for raw in sorted(opts.profile.glob("operator-*.raw")):
