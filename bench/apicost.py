@@ -26,7 +26,9 @@ from bench.phases import gather_limited
 from devcluster.controlplane import ControlPlane
 from devcluster.install import install_crd
 from mpiop import names
+from mpiop.controller.events import event_body
 from mpiop.kube.client import CONFIGMAPS, MPIJOBS, PODS, SECRETS, SERVICES, KubeClient, Resource
+from mpiop.plan import Event
 from tests.namespaces import create_namespace
 
 JSON = dict[str, Any]
@@ -35,14 +37,13 @@ IN_FLIGHT = 16
 
 
 def event(job: JSON, reason: str) -> JSON:
-    """An Event as the operator's recorder sends it (a new one per reason and job)."""
+    """An Event as the operator's recorder sends it (a new one per reason and job): its own body builder."""
     now = dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
     meta = job["metadata"]
-    return {"apiVersion": "v1", "kind": "Event", "metadata": {"generateName": f"{meta['name']}."},
-            "involvedObject": {"apiVersion": job["apiVersion"], "kind": job["kind"], "name": meta["name"],
-                               "namespace": meta["namespace"], "uid": meta["uid"]},
-            "reason": reason, "message": f"MPIJob {meta['namespace']}/{meta['name']} is created.", "type": "Normal",
-            "source": {"component": "mpi-job-controller"}, "firstTimestamp": now, "lastTimestamp": now, "count": 1}
+    involved = {"apiVersion": job["apiVersion"], "kind": job["kind"], "name": meta["name"],
+                "namespace": meta["namespace"], "uid": meta["uid"]}
+    message = f"MPIJob {meta['namespace']}/{meta['name']} is created."
+    return event_body(meta["namespace"], involved, Event("Normal", reason, message), "bench", now, now)
 
 
 async def measure(plane: ControlPlane, count: int) -> dict[str, JSON]:
