@@ -86,6 +86,10 @@ class Observed:
         """The attempt's launcher (each attempt's launcher has its own name)."""
         return self.pod(names.launcher_name(job, attempt))
 
+    def in_place_failures(self, attempt: int) -> int:
+        """Container failures the kubelet restarted in place (restartPolicy OnFailure) in the attempt's pods."""
+        return sum(s.in_place_failures for s in self.states if s.attempt == attempt)
+
     def pods_of_attempt(self, attempt: int) -> list[Pod]:
         return [p for s, p in zip(self.states, self.pods, strict=True) if s.attempt == attempt]
 

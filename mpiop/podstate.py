@@ -105,8 +105,10 @@ def node_name(pod: Pod) -> str | None:
 
 
 def container_failure(pod: Pod) -> ContainerFailure | None:
-    """The first container that terminated with a non-zero code, now or before its last restart."""
-    for status in pod.get("status", {}).get("containerStatuses") or []:
+    """The first container (init containers first) that terminated with a non-zero code, now or before its last
+    restart."""
+    statuses = pod.get("status", {})
+    for status in (statuses.get("initContainerStatuses") or []) + (statuses.get("containerStatuses") or []):
         current = (status.get("state") or {}).get("terminated")
         terminated = current or (status.get("lastState") or {}).get("terminated")
         if isinstance(terminated, dict) and int(terminated.get("exitCode", 0)) != 0:
@@ -114,6 +116,43 @@ def container_failure(pod: Pod) -> ContainerFailure | None:
                                     int(terminated["exitCode"]), str(terminated.get("message") or ""),
                                     previous=not current)
     return None
+
+
+def restart_policy(pod: Pod) -> str:
+    return str((pod.get("spec") or {}).get("restartPolicy") or "Always")
+
+
+# The kubelet's state of a container whose latest run failed and that waits to be run again.
+CRASH_LOOP = "CrashLoopBackOff"
+
+
+def container_failures(status: dict[str, Any]) -> int:
+    """How many times this container's runs failed: restartCount (under OnFailure each restart follows a
+    failure), plus its latest run while that failed and waits in CrashLoopBackOff or shows terminated.
+
+    The kubelet raises restartCount when it starts the next run, so a container that just failed for the
+    first time still says 0; counting the failed run that waits makes a failure count when it happens, as a
+    Failed pod does, not a back-off later. A new run being created already carries the raised count.
+    """
+    state = status.get("state") or {}
+    terminated = state.get("terminated") or {}
+    waiting = state.get("waiting") or {}
+    last = (status.get("lastState") or {}).get("terminated") or {}
+    failed_now = (int(terminated.get("exitCode", 0)) != 0
+                  or (waiting.get("reason") == CRASH_LOOP and int(last.get("exitCode", 0)) != 0))
+    return int(status.get("restartCount") or 0) + int(failed_now)
+
+
+def in_place_failures(pod: Pod) -> int:
+    """Failures of this pod's containers that the kubelet restarts in place: only under restartPolicy OnFailure,
+    the one policy that restarts a container because it failed (what a Kubernetes Job counts against its
+    backoffLimit, with its init containers). As there, only while the pod is active: a Failed pod counts once
+    as such, and a Succeeded one healed."""
+    if restart_policy(pod) != "OnFailure" or phase(pod) in ("Succeeded", "Failed"):
+        return 0
+    status = pod.get("status") or {}
+    return sum(container_failures(s) for key in ("initContainerStatuses", "containerStatuses")
+               for s in status.get(key) or ())
 
 
 class State(NamedTuple):
@@ -126,6 +165,7 @@ class State(NamedTuple):
     phase: str
     terminating: bool
     ready: bool
+    in_place_failures: int = 0  # container failures restarted in place (restartPolicy OnFailure)
 
     @property
     def running(self) -> bool:
@@ -177,7 +217,7 @@ def _read_state(pod: Pod) -> State:
                 ready = True
                 break
     return State(str(meta["name"]), labels.get(names.JOB_ROLE_LABEL, ""), index, pod_attempt, pod_phase,
-                 terminating, ready)
+                 terminating, ready, in_place_failures(pod))
 
 
 def failed_container(pod: Pod) -> tuple[str, str, int] | None:
@@ -216,20 +256,37 @@ def trim(pod: Pod) -> Pod:
                    if c.get("type") == "PodScheduled" and c.get("status") == "False"]
     if conditions:  # only then: other conditions coming and going change nothing here
         kept_status["conditions"] = conditions
-    if status.get("containerStatuses"):
-        kept_status["containerStatuses"] = [
-            {"name": s.get("name"), "state": _slim_state(s.get("state")), "lastState": _slim_state(s.get("lastState"))}
-            for s in status["containerStatuses"]
-        ]
+    for key in ("initContainerStatuses", "containerStatuses"):
+        if status.get(key):
+            kept_status[key] = [_slim_container(s) for s in status[key]]
     trimmed = TrimmedPod(metadata=trimmed_metadata(pod), status=kept_status)
-    if node := (pod.get("spec") or {}).get("nodeName"):
-        trimmed["spec"] = {"nodeName": node}
+    spec = pod.get("spec") or {}
+    kept_spec = {k: spec[k] for k in ("nodeName",) if spec.get(k)}
+    if spec.get("restartPolicy") == "OnFailure":  # the one policy decisions read (in_place_failures)
+        kept_spec["restartPolicy"] = "OnFailure"
+    if kept_spec:
+        trimmed["spec"] = kept_spec
     trimmed.state = _read_state(trimmed)
     return trimmed
 
 
+def _slim_container(status: dict[str, Any]) -> dict[str, Any]:
+    """Name, how its runs ended, and the restart count only once it is not 0 (a pod's ordinary life then
+    changes nothing here)."""
+    kept = {"name": status.get("name"), "state": _slim_state(status.get("state")),
+            "lastState": _slim_state(status.get("lastState"))}
+    if status.get("restartCount"):
+        kept["restartCount"] = int(status["restartCount"])
+    return kept
+
+
 def _slim_state(state: Any) -> dict[str, Any]:
-    if not isinstance(state, dict) or "terminated" not in state:
+    """A terminated run's exit; of waiting, only CrashLoopBackOff (a failed run that waits to run again)."""
+    if not isinstance(state, dict):
+        return {}
+    if (state.get("waiting") or {}).get("reason") == CRASH_LOOP:
+        return {"waiting": {"reason": CRASH_LOOP}}
+    if "terminated" not in state:
         return {}
     terminated = state["terminated"] or {}
     kept = {k: terminated[k] for k in ("exitCode", "reason") if k in terminated}

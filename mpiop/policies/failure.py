@@ -9,6 +9,11 @@ ExitCode, exit codes 1-127 are permanent (the program itself failed) and fail th
 (killed by a signal) restart it. The messages (and status.lastFailure) come from status.failure_report: the
 pod to blame, its ranks and node, and the log tail. A failed launcher is kept through the next attempt
 (its successor has its own name), so its log survives the restart.
+
+A container under restartPolicy OnFailure is restarted in place by the kubelet and its pod never fails: each
+such failed run counts against backoffLimit too (status.in_place), as a Kubernetes Job counts them for
+kubeflow's launcher. Within the limit nothing is restarted (mpirun runs again against the same workers); past
+it the job fails with BackoffLimitExceeded, told from the restarted container's previous run.
 """
 
 from __future__ import annotations
@@ -19,7 +24,7 @@ from mpiop import names, podstate
 from mpiop.api.v2beta1 import MPIJob
 from mpiop.plan import Observed, Plan
 from mpiop.status import conditions as c
-from mpiop.status import failure_report
+from mpiop.status import failure_report, in_place, progress
 
 
 def _is_permanent(job: MPIJob, pod: podstate.Pod) -> bool:
@@ -41,10 +46,39 @@ def apply(plan: Plan, job: MPIJob, observed: Observed, now: dt.datetime) -> bool
     attempt = plan.status.restart_count or 0
     pod = first_failure(job, observed, attempt)
     found = failure_report.report(job, observed, attempt)
-    if pod is None or found is None:
+    if found is None:
+        restarted_in_place(plan, job, observed, now)
         return False
+    if pod is None:  # no Failed pod: containers restarted in place passed backoffLimit
+        limit = job.spec.run_policy.effective_backoff_limit
+        plan.status.last_failure = found.info.model_copy(update={"time": now, "attempt": attempt})
+        head = (f"MPIJob {job.key} has failed (backoffLimit {limit} exceeded: "
+                f"{in_place.failures(job, observed, attempt)} failures after {attempt} restarts, "
+                f"{observed.in_place_failures(attempt)} of them restarted in place)")
+        mark_failed(plan, c.BACKOFF_LIMIT_EXCEEDED_REASON, found.message(head), now,
+                    event_message=found.message(head, limit=failure_report.EVENT_MESSAGE_LIMIT))
+        return True
     attempt_failed(plan, job, observed, now, found, _is_permanent(job, pod))
     return True
+
+
+def restarted_in_place(plan: Plan, job: MPIJob, observed: Observed, now: dt.datetime) -> None:
+    """Containers restarted in place, within backoffLimit: the Running condition (Restarting, before the job
+    runs) counts them against the limit, and each new failure gets a Warning Event, so `kubectl describe`
+    explains a launcher in CrashLoopBackOff. The workers are left running: the kubelet re-runs mpirun."""
+    status = plan.status
+    attempt = status.restart_count or 0
+    note = in_place.note(job, observed, attempt)
+    if not note:
+        return
+    if not any(note in (condition.message or "") for condition in status.conditions):
+        plan.event("Warning", c.CONTAINER_RESTARTED_REASON, f"MPIJob {job.key}: {note}")
+    if status.is_true("Running"):
+        c.set_condition(status, "Running", "True", c.RUNNING_REASON,
+                        progress.running_message(job, observed, attempt), now)
+    else:
+        c.set_condition(status, "Restarting", "True", c.CONTAINER_RESTARTED_REASON,
+                        f"MPIJob {job.key} is restarting in place: {note}", now)
 
 
 def attempt_failed(plan: Plan, job: MPIJob, observed: Observed, now: dt.datetime,
@@ -56,7 +90,8 @@ def attempt_failed(plan: Plan, job: MPIJob, observed: Observed, now: dt.datetime
     attempt = status.restart_count or 0
     status.last_failure = found.info.model_copy(update={"time": now, "attempt": attempt})
     limit = job.spec.run_policy.effective_backoff_limit
-    failures = attempt + 1
+    restarted = observed.in_place_failures(attempt)
+    failures = attempt + 1 + restarted
     key = job.key
     if permanent or failures > limit:
         reached = "permanent exit code (restartPolicy ExitCode)" if permanent else f"backoffLimit {limit}"
@@ -64,11 +99,12 @@ def attempt_failed(plan: Plan, job: MPIJob, observed: Observed, now: dt.datetime
         mark_failed(plan, c.FAILED_REASON, found.message(head), now,
                     event_message=found.message(head, limit=failure_report.EVENT_MESSAGE_LIMIT))
         return
-    status.restart_count = failures
+    status.restart_count = attempt + 1
     status.attempt_start_time = now
-    kept = [p for p in observed.pods if podstate.is_kept_launcher(p, failures)]
+    kept = [p for p in observed.pods if podstate.is_kept_launcher(p, attempt + 1)]
     middle = f"; the failed launcher {podstate.name(kept[0])} is kept for `kubectl logs`" if kept else ""
-    head = f"MPIJob {key} is restarting (restart {failures} of backoffLimit {limit})"
+    counted = f", failure {failures} with {restarted} restarted in place" if restarted else ""
+    head = f"MPIJob {key} is restarting (restart {attempt + 1}{counted} of backoffLimit {limit})"
     message = found.message(head, middle)
     c.set_condition(status, "Restarting", "True", c.RESTARTING_REASON, message, now)
     c.set_false_if_true(status, "Running", c.RESTARTING_REASON, message, now)

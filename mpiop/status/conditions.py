@@ -21,6 +21,9 @@ FAILED_REASON = "MPIJobFailed"
 SUSPENDED_REASON = "MPIJobSuspended"
 RESUMED_REASON = "MPIJobResumed"
 DEADLINE_EXCEEDED_REASON = "DeadlineExceeded"
+# Containers restarted in place (restartPolicy OnFailure) passed backoffLimit: the Job controller's reason.
+BACKOFF_LIMIT_EXCEEDED_REASON = "BackoffLimitExceeded"
+CONTAINER_RESTARTED_REASON = "ContainerRestarted"  # a container failed and the kubelet restarts it in place
 VALIDATION_ERROR_REASON = "ValidationError"
 # ReplicaFailure's reasons: the apiserver refused an object for now (a ServiceAccount that does not exist
 # yet), or an object of the job's name exists that the job does not control (kubeflow's event reason).

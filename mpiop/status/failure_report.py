@@ -20,6 +20,7 @@ from mpiop import names, podstate
 from mpiop.api.v2beta1 import FailureInfo, MPIJob
 from mpiop.desired.slots import slots_per_worker
 from mpiop.plan import Observed
+from mpiop.status import in_place
 
 TAIL_LINES = 20
 TAIL_BYTES = 2048
@@ -118,14 +119,19 @@ def failed_pods(observed: Observed, attempt: int) -> list[podstate.Pod]:
     return [p for _, p in failed]
 
 
-def _failed_launcher(job: MPIJob, observed: Observed, attempt: int) -> podstate.Pod | None:
-    return next((p for p in failed_pods(observed, attempt) if podstate.role(p) == names.LAUNCHER_ROLE), None)
+def blamed_pods(job: MPIJob, observed: Observed, attempt: int) -> list[podstate.Pod]:
+    """The pods the attempt's failure is told from: its Failed pods, else, once they pass backoffLimit, those
+    whose containers failed and were restarted in place (restartPolicy OnFailure never reaches Failed)."""
+    failed = failed_pods(observed, attempt)
+    if failed or not in_place.past_limit(job, observed, attempt):
+        return failed
+    return in_place.failed_pods(observed, attempt)
 
 
 def log_request(job: MPIJob, observed: Observed, attempt: int) -> LogRequest | None:
-    """Whose log explains the attempt's failure: the failed launcher's (mpirun's error), else the failed pod's."""
-    failed = failed_pods(observed, attempt)
-    for pod in failed[:1]:
+    """Whose log explains the attempt's failure: the failed launcher's (mpirun's error), else the failed pod's;
+    `previous` when the container has been restarted since (in place)."""
+    for pod in blamed_pods(job, observed, attempt)[:1]:
         found = podstate.container_failure(pod)
         if found is not None:
             return LogRequest(podstate.name(pod), found.container, found.previous)
@@ -220,14 +226,15 @@ def _info(job: MPIJob, pod: podstate.Pod, reason: str, attempt: int) -> FailureI
 
 
 def report(job: MPIJob, observed: Observed, attempt: int) -> Report | None:
-    """The attempt's failure, told from the pod to blame; None when no pod of the attempt failed."""
-    failed = failed_pods(observed, attempt)
+    """The attempt's failure, told from the pod to blame; None when no pod of the attempt failed (or only
+    restarted in place, within backoffLimit)."""
+    failed = blamed_pods(job, observed, attempt)
     if not failed:
         return None
     request = log_request(job, observed, attempt)
     tail = observed.log_tails.get(request.pod, "") if request else ""
     tail_from = f"{request.pod}/{request.container}" if request else ""
-    launcher = _failed_launcher(job, observed, attempt)
+    launcher = next((p for p in failed if podstate.role(p) == names.LAUNCHER_ROLE), None)
     if launcher is not None:
         if (dead := _dead_worker(job, observed, attempt)) is not None:
             what = f"{_describe(job, dead)}; then the launcher {_describe(job, launcher)}"

@@ -9,6 +9,7 @@ from mpiop import names, podstate
 from mpiop.api.v2beta1 import LAUNCHER, WORKER, MPIJob, ReplicaStatus, ReplicaType
 from mpiop.plan import Observed, Plan
 from mpiop.status import conditions as c
+from mpiop.status import in_place
 
 
 def mark_created(plan: Plan, job: MPIJob, now: dt.datetime) -> None:
@@ -32,11 +33,18 @@ def mark_running(plan: Plan, job: MPIJob, observed: Observed, now: dt.datetime) 
 def mark_running_if_workers_run(plan: Plan, job: MPIJob, observed: Observed, now: dt.datetime) -> None:
     """Running once every worker of the current attempt runs (the caller has seen its launcher run)."""
     status = plan.status
-    if observed.workers_all(job, status.restart_count or 0, lambda s: s.running):
-        message = f"MPIJob {job.key} is running."
+    attempt = status.restart_count or 0
+    if observed.workers_all(job, attempt, lambda s: s.running):
+        message = running_message(job, observed, attempt)
         if c.set_condition(status, "Running", "True", c.RUNNING_REASON, message, now):
             plan.event("Normal", c.RUNNING_REASON, message)
         c.set_false_if_true(status, "Restarting", c.RUNNING_REASON, message, now)
+
+
+def running_message(job: MPIJob, observed: Observed, attempt: int) -> str:
+    """`MPIJob ns/name is running.`, or with the containers restarted in place counted against backoffLimit."""
+    restarts = in_place.note(job, observed, attempt)
+    return f"MPIJob {job.key} is running; {restarts}" if restarts else f"MPIJob {job.key} is running."
 
 
 def after(observed: Observed, plan: Plan) -> Observed:

@@ -214,6 +214,82 @@ def test_state_reads_what_the_single_functions_read() -> None:
     for pod in pods:
         state = podstate.state(pod)
         assert state == (podstate.name(pod), podstate.role(pod), podstate.replica_index(pod), podstate.attempt(pod),
-                         podstate.phase(pod), podstate.is_terminating(pod), podstate.is_ready(pod))
+                         podstate.phase(pod), podstate.is_terminating(pod), podstate.is_ready(pod),
+                         podstate.in_place_failures(pod))
         assert state.running == podstate.is_running(pod)
         assert state.active == podstate.is_active(pod)
+
+
+def _container(restarts: int, state: dict[str, Any], last_exit: int | None = None) -> dict[str, Any]:
+    last = {"terminated": {"exitCode": last_exit, "reason": "Error"}} if last_exit is not None else {}
+    return {"name": "main", "restartCount": restarts, "state": state, "lastState": last}
+
+
+RUNNING: dict[str, Any] = {"running": {"startedAt": "t"}}
+CRASH_LOOP: dict[str, Any] = {"waiting": {"reason": "CrashLoopBackOff", "message": "back-off 10s"}}
+
+
+@pytest.mark.parametrize(
+    ("status", "failures"),
+    [
+        (_container(0, RUNNING), 0),
+        (_container(0, {"terminated": {"exitCode": 0, "reason": "Completed"}}), 0),
+        (_container(0, {"terminated": {"exitCode": 1, "reason": "Error"}}), 1),  # failed, not yet restarted
+        (_container(1, RUNNING, last_exit=1), 1),  # restarted at once after its first failure
+        (_container(1, CRASH_LOOP, last_exit=1), 2),  # failed again, waits out the back-off
+        (_container(5, CRASH_LOOP, last_exit=137), 6),
+        (_container(2, {"waiting": {"reason": "ContainerCreating"}}, last_exit=1), 2),  # the next run is made
+        (_container(3, {"terminated": {"exitCode": 2, "reason": "Error"}}, last_exit=1), 4),
+    ],
+    ids=["running", "completed", "just-failed", "rerunning", "crash-loop", "crash-loop-6", "creating", "failed-again"],
+)
+def test_container_failures_count_each_failed_run_once(status: dict[str, Any], failures: int) -> None:
+    assert podstate.container_failures(status) == failures
+
+
+def _restarting_pod(policy: str | None, *, init_restarts: int = 0) -> dict[str, Any]:
+    obj: dict[str, Any] = worker(0).running().obj()
+    if policy is not None:
+        obj["spec"] = {"restartPolicy": policy, "nodeName": "n1"}
+    obj["status"]["containerStatuses"] = [_container(1, CRASH_LOOP, last_exit=1),
+                                          {**_container(0, RUNNING), "name": "side"}]
+    if init_restarts:
+        obj["status"]["initContainerStatuses"] = [
+            {**_container(init_restarts, RUNNING, last_exit=3), "name": "init"}]
+    return obj
+
+
+@pytest.mark.parametrize(
+    ("pod", "failures"),
+    [
+        (_restarting_pod("OnFailure"), 2),
+        (_restarting_pod("OnFailure", init_restarts=2), 4),  # init containers count too, as a Job counts them
+        (_restarting_pod("Always"), 0),  # restarted whatever its exit: not a failure count
+        (_restarting_pod("Never"), 0),
+        (_restarting_pod(None), 0),  # the apiserver's default is Always
+    ],
+    ids=["on-failure", "on-failure-init", "always", "never", "unset"],
+)
+def test_in_place_failures_only_under_on_failure(pod: dict[str, Any], failures: int) -> None:
+    assert podstate.in_place_failures(pod) == failures
+    assert podstate.state(podstate.trim(pod)).in_place_failures == failures, "the trimmed pod keeps what it needs"
+
+
+def test_trim_keeps_restarts_and_crash_loop_only() -> None:
+    pod = _restarting_pod("OnFailure")
+    pod["status"]["containerStatuses"][0]["state"]["waiting"]["message"] = "back-off 40s restarting failed container"
+    trimmed = podstate.trim(pod)
+    assert trimmed["spec"] == {"nodeName": "n1", "restartPolicy": "OnFailure"}
+    assert trimmed["status"]["containerStatuses"] == [
+        {"name": "main", "restartCount": 1, "state": {"waiting": {"reason": "CrashLoopBackOff"}},
+         "lastState": {"terminated": {"exitCode": 1, "reason": "Error"}}},
+        {"name": "side", "state": {}, "lastState": {}},
+    ], "the back-off's growing message and a zero restartCount change nothing"
+    assert podstate.trim(_restarting_pod("Never"))["spec"] == {"nodeName": "n1"}
+
+
+def test_container_failure_reads_init_containers_first() -> None:
+    pod = _restarting_pod("OnFailure", init_restarts=1)
+    found = podstate.container_failure(pod)
+    assert found is not None
+    assert (found.container, found.exit_code, found.previous) == ("init", 3, True)

@@ -1,0 +1,55 @@
+"""Container failures the kubelet restarts in place (restartPolicy OnFailure), counted against backoffLimit.
+
+A Kubernetes Job counts them (its controller's pastBackoffLimitOnFailure sums the restartCount of OnFailure
+pods) and kubeflow's launcher is such a Job, so a launcher in CrashLoopBackOff must end its MPIJob too: no
+Failed phase ever comes for such a pod. Each failed run counts once it has ended (podstate.container_failures),
+within the current attempt's pods; added to the attempts already failed (status.restartCount), they fail the
+job once they pass backoffLimit, as failed pods do.
+"""
+
+from __future__ import annotations
+
+from mpiop import names, podstate
+from mpiop.api.v2beta1 import MPIJob
+from mpiop.plan import Observed
+
+# Pods named in a note: a job whose every worker crash-loops is told by its first few.
+NAMED_PODS = 3
+
+
+def failed_pods(observed: Observed, attempt: int) -> list[podstate.Pod]:
+    """The attempt's pods (not being deleted) with a container that failed and was restarted in place: the
+    launcher first, then workers by index."""
+    found = [(s, p) for s, p in zip(observed.states, observed.pods, strict=True)
+             if s.attempt == attempt and s.in_place_failures and not s.terminating]
+    found.sort(key=lambda f: (f[0].role != names.LAUNCHER_ROLE, f[0].replica or 0))
+    return [p for _, p in found]
+
+
+def failures(job: MPIJob, observed: Observed, attempt: int) -> int:
+    """What counts against backoffLimit so far: the attempts that failed, and this attempt's in-place failures."""
+    return attempt + observed.in_place_failures(attempt)
+
+
+def past_limit(job: MPIJob, observed: Observed, attempt: int) -> bool:
+    """Whether in-place failures have taken the job past backoffLimit."""
+    return (observed.in_place_failures(attempt) > 0
+            and failures(job, observed, attempt) > job.spec.run_policy.effective_backoff_limit)
+
+
+def note(job: MPIJob, observed: Observed, attempt: int) -> str:
+    """e.g. `pi-launcher container main Error exit 1 (2 failed runs, restarted in place); failure 2 of backoffLimit 6`
+    ('' when nothing restarted in place): what the Running condition and the ContainerRestarted Event say."""
+    pods = failed_pods(observed, attempt)
+    if not pods:
+        return ""
+    told = [f"{podstate.failure_summary(p)} ({_runs(podstate.state(p).in_place_failures)}, restarted in place)"
+            for p in pods[:NAMED_PODS]]
+    if len(pods) > NAMED_PODS:
+        told.append(f"{len(pods) - NAMED_PODS} more pods")
+    limit = job.spec.run_policy.effective_backoff_limit
+    return f"{'; '.join(told)}; failure {failures(job, observed, attempt)} of backoffLimit {limit}"
+
+
+def _runs(count: int) -> str:
+    return "1 failed run" if count == 1 else f"{count} failed runs"
