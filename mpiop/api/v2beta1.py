@@ -131,7 +131,10 @@ class RunPolicy(ApiModel):
     )
     backoff_limit: Int32 | None = Field(
         default=None,
-        description="Restarts of the whole job (after a failed pod) before it is marked Failed. Defaults to 6.",
+        description=(
+            "Failures allowed before the job is marked Failed: restarts of the whole job after a failed pod, "
+            "and failed runs of containers restarted in place under restartPolicy OnFailure. Defaults to 6."
+        ),
     )
     scheduling_policy: SchedulingPolicy | None = Field(
         default=None, description="Gang-scheduling parameters."
@@ -309,7 +312,8 @@ class JobStatus(ApiModel):
     last_reconcile_time: Time | None = Field(default=None, description="When mpiop last changed this status.")
     restart_count: int | None = Field(
         default=None,
-        description="mpiop extension: how many times the whole job was restarted after a failed pod.",
+        description=("mpiop extension: how many times the whole job was restarted after a failed pod (containers "
+                     "restarted in place are counted in the Running condition's message)."),
     )
     attempt_start_time: Time | None = Field(
         default=None,
