@@ -15,6 +15,7 @@
                                 (policies/adoption)
     launcher ok? -> Succeeded, clean-up                                       (policies/success)
     pod failed?  -> Restarting (pods deleted) or Failed (backoffLimit), clean-up (policies/failure)
+    restarted in place (OnFailure)? -> counted against backoffLimit in Running, or Failed BackoffLimitExceeded
     otherwise    -> Running when all pods run; create what is missing, the launcher when its creation
                     policy allows (policies/launcher_creation); update the hostfile (host network: per-pod SSH ports,
                     desired.hostnetwork)
