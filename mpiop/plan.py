@@ -87,8 +87,9 @@ class Observed:
         return self.pod(names.launcher_name(job, attempt))
 
     def in_place_failures(self, attempt: int) -> int:
-        """Container failures the kubelet restarted in place (restartPolicy OnFailure) in the attempt's pods."""
-        return sum(s.in_place_failures for s in self.states if s.attempt == attempt)
+        """Container failures the kubelet restarted in place (restartPolicy OnFailure) in the attempt's pods that
+        are not being deleted (one going for a restart, a scale-down or a suspend is no longer counted)."""
+        return sum(s.in_place_failures for s in self.states if s.attempt == attempt and not s.terminating)
 
     def pods_of_attempt(self, attempt: int) -> list[Pod]:
         return [p for s, p in zip(self.states, self.pods, strict=True) if s.attempt == attempt]

@@ -195,3 +195,13 @@ def test_healed_launcher_is_no_failure(limit: int) -> None:
     job = on_failure_job(limit).obj()
     handled, plan = run(job, Observed(pods=pods(job, LAUNCHER, healed(1))))
     assert (handled, plan.events, plan.status) == (False, [], job.status)
+
+
+def test_pods_being_deleted_count_no_more() -> None:
+    """A crash-looping worker going away (a scale-down) neither fails the job nor is noted."""
+    job = on_failure_job(0).obj()
+    found = pods(job, WORKER, crash_looping(3))
+    found[2]["metadata"]["deletionTimestamp"] = "2024-05-01T12:00:00Z"
+    observed = Observed(pods=found)
+    assert observed.in_place_failures(0) == 0
+    assert run(job, observed) == (False, Plan(status=job.status))
