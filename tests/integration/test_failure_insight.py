@@ -153,3 +153,50 @@ async def test_malformed_command(control_plane: ControlPlane, cluster: Cluster, 
     assert "executable file not found in $PATH" in describe
     wide = _show(control_plane, cluster, "mal").splitlines()
     assert wide[1].split()[1] == "Failed" and wide[1].split()[5:8] == ["1", "StartError", "mal-launcher-1"]
+
+
+async def _crash_looping(cluster: Cluster, pod: str, *, failures: int, exit_code: int) -> None:
+    """The kubelet's view of a container whose `failures`-th run failed and that waits out its back-off."""
+    status = {"phase": "Running", "conditions": [{"type": "Ready", "status": "False"}], "containerStatuses": [{
+        "name": "main", "ready": False, "restartCount": failures - 1, "image": "img", "imageID": "",
+        "state": {"waiting": {"reason": "CrashLoopBackOff",
+                              "message": f"back-off 10s restarting failed container=main pod={pod}"}},
+        "lastState": {"terminated": {"exitCode": exit_code, "reason": "Error", "containerID": "containerd://1",
+                                     "startedAt": "2024-05-01T12:00:06Z", "finishedAt": "2024-05-01T12:00:07Z"}},
+    }]}
+    await cluster.kube.patch(PODS, cluster.ns, pod, {"status": status}, subresource="status")
+
+
+async def test_crash_looping_launcher_under_on_failure(control_plane: ControlPlane, cluster: Cluster,
+                                                       operator: Operator) -> None:
+    """Issue 25: a launcher under restartPolicy OnFailure never reaches Failed, so each of its failed runs counts
+    against backoffLimit (1): the first is told in the Running condition and a Warning Event, the second fails
+    the job with BackoffLimitExceeded. Nothing else is restarted."""
+    manifest = mpijob("loop", workers=1, run_policy={"backoffLimit": 1})
+    manifest["spec"]["mpiReplicaSpecs"]["Launcher"]["restartPolicy"] = "OnFailure"
+    await cluster.create_job(manifest)
+    await _running(cluster, {"loop-launcher": "node-a", "loop-worker-0": "node-b"})
+    await eventually(lambda: cluster.condition("loop", "Running"), what="Running")
+    await _terminated(cluster, "loop-launcher", phase="Running", reason="Error", exit_code=1, restarted=True)
+    note = "loop-launcher container main Error exit 1 (1 failed run, restarted in place); failure 1 of backoffLimit 1"
+    events = await eventually(lambda: _events(cluster, "ContainerRestarted"), what="the ContainerRestarted Event")
+    assert events == [f"MPIJob {cluster.ns}/loop: {note}"]
+    running = await cluster.condition("loop", "Running")
+    assert running is not None and running["message"] == f"MPIJob {cluster.ns}/loop is running; {note}"
+    print(f"\ncondition Running: {running['message']}")
+
+    await _crash_looping(cluster, "loop-launcher", failures=2, exit_code=1)
+    failed = await eventually(lambda: cluster.condition("loop", "Failed"), what="Failed")
+    print(f"condition Failed: {failed['message']}")
+    assert failed["reason"] == "BackoffLimitExceeded"
+    message = (f"MPIJob {cluster.ns}/loop has failed (backoffLimit 1 exceeded: 2 failures after 0 restarts, 2 of "
+               "them restarted in place): loop-launcher (node node-a) container main Error exit 1")
+    assert failed["message"] == message, "no kubelet here to read the previous run's log from"
+    assert await eventually(lambda: _events(cluster, "BackoffLimitExceeded"), what="the Event") == [message]
+    job = await cluster.job("loop")
+    assert job is not None and job["status"].get("restartCount") is None
+    assert {k: job["status"]["lastFailure"].get(k) for k in ("reason", "pod", "container", "exitCode")} == {
+        "reason": "Error", "pod": "loop-launcher", "container": "main", "exitCode": 1}
+    describe = control_plane.kubectl("describe", "mpijob", "loop", "-n", cluster.ns)
+    print(f"\n$ kubectl describe mpijob loop\n{describe}")
+    assert "ContainerRestarted" in describe and "BackoffLimitExceeded" in describe
