@@ -71,7 +71,8 @@ def restarted_in_place(plan: Plan, job: MPIJob, observed: Observed, now: dt.date
     note = in_place.note(job, observed, attempt)
     if not note:
         return
-    if not any(note in (condition.message or "") for condition in status.conditions):
+    # One Event per failure counted: the count is already in a condition once told (the pods' words may change).
+    if not any(f"; {in_place.count(job, observed, attempt)}" in (cond.message or "") for cond in status.conditions):
         plan.event("Warning", c.CONTAINER_RESTARTED_REASON, f"MPIJob {job.key}: {note}")
     if status.is_true("Running"):
         c.set_condition(status, "Running", "True", c.RUNNING_REASON,

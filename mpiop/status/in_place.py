@@ -37,19 +37,28 @@ def past_limit(job: MPIJob, observed: Observed, attempt: int) -> bool:
             and failures(job, observed, attempt) > job.spec.run_policy.effective_backoff_limit)
 
 
+def count(job: MPIJob, observed: Observed, attempt: int) -> str:
+    """`failure 2 of backoffLimit 6`: the failures so far against the limit."""
+    return f"failure {failures(job, observed, attempt)} of backoffLimit {job.spec.run_policy.effective_backoff_limit}"
+
+
 def note(job: MPIJob, observed: Observed, attempt: int) -> str:
     """e.g. `pi-launcher container main Error exit 1 (2 failed runs, restarted in place); failure 2 of backoffLimit 6`
     ('' when nothing restarted in place): what the Running condition and the ContainerRestarted Event say."""
     pods = failed_pods(observed, attempt)
     if not pods:
         return ""
-    told = [f"{podstate.failure_summary(p)} ({_runs(podstate.state(p).in_place_failures)}, restarted in place)"
-            for p in pods[:NAMED_PODS]]
+    told = [f"{_what(p)} ({_runs(podstate.state(p).in_place_failures)}, restarted in place)" for p in pods[:NAMED_PODS]]
     if len(pods) > NAMED_PODS:
         told.append(f"{len(pods) - NAMED_PODS} more pods")
-    limit = job.spec.run_policy.effective_backoff_limit
-    return f"{'; '.join(told)}; failure {failures(job, observed, attempt)} of backoffLimit {limit}"
+    return f"{'; '.join(told)}; {count(job, observed, attempt)}"
 
 
-def _runs(count: int) -> str:
-    return "1 failed run" if count == 1 else f"{count} failed runs"
+def _what(pod: podstate.Pod) -> str:
+    """How its container last failed; only its name once the kubelet no longer reports the failed run (it may
+    drop lastState)."""
+    return podstate.failure_summary(pod) if podstate.container_failure(pod) else podstate.name(pod)
+
+
+def _runs(runs: int) -> str:
+    return "1 failed run" if runs == 1 else f"{runs} failed runs"

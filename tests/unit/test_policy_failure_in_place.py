@@ -205,3 +205,19 @@ def test_pods_being_deleted_count_no_more() -> None:
     observed = Observed(pods=found)
     assert observed.in_place_failures(0) == 0
     assert run(job, observed) == (False, Plan(status=job.status))
+
+
+def test_a_dropped_last_state_is_no_new_failure() -> None:
+    """The kubelet may report a restarted container without its lastState: the pod is still named, the count is
+    the same, and no second Event is sent."""
+    job = on_failure_job(6).obj()
+    _, plan = run(job, Observed(pods=pods(job, LAUNCHER, rerunning(1))))
+    assert [e.reason for e in plan.events] == ["ContainerRestarted"]
+    dropped = rerunning(1)
+    dropped["containerStatuses"][0]["lastState"] = {}
+    again = job.model_copy(update={"status": plan.status})
+    _, replan = run(again, Observed(pods=pods(job, LAUNCHER, dropped)))
+    assert replan.events == []
+    running = replan.status.condition("Running")
+    assert running is not None and running.message == (
+        "MPIJob ns/pi is running; pi-launcher (1 failed run, restarted in place); failure 1 of backoffLimit 6")
