@@ -51,6 +51,30 @@ def test_crash_looping_launcher_fails_with_backoff_limit_exceeded(e2e: E2E) -> N
     assert reasons.count("BackoffLimitExceeded") == 1, reasons
 
 
+def test_crash_looping_worker_fails_with_backoff_limit_exceeded(e2e: E2E) -> None:
+    """Workers under OnFailure count the same way: worker 1's sshd cannot start, the kubelet restarts it in
+    place, and the job fails naming that worker instead of waiting for it forever."""
+    manifest = on_failure_pi("wcrash", e2e.image, ["mpi-wait-hosts", "mpirun.openmpi", "--allow-run-as-root", "-n",
+                                                   "4", "/usr/local/bin/pi-openmpi", SAMPLES])
+    worker = manifest["spec"]["mpiReplicaSpecs"]["Worker"]
+    worker["restartPolicy"] = "OnFailure"
+    worker["template"]["spec"]["containers"][0]["command"] = [
+        "sh", "-c", 'if [ "$(hostname)" = wcrash-worker-1 ]; then echo "sshd: no hostkeys available -- exiting."; '
+                    "exit 255; fi; exec /usr/local/bin/mpi-sshd"]
+    started = e2e.create_job(manifest)
+    job = e2e.wait_finished("wcrash", timeout=60)
+    seconds = time.monotonic() - started
+    e2e.record("on-failure-worker-failed", seconds)
+    failed = condition(job, "Failed") or {}
+    print(f"\nFailed after {seconds:.1f} s: {failed.get('reason')}\n{failed.get('message')}")
+    assert is_true(job, "Failed"), e2e.describe("wcrash")
+    message = failed.get("message", "")
+    assert failed.get("reason") == "BackoffLimitExceeded", message
+    blamed = r": wcrash-worker-1 \(ranks 2-3, node [\w.-]+\) container worker Error exit 255\n"
+    assert re.search(blamed, message), message
+    assert message.endswith("\nLast lines of wcrash-worker-1/worker:\nsshd: no hostkeys available -- exiting."), message
+
+
 def test_launcher_that_heals_after_a_restart_in_place_succeeds(e2e: E2E) -> None:
     """The same spec, its launcher failing on its first run only (a marker in an emptyDir, which outlives the
     container): the restart in place counts 1 of backoffLimit 1, and the second run's pi makes it Succeeded."""
