@@ -32,9 +32,14 @@ async def _condition(cluster: Cluster, name: str, condition_type: str, status: s
     return None
 
 
-async def _events(cluster: Cluster, reason: str) -> list[str]:
-    events = await cluster.kube.request("GET", f"/api/v1/namespaces/{cluster.ns}/events")
-    return [e["message"] for e in events["items"] if e["reason"] == reason]
+async def _event(cluster: Cluster, reason: str, text: str) -> str:
+    """The Event of that reason whose message holds `text`, once the recorder (in the background) has sent it."""
+
+    async def sent() -> str | None:
+        events = await cluster.kube.request("GET", f"/api/v1/namespaces/{cluster.ns}/events")
+        return next((e["message"] for e in events["items"] if e["reason"] == reason and text in e["message"]), None)
+
+    return await eventually(sent, what=f"a {reason} Event naming {text}")
 
 
 async def test_a_missing_service_account_is_shown_then_heals(cluster: Cluster, operator: Operator) -> None:
@@ -45,7 +50,7 @@ async def test_a_missing_service_account_is_shown_then_heals(cluster: Cluster, o
     assert 'serviceaccount "train" not found' in failure["message"]
     job = await cluster.job("sa")
     assert job is not None and job["status"]["conditions"][-1]["type"] == "ReplicaFailure"  # the STATE column
-    assert any("serviceAccountName" in m for m in await _events(cluster, "FailedCreate"))
+    await _event(cluster, "FailedCreate", "serviceAccountName")
     assert await cluster.pods() == {}  # no launcher before its workers
 
     # The ServiceAccount appears a little later: the job goes on by itself.
@@ -106,7 +111,7 @@ async def test_squatted_secret_config_and_service_are_never_used(cluster: Cluste
     assert failure["reason"] == "ErrResourceExists"
     for name in ("Secret sq-ssh", "ConfigMap sq-config", "Service sq"):
         assert name in failure["message"]
-    assert any("Secret sq-ssh" in m for m in await _events(cluster, "ErrResourceExists"))
+    await _event(cluster, "ErrResourceExists", "Secret sq-ssh")
     await asyncio.sleep(1.5)
     assert await cluster.pods() == {}  # no pod mounts their key or their hostfile
 
