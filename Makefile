@@ -40,7 +40,7 @@ test-binaries: binaries
 	$(BIN)/python -m devcluster.coscheduler >/dev/null
 
 # Everything Python in the repo: ruff, mypy --strict, and the import contracts of .importlinter (the layers).
-PY_DIRS := mpiop devcluster tests bench e2e hack
+PY_DIRS := mpiop devcluster testkit tests bench e2e hack
 lint: venv
 	$(BIN)/ruff check $(PY_DIRS)
 	$(BIN)/mypy $(PY_DIRS)

@@ -29,7 +29,7 @@ from mpiop import names
 from mpiop.controller.events import event_body
 from mpiop.kube.client import CONFIGMAPS, MPIJOBS, PODS, SECRETS, SERVICES, KubeClient, Resource
 from mpiop.plan import Event
-from tests.namespaces import create_namespace
+from testkit.namespaces import create_namespace
 
 JSON = dict[str, Any]
 EVENTS = Resource("", "v1", "events", "Event")

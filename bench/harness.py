@@ -29,9 +29,9 @@ from mpiop.kube.client import (
 )
 from mpiop.kube.informer import Informer
 from mpiop.plan import Observed
-from tests import namespaces
-from tests.builders import make_mpijob
-from tests.namespaces import create_namespace
+from testkit import namespaces
+from testkit.builders import make_mpijob
+from testkit.namespaces import create_namespace
 
 JSON = dict[str, Any]
 WRITE_VERBS = ("POST", "PUT", "PATCH", "DELETE")

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from mpiop.api.v2beta1 import LAUNCHER, WORKER, MPIImplementation
-from tests.builders import make_mpijob
+from testkit.builders import make_mpijob
 
 JSON = dict[str, Any]
 

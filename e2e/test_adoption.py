@@ -1,6 +1,6 @@
 """Switching from kubeflow/mpi-operator to mpiop with a job running, on the real node.
 
-kubeflow's objects for its `pi` example (the shapes v0.8.2 created, tests/fixtures) are created while no
+kubeflow's objects for its `pi` example (the shapes v0.8.2 created, testkit/fixtures) are created while no
 operator runs, with the local MPI image: the MPIJob, Secret, ConfigMap, Service, worker pods and the launcher
 `Job`, whose pod the Job controller starts; mpirun runs. Then mpiop starts, takes the job over and sees it
 to Succeeded, with no pod of it deleted or made while it ran.
@@ -19,7 +19,7 @@ from e2e.harness.kube import is_true, wait_for
 from e2e.test_mpi import assert_pi
 from mpiop import ssh
 from mpiop.kube.client import KubeClient
-from tests import kubeflow
+from testkit import kubeflow
 
 JSON = dict[str, Any]
 SLEEP = "20"  # every rank sleeps this long before reducing: mpiop starts while mpirun runs

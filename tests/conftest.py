@@ -10,7 +10,7 @@ import pytest
 
 from devcluster.controlplane import ControlPlane
 from mpiop.kube.client import KubeClient
-from tests.namespaces import create_namespace, delete_namespace
+from testkit.namespaces import create_namespace, delete_namespace
 
 # `kill <pytest>` should tear the control plane down like Ctrl-C does (fixtures' finalizers run);
 # a SIGKILL is covered by the components' parent-death signal.

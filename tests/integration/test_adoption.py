@@ -1,6 +1,6 @@
 """Switching from kubeflow/mpi-operator to mpiop with jobs in flight, on the real control plane.
 
-What kubeflow's operator v0.8.2 left for its `pi` example (tests/fixtures) is created again while no operator
+What kubeflow's operator v0.8.2 left for its `pi` example (testkit/fixtures) is created again while no operator
 runs: the MPIJob with kubeflow's status, its Secret, ConfigMap, Service and worker pods, and its launcher
 `Job`, whose pod the cluster's Job controller makes (as it did for kubeflow). Then mpiop starts; the test
 plays the kubelet by writing pod status, and the Job controller follows the launcher pod.
@@ -14,7 +14,7 @@ from typing import Any
 from devcluster.controlplane import ControlPlane
 from mpiop import metrics, names
 from mpiop.kube.client import CONFIGMAPS, JOBS, SECRETS, SERVICES
-from tests import kubeflow
+from testkit import kubeflow
 from tests.integration.operator import Cluster, Operator, eventually, mpijob, running_operator
 
 JSON = dict[str, Any]

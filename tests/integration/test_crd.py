@@ -18,7 +18,7 @@ from devcluster.controlplane import ControlPlane, ControlPlaneError
 from devcluster.install import install_crd
 from mpiop.api import podtemplate
 from mpiop.kube.client import MPIJOBS, ApiError, KubeClient
-from tests.builders import make_mpijob
+from testkit.builders import make_mpijob
 
 pytestmark = pytest.mark.integration
 

@@ -25,8 +25,8 @@ from devcluster.coscheduler import DEFAULT_SCHEDULER_NAME
 from devcluster.simulated import FINISH_LABEL, SimulatedCluster
 from mpiop.desired.podgroup import GangScheduler
 from mpiop.kube.client import PODS, KubeClient
+from testkit.namespaces import create_namespace, delete_namespace
 from tests.integration.operator import Cluster, eventually, mpijob, running_operator
-from tests.namespaces import create_namespace, delete_namespace
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
 

@@ -29,11 +29,11 @@ from mpiop.controller.manager import Manager, ManagerConfig
 from mpiop.kube.client import JOBS, JSON_MEDIA_TYPE, MPIJOBS, ApiError, KubeClient
 from mpiop.leader import LEASES, ElectionConfig, FencedClient, LeaderElector
 from mpiop.process import supervise
-from tests import kubeflow
+from testkit import kubeflow
+from testkit.namespaces import create_namespace, delete_namespace
 from tests.integration.operator import Cluster, eventually, mpijob
 from tests.integration.test_deploy import DEPLOY, docs
 from tests.integration.test_leader import drive_to_success
-from tests.namespaces import create_namespace, delete_namespace
 
 JSON = dict[str, Any]
 SYSTEM, ACCOUNT, LEASE = "mpiop-system", "mpiop", "mpiop"

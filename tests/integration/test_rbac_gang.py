@@ -22,6 +22,7 @@ from devcluster.controlplane import ControlPlane
 from mpiop.controller.manager import Manager, ManagerConfig
 from mpiop.desired.podgroup import GangScheduler
 from mpiop.kube.client import MPIJOBS, KubeClient
+from testkit.namespaces import create_namespace, delete_namespace
 from tests.integration.operator import Cluster, eventually, mpijob
 from tests.integration.test_deploy import DEPLOY, docs
 from tests.integration.test_rbac import (
@@ -31,7 +32,6 @@ from tests.integration.test_rbac import (
     rules,
     service_account_kubeconfig,
 )
-from tests.namespaces import create_namespace, delete_namespace
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(180)]
 

@@ -17,7 +17,7 @@ from mpiop.desired import objects
 from mpiop.desired.settings import Settings
 from mpiop.plan import Observed, Plan
 from mpiop.podstate import Pod
-from tests.builders import PodBuilder, at, make_mpijob, make_pod
+from testkit.builders import PodBuilder, at, make_mpijob, make_pod
 
 Change = Callable[[PodBuilder], PodBuilder]
 

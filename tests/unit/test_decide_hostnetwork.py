@@ -7,7 +7,7 @@ from typing import Any
 from mpiop import podstate
 from mpiop.desired import hostnetwork as hn
 from mpiop.desired.pods import WORKER_DEFAULT_COMMAND, launcher_pod, worker_pod
-from tests.builders import make_mpijob
+from testkit.builders import make_mpijob
 from tests.unit.test_decide import World, names_of, running
 
 JSON = dict[str, Any]

@@ -12,7 +12,7 @@ from prometheus_client import REGISTRY
 from mpiop import metrics, podstate
 from mpiop.api.v2beta1 import ReplicaType
 from mpiop.status import failure_report
-from tests.builders import MPIJobBuilder, at, make_mpijob
+from testkit.builders import MPIJobBuilder, at, make_mpijob
 from tests.unit.test_decide import World, names_of, running
 from tests.unit.test_policy_failure_in_place import crash_looping, crashed, healed, rerunning
 

@@ -14,7 +14,7 @@ from mpiop.desired import ensure, hostfile, objects
 from mpiop.desired.settings import Settings
 from mpiop.plan import Observed, Plan
 from mpiop.policies import launcher_creation
-from tests.builders import PodBuilder, make_mpijob, make_pod, observe
+from testkit.builders import PodBuilder, make_mpijob, make_pod, observe
 
 
 def run(job: MPIJob, observed: Observed, cluster_domain: str = "") -> Plan:

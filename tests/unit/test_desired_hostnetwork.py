@@ -10,7 +10,7 @@ from mpiop.api.v2beta1 import MPIImplementation
 from mpiop.desired import hostnetwork as hn
 from mpiop.desired.env import SSH_RETRY_ARGS, launcher_env
 from mpiop.desired.objects import config_map
-from tests.builders import MPIJobBuilder, make_mpijob, make_pod
+from testkit.builders import MPIJobBuilder, make_mpijob, make_pod
 
 JSON = dict[str, Any]
 

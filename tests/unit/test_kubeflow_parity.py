@@ -1,7 +1,7 @@
 """The last differences a tool could read between kubeflow/mpi-operator v0.8 and mpiop, closed.
 
 The replica-index numbering with runLauncherAsWorker, the `app` label of the ConfigMap, Secret and Service
-(compared with what kubeflow's operator really made: tests/fixtures), and the condition order of a whole
+(compared with what kubeflow's operator really made: testkit/fixtures), and the condition order of a whole
 job. Slots from the launcher's GPUs are in test_desired_slots.py.
 """
 
@@ -13,8 +13,8 @@ from mpiop import names, podstate
 from mpiop.decide import decide
 from mpiop.desired import objects, pods
 from mpiop.plan import Observed
-from tests.builders import at, make_mpijob, make_pod, observe
-from tests.kubeflow import load, of_kind
+from testkit.builders import at, make_mpijob, make_pod, observe
+from testkit.kubeflow import load, of_kind
 
 
 @pytest.mark.parametrize(

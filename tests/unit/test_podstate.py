@@ -9,7 +9,7 @@ import pytest
 
 from mpiop import names, podstate
 from mpiop.desired import pods
-from tests.builders import PodBuilder, make_mpijob, make_pod
+from testkit.builders import PodBuilder, make_mpijob, make_pod
 
 JOB = make_mpijob("pi").workers(3).obj()
 

@@ -1,4 +1,4 @@
-"""mpiop.policies.adoption: jobs kubeflow/mpi-operator v0.8.2 started, from what it really left (tests/fixtures)."""
+"""mpiop.policies.adoption: jobs kubeflow/mpi-operator v0.8.2 started, from what it really left (testkit/fixtures)."""
 
 from __future__ import annotations
 
@@ -14,8 +14,8 @@ from mpiop.desired.hostnetwork import SSH_PORT_LABEL, PortRange
 from mpiop.desired.settings import Settings
 from mpiop.plan import Observed, Plan
 from mpiop.policies import adoption
-from tests.builders import at
-from tests.kubeflow import as_cached
+from testkit.builders import at
+from testkit.kubeflow import as_cached
 
 NOW = at(0)
 

@@ -8,7 +8,7 @@ from mpiop import podstate
 from mpiop.api.v2beta1 import MPIJob, RestartPolicy
 from mpiop.plan import Observed, Plan
 from mpiop.policies import failure
-from tests.builders import MPIJobBuilder, PodBuilder, at, make_mpijob, make_pod
+from testkit.builders import MPIJobBuilder, PodBuilder, at, make_mpijob, make_pod
 
 
 def run(job: MPIJob, pods: list[PodBuilder], now: float = 100) -> tuple[bool, Plan]:

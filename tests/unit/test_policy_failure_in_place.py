@@ -15,7 +15,7 @@ from mpiop.api.v2beta1 import MPIJob
 from mpiop.plan import Observed, Plan
 from mpiop.policies import failure
 from mpiop.status import failure_report
-from tests.builders import MPIJobBuilder, at, make_mpijob, make_pod
+from testkit.builders import MPIJobBuilder, at, make_mpijob, make_pod
 
 Status = Callable[[int], dict[str, Any]]
 

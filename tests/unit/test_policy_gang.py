@@ -10,7 +10,7 @@ from mpiop.desired.podgroup import GangScheduler
 from mpiop.desired.settings import Settings
 from mpiop.plan import Observed, Plan
 from mpiop.policies import gang
-from tests.builders import at, make_mpijob, make_pod, observe
+from testkit.builders import at, make_mpijob, make_pod, observe
 
 PLUGINS = GangScheduler("scheduler-plugins-scheduler")
 VOLCANO = GangScheduler("volcano")

@@ -5,7 +5,7 @@ from __future__ import annotations
 from mpiop.decide import decide
 from mpiop.plan import Observed, Plan, Refusal
 from mpiop.policies import ownership
-from tests.builders import at, make_mpijob, make_pod, observe
+from testkit.builders import at, make_mpijob, make_pod, observe
 
 
 def _taken(kind: str, name: str) -> Refusal:

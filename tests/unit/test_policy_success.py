@@ -5,7 +5,7 @@ from __future__ import annotations
 from mpiop.api.v2beta1 import JobStatus, MPIJob
 from mpiop.plan import Observed, Plan
 from mpiop.policies import success
-from tests.builders import at, make_mpijob, make_pod
+from testkit.builders import at, make_mpijob, make_pod
 
 
 def plan_for(job: MPIJob) -> Plan:

@@ -8,7 +8,7 @@ from mpiop.api.v2beta1 import ReplicaStatus
 from mpiop.controller.reconciler import only_soft_writes, status_change
 from mpiop.decide import decide
 from mpiop.plan import Event, Plan
-from tests.builders import at, make_mpijob, make_pod, observe
+from testkit.builders import at, make_mpijob, make_pod, observe
 
 JOB = make_mpijob("pi", "ns").workers(2).obj()
 

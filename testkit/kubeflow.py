@@ -1,4 +1,4 @@
-"""What kubeflow/mpi-operator v0.8.2 left on a real apiserver for its `pi` example (tests/fixtures/, see its
+"""What kubeflow/mpi-operator v0.8.2 left on a real apiserver for its `pi` example (testkit/fixtures/, see its
 README): read as the caches would hold it (unit tests), or created again on a control plane as that operator
 left it (integration and e2e tests), before mpiop starts.
 """
