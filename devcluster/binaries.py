@@ -83,7 +83,7 @@ def _from_assets_or_path(name: str, version: str | None) -> Path | None:
 
 @contextmanager
 def _build_lock(directory: Path) -> Iterator[None]:
-    """Serialise builds between processes (pytest and `mpiop dev-cluster up` may race)."""
+    """Serialise builds between processes (pytest and `python -m devcluster up` may race)."""
     directory.mkdir(parents=True, exist_ok=True)
     with (directory / ".lock").open("w") as handle:
         fcntl.flock(handle, fcntl.LOCK_EX)

@@ -1,6 +1,6 @@
 """A real Kubernetes control plane on loopback: etcd, kube-apiserver, kube-controller-manager, kube-scheduler.
 
-Used by the pytest fixtures and by ``mpiop dev-cluster``. Every component runs as a child process that
+Used by the pytest fixtures and by ``python -m devcluster``. Every component runs as a child process that
 the kernel kills if its parent dies (PR_SET_PDEATHSIG), so an interrupted test run leaks nothing; a
 clean stop terminates them in reverse order and removes the work directory.
 """

@@ -5,7 +5,7 @@
   the e2e suite (kubelet, containerd, CNI, CoreDNS; ``node.py``) with the locally built MPI image. The
   operator starts, an Open MPI pi job runs to completion, its launcher's log is printed, and the operator
   goes on in the foreground; Ctrl-C stops it and the node. ``MPIOP_RUN_NODE=0`` skips the node.
-- Otherwise: the dev control plane (`mpiop dev-cluster up`, no kubelet: pods never run) in the background,
+- Otherwise: the dev control plane (`make dev-cluster`, no kubelet: pods never run) in the background,
   kept after the operator stops, so jobs and their state survive a restart of the operator.
 """
 
@@ -17,6 +17,7 @@ import os
 import shutil
 import sys
 import time
+from pathlib import Path
 from typing import Any
 
 from devcluster import background
@@ -113,6 +114,17 @@ def main_on_node(argv: list[str]) -> int:
         return asyncio.run(_on_node(args.kubeconfig, mpi.ref, args))
 
 
+def next_steps(version: str, kubeconfig: str, kubectl: Path | str, *, local: bool) -> str:
+    """What to type in another shell while the operator runs; every command in it exists (tested)."""
+    return (f"\nCRD mpijobs.kubeflow.org installed on Kubernetes {version}. In another shell:\n"
+            f"  export KUBECONFIG={kubeconfig}\n"
+            f"  {kubectl} apply -f examples/pi-openmpi.yaml\n"
+            f"  {kubectl} get mpij -w\n"
+            + ("Stop the operator with Ctrl-C; the local control plane keeps running until\n"
+               "  make dev-cluster-down\n" if local else "")
+            + "Starting the operator (all namespaces):\n")
+
+
 def main() -> int:
     kubeconfig = os.environ.get("KUBECONFIG", "")
     if not kubeconfig and node_possible():
@@ -126,13 +138,7 @@ def main() -> int:
         kubeconfig = str(state["kubeconfig"])
     kubectl = kube_binary("kubectl")
     version = asyncio.run(_install(kubeconfig))
-    print(f"\nCRD mpijobs.kubeflow.org installed on Kubernetes {version}. In another shell:\n"
-          f"  export KUBECONFIG={kubeconfig}\n"
-          f"  {kubectl} apply -f examples/pi-openmpi.yaml\n"
-          f"  {kubectl} get mpij -w\n"
-          + ("Stop the operator with Ctrl-C; the local control plane keeps running until\n"
-             "  .venv/bin/mpiop dev-cluster down\n" if local else "")
-          + "Starting the operator (all namespaces):\n", flush=True)
+    print(next_steps(version, kubeconfig, kubectl, local=local), flush=True)
     return cli_main(["run", "--kubeconfig", kubeconfig, *sys.argv[1:]])
 
 

@@ -1,8 +1,11 @@
-"""`make run`'s choices: when the real node is used, and when the pi job counts as finished."""
+"""`make run`'s choices: when the real node is used, when the pi job counts as finished, and what it tells the
+user to type next."""
 
 from __future__ import annotations
 
+import re
 import shutil
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -35,3 +38,19 @@ def test_node_needs_its_tools(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("MPIOP_RUN_NODE", "1")
     monkeypatch.setattr(shutil, "which", lambda tool: None if tool == "containerd" else f"/usr/bin/{tool}")
     assert local_run.node_possible() is False
+
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def make_targets() -> set[str]:
+    return set(re.findall(r"^([a-z][\w-]*):", (ROOT / "Makefile").read_text(), re.M))
+
+
+@pytest.mark.parametrize("local", [True, False], ids=["local-control-plane", "kubeconfig"])
+def test_the_next_steps_name_only_commands_and_files_that_exist(local: bool) -> None:
+    shown = local_run.next_steps("v1.34.4", "/k/config", "/bin/kubectl", local=local)
+    assert ("make dev-cluster-down" in shown) is local
+    assert "mpiop dev-cluster" not in shown
+    assert set(re.findall(r"\bmake ([\w-]+)", shown)) <= make_targets()
+    assert all((ROOT / path).is_file() for path in re.findall(r"-f (\S+)", shown))
