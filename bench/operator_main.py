@@ -1,8 +1,8 @@
-"""`python -m bench.operator_main PORT [mpiop run flags...]`: `mpiop run`, with its Prometheus metrics on PORT.
+"""`python -m bench.operator_main [mpiop run flags...]`: `mpiop run`, its Prometheus metrics served either way.
 
-The benchmark needs the operator's own request counters from a separate process (its own RSS and CPU).
-When `mpiop run` serves /metrics itself (`--metrics-addr`), this passes 127.0.0.1:PORT and turns the
-probes off (no fixed ports to collide with); otherwise it serves the default registry on PORT first.
+The bench compares this checkout's operator with older ones (`PYTHONPATH` from another worktree), and those
+may not serve /metrics themselves: there this takes `--metrics-addr=HOST:PORT` out of the flags (and
+`--health-addr=...`, which they do not know either) and serves the default registry on that address first.
 Either way the unchanged `mpiop run` entry point runs.
 """
 
@@ -24,15 +24,13 @@ def _run_flags() -> set[str]:
 
 
 def main() -> int:
-    port, args = int(sys.argv[1]), sys.argv[2:]
-    flags = _run_flags()
-    if "--metrics-addr" in flags:
-        args = ["--metrics-addr", f"127.0.0.1:{port}", *args]
-        if "--health-addr" in flags:
-            args = ["--health-addr", "0", *args]
-    else:
-        start_http_server(port, addr="127.0.0.1")
-    return mpiop_main(["run", *args])
+    args, flags = sys.argv[1:], _run_flags()
+    known = [a for a in args if not a.startswith("--") or a.split("=", 1)[0] in flags]
+    if "--metrics-addr" not in flags:
+        (address,) = (a.split("=", 1)[1] for a in args if a.startswith("--metrics-addr="))
+        host, _, port = address.rpartition(":")
+        start_http_server(int(port), addr=host)
+    return mpiop_main(["run", *known])
 
 
 if __name__ == "__main__":

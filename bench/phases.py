@@ -24,7 +24,7 @@ from bench.harness import (
     owned_objects,
     percentile,
 )
-from bench.operator import OperatorProcess
+from bench.operator import BenchOperator
 from bench.report import FLOOR_MANAGER, JSON, Options, Report, log, profile_path
 from devcluster.simulated import SimulatedCluster
 from mpiop.kube.client import MPIJOBS, NAMESPACES, KubeClient
@@ -103,7 +103,7 @@ async def floor(kube: KubeClient, opts: Options, report: Report, pids: dict[str,
 
 
 # -- burst ------------------------------------------------------------------------------------------------
-async def burst(kube: KubeClient, operator: OperatorProcess, opts: Options, report: Report, tag: str = "",
+async def burst(kube: KubeClient, operator: BenchOperator, opts: Options, report: Report, tag: str = "",
                 pids: dict[str, int] | None = None) -> None:
     """J x W submitted at once. `tag` names a what-if run (its own namespace, its own figure keys).
 
@@ -170,7 +170,7 @@ def has_condition(tracker: Tracker, job: str, condition: str) -> Callable[[], bo
 
 
 # -- big jobs ---------------------------------------------------------------------------------------------
-async def big_jobs(kube: KubeClient, operator: OperatorProcess, opts: Options, report: Report) -> None:
+async def big_jobs(kube: KubeClient, operator: BenchOperator, opts: Options, report: Report) -> None:
     namespace = "bench-big"
     await fresh_namespace(kube, namespace)
     async with Tracker(kube, namespace) as tracker:
@@ -207,8 +207,8 @@ async def populate(kube: KubeClient, opts: Options, namespace: str) -> None:
     log(f"scale: {pods} pods Running after {time.monotonic() - started:.1f}s")
 
 
-async def scale(kube: KubeClient, cluster: SimulatedCluster, operator: OperatorProcess | None, opts: Options,
-                report: Report, logs: Path) -> OperatorProcess:
+async def scale(kube: KubeClient, cluster: SimulatedCluster, operator: BenchOperator | None, opts: Options,
+                report: Report, logs: Path) -> BenchOperator:
     namespace = "bench-scale"
     if operator is not None:
         operator.stop()
@@ -222,7 +222,7 @@ async def scale(kube: KubeClient, cluster: SimulatedCluster, operator: OperatorP
     total_jobs = len((await kube.list(MPIJOBS, None)).get("items", []))
 
     log("scale: an operator adopts and settles them")
-    adopter = OperatorProcess(cluster.kubeconfig, logs / "operator.log", opts.operator_args,
+    adopter = BenchOperator(cluster.kubeconfig, logs / "operator.log", opts.operator_args,
                               profile_path(opts, "adopt"))
     adopter.start()
     await adopter.wait_synced()
@@ -238,7 +238,7 @@ async def scale(kube: KubeClient, cluster: SimulatedCluster, operator: OperatorP
     adopter.stop()
 
     log("restart: the operator restarted with every job settled")
-    restarted = OperatorProcess(cluster.kubeconfig, logs / "operator.log", opts.operator_args,
+    restarted = BenchOperator(cluster.kubeconfig, logs / "operator.log", opts.operator_args,
                                 profile_path(opts, "restart"))
     restarted.start()
     synced, inside = await restarted.wait_synced()
@@ -260,7 +260,7 @@ async def scale(kube: KubeClient, cluster: SimulatedCluster, operator: OperatorP
     return restarted
 
 
-async def latency(kube: KubeClient, operator: OperatorProcess, opts: Options, report: Report, namespace: str,
+async def latency(kube: KubeClient, operator: BenchOperator, opts: Options, report: Report, namespace: str,
                   total_jobs: int) -> None:
     log(f"latency: {opts.latency_samples} launchers finish, one every {opts.latency_interval}s")
     sent: dict[str, float] = {}

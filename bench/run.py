@@ -48,7 +48,7 @@ from pathlib import Path
 
 import structlog
 
-from bench.operator import OperatorProcess, profile_summary
+from bench.operator import BenchOperator, profile_summary
 from bench.phases import big_jobs, burst, scale
 from bench.report import PHASES, QPS50_ARGS, Options, Report, load, log, profile_path
 from bench.series import floor_and_burst
@@ -70,7 +70,7 @@ def nodes_needed(opts: Options) -> int:
 
 async def bench(cluster: SimulatedCluster, opts: Options, report: Report, logs: Path) -> None:
     kube = await KubeClient.connect(str(cluster.kubeconfig), qps=0, burst=256)
-    operator: OperatorProcess | None = None
+    operator: BenchOperator | None = None
     try:
         await install_crd(kube)
         if {"floor", "lifecycle", "burst", "big"} & set(opts.phases):
@@ -79,7 +79,7 @@ async def bench(cluster: SimulatedCluster, opts: Options, report: Report, logs: 
             await big_jobs(kube, operator, opts, report)
         if "sustained" in opts.phases:
             if operator is None:
-                operator = OperatorProcess(cluster.kubeconfig, logs / "operator.log", opts.operator_args,
+                operator = BenchOperator(cluster.kubeconfig, logs / "operator.log", opts.operator_args,
                                            profile_path(opts, "sustained"))
                 operator.start()
                 await operator.wait_synced()
@@ -92,7 +92,7 @@ async def bench(cluster: SimulatedCluster, opts: Options, report: Report, logs: 
             # The same burst behind a client-side rate limiter: what would 50 QPS cost?
             if operator is not None:
                 operator.stop()
-            operator = OperatorProcess(cluster.kubeconfig, logs / "operator.log",
+            operator = BenchOperator(cluster.kubeconfig, logs / "operator.log",
                                        [*opts.operator_args, *QPS50_ARGS], profile_path(opts, "qps50"))
             operator.start()
             await operator.wait_synced()

@@ -19,7 +19,7 @@ from typing import Any
 
 from bench.harness import bench_job, delete_namespace, first_status, fresh_namespace
 from bench.lifecycle import lifecycle_floor
-from bench.operator import OperatorProcess
+from bench.operator import BenchOperator
 from bench.phases import burst, floor
 from bench.report import FLOOR_MANAGER, Options, Report, load, log, profile_path
 from devcluster.simulated import SimulatedCluster
@@ -81,11 +81,11 @@ async def burst_namespaces(kube: KubeClient) -> list[str]:
 
 
 async def floor_and_burst(kube: KubeClient, cluster: SimulatedCluster, opts: Options, report: Report,
-                          logs: Path) -> OperatorProcess | None:
+                          logs: Path) -> BenchOperator | None:
     """Run the repetitions; leave the last one's operator running (for the big jobs), or None."""
     runs: list[dict[str, Any]] = []
     last = Report()
-    operator: OperatorProcess | None = None
+    operator: BenchOperator | None = None
     log(f"apiserver warmed up for MPIJob writes in {await warm_up(kube, opts.concurrency):.1f}s (untimed)")
     for run in range(opts.repeat):
         if run:
@@ -103,7 +103,7 @@ async def floor_and_burst(kube: KubeClient, cluster: SimulatedCluster, opts: Opt
         if "lifecycle" in opts.phases:
             await lifecycle_floor(kube, opts, scratch, pids)
         if "burst" in opts.phases or ("big" in opts.phases and run == opts.repeat - 1):
-            operator = OperatorProcess(cluster.kubeconfig, logs / "operator.log", opts.operator_args,
+            operator = BenchOperator(cluster.kubeconfig, logs / "operator.log", opts.operator_args,
                                        profile_path(opts, f"burst-{run}"))
             operator.start()
             await operator.wait_synced()

@@ -17,7 +17,7 @@ import time
 from dataclasses import dataclass, field
 
 from bench.harness import Tracker, bench_job, delete_namespace, fresh_namespace, percentile
-from bench.operator import OperatorProcess
+from bench.operator import BenchOperator
 from bench.report import JSON, Options, Report, log
 from devcluster.simulated import FINISH_AFTER_ANNOTATION, FINISH_LABEL
 from mpiop.kube.client import MPIJOBS, ApiError, KubeClient
@@ -45,12 +45,12 @@ def _summary(values: list[float]) -> str:
     return (f"p50 {percentile(values, 50):6.2f}  p99 {percentile(values, 99):6.2f}  max {max(values):6.2f}")
 
 
-async def sustained(kube: KubeClient, operator: OperatorProcess, opts: Options, report: Report) -> None:
+async def sustained(kube: KubeClient, operator: BenchOperator, opts: Options, report: Report) -> None:
     for rate in opts.sustained_rates:
         await one_rate(kube, operator, opts, report, rate)
 
 
-async def one_rate(kube: KubeClient, operator: OperatorProcess, opts: Options, report: Report, rate: float) -> None:
+async def one_rate(kube: KubeClient, operator: BenchOperator, opts: Options, report: Report, rate: float) -> None:
     namespace = f"bench-sustained-{str(rate).replace('.', '-')}"
     tag = f"sustained_{rate:g}".replace(".", "_")
     await fresh_namespace(kube, namespace)

@@ -56,7 +56,8 @@ def kube_bin_dir(version: str = KUBERNETES_VERSION) -> Path:
     return cache_dir() / "kubernetes" / version / "bin"
 
 
-def _log(message: str) -> None:
+def report(message: str) -> None:
+    """A build step's progress on stderr (builds take minutes; the other tools of devcluster say theirs too)."""
     print(f"[mpiop binaries] {message}", file=sys.stderr, flush=True)
 
 
@@ -70,7 +71,7 @@ def _reports_version(path: Path, version: str) -> bool:
     return re.search(rf"\b{re.escape(version)}\b", out) is not None
 
 
-def _from_assets_or_path(name: str, version: str | None) -> Path | None:
+def from_assets_or_path(name: str, version: str | None) -> Path | None:
     if assets := os.environ.get("KUBEBUILDER_ASSETS"):
         candidate = Path(assets) / name
         if candidate.is_file() and os.access(candidate, os.X_OK):
@@ -82,7 +83,7 @@ def _from_assets_or_path(name: str, version: str | None) -> Path | None:
 
 
 @contextmanager
-def _build_lock(directory: Path) -> Iterator[None]:
+def build_lock(directory: Path) -> Iterator[None]:
     """Serialise builds between processes (pytest and `python -m devcluster up` may race)."""
     directory.mkdir(parents=True, exist_ok=True)
     with (directory / ".lock").open("w") as handle:
@@ -93,7 +94,7 @@ def _build_lock(directory: Path) -> Iterator[None]:
             fcntl.flock(handle, fcntl.LOCK_UN)
 
 
-def _go() -> str:
+def go_tool() -> str:
     go = shutil.which("go")
     if go is None:
         raise BinaryError("Go is needed to build the Kubernetes binaries, and `go` is not on PATH")
@@ -102,16 +103,16 @@ def _go() -> str:
 
 def _run_go(args: list[str], cwd: Path) -> None:
     env = {**os.environ, "GOFLAGS": "-mod=mod", "GOWORK": "off"}
-    result = subprocess.run([_go(), *args], cwd=cwd, env=env, check=False)
+    result = subprocess.run([go_tool(), *args], cwd=cwd, env=env, check=False)
     if result.returncode != 0:
         raise BinaryError(f"`go {' '.join(args)}` failed in {cwd} (exit {result.returncode})")
 
 
-def _go_mod_download(module: str, version: str, workdir: Path, want: str) -> Path:
+def go_mod_download(module: str, version: str, workdir: Path, want: str) -> Path:
     """`go mod download -json module@version`: the path it reports under `want` (Dir, GoMod, ...)."""
     env = {**os.environ, "GOFLAGS": "-mod=mod", "GOWORK": "off"}
     out = subprocess.run(
-        [_go(), "mod", "download", "-json", f"{module}@{version}"],
+        [go_tool(), "mod", "download", "-json", f"{module}@{version}"],
         cwd=workdir, env=env, capture_output=True, text=True, check=False,
     )
     info = json.loads(out.stdout or "{}")
@@ -122,7 +123,7 @@ def _go_mod_download(module: str, version: str, workdir: Path, want: str) -> Pat
 
 def _staging_replaces(version: str, workdir: Path) -> list[str]:
     """The k8s.io staging modules, read from k8s.io/kubernetes's own go.mod at that version."""
-    text = _go_mod_download("k8s.io/kubernetes", version, workdir, "GoMod").read_text()
+    text = go_mod_download("k8s.io/kubernetes", version, workdir, "GoMod").read_text()
     return sorted(set(re.findall(r"^\s*(k8s\.io/[\w.-]+)\s*=>\s*\./staging/", text, flags=re.M)))
 
 
@@ -139,7 +140,7 @@ def _write_wrapper_module(workdir: Path, version: str) -> None:
     (workdir / "tools.go").write_text(f"//go:build tools\n\npackage tools\n\nimport (\n{imports})\n")
 
 
-def _version_ldflags(version: str) -> str:
+def version_ldflags(version: str) -> str:
     major, minor, _patch = version.lstrip("v").split(".")
     flags = ["-s", "-w"]
     for pkg in ("k8s.io/component-base/version", "k8s.io/client-go/pkg/version"):
@@ -156,20 +157,20 @@ def build_kubernetes(commands: Iterable[str], version: str = KUBERNETES_VERSION)
     """Build the named commands of k8s.io/kubernetes@version into the cache; return the bin dir."""
     wanted = sorted(set(commands))
     bin_dir = kube_bin_dir(version)
-    with _build_lock(bin_dir.parent):
+    with build_lock(bin_dir.parent):
         missing = [c for c in wanted if not (bin_dir / c).is_file()]
         if not missing:
             return bin_dir
         workdir = bin_dir.parent / "gomod"
         if not (workdir / "go.sum").is_file():
-            _log(f"preparing the Go wrapper module for k8s.io/kubernetes {version} in {workdir}")
+            report(f"preparing the Go wrapper module for k8s.io/kubernetes {version} in {workdir}")
             _write_wrapper_module(workdir, version)
             _run_go(["mod", "tidy"], workdir)
-        _log(f"building {', '.join(missing)} {version} (first time only; minutes on 2 cores)")
+        report(f"building {', '.join(missing)} {version} (first time only; minutes on 2 cores)")
         staging_out = bin_dir.parent / "bin.partial"
         staging_out.mkdir(parents=True, exist_ok=True)
         _run_go(
-            ["build", "-trimpath", "-ldflags", _version_ldflags(version), "-o", f"{staging_out}/",
+            ["build", "-trimpath", "-ldflags", version_ldflags(version), "-o", f"{staging_out}/",
              *(KUBE_COMMANDS[c] for c in missing)],
             workdir,
         )
@@ -186,13 +187,13 @@ def go_install(package: str, version: str, bin_dir: Path, binary: str, *, what: 
     For modules without replace directives (etcd, CoreDNS, KWOK); Kubernetes itself needs the wrapper
     module of `build_kubernetes`. `binary` is the installed file's name (the package's last element).
     """
-    with _build_lock(bin_dir.parent):
+    with build_lock(bin_dir.parent):
         if (bin_dir / binary).is_file():
             return bin_dir / binary
-        _log(f"building {what} {version} from {package} (first time only)")
+        report(f"building {what} {version} from {package} (first time only)")
         bin_dir.mkdir(parents=True, exist_ok=True)
         go_env = {**os.environ, "GOBIN": str(bin_dir), "GOWORK": "off", "GOFLAGS": "-mod=mod", **(env or {})}
-        result = subprocess.run([_go(), "install", "-trimpath", f"-ldflags={ldflags}", f"{package}@{version}"],
+        result = subprocess.run([go_tool(), "install", "-trimpath", f"-ldflags={ldflags}", f"{package}@{version}"],
                                 env=go_env, check=False)
         if result.returncode != 0:
             raise BinaryError(f"building {what} {version} failed (exit {result.returncode})")
@@ -234,10 +235,10 @@ def kwok_stages_dir(version: str = KWOK_VERSION) -> Path:
     """KWOK's default Stage files of that release, copied once from its Go module into the cache."""
     root = kwok_dir(version)
     stages = root / "stages"
-    with _build_lock(root):
+    with build_lock(root):
         if all((stages / Path(s).name).is_file() for s in KWOK_DEFAULT_STAGES):
             return stages
-        source = _go_mod_download("sigs.k8s.io/kwok", version, root, "Dir")
+        source = go_mod_download("sigs.k8s.io/kwok", version, root, "Dir")
         stages.mkdir(parents=True, exist_ok=True)
         for stage in KWOK_DEFAULT_STAGES:
             shutil.copyfile(source / stage, stages / Path(stage).name)
@@ -246,12 +247,12 @@ def kwok_stages_dir(version: str = KWOK_VERSION) -> Path:
 
 def kwok_binary(version: str = KWOK_VERSION) -> Path:
     """The kwok binary of the pinned release: KUBEBUILDER_ASSETS, PATH (if it reports that version), or built."""
-    return _from_assets_or_path("kwok", version) or build_kwok(version)
+    return from_assets_or_path("kwok", version) or build_kwok(version)
 
 
 def kube_binary(name: str, version: str = KUBERNETES_VERSION) -> Path:
     """Path to a Kubernetes binary of the pinned version, building it (and its siblings) if needed."""
-    if found := _from_assets_or_path(name, version):
+    if found := from_assets_or_path(name, version):
         return found
     cached = kube_bin_dir(version) / name
     if cached.is_file():
@@ -261,7 +262,7 @@ def kube_binary(name: str, version: str = KUBERNETES_VERSION) -> Path:
 
 
 def etcd_binary() -> Path:
-    if found := _from_assets_or_path("etcd", None):
+    if found := from_assets_or_path("etcd", None):
         return found
     return build_etcd()
 
@@ -272,7 +273,7 @@ def ensure_all(names: Iterable[str]) -> dict[str, Path]:
     kube = [n for n in names if n in KUBE_COMMANDS]
     missing = [
         n for n in kube
-        if _from_assets_or_path(n, KUBERNETES_VERSION) is None and not (kube_bin_dir() / n).is_file()
+        if from_assets_or_path(n, KUBERNETES_VERSION) is None and not (kube_bin_dir() / n).is_file()
     ]
     if missing:
         build_kubernetes(missing)

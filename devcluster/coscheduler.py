@@ -46,11 +46,11 @@ def build_coscheduler(version: str = SCHEDULER_PLUGINS_VERSION) -> Path:
     """scheduler-plugins' kube-scheduler, built once from its module (with its own replaces) into the cache."""
     root = _root(version)
     binary = root / "bin" / "kube-scheduler"
-    with binaries._build_lock(root):
+    with binaries.build_lock(root):
         if binary.is_file():
             return binary
-        source = binaries._go_mod_download(SCHEDULER_PLUGINS_MODULE, version, root, "Dir")
-        binaries._log(f"building scheduler-plugins kube-scheduler {version} (first time only; minutes on 2 cores)")
+        source = binaries.go_mod_download(SCHEDULER_PLUGINS_MODULE, version, root, "Dir")
+        binaries.report(f"building scheduler-plugins kube-scheduler {version} (first time only; minutes on 2 cores)")
         partial = root / "bin.partial"
         partial.mkdir(parents=True, exist_ok=True)
         # The Kubernetes version it is built on, as kube-scheduler reports it: a v0.x would fail the scheduler's
@@ -60,7 +60,7 @@ def build_coscheduler(version: str = SCHEDULER_PLUGINS_VERSION) -> Path:
             raise binaries.BinaryError(f"no k8s.io/kubernetes requirement in {source / 'go.mod'}")
         ldflags = f"-s -w -X k8s.io/component-base/version.gitVersion={kubernetes.group(1)}"
         result = subprocess.run(
-            [binaries._go(), "build", "-trimpath", f"-ldflags={ldflags}", "-o", str(partial / "kube-scheduler"),
+            [binaries.go_tool(), "build", "-trimpath", f"-ldflags={ldflags}", "-o", str(partial / "kube-scheduler"),
              "./cmd/scheduler"], cwd=source, env=_go_env(), check=False)
         if result.returncode != 0:
             raise binaries.BinaryError(f"building scheduler-plugins {version} failed (exit {result.returncode})")
@@ -77,9 +77,9 @@ def scheduler_plugins_crd(version: str = SCHEDULER_PLUGINS_VERSION) -> dict[str,
     """The podgroups.scheduling.x-k8s.io CRD exactly as the module ships it."""
     crds = _root(version) / "crds"  # its own lock: not held up by a build of the scheduler
     copy = crds / Path(SCHEDULER_PLUGINS_CRD).name
-    with binaries._build_lock(crds):
+    with binaries.build_lock(crds):
         if not copy.is_file():
-            source = binaries._go_mod_download(SCHEDULER_PLUGINS_MODULE, version, crds, "Dir")
+            source = binaries.go_mod_download(SCHEDULER_PLUGINS_MODULE, version, crds, "Dir")
             copy.parent.mkdir(parents=True, exist_ok=True)
             shutil.copyfile(source / SCHEDULER_PLUGINS_CRD, copy)
     loaded: dict[str, Any] = yaml.safe_load(copy.read_text())
@@ -96,13 +96,13 @@ def volcano_podgroup_crd(version: str = VOLCANO_APIS_VERSION) -> dict[str, Any]:
     """podgroups.scheduling.volcano.sh, generated once by controller-gen from volcano.sh/apis' v1beta1 types."""
     root = binaries.cache_dir() / "volcano-apis" / version
     crd = root / "crds" / VOLCANO_PODGROUP_CRD
-    with binaries._build_lock(root):
+    with binaries.build_lock(root):
         if not crd.is_file():
             controller_gen = controller_gen_binary()
-            source = binaries._go_mod_download(VOLCANO_APIS_MODULE, version, root, "Dir")
+            source = binaries.go_mod_download(VOLCANO_APIS_MODULE, version, root, "Dir")
             partial = root / "crds.partial"
             shutil.rmtree(partial, ignore_errors=True)
-            binaries._log(f"generating Volcano's PodGroup CRD from {VOLCANO_APIS_MODULE}@{version} (first time only)")
+            binaries.report(f"generating Volcano's PodGroup CRD from {VOLCANO_APIS_MODULE}@{version} (first time only)")
             result = subprocess.run(
                 [str(controller_gen), "crd:crdVersions=v1", "paths=./pkg/apis/scheduling/v1beta1",
                  f"output:crd:dir={partial}"], cwd=source, env=_go_env(), check=False)

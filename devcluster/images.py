@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from devcluster import intelmpi
-from devcluster.binaries import _build_lock, cache_dir, project_root
+from devcluster.binaries import build_lock, cache_dir, project_root
 
 # Bump when the way images are made changes in a way the inputs below do not show.
 RECIPE_VERSION = "1"
@@ -86,7 +86,7 @@ def images_dir() -> Path:
     return cache_dir() / "e2e" / "images"
 
 
-def _key(*parts: str | bytes) -> str:
+def cache_key(*parts: str | bytes) -> str:
     digest = hashlib.sha256(RECIPE_VERSION.encode())
     for part in parts:
         data = part.encode() if isinstance(part, str) else part
@@ -185,10 +185,10 @@ def debootstrap_rootfs(packages: Sequence[str]) -> Path:
     _require_root("a Debian rootfs")
     if shutil.which("debootstrap") is None:
         raise ImageError("debootstrap is missing: run hack/install-e2e-deps.sh")
-    key = _key(SUITE, MIRROR, *sorted(packages))
+    key = cache_key(SUITE, MIRROR, *sorted(packages))
     base = cache_dir() / "e2e" / "rootfs"
     target = base / f"{SUITE}-{key}"
-    with _build_lock(base):
+    with build_lock(base):
         if (target / ".complete").is_file():
             return target
         partial = base / f"{SUITE}-{key}.partial"
@@ -236,7 +236,7 @@ def pack_rootfs(rootfs: Path, layer: Path) -> None:
 def _archive_path(name: str, packages: Sequence[str], script: str, inputs: Sequence[Path],
                   config: dict[str, Any], extra_key: bytes) -> Path:
     files = [p for p in inputs if p.is_file()]
-    key = _key(name, SUITE, MIRROR, *sorted(packages), script, _file_key(files), extra_key,
+    key = cache_key(name, SUITE, MIRROR, *sorted(packages), script, _file_key(files), extra_key,
                json.dumps(config, sort_keys=True))
     return images_dir() / f"{name}-{key}.tar"
 
@@ -262,7 +262,7 @@ def _customized_image(name: str, packages: Sequence[str], script: str, inputs: S
     _require_root(f"the {name} image")
     base = debootstrap_rootfs(packages)
     out_dir.mkdir(parents=True, exist_ok=True)
-    with _build_lock(out_dir), tempfile.TemporaryDirectory(prefix=f"{name}-", dir=out_dir) as tmp:
+    with build_lock(out_dir), tempfile.TemporaryDirectory(prefix=f"{name}-", dir=out_dir) as tmp:
         if archive.is_file():
             return image
         _log(f"building {image.ref}")
@@ -289,7 +289,7 @@ def pause_image() -> Image:
     """The pod sandbox image: a static `pause` binary, built with the host's gcc."""
     source = assets_dir() / "pause.c"
     config = {"Entrypoint": ["/pause"], "User": "65535:65535", "WorkingDir": "/"}
-    key = _key("pause", source.read_bytes(), json.dumps(config, sort_keys=True))
+    key = cache_key("pause", source.read_bytes(), json.dumps(config, sort_keys=True))
     out_dir = images_dir()
     archive = out_dir / f"pause-{key}.tar"
     image = Image(f"{REGISTRY}/pause:{key[:12]}", archive)

@@ -15,7 +15,7 @@ import tempfile
 import zipfile
 from pathlib import Path
 
-from devcluster.binaries import _build_lock, cache_dir
+from devcluster.binaries import build_lock, cache_dir
 
 VERSION = "2021.13.1"
 WHEEL = f"impi_rt-{VERSION}-py2.py3-none-manylinux1_x86_64.whl"
@@ -32,7 +32,7 @@ def wheel() -> Path:
     """The pinned wheel, downloaded (pip, --require-hashes) on first use."""
     directory = cache_dir() / "e2e" / "wheels"
     path = directory / WHEEL
-    with _build_lock(directory):
+    with build_lock(directory):
         if path.is_file():
             return path
         with tempfile.TemporaryDirectory(dir=directory) as tmp:

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from devcluster import binaries, images
-from devcluster.binaries import BinaryError, _build_lock, _go, cache_dir, project_root
+from devcluster.binaries import BinaryError, build_lock, cache_dir, go_tool, project_root
 from devcluster.nodehost import (
     BRIDGE,
     CGROUP_PARENT,
@@ -43,15 +43,15 @@ def cri_binary() -> Path:
     if root is None:
         raise BinaryError("the cri tool is built from a source checkout (e2e/tools/cri)")
     source = root / "e2e" / "tools" / "cri"
-    stamp = images._key(*(p.read_bytes() for p in sorted(source.iterdir()) if p.is_file()))
+    stamp = images.cache_key(*(p.read_bytes() for p in sorted(source.iterdir()) if p.is_file()))
     bin_dir = cache_dir() / "cri" / stamp
-    with _build_lock(bin_dir.parent):
+    with build_lock(bin_dir.parent):
         if (bin_dir / "cri").is_file():
             return bin_dir / "cri"
         _log("building the cri tool (e2e/tools/cri)")
         bin_dir.mkdir(parents=True, exist_ok=True)
         env = {**os.environ, "GOWORK": "off", "GOFLAGS": "-mod=mod", "CGO_ENABLED": "0"}
-        result = subprocess.run([_go(), "build", "-trimpath", "-ldflags=-s -w", "-o", str(bin_dir / "cri"), "."],
+        result = subprocess.run([go_tool(), "build", "-trimpath", "-ldflags=-s -w", "-o", str(bin_dir / "cri"), "."],
                                 cwd=source, env=env, check=False)
         if result.returncode != 0:
             raise BinaryError(f"building e2e/tools/cri failed (exit {result.returncode})")
@@ -65,13 +65,13 @@ def kube_proxy_binary() -> Path:
     here, in the same wrapper module directory and under the same lock as `binaries.build_kubernetes`.
     """
     name = "kube-proxy"
-    if found := binaries._from_assets_or_path(name, KUBERNETES_VERSION):
+    if found := binaries.from_assets_or_path(name, KUBERNETES_VERSION):
         return found
     bin_dir = binaries.kube_bin_dir()
     if (bin_dir / name).is_file():
         return bin_dir / name
     binaries.ensure_all(["kubectl"])  # makes the wrapper module (go.mod, go.sum) if nobody has yet
-    with _build_lock(bin_dir.parent):
+    with build_lock(bin_dir.parent):
         if (bin_dir / name).is_file():
             return bin_dir / name
         _log(f"building kube-proxy {KUBERNETES_VERSION} (first time only)")
@@ -79,7 +79,7 @@ def kube_proxy_binary() -> Path:
         partial.mkdir(parents=True, exist_ok=True)
         env = {**os.environ, "GOFLAGS": "-mod=mod", "GOWORK": "off"}
         result = subprocess.run(
-            [_go(), "build", "-trimpath", "-ldflags", binaries._version_ldflags(KUBERNETES_VERSION),
+            [go_tool(), "build", "-trimpath", "-ldflags", binaries.version_ldflags(KUBERNETES_VERSION),
              "-o", f"{partial}/", "k8s.io/kubernetes/cmd/kube-proxy"],
             cwd=bin_dir.parent / "gomod", env=env, check=False,
         )

@@ -14,12 +14,12 @@ import copy
 import time
 from typing import Any
 
-from e2e.conftest import E2E, operator_process
-from e2e.harness.kube import is_true, wait_for
-from e2e.test_mpi import assert_pi
 from mpiop import ssh
 from mpiop.kube.client import KubeClient
 from testkit import kubeflow
+from testkit.e2e.kube import is_true, wait_for
+from testkit.e2e.mpi import assert_pi
+from testkit.e2e.session import E2E, operator_process
 
 JSON = dict[str, Any]
 SLEEP = "20"  # every rank sleeps this long before reducing: mpiop starts while mpirun runs

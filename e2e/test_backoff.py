@@ -9,9 +9,9 @@ import re
 import time
 
 from devcluster.pi_job import SAMPLES, pi_job
-from e2e.conftest import E2E
-from e2e.harness.kube import JSON, condition, is_true
-from e2e.test_mpi import assert_pi, assert_succeeded
+from testkit.e2e.kube import JSON, condition, is_true
+from testkit.e2e.mpi import assert_pi, assert_succeeded
+from testkit.e2e.session import E2E
 
 # Open MPI refuses root without --allow-run-as-root, as in the report: the launcher exits 1 each run.
 ROOT_REFUSED = "mpirun.openmpi has detected an attempt to run as root"

@@ -7,8 +7,8 @@ from __future__ import annotations
 import time
 
 from devcluster.pi_job import pi_job
-from e2e.conftest import E2E
-from e2e.harness.kube import condition, is_true
+from testkit.e2e.kube import condition, is_true
+from testkit.e2e.session import E2E
 
 
 def test_a_rank_killed_on_a_worker_shows_mpiruns_error(e2e: E2E) -> None:

@@ -13,10 +13,10 @@ import time
 from typing import Any
 
 from devcluster.pi_job import pi_job
-from e2e.conftest import E2E, REPORT
-from e2e.harness.kube import is_true, wait_for
-from e2e.test_mpi import PI_LINE, assert_succeeded, delete_worker_mid_run, finalize_hang, mpich_pi_command
-from e2e.test_training import IDENTITY, RANKS, _script_config_map, ddp_job
+from testkit.e2e.kube import is_true, wait_for
+from testkit.e2e.mpi import PI_LINE, assert_succeeded, delete_worker_mid_run, finalize_hang, mpich_pi_command
+from testkit.e2e.session import E2E, REPORT
+from testkit.e2e.training import IDENTITY, RANKS, ddp_job, script_config_map
 
 JSON = dict[str, Any]
 ACCEPTED = "Accepted publickey"
@@ -171,7 +171,7 @@ def test_host_network_worker_deleted_mid_run(e2e: E2E) -> None:
 def test_host_network_pytorch_ddp_master_port(e2e: E2E) -> None:
     """PyTorch DDP on the host network: MASTER_PORT is the port rank 0's pod holds (`mpiop-master`), not torch's
     29500, which two host-network jobs on one node would both bind."""
-    e2e.api.create(f"/api/v1/namespaces/{e2e.ns}/configmaps", _script_config_map())
+    e2e.api.create(f"/api/v1/namespaces/{e2e.ns}/configmaps", script_config_map())
     manifest = ddp_job("hn-ddp", e2e.image, worker_pod_spec={"hostNetwork": True})
     manifest["spec"]["mpiReplicaSpecs"]["Launcher"]["template"]["spec"]["hostNetwork"] = True
     manifest["spec"].setdefault("runPolicy", {})["cleanPodPolicy"] = "None"

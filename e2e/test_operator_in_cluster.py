@@ -13,9 +13,9 @@ import yaml
 from devcluster import images
 from devcluster.binaries import project_root
 from devcluster.pi_job import pi_job
-from e2e.conftest import E2E
-from e2e.harness.kube import is_true, wait_for
-from e2e.test_mpi import assert_pi, assert_succeeded
+from testkit.e2e.kube import is_true, wait_for
+from testkit.e2e.mpi import assert_pi, assert_succeeded
+from testkit.e2e.session import E2E
 
 NAMESPACE = "mpiop-system"
 

@@ -10,49 +10,19 @@ from __future__ import annotations
 
 import re
 import time
-from pathlib import Path
 from typing import Any
 
 from devcluster.pi_job import pi_job
-from e2e.conftest import E2E, REPORT
-from e2e.harness.kube import JSON, PODS, condition, is_true, wait_for
-from e2e.test_mpi import _log_or_empty, assert_pi, assert_succeeded
+from testkit.e2e.kube import JSON, PODS, condition, is_true, wait_for
+from testkit.e2e.mpi import assert_pi, assert_succeeded, log_or_empty
+from testkit.e2e.session import E2E, REPORT
+from testkit.e2e.training import IDENTITY, MOUNT, RANKS, ddp_job, script_config_map, with_script
 
-SCRIPT = Path(__file__).resolve().parents[1] / "examples" / "pytorch" / "train_ddp.py"
-MOUNT = "/opt/train"
-RANKS = 4
-IDENTITY = re.compile(r"^rank (\d+)/(\d+) local (\d+)/(\S+) on (\S+): MASTER_ADDR=(\S+) MASTER_PORT=(\S+) "
-                      r"WORLD_SIZE=(\S+)$", re.M)
 FIRST = re.compile(r"^(rank \d+|reference)(?:/\d+)? first loss (\S+) \(step 0\)$", re.M)
 LAST = re.compile(r"^(rank \d+|reference)(?:/\d+)? last loss (\S+) \(step \d+\)", re.M)
 PARAMS = re.compile(r"^(rank \d+|reference)(?:/\d+)? params sha256=([0-9a-f]{64}) probes=(\S+)$", re.M)
 TOLERANCE = 1e-5
 _reference: dict[str, Any] = {}
-
-
-def _script_config_map() -> dict[str, Any]:
-    return {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "train-ddp"},
-            "data": {"train_ddp.py": SCRIPT.read_text()}}
-
-
-def _with_script(pod_spec: dict[str, Any]) -> dict[str, Any]:
-    pod_spec.setdefault("volumes", []).append({"name": "train", "configMap": {"name": "train-ddp"}})
-    for container in pod_spec["containers"]:
-        container.setdefault("volumeMounts", []).append({"name": "train", "mountPath": MOUNT})
-    return pod_spec
-
-
-def ddp_job(name: str, image: str, launcher_env: list[dict[str, Any]] | None = None,
-            annotations: dict[str, str] | None = None, **spec: Any) -> dict[str, Any]:
-    """2 workers x 2 slots; the launcher runs `mpirun -n 4 python3 train_ddp.py` (examples/pytorch-ddp.yaml)."""
-    command = ["mpi-wait-hosts", "mpirun.openmpi", "--allow-run-as-root", "-n", str(RANKS),
-               "python3", f"{MOUNT}/train_ddp.py"]
-    manifest = pi_job(name, image, launcher_command=command, launcher_env=launcher_env, **spec)
-    for replica in manifest["spec"]["mpiReplicaSpecs"].values():
-        _with_script(replica["template"]["spec"])
-    if annotations:
-        manifest["metadata"]["annotations"] = annotations
-    return manifest
 
 
 def _vector(probes: str) -> list[float]:
@@ -62,7 +32,7 @@ def _vector(probes: str) -> list[float]:
 def reference(e2e: E2E) -> list[float]:
     """The parameters' probes of one process over the same global batches (computed once per session)."""
     if "params" not in _reference:
-        spec = _with_script({"restartPolicy": "Never", "containers": [{
+        spec = with_script({"restartPolicy": "Never", "containers": [{
             "name": "reference", "image": e2e.image, "imagePullPolicy": "Never",
             "command": ["python3", f"{MOUNT}/train_ddp.py", "--reference", str(RANKS)]}]})
         pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "ddp-reference"}, "spec": spec}
@@ -107,7 +77,7 @@ def assert_trained(e2e: E2E, job: str, log: str) -> None:
 
 def test_pytorch_ddp(e2e: E2E) -> None:
     """DDP over gloo, 2 workers x 2 slots, `mpirun -n 4 python3 train_ddp.py` and nothing else."""
-    e2e.api.create(f"/api/v1/namespaces/{e2e.ns}/configmaps", _script_config_map())
+    e2e.api.create(f"/api/v1/namespaces/{e2e.ns}/configmaps", script_config_map())
     started = e2e.create_job(ddp_job("ddp", e2e.image))
     reference(e2e)
     job = e2e.wait_finished("ddp", timeout=600)
@@ -123,7 +93,7 @@ def test_pytorch_ddp_worker_deleted(e2e: E2E) -> None:
 
     The first attempt sleeps 0.5 s per step (TRAIN_STEP_SECONDS from a ConfigMap, forwarded to the ranks
     by the job's `mpiop.kubeflow.org/forward-env: TRAIN_*`); the test sets it to 0 before deleting."""
-    e2e.api.create(f"/api/v1/namespaces/{e2e.ns}/configmaps", _script_config_map())
+    e2e.api.create(f"/api/v1/namespaces/{e2e.ns}/configmaps", script_config_map())
     control = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "train-control"},
                "data": {"pause": "0.5"}}
     e2e.api.create(f"/api/v1/namespaces/{e2e.ns}/configmaps", control)
@@ -132,7 +102,7 @@ def test_pytorch_ddp_worker_deleted(e2e: E2E) -> None:
     manifest = ddp_job("ddp-restart", e2e.image, launcher_env=env,
                        annotations={"mpiop.kubeflow.org/forward-env": "TRAIN_*"}, runPolicy={"backoffLimit": 3})
     started = e2e.create_job(manifest)
-    wait_for(lambda: "rank 0/4 step 20 " in _log_or_empty(e2e, "ddp-restart"), 300, "training to be under way",
+    wait_for(lambda: "rank 0/4 step 20 " in log_or_empty(e2e, "ddp-restart"), 300, "training to be under way",
              describe=lambda: e2e.describe("ddp-restart"))
     e2e.api.merge_patch(f"/api/v1/namespaces/{e2e.ns}/configmaps/train-control", {"data": {"pause": "0"}})
     e2e.api.delete(f"/api/v1/namespaces/{e2e.ns}/pods/ddp-restart-worker-1")

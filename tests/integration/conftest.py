@@ -12,7 +12,7 @@ from devcluster.controlplane import ControlPlane
 from devcluster.install import install_crd
 from devcluster.simulated import SimulatedCluster
 from mpiop.kube.client import KubeClient
-from tests.integration.operator import Cluster, Operator, running_operator
+from testkit.operator import Cluster, Operator, running_operator
 
 
 @pytest.fixture

@@ -15,7 +15,7 @@ from devcluster.controlplane import ControlPlane
 from mpiop import metrics, names
 from mpiop.kube.client import CONFIGMAPS, JOBS, SECRETS, SERVICES
 from testkit import kubeflow
-from tests.integration.operator import Cluster, Operator, eventually, mpijob, running_operator
+from testkit.operator import Cluster, Operator, eventually, mpijob, running_operator
 
 JSON = dict[str, Any]
 KUBEFLOW_CREATED = "2026-11-23T03:16:15Z"  # the fixture's Created condition: kept, never reset

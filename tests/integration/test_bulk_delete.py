@@ -8,8 +8,7 @@ from typing import Any, ClassVar
 
 from devcluster.controlplane import ControlPlane
 from mpiop.kube.client import PODS, KubeClient, Resource
-from tests.integration.operator import Cluster, mpijob, running_operator
-from tests.integration.test_leader import drive_to_success
+from testkit.operator import Cluster, drive_to_success, mpijob, running_operator
 
 LAGGING = "lag-worker-1"
 

@@ -12,21 +12,16 @@ from __future__ import annotations
 import argparse
 import re
 import subprocess
-from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 
 from devcluster.controlplane import ControlPlane
 from mpiop.kube.client import PODS, ApiError, KubeClient
 from mpiop.process import add_run_arguments, config_from_args
-from tests.integration.operator import eventually
+from testkit.deploy import CHART, DEPLOY, SYSTEM, docs, render
+from testkit.operator import eventually
 
-ROOT = Path(__file__).resolve().parents[2]
-DEPLOY = ROOT / "deploy"
-CHART = DEPLOY / "helm" / "mpiop"
-SYSTEM = "mpiop-system"
 JSON = dict[str, Any]
 
 
@@ -54,10 +49,6 @@ PROMETHEUS_OPERATOR_CRDS = _open_crd("ServiceMonitor", "servicemonitors") + "---
                                                                                              "prometheusrules")
 
 
-def docs(text: str) -> list[JSON]:
-    return [d for d in yaml.load_all(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader)) if d]
-
-
 def identity(obj: JSON) -> tuple[str, str, str]:
     meta = obj["metadata"]
     return obj["kind"], meta.get("namespace", ""), meta["name"]
@@ -65,15 +56,6 @@ def identity(obj: JSON) -> tuple[str, str, str]:
 
 def by_kind(objects: list[JSON]) -> dict[str, JSON]:
     return {obj["kind"]: obj for obj in objects}
-
-
-def render(helm: str, *values: str, crds: bool = True) -> str:
-    result = subprocess.run([helm, "template", "mpiop", str(CHART), "--namespace", SYSTEM,
-                             *(["--include-crds"] if crds else []),
-                             *(arg for value in values for arg in ("--set", value))],
-                            capture_output=True, text=True, timeout=120, check=False)
-    assert result.returncode == 0, result.stderr
-    return result.stdout
 
 
 @pytest.fixture(scope="session")

@@ -9,7 +9,7 @@ from typing import Any
 
 from devcluster.controlplane import ControlPlane
 from mpiop.kube.client import PODS
-from tests.integration.operator import Cluster, Operator, eventually, mpijob
+from testkit.operator import Cluster, Operator, eventually, mpijob
 
 JSON = dict[str, Any]
 START_ERROR = ('failed to create containerd task: failed to create shim task: OCI runtime create failed: runc create '

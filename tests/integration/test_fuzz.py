@@ -20,8 +20,8 @@ from hypothesis import strategies as st
 
 from mpiop.api.v2beta1 import CleanPodPolicy, LauncherCreationPolicy, MPIImplementation, RestartPolicy
 from mpiop.kube.client import MPIJOBS, PODS, ApiError, Resource
-from tests.integration.operator import Cluster, Operator
-from tests.integration.test_crd_roundtrip import dns_labels, optional, pod_templates
+from testkit.operator import Cluster, Operator
+from testkit.strategies import dns_labels, optional, pod_templates
 
 JSON = dict[str, Any]
 SERVICEACCOUNTS = Resource("", "v1", "serviceaccounts", "ServiceAccount")

@@ -22,7 +22,7 @@ from mpiop.controller.manager import Manager, ManagerConfig
 from mpiop.desired import podgroup
 from mpiop.desired.podgroup import GangScheduler
 from mpiop.kube.client import CRDS, MPIJOBS, KubeClient
-from tests.integration.operator import Cluster, eventually, mpijob, running_operator
+from testkit.operator import Cluster, eventually, mpijob, running_operator
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(180)]
 

@@ -26,7 +26,7 @@ from devcluster.simulated import FINISH_LABEL, SimulatedCluster
 from mpiop.desired.podgroup import GangScheduler
 from mpiop.kube.client import PODS, KubeClient
 from testkit.namespaces import create_namespace, delete_namespace
-from tests.integration.operator import Cluster, eventually, mpijob, running_operator
+from testkit.operator import Cluster, eventually, mpijob, running_operator
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
 

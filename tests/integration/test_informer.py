@@ -12,7 +12,7 @@ from devcluster.controlplane import ControlPlane
 from mpiop.kube.access import load_access
 from mpiop.kube.client import CONFIGMAPS, JSON, KubeClient
 from mpiop.kube.informer import Informer
-from tests.integration.operator import eventually
+from testkit.operator import eventually
 
 
 def _by_team(obj: dict[str, Any]) -> list[str]:

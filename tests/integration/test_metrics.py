@@ -9,9 +9,10 @@ from pathlib import Path
 from prometheus_client.parser import text_string_to_metric_families
 
 from devcluster.controlplane import ControlPlane
-from tests.integration.operator import Cluster, eventually, mpijob
-from tests.integration.test_leader import Metrics, OperatorProcess, drive_to_success
-from tests.integration.test_monitoring import metric_names, queries
+from testkit.deploy import metric_names, queries
+from testkit.metrics import Metrics
+from testkit.operator import Cluster, drive_to_success, eventually, mpijob
+from testkit.process import OperatorProcess
 
 
 def exported_families(text: str) -> set[str]:
@@ -45,7 +46,7 @@ def _moved(before: Metrics, after: Metrics, name: str, **labels: str) -> float:
 
 
 async def test_metrics_move_with_a_job_life(control_plane: ControlPlane, cluster: Cluster, tmp_path: Path) -> None:
-    op = OperatorProcess.start(str(control_plane.kubeconfig), cluster.ns, "mpiop", tmp_path, "--log-level=debug",
+    op = OperatorProcess.in_namespace(str(control_plane.kubeconfig), cluster.ns, "mpiop", tmp_path, "--log-level=debug",
                                "--leader-elect", f"--leader-elect-namespace={cluster.ns}")
     try:
         await eventually(op.ready, timeout=60, what="/readyz")

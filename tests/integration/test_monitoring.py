@@ -9,39 +9,27 @@ against a real operator's /metrics in test_metrics.py (`exported_families`, `met
 from __future__ import annotations
 
 import json
-import re
 import shutil
 import subprocess
 from pathlib import Path
-from typing import Any
 
 import pytest
 import yaml
 
-from tests.integration.test_deploy import CHART, DEPLOY, docs, render
+from testkit.deploy import (
+    CHART,
+    DASHBOARD,
+    OVERLAY,
+    RULES,
+    docs,
+    metric_names,
+    queries,
+    render,
+    rule_groups,
+)
 
-OVERLAY = DEPLOY / "overlays" / "prometheus"
-RULES = OVERLAY / "prometheusrule.yaml"
-DASHBOARD = OVERLAY / "dashboard.json"
 ALERTS = ("MPIJobsFailing", "MPIJobRestartStorm", "MPIOperatorNotLeading", "MPIOperatorReconcileErrors",
           "MPIOperatorWorkQueueGrowing")
-_OURS = re.compile(r"\b(?:mpi_operator|mpiop)_[a-z0-9_]+")
-
-
-def rule_groups() -> dict[str, Any]:
-    groups: dict[str, Any] = yaml.safe_load(RULES.read_text())["spec"]
-    return groups
-
-
-def queries() -> list[str]:
-    """Every PromQL expression of the dashboard and the alerts."""
-    panels = json.loads(DASHBOARD.read_text())["panels"]
-    found = [t["expr"] for p in panels for t in p.get("targets", [])]
-    return found + [r["expr"] for g in rule_groups()["groups"] for r in g["rules"]]
-
-
-def metric_names(expr: str) -> set[str]:
-    return set(_OURS.findall(expr))
 
 
 @pytest.fixture

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from mpiop.kube.client import CONFIGMAPS, MPIJOBS, PODS, SECRETS, SERVICES, ApiError, Resource
-from tests.integration.operator import Cluster, Operator, eventually, mpijob
+from testkit.operator import Cluster, Operator, eventually, mpijob
 
 JSON = dict[str, Any]
 SERVICEACCOUNTS = Resource("", "v1", "serviceaccounts", "ServiceAccount")

@@ -6,7 +6,7 @@ import base64
 from typing import Any
 
 from mpiop.kube.client import CONFIGMAPS, SECRETS, SERVICES
-from tests.integration.operator import Cluster, Operator, eventually, mpijob
+from testkit.operator import Cluster, Operator, eventually, mpijob
 
 
 async def test_two_gpu_workers_run_to_success(cluster: Cluster, operator: Operator) -> None:

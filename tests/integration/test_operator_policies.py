@@ -8,7 +8,7 @@ import pytest
 
 from devcluster.controlplane import ControlPlane
 from mpiop.kube.client import CONFIGMAPS, MPIJOBS, SECRETS, SERVICES, Resource
-from tests.integration.operator import Cluster, Operator, eventually, mpijob, running_operator
+from testkit.operator import Cluster, Operator, eventually, mpijob, running_operator
 
 
 async def _pods(cluster: Cluster, names: set[str]) -> bool:

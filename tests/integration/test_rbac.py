@@ -18,7 +18,6 @@ import contextlib
 import uuid
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -26,52 +25,22 @@ import yaml
 
 from devcluster.controlplane import ControlPlane
 from mpiop.controller.manager import Manager, ManagerConfig
-from mpiop.kube.client import JOBS, JSON_MEDIA_TYPE, MPIJOBS, ApiError, KubeClient
-from mpiop.leader import LEASES, ElectionConfig, FencedClient, LeaderElector
+from mpiop.kube.client import JOBS, MPIJOBS, ApiError, KubeClient
+from mpiop.leader import LEASES, ElectionConfig, LeaderElector
 from mpiop.process import supervise
 from testkit import kubeflow
+from testkit.deploy import DEPLOY, SYSTEM, docs
 from testkit.namespaces import create_namespace, delete_namespace
-from tests.integration.operator import Cluster, eventually, mpijob
-from tests.integration.test_deploy import DEPLOY, docs
-from tests.integration.test_leader import drive_to_success
+from testkit.operator import Cluster, drive_to_success, eventually, mpijob
+from testkit.rbac import RecordingClient, Request, allows, rules, service_account_kubeconfig
 
 JSON = dict[str, Any]
-SYSTEM, ACCOUNT, LEASE = "mpiop-system", "mpiop", "mpiop"
+LEASE = "mpiop"
 RBAC_KINDS = ("ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding")
 # Granted for an admission plugin, not for a request: OwnerReferencesPermissionEnforcement (off in this
 # apiserver, on in OpenShift and some hardened clusters) lets only users who may update an owner's
 # finalizers set blockOwnerDeletion on the objects they create, which mpiop does.
 ADMISSION_ONLY = {("update", "kubeflow.org", "mpijobs/finalizers")}
-Request = tuple[str, str, str, str]
-"""(verb, API group, resource[/subresource], name) as RBAC sees a request."""
-
-
-def as_rbac(method: str, path: str, query: dict[str, Any]) -> Request:
-    parts = path.split("?")[0].strip("/").split("/")
-    group, rest = ("", parts[2:]) if parts[0] == "api" else (parts[1], parts[3:])
-    if not rest:  # discovery (/apis/<group>/<version>): a non-resource URL every authenticated user may get
-        return "get", group, "", ""
-    if rest[0] == "namespaces" and len(rest) > 2:
-        rest = rest[2:]
-    resource, name = rest[0], rest[1] if len(rest) > 1 else ""
-    if len(rest) > 2:
-        resource += "/" + rest[2]
-    verb = {"POST": "create", "PUT": "update", "PATCH": "patch",
-            "DELETE": "delete" if name else "deletecollection"}.get(method)
-    if verb is None:
-        verb = "get" if name else "watch" if query.get("watch") == "true" else "list"
-    return verb, group, resource, name
-
-
-class RecordingClient(FencedClient):
-    """The operator's own client, also noting every request as the authorizer will see it."""
-
-    requests: list[Request]
-
-    async def _send(self, method: str, path: str, query: Any, body: Any, content_type: str,
-                    timeout: Any, accept: str = JSON_MEDIA_TYPE) -> Any:
-        self.requests.append(as_rbac(method, path, dict(query or {})))
-        return await super()._send(method, path, query, body, content_type, timeout, accept)
 
 
 @dataclass
@@ -80,16 +49,6 @@ class Run:
     codes: list[tuple[str, str, int]] = field(default_factory=list)
     exit_code: int | None = None
     lease_after: JSON = field(default_factory=dict)
-
-
-def rules(objects: list[JSON]) -> list[JSON]:
-    return [rule for obj in objects if obj["kind"] in ("ClusterRole", "Role") for rule in obj["rules"]]
-
-
-def allows(rule: JSON, request: Request) -> bool:
-    verb, group, resource, name = request
-    return (group in rule["apiGroups"] and resource in rule["resources"] and verb in rule["verbs"]
-            and (not rule.get("resourceNames") or name in rule["resourceNames"]))
 
 
 @pytest.fixture(scope="module")
@@ -109,23 +68,6 @@ async def token_kubeconfig(control_plane: ControlPlane, kube: KubeClient, rbac_o
                            tmp_path_factory: pytest.TempPathFactory) -> str:
     """A kubeconfig holding only a fresh token of the ServiceAccount and the cluster's CA."""
     return await service_account_kubeconfig(control_plane, kube, tmp_path_factory.mktemp("sa") / "kubeconfig")
-
-
-async def service_account_kubeconfig(control_plane: ControlPlane, kube: KubeClient, path: Path,
-                                     namespace: str = SYSTEM, account: str = ACCOUNT) -> str:
-    """Write to `path` a kubeconfig holding only a fresh token of a ServiceAccount (mpiop's) and the cluster's CA."""
-    answer = await kube.request(
-        "POST", f"/api/v1/namespaces/{namespace}/serviceaccounts/{account}/token",
-        body={"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest", "spec": {"expirationSeconds": 3600}})
-    config = {
-        "apiVersion": "v1", "kind": "Config", "current-context": "sa",
-        "clusters": [{"name": "c", "cluster": {"server": control_plane.server,
-                                                "certificate-authority": str(Path(control_plane.pki) / "ca.crt")}}],
-        "users": [{"name": ACCOUNT, "user": {"token": answer["status"]["token"]}}],
-        "contexts": [{"name": "sa", "context": {"cluster": "c", "user": ACCOUNT}}],
-    }
-    path.write_text(yaml.safe_dump(config))
-    return str(path)
 
 
 async def fail_once(cluster: Cluster, name: str) -> str:

@@ -11,10 +11,9 @@ from typing import Any
 
 from devcluster.controlplane import ControlPlane
 from mpiop.kube.client import KubeClient
-from tests.integration.operator import Cluster, mpijob, running_operator
-from tests.integration.test_deploy import DEPLOY, docs
-from tests.integration.test_leader import drive_to_success
-from tests.integration.test_rbac import service_account_kubeconfig
+from testkit.deploy import DEPLOY, docs
+from testkit.operator import Cluster, drive_to_success, mpijob, running_operator
+from testkit.rbac import service_account_kubeconfig
 
 JSON = dict[str, Any]
 ACCOUNT = "mpiop-before-deletecollection"

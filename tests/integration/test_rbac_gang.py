@@ -22,10 +22,10 @@ from devcluster.controlplane import ControlPlane
 from mpiop.controller.manager import Manager, ManagerConfig
 from mpiop.desired.podgroup import GangScheduler
 from mpiop.kube.client import MPIJOBS, KubeClient
+from testkit.deploy import DEPLOY, docs
 from testkit.namespaces import create_namespace, delete_namespace
-from tests.integration.operator import Cluster, eventually, mpijob
-from tests.integration.test_deploy import DEPLOY, docs
-from tests.integration.test_rbac import (
+from testkit.operator import Cluster, eventually, mpijob
+from testkit.rbac import (
     RecordingClient,
     Request,
     allows,
@@ -91,9 +91,9 @@ async def test_podgroups_rule_is_exactly_what_a_gang_job_uses(
         tmp_path: Path) -> None:
     from devcluster.install import install_custom_resource
     from mpiop.controller.caches import pod_group_resource
-    from tests.integration.test_gang import PLUGINS
 
-    await install_custom_resource(kube, coscheduler.scheduler_plugins_crd(), pod_group_resource(PLUGINS))
+    plugins = GangScheduler(coscheduler.DEFAULT_SCHEDULER_NAME)
+    await install_custom_resource(kube, coscheduler.scheduler_plugins_crd(), pod_group_resource(plugins))
     requests = await gang_life(control_plane, kube, tmp_path)
     granted = rules(overlay_rbac)
     # Discovery (the start-up check that the PodGroup API is served) is open to every authenticated user.

@@ -9,16 +9,14 @@ requests by verb and resource. It runs twice: with kubeflow's defaults, and with
 
 from __future__ import annotations
 
-import asyncio
 import time
-from collections import Counter
 from pathlib import Path
 
 import pytest
 
 from devcluster.controlplane import ControlPlane
-from tests.integration.operator import Cluster, eventually, mpijob
-from tests.integration.test_leader import Metrics, OperatorProcess
+from testkit.operator import Cluster, eventually, mpijob
+from testkit.process import OperatorProcess
 
 WORKERS = 8
 # 12 creations (Secret, ConfigMap, Service, launcher, 8 workers), 3 status writes (Created, Running,
@@ -33,37 +31,14 @@ LEAN = ("--no-lifecycle-events", "--no-discover-hosts")
 LEAN_BUDGET = 12 + 3 + 1
 
 
-def requests(metrics: Metrics) -> Counter[str]:
-    counts: Counter[str] = Counter()
-    for sample in metrics.samples:
-        if sample.name == "mpiop_api_requests_total":
-            counts[f"{sample.labels['verb']} {sample.labels['resource']}"] += int(sample.value)
-    return counts
-
-
-async def quiet(op: OperatorProcess, seconds: float = 3.0, timeout: float = 60.0) -> Metrics:
-    """The operator's metrics once its request counts have not moved for `seconds`."""
-    deadline = time.monotonic() + timeout
-    last = await op.metrics()
-    since = time.monotonic()
-    while time.monotonic() < deadline:
-        await asyncio.sleep(0.5)
-        now = await op.metrics()
-        if requests(now) != requests(last):
-            last, since = now, time.monotonic()
-        elif time.monotonic() - since >= seconds:
-            return now
-    raise AssertionError(f"the operator was still sending requests after {timeout}s")
-
-
 @pytest.mark.parametrize(("flags", "budget"), [((), BUDGET), (LEAN, LEAN_BUDGET)], ids=["kubeflow-defaults", "lean"])
 async def test_one_job_life_stays_within_the_request_budget(control_plane: ControlPlane, cluster: Cluster,
                                                             tmp_path: Path, flags: tuple[str, ...],
                                                             budget: int) -> None:
-    op = OperatorProcess.start(str(control_plane.kubeconfig), cluster.ns, "mpiop", tmp_path, *flags)
+    op = OperatorProcess.in_namespace(str(control_plane.kubeconfig), cluster.ns, "mpiop", tmp_path, *flags)
     try:
         await eventually(op.ready, timeout=60, what="/readyz")
-        before = await quiet(op)
+        before = await op.settle(quiet=3.0, timeout=60, every=0.5)
         name = "life"
         pods = [f"{name}-launcher", *(f"{name}-worker-{i}" for i in range(WORKERS))]
 
@@ -79,12 +54,10 @@ async def test_one_job_life_stays_within_the_request_budget(control_plane: Contr
         await cluster.set_phase(f"{name}-launcher", "Succeeded")
         await eventually(lambda: cluster.condition(name, "Succeeded"), what="Succeeded")
         await eventually(lambda: pods_are({f"{name}-launcher"}), what="the workers deleted")
-        after = await quiet(op)
+        after = await op.settle(quiet=3.0, timeout=60, every=0.5)
     finally:
         op.kill()
-    spent = requests(after)
-    spent.subtract(requests(before))
-    spent = +spent
+    spent = (after - before).by_verb()
     total = sum(spent.values())
     print(f"\none {WORKERS}-worker job's life {' '.join(flags)}: {total} requests", *sorted(spent.items()),
           sep="\n  ")

@@ -14,7 +14,7 @@ import pytest
 
 from devcluster.simulated import FINISH_LABEL, GPU_RESOURCE, NODE_PREFIX, SimulatedCluster
 from mpiop.kube.client import PODS, KubeClient
-from tests.integration.operator import Cluster, eventually, mpijob, running_operator
+from testkit.operator import Cluster, eventually, mpijob, running_operator
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
 

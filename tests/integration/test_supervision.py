@@ -18,7 +18,7 @@ from mpiop.controller.manager import Manager, ManagerConfig
 from mpiop.controller.supervisor import Supervisor
 from mpiop.kube.client import JSON, KubeClient
 from mpiop.server import Servers, health_app
-from tests.integration.operator import Cluster, mpijob
+from testkit.operator import Cluster, mpijob
 
 
 async def _get(port: int, path: str) -> tuple[int, str]:

@@ -18,8 +18,8 @@ from devcluster.install import install_crd
 from mpiop.api.crd import CRD_NAME
 from mpiop.kube.client import CRDS, EVENTS, MPIJOBS, ApiError, KubeClient
 from mpiop.kube.codec import encode
-from tests.integration.operator import Cluster, Operator, eventually, mpijob
-from tests.integration.test_leader import OperatorProcess
+from testkit.operator import Cluster, Operator, eventually, mpijob
+from testkit.process import OperatorProcess
 
 JSON = dict[str, Any]
 LEVELS = 1030
@@ -77,7 +77,7 @@ async def test_started_with_the_poison_job_present(control_plane: ControlPlane, 
                                                    tmp_path: Path) -> None:
     await create_poison(cluster.kube, cluster.ns, "poison")
     await cluster.create_job(mpijob("before", workers=1))
-    op = OperatorProcess.start(str(control_plane.kubeconfig), cluster.ns, "mpiop-poison", tmp_path)
+    op = OperatorProcess.in_namespace(str(control_plane.kubeconfig), cluster.ns, "mpiop-poison", tmp_path)
     try:
         await eventually(op.ready, timeout=60, what="/readyz: the caches synced despite the poison job")
         await eventually(lambda: cluster.condition("before", "Created"), what="the other job reconciled")

@@ -8,7 +8,7 @@ from mpiop import podstate
 from mpiop.desired import hostnetwork as hn
 from mpiop.desired.pods import WORKER_DEFAULT_COMMAND, launcher_pod, worker_pod
 from testkit.builders import make_mpijob
-from tests.unit.test_decide import World, names_of, running
+from testkit.world import World, names_of, running
 
 JSON = dict[str, Any]
 

@@ -13,8 +13,8 @@ from mpiop import metrics, podstate
 from mpiop.api.v2beta1 import ReplicaType
 from mpiop.status import failure_report
 from testkit.builders import MPIJobBuilder, at, make_mpijob
-from tests.unit.test_decide import World, names_of, running
-from tests.unit.test_policy_failure_in_place import crash_looping, crashed, healed, rerunning
+from testkit.restarts import crash_looping, crashed, healed, rerunning
+from testkit.world import World, names_of, running
 
 
 def kubelet(world: World, name: str, status: dict[str, Any]) -> None:

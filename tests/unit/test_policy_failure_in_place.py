@@ -1,7 +1,7 @@
 """mpiop.policies.failure under restartPolicy OnFailure: containers restarted in place count against backoffLimit.
 
 The kubelet's view of a container whose n-th run failed moves through three states (`crashed`, `crash_looping`,
-`rerunning` below); each counts n failures, so a failure counts once however many reconciles see it.
+`rerunning`: testkit/restarts.py); each counts n failures, so a failure counts once however many reconciles see it.
 """
 
 from __future__ import annotations
@@ -16,37 +16,9 @@ from mpiop.plan import Observed, Plan
 from mpiop.policies import failure
 from mpiop.status import failure_report
 from testkit.builders import MPIJobBuilder, at, make_mpijob, make_pod
+from testkit.restarts import crash_looping, crashed, healed, rerunning
 
 Status = Callable[[int], dict[str, Any]]
-
-
-def _container(restarts: int, state: dict[str, Any], failed_before: bool, exit_code: int) -> dict[str, Any]:
-    last = {"terminated": {"exitCode": exit_code, "reason": "Error"}} if failed_before else {}
-    return {"name": "main", "restartCount": restarts, "state": state, "lastState": last}
-
-
-def crashed(failures: int, exit_code: int = 1) -> dict[str, Any]:
-    """Its `failures`-th run just ended in an error; the kubelet has not restarted it yet."""
-    return {"phase": "Running", "containerStatuses": [
-        _container(failures - 1, {"terminated": {"exitCode": exit_code, "reason": "Error"}}, failures > 1, exit_code)]}
-
-
-def crash_looping(failures: int, exit_code: int = 1) -> dict[str, Any]:
-    """Its `failures`-th run failed and it waits out the back-off (CrashLoopBackOff)."""
-    return {"phase": "Running", "containerStatuses": [
-        _container(failures - 1, {"waiting": {"reason": "CrashLoopBackOff"}}, True, exit_code)]}
-
-
-def rerunning(failures: int, exit_code: int = 1) -> dict[str, Any]:
-    """Running again after `failures` failed runs."""
-    return {"phase": "Running", "containerStatuses": [
-        _container(failures, {"running": {"startedAt": "t"}}, True, exit_code)]}
-
-
-def healed(failures: int, exit_code: int = 1) -> dict[str, Any]:
-    """Succeeded after `failures` failed runs."""
-    return {"phase": "Succeeded", "containerStatuses": [
-        _container(failures, {"terminated": {"exitCode": 0, "reason": "Completed"}}, True, exit_code)]}
 
 
 def on_failure_job(limit: int, attempt: int = 0) -> MPIJobBuilder:

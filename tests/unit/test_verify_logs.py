@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from tests.integration.operator import RECONCILE_FAILED, unexpected_reconcile_errors
+from testkit.operator import RECONCILE_FAILED, unexpected_reconcile_errors
 
 
 @pytest.mark.parametrize(

@@ -19,7 +19,7 @@ def test_a_non_v1_kubernetes_version_is_refused() -> None:
 
 
 def test_ldflags_stamp_the_pinned_version_into_both_version_packages() -> None:
-    flags = binaries._version_ldflags(KUBERNETES_VERSION)
+    flags = binaries.version_ldflags(KUBERNETES_VERSION)
     assert f"-X k8s.io/component-base/version.gitVersion={KUBERNETES_VERSION}" in flags
     assert f"-X k8s.io/client-go/pkg/version.gitVersion={KUBERNETES_VERSION}" in flags
 
@@ -29,7 +29,7 @@ def test_kubebuilder_assets_win_over_path(tmp_path, monkeypatch) -> None:  # typ
     fake.write_text("#!/bin/sh\necho Kubernetes v0.0.1\n")
     fake.chmod(0o755)
     monkeypatch.setenv("KUBEBUILDER_ASSETS", str(tmp_path))
-    assert binaries._from_assets_or_path("kube-apiserver", KUBERNETES_VERSION) == fake
+    assert binaries.from_assets_or_path("kube-apiserver", KUBERNETES_VERSION) == fake
 
 
 def test_a_path_binary_of_another_version_is_ignored(tmp_path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
@@ -38,4 +38,4 @@ def test_a_path_binary_of_another_version_is_ignored(tmp_path, monkeypatch) -> N
     fake.chmod(0o755)
     monkeypatch.delenv("KUBEBUILDER_ASSETS", raising=False)
     monkeypatch.setenv("PATH", str(tmp_path))
-    assert binaries._from_assets_or_path("kube-scheduler", KUBERNETES_VERSION) is None
+    assert binaries.from_assets_or_path("kube-scheduler", KUBERNETES_VERSION) is None

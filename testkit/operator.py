@@ -150,3 +150,23 @@ class Cluster:
     async def run_all(self, names: list[str]) -> None:
         for name in names:
             await self.set_phase(name, "Running", ready=True)
+
+
+async def drive_to_success(cluster: Cluster, name: str, launcher: str = "", workers: int = 1) -> None:
+    """Play the kubelet through a job's life until it is Succeeded and its running workers deleted
+    (`launcher`: the attempt's launcher, `<name>-launcher` in the first one)."""
+    launcher = launcher or f"{name}-launcher"
+    wanted = {launcher, *(f"{name}-worker-{i}" for i in range(workers))}
+
+    async def pods_exist() -> bool:
+        return wanted <= set(await cluster.pods())
+
+    async def only_launcher_left() -> bool:
+        return not any(p.startswith(f"{name}-worker-") for p in await cluster.pods())
+
+    await eventually(pods_exist, what=f"pods of {name}")
+    await cluster.run_all([*sorted(wanted - {launcher}), launcher])
+    await eventually(lambda: cluster.condition(name, "Running"), what=f"{name} Running")
+    await cluster.set_phase(launcher, "Succeeded")
+    await eventually(lambda: cluster.condition(name, "Succeeded"), what=f"{name} Succeeded")
+    await eventually(only_launcher_left, what=f"{name}'s running workers deleted")

@@ -1,0 +1,74 @@
+"""The operator's requests as RBAC sees them, the rules deploy/ grants, and a kubeconfig holding only the
+operator ServiceAccount's token: how the tests show the RBAC is sufficient and minimal."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from devcluster.controlplane import ControlPlane
+from mpiop.kube.client import JSON_MEDIA_TYPE, KubeClient
+from mpiop.leader import FencedClient
+from testkit.deploy import SYSTEM
+
+ACCOUNT = "mpiop"
+JSON = dict[str, Any]
+Request = tuple[str, str, str, str]
+"""(verb, API group, resource[/subresource], name) as RBAC sees a request."""
+
+
+def as_rbac(method: str, path: str, query: dict[str, Any]) -> Request:
+    parts = path.split("?")[0].strip("/").split("/")
+    group, rest = ("", parts[2:]) if parts[0] == "api" else (parts[1], parts[3:])
+    if not rest:  # discovery (/apis/<group>/<version>): a non-resource URL every authenticated user may get
+        return "get", group, "", ""
+    if rest[0] == "namespaces" and len(rest) > 2:
+        rest = rest[2:]
+    resource, name = rest[0], rest[1] if len(rest) > 1 else ""
+    if len(rest) > 2:
+        resource += "/" + rest[2]
+    verb = {"POST": "create", "PUT": "update", "PATCH": "patch",
+            "DELETE": "delete" if name else "deletecollection"}.get(method)
+    if verb is None:
+        verb = "get" if name else "watch" if query.get("watch") == "true" else "list"
+    return verb, group, resource, name
+
+
+class RecordingClient(FencedClient):
+    """The operator's own client, also noting every request as the authorizer will see it."""
+
+    requests: list[Request]
+
+    async def _send(self, method: str, path: str, query: Any, body: Any, content_type: str,
+                    timeout: Any, accept: str = JSON_MEDIA_TYPE) -> Any:
+        self.requests.append(as_rbac(method, path, dict(query or {})))
+        return await super()._send(method, path, query, body, content_type, timeout, accept)
+
+
+def rules(objects: list[JSON]) -> list[JSON]:
+    return [rule for obj in objects if obj["kind"] in ("ClusterRole", "Role") for rule in obj["rules"]]
+
+
+def allows(rule: JSON, request: Request) -> bool:
+    verb, group, resource, name = request
+    return (group in rule["apiGroups"] and resource in rule["resources"] and verb in rule["verbs"]
+            and (not rule.get("resourceNames") or name in rule["resourceNames"]))
+
+
+async def service_account_kubeconfig(control_plane: ControlPlane, kube: KubeClient, path: Path,
+                                     namespace: str = SYSTEM, account: str = ACCOUNT) -> str:
+    """Write to `path` a kubeconfig holding only a fresh token of a ServiceAccount (mpiop's) and the cluster's CA."""
+    answer = await kube.request(
+        "POST", f"/api/v1/namespaces/{namespace}/serviceaccounts/{account}/token",
+        body={"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest", "spec": {"expirationSeconds": 3600}})
+    config = {
+        "apiVersion": "v1", "kind": "Config", "current-context": "sa",
+        "clusters": [{"name": "c", "cluster": {"server": control_plane.server,
+                                                "certificate-authority": str(Path(control_plane.pki) / "ca.crt")}}],
+        "users": [{"name": ACCOUNT, "user": {"token": answer["status"]["token"]}}],
+        "contexts": [{"name": "sa", "context": {"cluster": "c", "user": ACCOUNT}}],
+    }
+    path.write_text(yaml.safe_dump(config))
+    return str(path)
