@@ -1,5 +1,7 @@
-"""The public test toolkit: MPIJob/Pod builders, namespace helpers and kubeflow's recorded objects.
+"""The public test toolkit, shared by the tests, e2e, the bench and devcluster (none of which may import
+another's modules; `.importlinter`): MPIJob/Pod builders, decide()'s simulated world, the operator in-process
+(`operator`) and as a child process (`process`) with its /metrics read (`metrics`), namespaces, deploy/ and
+its RBAC, kubeflow's recorded objects, and e2e's client and jobs (`testkit.e2e`).
 
-Shared by the tests, e2e, the bench and devcluster, none of which may import another's modules; like the
-product's tests it is neither in the wheel nor in the operator image.
+Like the tests it is neither in the wheel nor in the operator image.
 """
