@@ -168,7 +168,7 @@ class ControlPlane:
         etcd_port, etcd_peer = free_port(), free_port()
         etcd_data = Path(tempfile.mkdtemp(prefix="mpiop-etcd-", dir="/dev/shm" if Path("/dev/shm").is_dir() else None))
         (self.workdir / "etcd-data").symlink_to(etcd_data)
-        self._launch("etcd", [
+        self.launch("etcd", [
             str(paths["etcd"]), "--name=default", f"--data-dir={etcd_data}",
             f"--listen-client-urls=http://127.0.0.1:{etcd_port}",
             f"--advertise-client-urls=http://127.0.0.1:{etcd_port}",
@@ -177,7 +177,7 @@ class ControlPlane:
             f"--initial-cluster=default=http://127.0.0.1:{etcd_peer}",
             "--logger=zap", "--log-level=warn",
         ])
-        self._launch("kube-apiserver", [
+        self.launch("kube-apiserver", [
             str(paths["kube-apiserver"]),
             "--advertise-address=127.0.0.1", "--bind-address=127.0.0.1",
             f"--secure-port={self.api_port}",
@@ -198,7 +198,7 @@ class ControlPlane:
             *self.extra_apiserver_flags,
         ])
         deadline = time.monotonic() + timeout
-        self._wait("kube-apiserver", lambda: self._get("/readyz") is not None, deadline)
+        self.wait_ready("kube-apiserver", lambda: self.get("/readyz") is not None, deadline)
 
         # What kube-controller-manager and kube-scheduler share: admin credentials, no leader election,
         # their own serving port on loopback.
@@ -209,7 +209,7 @@ class ControlPlane:
             "--leader-elect=false", "--bind-address=127.0.0.1",
         ]
         if self.controller_manager:
-            self._launch("kube-controller-manager", [
+            self.launch("kube-controller-manager", [
                 str(paths["kube-controller-manager"]), *client_flags, f"--secure-port={free_port()}",
                 f"--service-account-private-key-file={sa_key}",
                 f"--root-ca-file={ca.pair.cert}",
@@ -219,24 +219,26 @@ class ControlPlane:
                 "--v=1",
             ])
         if self.scheduler:
-            self._launch("kube-scheduler", [
+            self.launch("kube-scheduler", [
                 str(paths["kube-scheduler"]), *client_flags, f"--secure-port={free_port()}", "--v=1",
             ])
         if self.controller_manager:
             # The ServiceAccount controller making `default` proves the controller manager is serving.
-            self._wait(
+            self.wait_ready(
                 "kube-controller-manager",
-                lambda: self._get("/api/v1/namespaces/default/serviceaccounts/default") is not None,
+                lambda: self.get("/api/v1/namespaces/default/serviceaccounts/default") is not None,
                 deadline,
             )
 
-    def _launch(self, name: str, argv: list[str]) -> None:
+    def launch(self, name: str, argv: list[str]) -> None:
+        """Start one more component (the simulated cluster adds kwok), logging to logs/<name>.log."""
         assert self.workdir is not None
         component = Component(name, argv, self.workdir / "logs" / f"{name}.log")
         component.start(self.tie_to_parent)
         self.components.append(component)
 
-    def _wait(self, name: str, ready: Callable[[], bool], deadline: float) -> None:
+    def wait_ready(self, name: str, ready: Callable[[], bool], deadline: float) -> None:
+        """Poll `ready` until `deadline`; a component that exits meanwhile fails the wait with its log tail."""
         while time.monotonic() < deadline:
             dead = [c for c in self.components if not c.running()]
             if dead:
@@ -287,7 +289,8 @@ class ControlPlane:
         context.load_cert_chain(str(self.pki / "admin.crt"), str(self.pki / "admin.key"))
         return context
 
-    def _get(self, path: str) -> Any:
+    def get(self, path: str) -> Any:
+        """GET `path` as admin: the decoded JSON (or text), None while the apiserver does not answer."""
         try:
             with urllib.request.urlopen(self.server + path, context=self.ssl_context(), timeout=5) as resp:
                 body = resp.read()

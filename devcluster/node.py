@@ -289,7 +289,7 @@ class Node:
 
     def _node_ready(self) -> bool:
         assert self.control_plane is not None
-        node = self.control_plane._get(f"/api/v1/nodes/{NODE_NAME}")
+        node = self.control_plane.get(f"/api/v1/nodes/{NODE_NAME}")
         if not isinstance(node, dict):
             return False
         conditions = node.get("status", {}).get("conditions", [])

@@ -223,7 +223,7 @@ class SimulatedCluster:
         """A kube-scheduler build (stock or scheduler-plugins') with this configuration, serving on a free port."""
         path = workdir / f"{name}.yaml"
         path.write_text(yaml.safe_dump(config))
-        self.control_plane._launch(name, [
+        self.control_plane.launch(name, [
             str(binary), f"--config={path}",
             f"--authentication-kubeconfig={self.kubeconfig}", f"--authorization-kubeconfig={self.kubeconfig}",
             "--bind-address=127.0.0.1", f"--secure-port={free_port()}", f"--v={verbosity}", *more,
@@ -255,7 +255,7 @@ class SimulatedCluster:
         documents.append(_FINISH_STAGE)
         path = workdir / "kwok.yaml"
         path.write_text(yaml.safe_dump_all(documents, sort_keys=False))
-        self.control_plane._launch("kwok", [
+        self.control_plane.launch("kwok", [
             str(binary), f"--kubeconfig={self.kubeconfig}", f"--config={path}",
             "--manage-all-nodes=false", f"--manage-nodes-with-annotation-selector={KWOK_NODE_SELECTOR}",
             "--node-lease-duration-seconds=40", "--cidr=10.128.0.0/12", "--node-ip=10.0.0.1",
@@ -270,12 +270,12 @@ class SimulatedCluster:
         self.kubectl("create", "-f", "-", input_text=json.dumps({"apiVersion": "v1", "kind": "List",
                                                                 "items": manifests}))
         deadline = deadline if deadline is not None else time.monotonic() + 120
-        self.control_plane._wait("kwok nodes", lambda: set(names) <= self.ready_nodes(), deadline)
+        self.control_plane.wait_ready("kwok nodes", lambda: set(names) <= self.ready_nodes(), deadline)
         return names
 
     def ready_nodes(self) -> set[str]:
         """Fake nodes that are Ready and carry no not-ready/unreachable taint (the scheduler would skip them)."""
-        listed = self.control_plane._get("/api/v1/nodes")
+        listed = self.control_plane.get("/api/v1/nodes")
         ready: set[str] = set()
         for node in (listed or {}).get("items", []) if isinstance(listed, dict) else []:
             conditions = (node.get("status") or {}).get("conditions") or []
