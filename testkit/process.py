@@ -12,7 +12,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -28,12 +28,13 @@ class OperatorProcess:
     """`python -m <module> --kubeconfig K --log-format=json --metrics-addr ... --health-addr ... [args]`.
 
     `module` is `mpiop run` unless a caller wraps it (the bench's `bench.operator_main`); `health_port` 0
-    turns the probes off. The log is appended to, and read from where this process started writing.
+    turns the probes off; `env` and `cwd` can run the operator from another checkout (e2e's
+    MPIOP_E2E_OPERATOR_SOURCE). The log is appended to, and read from where this process started writing.
     """
 
     def __init__(self, kubeconfig: str | Path, log_path: Path, args: Iterable[str] = (), *,
                  field_manager: str = "mpiop", module: tuple[str, ...] = ("mpiop", "run"),
-                 health: bool = True) -> None:
+                 health: bool = True, env: Mapping[str, str] | None = None, cwd: Path = ROOT) -> None:
         self.kubeconfig = str(kubeconfig)
         self.log_path = log_path
         self.args = list(args)
@@ -41,6 +42,8 @@ class OperatorProcess:
         self.module = module
         self.metrics_port = free_port()
         self.health_port = free_port() if health else 0
+        self.env = dict(env or {})
+        self.cwd = cwd
         self.process: subprocess.Popen[bytes] | None = None
         self.spawned_wall = 0.0
         self._log_offset = 0
@@ -68,8 +71,11 @@ class OperatorProcess:
         with self.log_path.open("ab") as log:
             self.spawned_wall = time.time()
             self.process = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                            preexec_fn=die_with_parent, cwd=ROOT,
-                                            env={**os.environ, "PYTHONUNBUFFERED": "1"})
+                                            preexec_fn=die_with_parent, cwd=self.cwd,
+                                            env={**os.environ, "PYTHONUNBUFFERED": "1", **self.env})
+
+    def running(self) -> bool:
+        return self.process is not None and self.process.poll() is None
 
     def log_lines(self) -> list[str]:
         """What this process logged (not earlier processes' lines in the same file)."""

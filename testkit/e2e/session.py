@@ -5,11 +5,10 @@ from __future__ import annotations
 
 import contextlib
 import os
-import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from devcluster.binaries import cache_dir
@@ -17,6 +16,7 @@ from devcluster.node import Node
 from mpiop import names
 from mpiop.api.v2beta1 import MPIJob
 from testkit.e2e.kube import MPIJOBS, Api, is_true, wait_for
+from testkit.process import ROOT, OperatorProcess
 
 REPORT: dict[str, Any] = {"node": {}, "scenarios": {}}
 REPORT_PATH = cache_dir() / "e2e" / "report.json"
@@ -75,38 +75,26 @@ class E2E:
         return self.api.logs(self.ns, names.launcher_name(MPIJob.model_validate(job), attempt))
 
 
-def _operator_flags() -> list[str]:
-    """Probe and metrics servers off where this mpiop has them (tests run one operator after another)."""
-    help_text = subprocess.run([sys.executable, "-m", "mpiop", "run", "--help"], capture_output=True, text=True,
-                               check=False).stdout
-    return ["--health-addr", "0", "--metrics-addr", "0"] if "--health-addr" in help_text else []
-
-
 @contextlib.contextmanager
-def operator_process(bare: E2E) -> Iterator[subprocess.Popen[bytes]]:
+def operator_process(bare: E2E) -> Iterator[OperatorProcess]:
     """A real `mpiop run` process watching only `bare`'s namespace, its caches synced; stopped afterwards."""
     assert bare.node.workdir is not None
-    log_path = bare.node.workdir / "logs" / f"operator-{bare.ns}.log"
-    env = dict(os.environ)
+    env, cwd = {}, ROOT
     if source := os.environ.get("MPIOP_E2E_OPERATOR_SOURCE"):
         # Development aid: run the operator from another checkout (e.g. `git archive HEAD`), not this tree.
-        env["PYTHONPATH"] = os.pathsep.join(filter(None, [source, env.get("PYTHONPATH")]))
-    with log_path.open("wb") as log:
-        operator = subprocess.Popen(
-            [sys.executable, "-m", "mpiop", "run", "--kubeconfig", str(bare.node.kubeconfig),
-             "--namespace", bare.ns, "--log-format", "console", *_operator_flags()],
-            stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env,
-            cwd=os.environ.get("MPIOP_E2E_OPERATOR_SOURCE") or None,
-        )
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, [source, os.environ.get("PYTHONPATH")]))
+        cwd = Path(source)
+    operator = OperatorProcess(bare.node.kubeconfig, bare.node.workdir / "logs" / f"operator-{bare.ns}.log",
+                               ["--namespace", bare.ns], env=env, cwd=cwd)
+    operator.start()
+
+    def tail(lines: int) -> str:
+        return "\n".join(operator.log_lines()[-lines:])
+
     try:
-        wait_for(lambda: operator.poll() is not None or "caches synced" in log_path.read_text(), 60,
-                 "the operator to sync its caches", describe=lambda: log_path.read_text()[-2000:])
-        assert operator.poll() is None, f"mpiop exited:\n{log_path.read_text()[-3000:]}"
+        wait_for(lambda: not operator.running() or any("caches synced" in line for line in operator.log_lines()),
+                 60, "the operator to sync its caches", describe=lambda: tail(20))
+        assert operator.running(), f"mpiop exited:\n{tail(30)}"
         yield operator
     finally:
-        operator.terminate()
-        try:
-            operator.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            operator.kill()
-            operator.wait(timeout=10)
+        operator.stop()
