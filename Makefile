@@ -5,7 +5,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 
-.PHONY: help venv system-deps binaries test-binaries lint test unit integration dev-cluster dev-cluster-down crds podtemplate-schema run clean bench
+.PHONY: help venv binaries test-binaries lint test unit integration dev-cluster dev-cluster-down crds podtemplate-schema run clean bench
 
 help:
 	@echo "make run          mpiop against KUBECONFIG, else on a local node (as root: runs an Open MPI pi job first)"
@@ -23,11 +23,8 @@ $(STAMP): pyproject.toml
 
 venv: $(STAMP)
 
-system-deps:
-	bash hack/install-system-deps.sh
-
-# Finds the pinned binaries (KUBEBUILDER_ASSETS, PATH) or builds them once into .cache/.
-binaries: venv system-deps
+# Finds the pinned binaries (KUBEBUILDER_ASSETS, PATH; etcd only KUBEBUILDER_ASSETS) or builds them once into .cache/.
+binaries: venv
 	$(BIN)/python -m devcluster.binaries
 
 # Tests also render the Helm chart and check the alerting rules: helm and promtool are built once from their

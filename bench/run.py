@@ -188,7 +188,8 @@ def main(argv: list[str] | None = None) -> int:
     started = time.monotonic()
     try:
         cluster.start()
-        log(f"cluster up in {time.monotonic() - started:.1f}s")
+        report.figures["control_plane"] = cluster.control_plane.describe()
+        log(f"cluster up in {time.monotonic() - started:.1f}s: {report.figures['control_plane']}")
         asyncio.run(bench(cluster, opts, report, logs))
     finally:
         if opts.keep_logs is not None:
@@ -219,6 +220,9 @@ def main(argv: list[str] | None = None) -> int:
               f"{'' if run['quiet'] else ' (NOT QUIET)'}")
     print(f"load average before: {load_before}; after: {report.figures['load_average_after']} "
           f"({os.cpu_count()} CPUs); fake nodes: {nodes}; operator flags: {opts.operator_args or 'defaults'}")
+    plane = report.figures.get("control_plane") or {}
+    print(f"control plane: {plane.get('etcd')}; {plane.get('kube-apiserver')}; apiserver flags: "
+          f"{' '.join(plane.get('apiserver_flags', []))}")
     print(json.dumps(report.figures, sort_keys=True))
     return 0
 

@@ -1,9 +1,10 @@
-"""Find the Kubernetes binaries, or build them from their Go modules into a cache.
+"""Find the Kubernetes and etcd binaries, or build them from their Go modules into a cache.
 
-Order, per binary: ``KUBEBUILDER_ASSETS`` (the controller-runtime envtest convention), then ``PATH``
-(only when the binary reports the pinned version, so a stray older kubectl is not mixed in), then the
-cache, which the first caller fills with ``go build`` from a small wrapper module that requires
-``k8s.io/kubernetes`` and replaces every ``k8s.io/*`` staging module with its ``v0.Y.Z`` tag.
+Order, per Kubernetes binary: ``KUBEBUILDER_ASSETS`` (the controller-runtime envtest convention), then
+``PATH`` (only when the binary reports the pinned version, so a stray older kubectl is not mixed in), then
+the cache, which the first caller fills with ``go build`` from a small wrapper module that requires
+``k8s.io/kubernetes`` and replaces every ``k8s.io/*`` staging module with its ``v0.Y.Z`` tag. etcd: only
+``KUBEBUILDER_ASSETS`` or the cache (built the same way from ``go.etcd.io/etcd/server/v3``), never PATH.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ import re
 import shutil
 import subprocess
 import sys
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -28,6 +29,7 @@ KUBE_COMMANDS = {
     "kubectl": "k8s.io/kubernetes/cmd/kubectl",
     "kubelet": "k8s.io/kubernetes/cmd/kubelet",
 }
+ETCD_PACKAGE = "go.etcd.io/etcd/server/v3"
 # Built together on first use; the kubelet only when a node is asked for (it is the slowest).
 CONTROL_PLANE = ("kube-apiserver", "kube-controller-manager", "kube-scheduler", "kubectl")
 
@@ -71,15 +73,19 @@ def _reports_version(path: Path, version: str) -> bool:
     return re.search(rf"\b{re.escape(version)}\b", out) is not None
 
 
-def from_assets_or_path(name: str, version: str | None) -> Path | None:
+def _from_assets(name: str) -> Path | None:
     if assets := os.environ.get("KUBEBUILDER_ASSETS"):
         candidate = Path(assets) / name
         if candidate.is_file() and os.access(candidate, os.X_OK):
             return candidate
-    found = shutil.which(name)
-    if found and (version is None or _reports_version(Path(found), version)):
-        return Path(found)
     return None
+
+
+def from_assets_or_path(name: str, version: str) -> Path | None:
+    if found := _from_assets(name):
+        return found
+    which = shutil.which(name)
+    return Path(which) if which and _reports_version(Path(which), version) else None
 
 
 @contextmanager
@@ -127,17 +133,48 @@ def _staging_replaces(version: str, workdir: Path) -> list[str]:
     return sorted(set(re.findall(r"^\s*(k8s\.io/[\w.-]+)\s*=>\s*\./staging/", text, flags=re.M)))
 
 
-def _write_wrapper_module(workdir: Path, version: str) -> None:
-    """go.mod requiring k8s.io/kubernetes, its staging modules pinned, and a tools.go naming the commands."""
+def _write_wrapper_module(workdir: Path, name: str, require: str, packages: Iterable[str],
+                          replaces: Iterable[str] = ()) -> None:
+    """A go.mod requiring `require` (``module version``) with `replaces`, and a tools.go importing the
+    commands' packages so that `go mod tidy` keeps their dependencies."""
     workdir.mkdir(parents=True, exist_ok=True)
-    staging = staging_version(version)
-    (workdir / "go.mod").write_text("module mpiop.local/kubebins\n\ngo 1.24.0\n")
-    replaces = "".join(f"replace {m} => {m} {staging}\n" for m in _staging_replaces(version, workdir))
-    (workdir / "go.mod").write_text(
-        f"module mpiop.local/kubebins\n\ngo 1.24.0\n\nrequire k8s.io/kubernetes {version}\n\n{replaces}"
-    )
-    imports = "".join(f'\t_ "{KUBE_COMMANDS[c]}"\n' for c in sorted(KUBE_COMMANDS))
+    replace_lines = "".join(f"replace {r}\n" for r in replaces)
+    (workdir / "go.mod").write_text(f"module {name}\n\ngo 1.24.0\n\nrequire {require}\n\n{replace_lines}")
+    imports = "".join(f'\t_ "{p}"\n' for p in sorted(packages))
     (workdir / "tools.go").write_text(f"//go:build tools\n\npackage tools\n\nimport (\n{imports})\n")
+
+
+def _go_binary_name(package: str) -> str:
+    """The file `go build -o dir/` writes for a package: its last element, or the one before a /vN suffix."""
+    parts = package.split("/")
+    return parts[-2] if re.fullmatch(r"v\d+", parts[-1]) and len(parts) > 1 else parts[-1]
+
+
+def _build_in_wrapper(root: Path, commands: dict[str, str], *, what: str, ldflags: str,
+                      write_module: Callable[[Path], None]) -> Path:
+    """Build `commands` (binary name -> Go package) in the wrapper module `root/gomod` into `root/bin`.
+
+    For Go modules whose go.mod has replace directives, which `go install module@version` refuses: the
+    wrapper requires the module instead, so its replaces are ignored and its required versions used."""
+    bin_dir = root / "bin"
+    with build_lock(root):
+        missing = [c for c in sorted(commands) if not (bin_dir / c).is_file()]
+        if not missing:
+            return bin_dir
+        workdir = root / "gomod"
+        if not (workdir / "go.sum").is_file():
+            report(f"preparing the Go wrapper module for {what} in {workdir}")
+            write_module(workdir)
+            _run_go(["mod", "tidy"], workdir)
+        report(f"building {', '.join(missing)} ({what}; first time only, minutes on 2 cores)")
+        staging_out = root / "bin.partial"
+        staging_out.mkdir(parents=True, exist_ok=True)
+        _run_go(["build", "-trimpath", "-ldflags", ldflags, "-o", f"{staging_out}/",
+                 *(commands[c] for c in missing)], workdir)
+        bin_dir.mkdir(parents=True, exist_ok=True)
+        for command in missing:
+            (staging_out / _go_binary_name(commands[command])).replace(bin_dir / command)
+        return bin_dir
 
 
 def version_ldflags(version: str) -> str:
@@ -154,38 +191,28 @@ def version_ldflags(version: str) -> str:
 
 
 def build_kubernetes(commands: Iterable[str], version: str = KUBERNETES_VERSION) -> Path:
-    """Build the named commands of k8s.io/kubernetes@version into the cache; return the bin dir."""
-    wanted = sorted(set(commands))
-    bin_dir = kube_bin_dir(version)
-    with build_lock(bin_dir.parent):
-        missing = [c for c in wanted if not (bin_dir / c).is_file()]
-        if not missing:
-            return bin_dir
-        workdir = bin_dir.parent / "gomod"
-        if not (workdir / "go.sum").is_file():
-            report(f"preparing the Go wrapper module for k8s.io/kubernetes {version} in {workdir}")
-            _write_wrapper_module(workdir, version)
-            _run_go(["mod", "tidy"], workdir)
-        report(f"building {', '.join(missing)} {version} (first time only; minutes on 2 cores)")
-        staging_out = bin_dir.parent / "bin.partial"
-        staging_out.mkdir(parents=True, exist_ok=True)
-        _run_go(
-            ["build", "-trimpath", "-ldflags", version_ldflags(version), "-o", f"{staging_out}/",
-             *(KUBE_COMMANDS[c] for c in missing)],
-            workdir,
-        )
-        bin_dir.mkdir(parents=True, exist_ok=True)
-        for command in missing:
-            (staging_out / command).replace(bin_dir / command)
-        return bin_dir
+    """Build the named commands of k8s.io/kubernetes@version into the cache; return the bin dir.
+
+    Its wrapper module pins every k8s.io staging module to its v0.Y.Z tag, as scheduler-plugins does."""
+    def write_module(workdir: Path) -> None:
+        workdir.mkdir(parents=True, exist_ok=True)
+        (workdir / "go.mod").write_text("module mpiop.local/kubebins\n\ngo 1.24.0\n")  # for `go mod download`
+        staging = staging_version(version)
+        _write_wrapper_module(workdir, "mpiop.local/kubebins", f"k8s.io/kubernetes {version}",
+                              KUBE_COMMANDS.values(),
+                              [f"{m} => {m} {staging}" for m in _staging_replaces(version, workdir)])
+
+    return _build_in_wrapper(kube_bin_dir(version).parent, {c: KUBE_COMMANDS[c] for c in commands},
+                             what=f"Kubernetes {version}", ldflags=version_ldflags(version),
+                             write_module=write_module)
 
 
 def go_install(package: str, version: str, bin_dir: Path, binary: str, *, what: str,
                ldflags: str = "-s -w", env: dict[str, str] | None = None) -> Path:
     """`go install package@version` into `bin_dir` once (under a build lock); the built `binary`.
 
-    For modules without replace directives (etcd, CoreDNS, KWOK); Kubernetes itself needs the wrapper
-    module of `build_kubernetes`. `binary` is the installed file's name (the package's last element).
+    For modules without replace directives (CoreDNS, KWOK); Kubernetes and etcd need a wrapper module
+    (`_build_in_wrapper`). `binary` is the installed file's name (the package's last element).
     """
     with build_lock(bin_dir.parent):
         if (bin_dir / binary).is_file():
@@ -200,14 +227,18 @@ def go_install(package: str, version: str, bin_dir: Path, binary: str, *, what: 
         return bin_dir / binary
 
 
+def etcd_dir(version: str = ETCD_VERSION) -> Path:
+    return cache_dir() / "etcd" / version
+
+
 def build_etcd(version: str = ETCD_VERSION) -> Path:
-    """Build etcd from its Go module, for machines without Debian's etcd-server."""
-    bin_dir = cache_dir() / "etcd" / version / "bin"
-    if (bin_dir / "etcd").is_file():
-        return bin_dir / "etcd"
-    built = go_install("go.etcd.io/etcd/server/v3", version, bin_dir, "v3", what="etcd")
-    built.replace(bin_dir / "etcd")
-    return bin_dir / "etcd"
+    """Build etcd from go.etcd.io/etcd/server/v3 into the cache (through a wrapper module: its go.mod has
+    replace directives pointing at the sibling modules of its repository); return the binary."""
+    def write_module(workdir: Path) -> None:
+        _write_wrapper_module(workdir, "mpiop.local/etcdbin", f"{ETCD_PACKAGE} {version}", [ETCD_PACKAGE])
+
+    return _build_in_wrapper(etcd_dir(version), {"etcd": ETCD_PACKAGE}, what=f"etcd {version}",
+                             ldflags="-s -w", write_module=write_module) / "etcd"
 
 
 # KWOK's own default Stages of the pinned release (node-initialize, node heartbeat with a Lease, pod-ready,
@@ -261,10 +292,10 @@ def kube_binary(name: str, version: str = KUBERNETES_VERSION) -> Path:
     return build_kubernetes(group, version) / name
 
 
-def etcd_binary() -> Path:
-    if found := from_assets_or_path("etcd", None):
-        return found
-    return build_etcd()
+def etcd_binary(version: str = ETCD_VERSION) -> Path:
+    """etcd from KUBEBUILDER_ASSETS, else the pinned release built into the cache; never PATH, where a
+    distribution's older etcd (Debian's 3.4) would silently change what the apiserver can do."""
+    return _from_assets("etcd") or build_etcd(version)
 
 
 def ensure_all(names: Iterable[str]) -> dict[str, Path]:

@@ -31,6 +31,12 @@ from devcluster import binaries
 from devcluster.certs import CertificateAuthority, KeyPair, service_account_key
 
 SERVICE_CIDR = "10.96.0.0/16"
+# kube-apiserver flags that only say where things are (addresses, ports, files): left out of `describe()`.
+_PLUMBING_FLAGS = frozenset({
+    "--advertise-address", "--bind-address", "--secure-port", "--etcd-servers", "--cert-dir", "--tls-cert-file",
+    "--tls-private-key-file", "--client-ca-file", "--service-account-key-file",
+    "--service-account-signing-key-file", "--kubelet-client-certificate", "--kubelet-client-key",
+})
 _PR_SET_PDEATHSIG = 1
 
 
@@ -191,8 +197,6 @@ class ControlPlane:
             f"--service-account-signing-key-file={sa_key}",
             "--authorization-mode=RBAC",
             "--allow-privileged=true",
-            "--enable-priority-and-fairness=false",
-            "--storage-media-type=application/json",
             "--v=1",
             *kubelet_flags,
             *self.extra_apiserver_flags,
@@ -264,6 +268,20 @@ class ControlPlane:
 
     def pids(self) -> list[int]:
         return list(self.pids_by_name().values())
+
+    def describe(self) -> dict[str, Any]:
+        """What runs: etcd's and kube-apiserver's `--version` lines and the apiserver's flags other than
+        addresses and files (every setting not named there is the apiserver's production default)."""
+        argv = {c.name: c.argv for c in self.components}
+        described: dict[str, Any] = {}
+        for name in ("etcd", "kube-apiserver"):
+            if name in argv:
+                out = subprocess.run([argv[name][0], "--version"], capture_output=True, text=True, timeout=30,
+                                     check=False).stdout
+                described[name] = out.splitlines()[0].strip() if out else "unknown"
+        described["apiserver_flags"] = [f for f in argv.get("kube-apiserver", [])[1:]
+                                        if f.split("=", 1)[0] not in _PLUMBING_FLAGS]
+        return described
 
     def pids_by_name(self) -> dict[str, int]:
         """Each running component's process id by its name (etcd, kube-apiserver, kwok, ...)."""

@@ -152,14 +152,9 @@ class SimulatedCluster:
     control_plane: ControlPlane = field(init=False)
 
     def __post_init__(self) -> None:
-        # KWOK watches from resourceVersion "0", which a WatchList-enabled apiserver turns into a streaming
-        # list; that needs etcd progress notifications, which Debian's etcd 3.4 lacks, so every KWOK watch
-        # would fail and KWOK would only see changes on its periodic re-lists. Without the gate those
-        # watches are plain watches. (mpiop, the scheduler and the controller manager watch from a list's
-        # resourceVersion and are unaffected.)
-        flags = ["--feature-gates=WatchList=false", *self.extra_apiserver_flags]
         self.control_plane = ControlPlane(workdir=self.workdir, controller_manager=True, scheduler=False,
-                                          tie_to_parent=self.tie_to_parent, extra_apiserver_flags=flags)
+                                          tie_to_parent=self.tie_to_parent,
+                                          extra_apiserver_flags=self.extra_apiserver_flags)
 
     @property
     def kubeconfig(self) -> Path:

@@ -6,9 +6,9 @@ from mpiop import KUBERNETES_VERSION
 __all__ = ["CONTROLLER_TOOLS_VERSION", "ETCD_VERSION", "KUBERNETES_VERSION", "KWOK_VERSION",
            "SCHEDULER_PLUGINS_VERSION", "VOLCANO_APIS_VERSION", "staging_version"]
 
-# etcd used only when none is found (KUBEBUILDER_ASSETS, PATH): the server the pinned Kubernetes
-# release vendors its etcd client from.
-ETCD_VERSION = "v3.6.4"
+# etcd for every control plane (dev, tests, bench, the e2e node) unless KUBEBUILDER_ASSETS has one: the 3.6
+# line Kubernetes v1.34 ships with and is tested against, at the newest patch the Go module proxy serves.
+ETCD_VERSION = "v3.6.16"
 
 # KWOK (Kubernetes WithOut Kubelet) for the simulated-cluster mode: fake nodes whose pods turn Running by
 # Stages instead of containers. v0.8.0 is built with client-go v0.36, which speaks to a v1.34 apiserver.

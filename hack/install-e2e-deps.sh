@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Debian packages the e2e node needs on top of hack/install-system-deps.sh: the container runtime
+# Debian packages the e2e node needs (etcd is not one: it is built into .cache/): the container runtime
 # (containerd + runc), the CNI plugins (bridge, host-local, portmap, loopback), the tools that build
 # images without a Docker engine (debootstrap, gcc for the pause binary) and iptables/iproute2 for the
 # pod network. Installs only what is missing; needs root and apt-get (the e2e node needs root anyway).

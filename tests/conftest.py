@@ -5,6 +5,7 @@ from __future__ import annotations
 import signal
 import uuid
 from collections.abc import AsyncIterator, Iterator
+from typing import Any
 
 import pytest
 
@@ -16,12 +17,24 @@ from testkit.namespaces import create_namespace, delete_namespace
 # a SIGKILL is covered by the components' parent-death signal.
 signal.signal(signal.SIGTERM, signal.default_int_handler)
 
+# What the session's control plane ran, for the terminal summary (empty when no test needed one).
+_RAN_ON: dict[str, Any] = {}
+
 
 @pytest.fixture(scope="session")
 def control_plane() -> Iterator[ControlPlane]:
     """etcd + kube-apiserver + kube-controller-manager on loopback, for the whole session."""
     with ControlPlane(scheduler=False) as plane:
+        _RAN_ON.update(plane.describe())
         yield plane
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    """Which etcd and apiserver (and apiserver flags) the integration tests ran against."""
+    if _RAN_ON:
+        terminalreporter.write_sep("-", "control plane")
+        terminalreporter.write_line(f"{_RAN_ON.get('etcd')}; {_RAN_ON.get('kube-apiserver')}")
+        terminalreporter.write_line(f"apiserver flags: {' '.join(_RAN_ON['apiserver_flags'])}")
 
 
 @pytest.fixture(scope="session")

@@ -29,8 +29,11 @@ def _alive(pid: int) -> bool:
 def test_up_prints_a_working_kubeconfig_and_down_stops_every_process(tmp_path: Path) -> None:
     cache = tmp_path / "cache"
     # Reuse the already built binaries through the envtest convention; keep the state dir private.
-    env = {**os.environ, "MPIOP_CACHE_DIR": str(cache), "KUBEBUILDER_ASSETS": str(kube_bin_dir()),
-           "PATH": f"{etcd_binary().parent}{os.pathsep}{os.environ['PATH']}"}
+    assets = tmp_path / "assets"
+    assets.mkdir()
+    for built in [*kube_bin_dir().iterdir(), etcd_binary()]:
+        (assets / built.name).symlink_to(built)
+    env = {**os.environ, "MPIOP_CACHE_DIR": str(cache), "KUBEBUILDER_ASSETS": str(assets)}
     up = _dev(env, "up")
     try:
         assert up.returncode == 0, up.stderr

@@ -1,7 +1,7 @@
 import pytest
 
 from devcluster import binaries
-from devcluster.versions import KUBERNETES_VERSION, staging_version
+from devcluster.versions import ETCD_VERSION, KUBERNETES_VERSION, staging_version
 
 
 @pytest.mark.parametrize(
@@ -39,3 +39,44 @@ def test_a_path_binary_of_another_version_is_ignored(tmp_path, monkeypatch) -> N
     monkeypatch.delenv("KUBEBUILDER_ASSETS", raising=False)
     monkeypatch.setenv("PATH", str(tmp_path))
     assert binaries.from_assets_or_path("kube-scheduler", KUBERNETES_VERSION) is None
+
+
+def _fake_binary(path, text: str):  # type: ignore[no-untyped-def]
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(f"#!/bin/sh\necho '{text}'\n")
+    path.chmod(0o755)
+    return path
+
+
+def test_etcd_on_path_is_never_used_even_when_a_build_is_needed(tmp_path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    _fake_binary(tmp_path / "path" / "etcd", "etcd Version: 3.4.23")
+    cached = _fake_binary(tmp_path / "cache" / "etcd" / ETCD_VERSION / "bin" / "etcd", "etcd Version: 3.6.16")
+    monkeypatch.delenv("KUBEBUILDER_ASSETS", raising=False)
+    monkeypatch.setenv("PATH", str(tmp_path / "path"))
+    monkeypatch.setenv("MPIOP_CACHE_DIR", str(tmp_path / "cache"))
+    assert binaries.etcd_binary() == cached
+
+
+def test_etcd_from_kubebuilder_assets_wins_over_the_cache(tmp_path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    assets = _fake_binary(tmp_path / "assets" / "etcd", "etcd Version: 3.5.0")
+    _fake_binary(tmp_path / "cache" / "etcd" / ETCD_VERSION / "bin" / "etcd", "etcd Version: 3.6.16")
+    monkeypatch.setenv("KUBEBUILDER_ASSETS", str(tmp_path / "assets"))
+    monkeypatch.setenv("MPIOP_CACHE_DIR", str(tmp_path / "cache"))
+    assert binaries.etcd_binary() == assets
+
+
+@pytest.mark.parametrize(
+    ("package", "binary"),
+    [("k8s.io/kubernetes/cmd/kube-apiserver", "kube-apiserver"), ("go.etcd.io/etcd/server/v3", "server")],
+    ids=["plain", "major-version-suffix"],
+)
+def test_go_build_names_a_binary_after_the_package_without_its_major_version(package: str, binary: str) -> None:
+    assert binaries._go_binary_name(package) == binary
+
+
+def test_the_etcd_wrapper_module_requires_the_server_module_without_its_replaces(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    binaries._write_wrapper_module(tmp_path, "mpiop.local/etcdbin", f"{binaries.ETCD_PACKAGE} {ETCD_VERSION}",
+                                   [binaries.ETCD_PACKAGE])
+    go_mod = (tmp_path / "go.mod").read_text()
+    assert f"require go.etcd.io/etcd/server/v3 {ETCD_VERSION}" in go_mod and "replace" not in go_mod
+    assert '_ "go.etcd.io/etcd/server/v3"' in (tmp_path / "tools.go").read_text()
