@@ -24,10 +24,20 @@ from bench.cpu import CpuMeter
 from bench.harness import bench_job, first_status, owned_objects
 from bench.phases import gather_limited
 from devcluster.controlplane import ControlPlane
-from devcluster.install import install_crd
+from devcluster.install import install_custom_resource
 from mpiop import names
+from mpiop.api.crd import crd
 from mpiop.controller.events import event_body
-from mpiop.kube.client import CONFIGMAPS, MPIJOBS, PODS, SECRETS, SERVICES, KubeClient, Resource
+from mpiop.kube.client import (
+    CONFIGMAPS,
+    METADATA_LIST_MEDIA_TYPE,
+    MPIJOBS,
+    PODS,
+    SECRETS,
+    SERVICES,
+    KubeClient,
+    Resource,
+)
 from mpiop.plan import Event
 from testkit.namespaces import create_namespace
 
@@ -46,11 +56,20 @@ def event(job: JSON, reason: str) -> JSON:
     return event_body(meta["namespace"], involved, Event("Normal", reason, message), "bench", now, now)
 
 
-async def measure(plane: ControlPlane, count: int) -> dict[str, JSON]:
+def without_cel(node: Any) -> Any:
+    """The CRD with every CEL rule (x-kubernetes-validations) taken out: what the rules cost a write."""
+    if isinstance(node, dict):
+        return {k: without_cel(v) for k, v in node.items() if k != "x-kubernetes-validations"}
+    if isinstance(node, list):
+        return [without_cel(v) for v in node]
+    return node
+
+
+async def measure(plane: ControlPlane, count: int, cel: bool = True) -> dict[str, JSON]:
     kube = await KubeClient.connect(str(plane.kubeconfig), qps=0, burst=1000)
     costs: dict[str, JSON] = {}
     try:
-        await install_crd(kube)
+        await install_custom_resource(kube, crd() if cel else without_cel(crd()), MPIJOBS)
         ns = await create_namespace(kube, "apicost")
         pids = {k: v for k, v in plane.pids_by_name().items() if k in ("kube-apiserver", "etcd")}
 
@@ -76,6 +95,12 @@ async def measure(plane: ControlPlane, count: int) -> dict[str, JSON]:
         await batch("PATCH mpijobs/status (one field)", [
             partial(kube.patch, MPIJOBS, ns, j["metadata"]["name"],
                     {"status": {"lastReconcileTime": "2026-01-01T00:00:00Z"}}, subresource="status") for j in jobs])
+        # The same one-field change as a PUT of the whole object (needs `update` on mpijobs/status).
+        jobs = [await kube.get(MPIJOBS, ns, j["metadata"]["name"]) for j in jobs]
+        await batch("PUT mpijobs/status (one field)", [
+            partial(kube.replace, MPIJOBS, ns, j["metadata"]["name"],
+                    {**j, "status": {**j["status"], "lastReconcileTime": "2026-01-02T00:00:00Z"}},
+                    subresource="status") for j in jobs])
         made = [owned_objects(j) for j in jobs]  # Secret, ConfigMap, Service, workers..., launcher
         for index, resource in enumerate((SECRETS, CONFIGMAPS, SERVICES, PODS)):  # a worker pod each
             assert made[0][index]["kind"] == resource.kind
@@ -84,9 +109,16 @@ async def measure(plane: ControlPlane, count: int) -> dict[str, JSON]:
         await batch("PATCH configmaps (discover_hosts.sh)", [
             partial(kube.patch, CONFIGMAPS, ns, objs[1]["metadata"]["name"], hostfile_patch) for objs in made])
         await batch("POST events", [partial(kube.create, EVENTS, ns, event(j, "MPIJobCreated")) for j in jobs])
+        selectors = [f"{names.JOB_NAME_LABEL}={j['metadata']['name']}" for j in jobs]
         await batch("DELETE pods (collection of 1)", [
-            partial(kube.delete_collection, PODS, ns, label_selector=f"{names.JOB_NAME_LABEL}={j['metadata']['name']}")
-            for j in jobs])
+            partial(kube.delete_collection, PODS, ns, label_selector=s) for s in selectors])
+        # The same with a consistent list (no resourceVersion=0): from etcd, or from the watch cache once
+        # etcd's progress notifications say it is current (etcd 3.6; Kubernetes' ConsistentListFromCache).
+        await gather_limited(IN_FLIGHT, [partial(kube.create, PODS, ns, objs[3]) for objs in made])
+        options = {"kind": "DeleteOptions", "apiVersion": "v1", "propagationPolicy": "Background"}
+        await batch("DELETE pods (collection of 1, consistent)", [
+            partial(kube.request, "DELETE", PODS.path(ns), query={"labelSelector": s}, body=options,
+                    accept=METADATA_LIST_MEDIA_TYPE) for s in selectors])
     finally:
         await kube.close()
     return costs
@@ -96,10 +128,14 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.apicost", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--requests", type=int, default=400, help="requests of each kind (400)")
+    parser.add_argument("--without-cel", action="store_true", help="install the CRD without its CEL rules")
     args = parser.parse_args(argv)
     with ControlPlane(scheduler=False) as plane:
-        costs = asyncio.run(measure(plane, args.requests))
-    print(json.dumps({"requests_per_kind": args.requests, "in_flight": IN_FLIGHT, "costs": costs}))
+        described = plane.describe()
+        print(f"control plane: {described}", flush=True)
+        costs = asyncio.run(measure(plane, args.requests, cel=not args.without_cel))
+    print(json.dumps({"requests_per_kind": args.requests, "in_flight": IN_FLIGHT, "cel": not args.without_cel,
+                      "control_plane": described, "costs": costs}))
     return 0
 
 

@@ -148,7 +148,7 @@ def parse_args(argv: list[str] | None = None) -> Options:
                         help="burst: the jobs' cleanPodPolicy (default: the API's default, Running)")
     parser.add_argument("--apiserver-flag", action="append", default=[],
                         help="an extra kube-apiserver flag (repeatable; a later value of a flag wins), e.g. "
-                             "--apiserver-flag=--storage-media-type=application/vnd.kubernetes.protobuf")
+                             "--apiserver-flag=--storage-media-type=application/json")
     parser.add_argument("--keep-logs", type=Path, help="copy the component and operator logs here")
     parser.add_argument("--profile", type=Path,
                         help="record each operator process with py-spy into this directory (needs py-spy)")
