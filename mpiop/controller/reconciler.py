@@ -338,7 +338,10 @@ class Reconciler:
             try:
                 answer = await self.client.delete(PODS, meta["namespace"], meta["name"], uid=meta.get("uid"))
             except ApiError as error:
-                if error.not_found or error.conflict:  # gone already, or a newer pod of that name
+                if error.not_found:  # gone already: until the watch says so, the next pass must not see it live
+                    self.caches.pods.observe_delete(f"{meta['namespace']}/{meta['name']}")
+                    return
+                if error.conflict:  # a newer pod of that name: the watch brings it
                     return
                 raise
         self._observe_deleted(answer, meta)
