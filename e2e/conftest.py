@@ -40,6 +40,9 @@ def pytest_terminal_summary(terminalreporter: Any) -> None:
     if node:
         steps = ", ".join(f"{k} {v:.1f}s" for k, v in node.items() if k != "total")
         write(f"node bring-up: {node['total']:.1f}s ({steps})")
+    if plane := REPORT.get("control_plane"):
+        write(f"control plane: {plane.get('etcd')}; {plane.get('kube-apiserver')}; apiserver flags: "
+              f"{' '.join(plane.get('apiserver_flags', []))}")
     for name, seconds in REPORT["scenarios"].items():
         write(f"{name:<44} {seconds:6.1f}s")
     for key, log in REPORT.items():  # openmpi_pi_launcher_log, pytorch_ddp_launcher_log, ...
@@ -62,6 +65,7 @@ def e2e_session() -> Iterator[E2E]:
     REPORT["node"] = {k: round(v, 1) for k, v in node.timings.items()}
     try:
         assert node.control_plane is not None
+        REPORT["control_plane"] = node.control_plane.describe()
         api = Api(node.control_plane.server, node.control_plane.ssl_context())
         crd = subprocess.run([sys.executable, "-m", "mpiop", "crd"], capture_output=True, text=True, check=True).stdout
         node.kubectl("apply", "--server-side", "-f", "-", input_text=crd)
