@@ -66,6 +66,29 @@ def _by_owner(obj: JSON) -> Iterable[str]:
     return [key] if key else []
 
 
+# Whether an update of a cached (trimmed) object changes nothing a decision reads: then no reconcile is queued.
+UnchangedFilter = Callable[[JSON, JSON], bool]
+
+
+def _unversioned(obj: JSON) -> JSON:
+    return {**obj, "metadata": {**obj["metadata"], "resourceVersion": None}}
+
+
+def same_but_version(old: JSON, new: JSON) -> bool:
+    """Every owned kind but pods: any change of what the trim keeps (a PodGroup's spec too) is news."""
+    return _unversioned(old) == _unversioned(new)
+
+
+def same_pod_but_binding(old: JSON, new: JSON) -> bool:
+    """A pod bound to a node decides nothing. Its node is kept for the failure report, which reads it only once
+    the pod has failed (a change of its own)."""
+    def unbound(obj: JSON) -> JSON:
+        spec = {k: v for k, v in (obj.get("spec") or {}).items() if k != "nodeName"}
+        return {**_unversioned(obj), "spec": spec}
+
+    return unbound(old) == unbound(new)
+
+
 def trim_secret(obj: JSON) -> JSON:
     """Existence only: private keys never sit in the operator's memory."""
     return {"metadata": trimmed_metadata(obj), "type": obj.get("type")}
@@ -168,6 +191,10 @@ class Caches:
     def owned(self) -> list[Informer]:
         extra = [self.pod_groups] if self.pod_groups is not None else []
         return [self.pods, self.config_maps, self.secrets, self.services, self.launcher_jobs, *extra]
+
+    def owned_filters(self) -> list[tuple[Informer, UnchangedFilter]]:
+        """Each owned kind's informer with the filter for its trim: which updates need no reconcile."""
+        return [(self.pods, same_pod_but_binding), *((i, same_but_version) for i in self.owned() if i is not self.pods)]
 
     def observed(self, job: MPIJob) -> Observed:
         def mine(informer: Informer) -> list[JSON]:

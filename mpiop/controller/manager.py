@@ -12,6 +12,7 @@ process, given a Warning Event; every other job goes on.
 from __future__ import annotations
 
 import asyncio
+import functools
 import itertools
 import time
 from dataclasses import dataclass
@@ -20,7 +21,7 @@ from typing import Any
 import structlog
 
 from mpiop import metrics, names, podstate
-from mpiop.controller.caches import OWNER_INDEX, Caches, owner_key, pod_group_api_missing
+from mpiop.controller.caches import OWNER_INDEX, Caches, UnchangedFilter, owner_key, pod_group_api_missing
 from mpiop.controller.events import EventRecorder
 from mpiop.controller.reconciler import Reconciler, utcnow
 from mpiop.controller.supervisor import Supervisor
@@ -52,18 +53,6 @@ async def _until(awaited: asyncio.Future[Any], stop: asyncio.Event) -> bool:
         for pending in (awaited, stopped):
             pending.cancel()
     return not stop.is_set()
-
-
-def _same_but_version(old: JSON, new: JSON) -> bool:
-    """Whether two cached (trimmed) objects differ in their resourceVersion (and a pod's node) alone.
-
-    A pod's node is kept for the failure report, which reads it only once the pod has failed (a change of its
-    own): being bound to a node decides nothing.
-    """
-    def unversioned(obj: JSON) -> JSON:
-        return {**obj, "metadata": {**obj["metadata"], "resourceVersion": None}, "spec": None}
-
-    return unversioned(old) == unversioned(new)
 
 
 @dataclass
@@ -115,8 +104,8 @@ class Manager:
             active=lambda: self.working,
         )
         self.caches.jobs.handlers.append(self._on_job)
-        for informer in self.caches.owned():
-            informer.handlers.append(self._on_owned)
+        for informer, unchanged in self.caches.owned_filters():
+            informer.handlers.append(functools.partial(self._on_owned, unchanged))
         for informer in self.caches.all():
             informer.on_undecodable = self._on_undecodable
 
@@ -130,9 +119,9 @@ class Manager:
     def _on_job(self, old: JSON | None, new: JSON | None) -> None:
         self.queue.add(object_key(new if new is not None else old))  # type: ignore[arg-type]
 
-    def _on_owned(self, old: JSON | None, new: JSON | None) -> None:
-        if old is not None and new is not None and _same_but_version(old, new):
-            return  # e.g. a pod bound to a node: nothing the (trimmed) cache keeps changed, nothing to decide
+    def _on_owned(self, unchanged: UnchangedFilter, old: JSON | None, new: JSON | None) -> None:
+        if old is not None and new is not None and unchanged(old, new):
+            return  # e.g. a pod bound to a node: nothing a decision reads changed
         key = owner_key(new if new is not None else old)  # type: ignore[arg-type]
         if key is not None:
             self.queue.add(key)
