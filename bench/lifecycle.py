@@ -97,7 +97,7 @@ class BareOperator:
             raw = await self.kube.patch(MPIJOBS, self.namespace, job.metadata.name, {"status": patch},
                                         subresource="status")
         for event in plan.events:
-            await self.recorder.record(job, event, now)
+            self.recorder.record(job, event, now)
         for obj in plan.update:
             await self.kube.patch(CONFIGMAPS, self.namespace, obj["metadata"]["name"], {"data": obj["data"]})
         collection = bulk_delete.collection_for(job, plan.delete, seen.pods)

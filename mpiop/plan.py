@@ -16,6 +16,9 @@ from mpiop.api.v2beta1 import JobStatus, MPIJob
 from mpiop.podstate import Pod
 
 JSON = dict[str, Any]
+# The longest message mpiop sends in an Event (kubeflow's recorder and `kubectl describe` expect short ones), and
+# the cap on a condition message built from something unbounded (an apiserver's answer, an annotation).
+MESSAGE_LIMIT = 1024
 
 
 @dataclass(frozen=True)
@@ -23,6 +26,10 @@ class Event:
     type: Literal["Normal", "Warning"]
     reason: str
     message: str
+
+    def __post_init__(self) -> None:
+        if len(self.message) > MESSAGE_LIMIT:
+            object.__setattr__(self, "message", self.message[:MESSAGE_LIMIT])
 
 
 @dataclass(frozen=True)

@@ -147,8 +147,7 @@ class Manager:
         event = Event("Warning", "Undecodable", (
             f"mpiop cannot decode this object and ignores it until it is changed or deleted ({stub[UNDECODABLE]}); "
             "it nests deeper than JSON decoders accept, under a field its schema preserves unchanged"))
-        self.supervisor.spawn(self.recorder.record_on(involved, event, utcnow()),
-                              name=f"event-undecodable-{meta['name']}", daemon=False)
+        self.recorder.record_on(involved, event, utcnow())
 
     async def run(self, stop: asyncio.Event, leading: asyncio.Event | None = None) -> None:
         """Run until `stop` is set; then finish in-flight reconciles and return.

@@ -193,7 +193,7 @@ class Reconciler:
         job.metadata.resource_version = updated["metadata"]["resourceVersion"]
         metrics.count_transitions(job, plan.status, now)
         for event in plan.events:
-            await self.recorder.record(job, event, now)
+            self.recorder.record(job, event, now)
 
     # -- objects -----------------------------------------------------------------------------------
     async def _apply_objects(self, job: MPIJob, plan: Plan) -> list[Refusal]:

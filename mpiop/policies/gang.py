@@ -20,7 +20,7 @@ from mpiop import podstate
 from mpiop.api.v2beta1 import MPIJob
 from mpiop.desired import podgroup
 from mpiop.desired.podgroup import GangScheduler
-from mpiop.plan import JSON, Observed, Plan, PodGroupWrite
+from mpiop.plan import JSON, MESSAGE_LIMIT, Observed, Plan, PodGroupWrite
 from mpiop.policies import suspend
 from mpiop.policies.failure import mark_failed
 from mpiop.status import conditions as c
@@ -29,7 +29,6 @@ UNSCHEDULABLE_REASON = "PodGroupUnschedulable"
 # A Volcano PodGroup is Pending until a scheduling session admits it to its queue (about a second): only one
 # still Pending after this long is reported as waiting for its queue.
 QUEUE_GRACE_SECONDS = 10.0
-_MESSAGE_LIMIT = 1024
 
 
 def apply(plan: Plan, job: MPIJob, observed: Observed, now: dt.datetime, scheduler: GangScheduler | None) -> None:
@@ -102,7 +101,7 @@ def why_unscheduled(job: MPIJob, observed: Observed, wanted: JSON, scheduler: Ga
         says = max((m for _, m in held), key=[m for _, m in held].count)
         pod = next(p for p, m in held if m == says)
         message += f"; {len(held)} of {len(pods)} pods unschedulable, {podstate.name(pod)}: {says}"
-    return message[:_MESSAGE_LIMIT]
+    return message[:MESSAGE_LIMIT]
 
 
 def _report(plan: Plan, job: MPIJob, observed: Observed, wanted: JSON, scheduler: GangScheduler,
