@@ -259,12 +259,7 @@ class Reconciler:
     async def _delete_launcher_job(self, launcher_job: JSON) -> None:
         """kubeflow's launcher Job of an adopted job, with its pods (the garbage collector deletes them)."""
         meta = launcher_job["metadata"]
-        try:
-            await self.client.delete(JOBS, meta["namespace"], meta["name"], propagation="Background",
-                                     uid=meta.get("uid"))
-        except ApiError as error:
-            if not (error.not_found or error.conflict):
-                raise
+        await self.client.delete_if_present(JOBS, meta["namespace"], meta["name"], uid=meta.get("uid"))
         self.caches.launcher_jobs.observe_delete(f"{meta['namespace']}/{meta['name']}")
         log.info("deleted kubeflow's launcher Job", name=meta["name"])
 
@@ -274,19 +269,16 @@ class Reconciler:
         gang_scheduler = self.settings.gang_scheduler
         assert write is not None and informer is not None and gang_scheduler is not None
         resource, namespace = pod_group_resource(gang_scheduler), job.metadata.namespace
+        if write.verb == "delete":
+            await self.client.delete_if_present(resource, namespace, write.name)
+            informer.observe_delete(f"{namespace}/{write.name}")
+            return None
         try:
-            if write.verb == "delete":
-                await self.client.delete(resource, namespace, write.name)
-                informer.observe_delete(f"{namespace}/{write.name}")
-                return None
             if write.verb == "create":
                 written = await self.client.create(resource, namespace, write.body)
             else:
                 written = await self.client.patch(resource, namespace, write.name, write.body)
         except ApiError as error:
-            if write.verb == "delete" and error.not_found:
-                informer.observe_delete(f"{namespace}/{write.name}")
-                return None
             if error.already_exists:  # not this job's (e.g. its predecessor's, until collected): wait
                 raise RuntimeError(f"PodGroup {namespace}/{write.name} exists and is not owned by this MPIJob; "
                                    "its pods wait until it is gone") from error
@@ -355,12 +347,7 @@ class Reconciler:
                                             (answer.get("metadata") or {}).get("resourceVersion"))
 
     async def _delete_job(self, job: MPIJob) -> None:
-        try:
-            await self.client.delete(MPIJOBS, job.metadata.namespace, job.metadata.name,
-                                     propagation="Background", uid=job.metadata.uid)
-        except ApiError as error:
-            if not (error.not_found or error.conflict):
-                raise
+        await self.client.delete_if_present(MPIJOBS, job.metadata.namespace, job.metadata.name, uid=job.metadata.uid)
         log.info("deleted finished job (ttlSecondsAfterFinished)", job=job.key)
 
 

@@ -283,6 +283,20 @@ class KubeClient:
             options["gracePeriodSeconds"] = grace_period_seconds
         return await self.request("DELETE", resource.path(namespace, name), body=options)
 
+    async def delete_if_present(self, resource: Resource, namespace: str | None, name: str, *,
+                                propagation: str = "Background", uid: str | None = None) -> JSON | None:
+        """DELETE where "already gone" is success (controller-runtime's client.IgnoreNotFound); None then.
+
+        404: gone already. 409: the uid precondition failed, so the name now holds a newer object than the one
+        meant, which is left alone.
+        """
+        try:
+            return await self.delete(resource, namespace, name, propagation=propagation, uid=uid)
+        except ApiError as error:
+            if error.not_found or error.conflict:
+                return None
+            raise
+
     async def delete_collection(self, resource: Resource, namespace: str, *, label_selector: str,
                                 field_selector: str | None = None, propagation: str = "Background") -> set[str]:
         """Delete every object the selectors match in one request; the names of those it deleted.
