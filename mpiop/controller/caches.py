@@ -22,7 +22,7 @@ from mpiop.desired.podgroup import GangScheduler
 from mpiop.kube.client import CONFIGMAPS, JOBS, MPIJOBS, PODS, SECRETS, SERVICES, ApiError, KubeClient, Resource
 from mpiop.kube.informer import Indexer, Informer
 from mpiop.kube.trim import metadata as trimmed_metadata
-from mpiop.plan import Observed
+from mpiop.plan import Observed, Refusal
 
 JSON = dict[str, Any]
 OWNER_INDEX = "owner"
@@ -196,7 +196,8 @@ class Caches:
         """Each owned kind's informer with the filter for its trim: which updates need no reconcile."""
         return [(self.pods, same_pod_but_binding), *((i, same_but_version) for i in self.owned() if i is not self.pods)]
 
-    def observed(self, job: MPIJob) -> Observed:
+    def observed(self, job: MPIJob, refused: list[Refusal] | None = None) -> Observed:
+        """The job's cached objects (those of its uid), with what the apiserver refused in the last pass."""
         def mine(informer: Informer) -> list[JSON]:
             return [o for o in informer.by_index(OWNER_INDEX, job.key) if _owner_uid(o) == job.metadata.uid]
 
@@ -211,6 +212,7 @@ class Caches:
             launcher_job=one(self.launcher_jobs, names.launcher_name(job)),
             launcher_job_pods=[p for p in self.pods.by_index(OWNER_INDEX, job.key) if _controlled_by_job(p)],
             pod_group=one(self.pod_groups, podgroup.pod_group_name(job)) if self.pod_groups is not None else None,
+            refused=refused or [],
         )
 
     def labelled_pods(self, job: MPIJob) -> list[JSON]:

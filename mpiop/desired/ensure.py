@@ -4,13 +4,13 @@ Only differences are planned: a settled job plans nothing. Pods of an earlier at
 launcher of the last one, kept for its log), and workers beyond the wanted count, are deleted; a worker is
 made again only once its predecessor of the same name is gone, and each attempt's launcher (it has its own
 name) only once no earlier worker remains. When the launcher comes is the launcher creation policy's to say
-(policies/launcher_creation); once it may, it is planned before the workers, so a big job's launcher does
-not wait behind hundreds of worker creations. On the host network, a pod whose port moved (a conflict) is
+(policies/launcher_creation). On the host network, a pod whose port moved (a conflict) is
 made again on its new port, and the launcher also waits until the ConfigMap names every host-network pod's
 current port. At most MAX_POD_CREATES_PER_PASS pods are planned per pass (then the job is looked at again at
 once), and the launcher only once every worker is planned, so a 10,000-worker job never holds the event loop
-for a whole build of its pods. (The reconciler still creates the launcher only after its workers were created:
-a worker name taken by someone else's pod must keep it from starting; see controller/reconciler.)
+for a whole build of its pods. The plan keeps workers and launcher as separate creation steps (plan.Creates):
+the launcher is created only once its workers were, as a worker name taken by someone else's pod must keep it
+from starting.
 """
 
 from __future__ import annotations
@@ -49,7 +49,7 @@ def supporting_objects(plan: Plan, job: MPIJob, observed: Observed, settings: Se
     if observed.secret is None:
         plan.create_ssh_secret = True
     if observed.service is None:
-        plan.create.append(objects.service(job))
+        plan.creates.supporting.append(objects.service(job))
 
     workers = observed.worker_states(job, attempt)
     count = job.spec.worker_replicas
@@ -57,7 +57,7 @@ def supporting_objects(plan: Plan, job: MPIJob, observed: Observed, settings: Se
     ports = _ports(job, observed, attempt, settings.port_range)
     wanted = objects.config_map(job, running, settings.cluster_domain, ports, settings.discover_hosts)
     if observed.config_map is None:
-        plan.create.append(wanted)
+        plan.creates.supporting.append(wanted)
     elif observed.config_map.get("data") != wanted["data"]:
         plan.update.append(wanted)
 
@@ -77,7 +77,6 @@ def job_pods(plan: Plan, job: MPIJob, observed: Observed, launcher_may_start: bo
         # The launcher mounted the old port (its ssh would wait on it): it starts again with the new config.
         launcher = observed.launcher(job, attempt)
         plan.delete_pods(moved + ([launcher] if launcher is not None else []))
-    first_pod = len(plan.create)
     budget = MAX_POD_CREATES_PER_PASS
     prefix = names.worker_name(job, 0)[:-1]
     for index in range(count):
@@ -85,12 +84,12 @@ def job_pods(plan: Plan, job: MPIJob, observed: Observed, launcher_may_start: bo
             if budget == 0:
                 plan.requeue_in(0)  # the rest next pass
                 return
-            plan.create.append(pods.worker_pod(job, index, attempt, cluster_domain, ports))
+            plan.creates.workers.append(pods.worker_pod(job, index, attempt, cluster_domain, ports))
             budget -= 1
     if observed.launcher(job, attempt) is None and launcher_may_start \
             and not _old_workers_remain(job, observed, attempt) \
             and hostnetwork.config_current(job, ports, observed.config_map, cluster_domain):
-        plan.create.insert(first_pod, pods.launcher_pod(job, attempt, cluster_domain, ports))
+        plan.creates.launcher.append(pods.launcher_pod(job, attempt, cluster_domain, ports))
 
 
 def _old_workers_remain(job: MPIJob, observed: Observed, attempt: int) -> bool:

@@ -105,7 +105,7 @@ def test_ports_config_first_conflict_then_restart() -> None:
     assert plan.create == [], "made again only once the old pod is gone"
     world.gone()
     plan = world.reconcile(4)
-    assert names_of(plan.create) == ["Pod/pi-launcher", "Pod/pi-worker-1"]
+    assert names_of(plan.create) == ["Pod/pi-worker-1", "Pod/pi-launcher"]
     assert env_of(created(plan, "pi-worker-1"))["MPIOP_SSH_PORT"] == str(moved["pi-worker-1"])
     assert plan.update == [], "the ConfigMap already said so"
 

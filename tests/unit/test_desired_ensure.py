@@ -38,8 +38,8 @@ def test_fresh_job_creates_everything() -> None:
     job = make_mpijob("pi").workers(2).obj()
     plan = run(job, Observed())
     assert plan.create_ssh_secret is True
-    assert created(plan) == ["Service/pi", "ConfigMap/pi-config", "Pod/pi-launcher", "Pod/pi-worker-0",
-                             "Pod/pi-worker-1"]
+    assert created(plan) == ["Service/pi", "ConfigMap/pi-config", "Pod/pi-worker-0",
+                             "Pod/pi-worker-1", "Pod/pi-launcher"]
     assert plan.update == []
     assert plan.delete == []
     config_map = plan.create[1]
@@ -65,7 +65,7 @@ def test_settled_job_plans_nothing() -> None:
 def test_restart_attempt_pods_are_made_with_the_current_attempt() -> None:
     job = make_mpijob("pi").workers(1).status(restart_count=2).obj()
     plan = run(job, observe(job))
-    assert created(plan) == ["Pod/pi-launcher-2", "Pod/pi-worker-0"]
+    assert created(plan) == ["Pod/pi-worker-0", "Pod/pi-launcher-2"]
     assert [o["metadata"]["labels"][names.ATTEMPT_LABEL] for o in plan.create] == ["2", "2"]
 
 
@@ -73,7 +73,7 @@ def test_existing_objects_not_recreated() -> None:
     job = make_mpijob("pi").workers(1).obj()
     plan = run(job, Observed(secret={"kind": "Secret"}, service={"kind": "Service"}))
     assert plan.create_ssh_secret is False
-    assert created(plan) == ["ConfigMap/pi-config", "Pod/pi-launcher", "Pod/pi-worker-0"]
+    assert created(plan) == ["ConfigMap/pi-config", "Pod/pi-worker-0", "Pod/pi-launcher"]
 
 
 def test_missing_worker_is_made_again() -> None:
@@ -93,10 +93,12 @@ def test_wait_for_workers_ready_ignores_ready_pods_of_an_old_attempt() -> None:
     assert deleted(plan) == ["pi-worker-0"]
 
 
-def test_at_startup_launcher_comes_first() -> None:
+def test_at_startup_the_launcher_is_planned_with_its_workers_as_the_step_after_them() -> None:
     job = make_mpijob("pi").workers(2).launcher_creation_policy("AtStartup").obj()
     plan = run(job, observe(job))
-    assert created(plan) == ["Pod/pi-launcher", "Pod/pi-worker-0", "Pod/pi-worker-1"]
+    assert created(plan) == ["Pod/pi-worker-0", "Pod/pi-worker-1", "Pod/pi-launcher"]
+    assert [[o["metadata"]["name"] for o in step] for step in plan.creates.pod_steps()] == [
+        ["pi-worker-0", "pi-worker-1"], ["pi-launcher"]]
 
 
 def test_stale_attempt_pods_deleted_and_not_recreated_until_gone() -> None:
@@ -117,7 +119,7 @@ def test_stale_attempt_pods_deleted_and_not_recreated_until_gone() -> None:
 
     # Gone: made again, in the new attempt (whose launcher has its own name).
     plan = run(job, observe(job))
-    assert created(plan) == ["Pod/pi-launcher-1", "Pod/pi-worker-0", "Pod/pi-worker-1"]
+    assert created(plan) == ["Pod/pi-worker-0", "Pod/pi-worker-1", "Pod/pi-launcher-1"]
 
 
 def test_failed_launcher_of_the_last_attempt_is_kept_older_ones_go() -> None:
@@ -242,7 +244,7 @@ def test_a_huge_job_is_planned_a_share_per_pass_and_its_launcher_with_the_last_s
     made = [make_pod(job, "worker", i).obj() for i in range(1000)]
     last = Plan(status=job.status.model_copy(deep=True))
     ensure.job_pods(last, job, observe(job, made), launcher_may_start=True)
-    # Planned first among the pods (issue 18), only in the pass that plans the last workers (issue 12).
+    # Only in the pass that plans the last workers (issue 12).
     assert [o["metadata"]["name"] for o in last.create] == [
-        "big-launcher", *(f"big-worker-{i}" for i in range(1000, 1200))]
+        *(f"big-worker-{i}" for i in range(1000, 1200)), "big-launcher"]
     assert last.requeue_after is None
