@@ -125,7 +125,7 @@ async def live(workers: int) -> None:
                 held.append(time.thread_time() - cpu)
 
         def count(job: str) -> int:
-            return sum(1 for key in manager.caches.pods.store if key.startswith(f"{ns}/{job}-"))
+            return sum(1 for key in manager.caches.pods.cached_keys() if key.startswith(f"{ns}/{job}-"))
 
         ticking = asyncio.create_task(ticker())
         started = time.monotonic()

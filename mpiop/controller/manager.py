@@ -99,7 +99,7 @@ class Manager:
         self._ids = itertools.count(1)
         metrics.QUEUE_DEPTH.set_function(lambda: len(self.queue))
         metrics.JOBS.source = metrics.JobSource(
-            jobs=lambda: self.caches.jobs.store.values(),
+            jobs=lambda: self.caches.jobs.cached_objects(),
             has_launcher=self._has_launcher,
             active=lambda: self.working,
         )
@@ -163,14 +163,14 @@ class Manager:
                 return
             self.synced.set()
             log.info("caches synced", seconds=round(time.monotonic() - started, 3),
-                     jobs=len(self.caches.jobs.store), pods=len(self.caches.pods.store))
+                     jobs=self.caches.jobs.count(), pods=self.caches.pods.count())
             if leading is not None and not leading.is_set():
                 log.info("standing by until elected leader")
                 if not await _until(asyncio.ensure_future(leading.wait()), stop):
                     return
             self.working = True
             for informer in self.caches.all():  # seen before this process was working: tell their owners now
-                for stub in informer.undecodable.values():
+                for stub in informer.undecodable().values():
                     self._undecodable_event(stub)
             workers = [self.supervisor.spawn(self._work(), name=f"worker-{n}") for n in range(self.config.workers)]
             resync = self.supervisor.spawn(self._resync(), name="resync")
@@ -191,7 +191,7 @@ class Manager:
     async def _resync(self) -> None:
         while True:
             await asyncio.sleep(self.config.resync_seconds)
-            for key in list(self.caches.jobs.store):
+            for key in list(self.caches.jobs.cached_keys()):
                 self.queue.add(key)
 
     async def _work(self) -> None:
