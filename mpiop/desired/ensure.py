@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from mpiop import names, podstate
 from mpiop.api.v2beta1 import MPIJob
-from mpiop.desired import hostnetwork, objects, pods
+from mpiop.desired import hostnetwork, objects, pods, ssh_config
 from mpiop.desired.settings import DEFAULT_SETTINGS, Settings
 from mpiop.plan import Observed, Plan
 
@@ -34,17 +34,16 @@ def _stale(job: MPIJob, observed: Observed, state: podstate.State, pod: podstate
     return state.replica is None or index is None or index >= worker_replicas
 
 
-def _ports(job: MPIJob, observed: Observed, attempt: int, port_range: hostnetwork.PortRange) -> hostnetwork.Ports:
-    return hostnetwork.ports(job, attempt, observed.pods, observed.config_map, port_range)
-
-
 def _moved(job: MPIJob, pod: podstate.Pod, ports: hostnetwork.Ports) -> bool:
     """A pod made with a port the table no longer gives it (it conflicted): it is made again."""
     return any(ports.by_key.get(key, port) != port for key, port in hostnetwork.pod_ports(job, pod).items())
 
 
-def supporting_objects(plan: Plan, job: MPIJob, observed: Observed, settings: Settings = DEFAULT_SETTINGS) -> None:
-    """Secret, Service and hostfile ConfigMap: made even while the job is suspended, kept until it is deleted."""
+def supporting_objects(plan: Plan, job: MPIJob, observed: Observed, ports: hostnetwork.Ports,
+                       settings: Settings = DEFAULT_SETTINGS) -> None:
+    """Secret, Service and hostfile ConfigMap: made even while the job is suspended, kept until it is deleted.
+
+    `ports`: the attempt's host-network port table (policies/host_ports)."""
     attempt = plan.status.restart_count or 0
     if observed.secret is None:
         plan.create_ssh_secret = True
@@ -54,7 +53,6 @@ def supporting_objects(plan: Plan, job: MPIJob, observed: Observed, settings: Se
     workers = observed.worker_states(job, attempt)
     count = job.spec.worker_replicas
     running = [i for i, s in workers.items() if i < count and s.running]
-    ports = _ports(job, observed, attempt, settings.port_range)
     wanted = objects.config_map(job, running, settings.cluster_domain, ports, settings.discover_hosts)
     if observed.config_map is None:
         plan.creates.supporting.append(wanted)
@@ -63,12 +61,11 @@ def supporting_objects(plan: Plan, job: MPIJob, observed: Observed, settings: Se
 
 
 def job_pods(plan: Plan, job: MPIJob, observed: Observed, launcher_may_start: bool,
-             settings: Settings = DEFAULT_SETTINGS) -> None:
+             ports: hostnetwork.Ports, settings: Settings = DEFAULT_SETTINGS) -> None:
     """Workers and launcher of the current attempt (the launcher once its creation policy allows); stale ones
     deleted first."""
     attempt = plan.status.restart_count or 0
     cluster_domain = settings.cluster_domain
-    ports = _ports(job, observed, attempt, settings.port_range)
     count = job.spec.worker_replicas
     states = list(zip(observed.states, observed.pods, strict=True))
     plan.delete_pods([p for s, p in states if _stale(job, observed, s, p, attempt, count)])
@@ -88,7 +85,7 @@ def job_pods(plan: Plan, job: MPIJob, observed: Observed, launcher_may_start: bo
             budget -= 1
     if observed.launcher(job, attempt) is None and launcher_may_start \
             and not _old_workers_remain(job, observed, attempt) \
-            and hostnetwork.config_current(job, ports, observed.config_map, cluster_domain):
+            and ssh_config.is_current(job, ports, observed.config_map, cluster_domain):
         plan.creates.launcher.append(pods.launcher_pod(job, attempt, cluster_domain, ports))
 
 

@@ -13,7 +13,7 @@ from typing import Any
 
 from mpiop import names
 from mpiop.api.v2beta1 import DEFAULT_SSH_AUTH_MOUNT_PATH, MPIJob, ReplicaSpec
-from mpiop.desired import env, hostnetwork, presets
+from mpiop.desired import env, hostnetwork, presets, ssh_config
 
 SSH_VOLUME = "ssh-auth"
 CONFIG_VOLUME = "mpi-job-config"
@@ -74,7 +74,7 @@ def _config_volume(job: MPIJob) -> dict[str, Any]:
         {"key": names.DISCOVER_HOSTS_NAME, "path": names.DISCOVER_HOSTS_NAME, "mode": 0o555},
     ]
     if hostnetwork.ssh_pods(job):
-        items.append({"key": hostnetwork.SSH_CONFIG_NAME, "path": hostnetwork.SSH_CONFIG_NAME, "mode": 0o444})
+        items.append({"key": ssh_config.NAME, "path": ssh_config.NAME, "mode": 0o444})
     return {"name": CONFIG_VOLUME, "configMap": {"name": names.config_map_name(job), "items": items}}
 
 

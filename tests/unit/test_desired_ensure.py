@@ -11,18 +11,20 @@ import pytest
 from mpiop import names, podstate
 from mpiop.api.v2beta1 import MPIJob
 from mpiop.desired import ensure, hostfile, objects
+from mpiop.desired.hostnetwork import NO_PORTS
 from mpiop.desired.settings import Settings
 from mpiop.plan import Observed, Plan
-from mpiop.policies import launcher_creation
+from mpiop.policies import host_ports, launcher_creation
 from testkit.builders import PodBuilder, make_mpijob, make_pod, observe
 
 
 def run(job: MPIJob, observed: Observed, cluster_domain: str = "") -> Plan:
     plan = Plan(status=job.status.model_copy(deep=True))
     settings = Settings(cluster_domain=cluster_domain)
-    ensure.supporting_objects(plan, job, observed, settings)
+    ensure.supporting_objects(plan, job, observed, host_ports.for_plan(plan, job, observed, settings), settings)
     attempt = plan.status.restart_count or 0
-    ensure.job_pods(plan, job, observed, launcher_creation.launcher_may_start(job, observed, attempt), settings)
+    may_start = launcher_creation.launcher_may_start(job, observed, attempt)
+    ensure.job_pods(plan, job, observed, may_start, host_ports.for_plan(plan, job, observed, settings), settings)
     return plan
 
 
@@ -212,7 +214,7 @@ def test_discover_hosts_off_never_follows_the_workers(cached_script: str | None,
         data = objects.config_map_data(job, [0, 1], discover_hosts=cached_script == "live")
         observed.config_map = {"metadata": {"name": "pi-config", "resourceVersion": "7"}, "data": data}
     plan = Plan(status=job.status.model_copy(deep=True))
-    ensure.supporting_objects(plan, job, observed, Settings(discover_hosts=False))
+    ensure.supporting_objects(plan, job, observed, NO_PORTS, Settings(discover_hosts=False))
     writes = [o["data"] for o in plan.create + plan.update if o["kind"] == "ConfigMap"]
     assert writes == ([objects.config_map_data(job, [], discover_hosts=False)] if written else [])
     assert not writes or writes[0][names.DISCOVER_HOSTS_NAME] == hostfile.DISCOVER_HOSTS_OFF
@@ -238,12 +240,12 @@ def test_terminating_worker_is_not_a_running_host() -> None:
 def test_a_huge_job_is_planned_a_share_per_pass_and_its_launcher_with_the_last_share() -> None:
     job = make_mpijob("big").workers(1200).obj()
     first = Plan(status=job.status.model_copy(deep=True))
-    ensure.job_pods(first, job, observe(job), launcher_may_start=True)
+    ensure.job_pods(first, job, observe(job), launcher_may_start=True, ports=NO_PORTS)
     assert [o["metadata"]["name"] for o in first.create][-1] == "big-worker-499"
     assert len(first.create) == ensure.MAX_POD_CREATES_PER_PASS and first.requeue_after == 0
     made = [make_pod(job, "worker", i).obj() for i in range(1000)]
     last = Plan(status=job.status.model_copy(deep=True))
-    ensure.job_pods(last, job, observe(job, made), launcher_may_start=True)
+    ensure.job_pods(last, job, observe(job, made), launcher_may_start=True, ports=NO_PORTS)
     # Only in the pass that plans the last workers (issue 12).
     assert [o["metadata"]["name"] for o in last.create] == [
         *(f"big-worker-{i}" for i in range(1000, 1200)), "big-launcher"]
