@@ -114,7 +114,7 @@ def _master_port(job: MPIJob, ports: hostnetwork.Ports) -> int:
 
 def worker_pod(job: MPIJob, index: int, attempt: int, cluster_domain: str = "",
                ports: hostnetwork.Ports = hostnetwork.NO_PORTS) -> dict[str, Any]:
-    """`ports`: the attempt's host-network port table (hostnetwork.ports), for host-network workers."""
+    """`ports`: the attempt's host-network port table (policies/host_ports), for host-network workers."""
     replica = job.spec.worker
     assert replica is not None, "worker_pod needs a Worker replica spec"
     labels = names.role_labels(job, names.WORKER_ROLE, names.worker_label_index(job, index), attempt)
