@@ -76,7 +76,8 @@ def delete_worker_mid_run(e2e: E2E, name: str, make_job: Callable[[list[str], li
         job = e2e.job(name)
         return job if is_true(job, "Restarting") else None
 
-    restarting = wait_for(restarting_job, 120, "the Restarting condition", describe=lambda: e2e.describe(name))
+    restarting = wait_for(restarting_job, 120, "the Restarting condition",
+                          describe=lambda: f"{e2e.describe(name)}\nlauncher log:\n{log_or_empty(e2e, name)}")
     message: str = (condition(restarting, "Restarting") or {}).get("message", "")
     assert "restart" in message.lower(), message
     job = e2e.wait_finished(name)
