@@ -14,6 +14,7 @@
                                 of a later attempt it is deleted, and the launcher Pod waits for it to go
                                 (policies/adoption)
     launcher ok? -> Succeeded, clean-up                                       (policies/success)
+    disrupted?   -> a pod evicted or preempted: Restarting, backoffLimit not spent (policies/disruption)
     pod failed?  -> Restarting (pods deleted) or Failed (backoffLimit), clean-up (policies/failure)
     restarted in place (OnFailure)? -> counted against backoffLimit in Running, or Failed BackoffLimitExceeded
     otherwise    -> Running when all pods run; create what is missing, the launcher when its creation
@@ -38,6 +39,7 @@ from mpiop.policies import (
     adoption,
     cleanup,
     deadline,
+    disruption,
     failure,
     forward_env,
     gang,
@@ -87,6 +89,8 @@ def _decide(plan: Plan, job: MPIJob, observed: Observed, now: dt.datetime, setti
     if adoption.apply(plan, job, observed, now, settings):
         return
     if success.apply(plan, job, observed, now):
+        return
+    if disruption.apply(plan, job, observed, now, settings.max_disruption_restarts):
         return
     if failure.apply(plan, job, observed, now):
         return

@@ -57,6 +57,21 @@ def unschedulable_message(pod: Pod) -> str:
     return ""
 
 
+# The condition the apiserver, scheduler, taint manager, pod GC or kubelet puts on a pod it is about to end for a
+# reason outside the pod (EvictionByEvictionAPI, PreemptionByScheduler, DeletionByTaintManager, DeletionByPodGC,
+# TerminationByKubelet): what a Kubernetes Job's podFailurePolicy matches to not count a failure.
+DISRUPTION_TARGET = "DisruptionTarget"
+DISRUPTION_MESSAGE_KEPT = 300
+
+
+def disruption(pod: Pod) -> tuple[str, str] | None:
+    """(reason, message) of the pod's DisruptionTarget=True condition; None when it has none."""
+    for condition in pod.get("status", {}).get("conditions") or []:
+        if condition.get("type") == DISRUPTION_TARGET and condition.get("status") == "True":
+            return str(condition.get("reason") or DISRUPTION_TARGET), str(condition.get("message") or "")
+    return None
+
+
 def attempt(pod: Pod) -> int:
     try:
         return int(labels(pod).get(names.ATTEMPT_LABEL, "0"))
@@ -254,6 +269,11 @@ def trim(pod: Pod) -> Pod:
     conditions += [{"type": "PodScheduled", "status": "False", "message": c.get("message") or ""}
                    for c in status.get("conditions") or []
                    if c.get("type") == "PodScheduled" and c.get("status") == "False"]
+    # Evicted, preempted or deleted from a failing node: a restart that spends no backoffLimit (policies/disruption).
+    conditions += [{"type": DISRUPTION_TARGET, "status": "True", "reason": c.get("reason") or "",
+                    "message": str(c.get("message") or "")[:DISRUPTION_MESSAGE_KEPT]}
+                   for c in status.get("conditions") or []
+                   if c.get("type") == DISRUPTION_TARGET and c.get("status") == "True"]
     if conditions:  # only then: other conditions coming and going change nothing here
         kept_status["conditions"] = conditions
     for key in ("initContainerStatuses", "containerStatuses"):

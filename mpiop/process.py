@@ -51,6 +51,16 @@ def _port_range(text: str) -> PortRange:
         raise argparse.ArgumentTypeError(str(error)) from None
 
 
+def _non_negative(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = -1
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"not a whole number >= 0: {text!r}")
+    return value
+
+
 def add_run_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--kubeconfig", help="kubeconfig file (default: $KUBECONFIG, ~/.kube/config, in-cluster)")
     parser.add_argument("--namespace", default=None,
@@ -85,6 +95,9 @@ def add_run_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--discover-hosts", action=argparse.BooleanOptionalAction, default=True,
                         help="keep discover_hosts.sh (elastic Horovod) listing the Running workers, as kubeflow "
                              "does; off: it is a script that fails saying so, and is never patched (default on)")
+    parser.add_argument("--max-disruption-restarts", type=_non_negative, default=10, metavar="N",
+                        help="restarts per job after a pod was evicted or preempted (its DisruptionTarget condition) "
+                             "that do not count against backoffLimit; past N they do (default 10)")
     parser.add_argument("--resync-seconds", type=float, default=300.0, help="re-reconcile every job this often")
     parser.add_argument("--field-manager", default="mpiop",
                         help="name recorded in managedFields for this process's writes (default mpiop)")
@@ -112,7 +125,8 @@ def config_from_args(args: argparse.Namespace) -> ManagerConfig:
     return ManagerConfig(namespace=args.namespace or None, workers=args.workers, cluster_domain=args.cluster_domain,
                          port_range=args.host_network_port_range, resync_seconds=args.resync_seconds,
                          gang_scheduler=gang_scheduler(args.gang_scheduling),
-                         lifecycle_events=args.lifecycle_events, discover_hosts=args.discover_hosts)
+                         lifecycle_events=args.lifecycle_events, discover_hosts=args.discover_hosts,
+                         max_disruption_restarts=args.max_disruption_restarts)
 
 
 def election_from_args(args: argparse.Namespace) -> ElectionConfig | None:

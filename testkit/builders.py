@@ -369,6 +369,13 @@ class PodBuilder:
         self._status.update(reason="Evicted", message=message)
         return self
 
+    def disrupted(self, reason: str = "EvictionByEvictionAPI", message: str = "Eviction API: evicting") -> Self:
+        """Carrying DisruptionTarget=True, as Kubernetes marks a pod it evicts, preempts or deletes off a failing
+        node (the phase is left as it is: the kubelet then fails it, or it is deleted)."""
+        self._status.setdefault("conditions", []).append(
+            {"type": "DisruptionTarget", "status": "True", "reason": reason, "message": message})
+        return self
+
     def unschedulable(self, message: str = "0/3 nodes are available: 3 node(s) didn't have free ports for the "
                                            "requested pod ports.") -> Self:
         """Pending, with the scheduler's PodScheduled=False message (by default: a host-port conflict)."""

@@ -279,8 +279,9 @@ class FailureInfo(ApiModel):
 
     reason: str = Field(
         description=(
-            "Why it failed: the container's reason (OOMKilled, Error, StartError, ...), the pod's (Evicted), or, "
-            "from the launcher's log, WorkerLost (mpirun lost the worker) or RankFailed (a rank there died)."
+            "Why it failed: the container's reason (OOMKilled, Error, StartError, ...), the pod's (Evicted), its "
+            "DisruptionTarget condition's (EvictionByEvictionAPI, PreemptionByScheduler, ...), or, from the "
+            "launcher's log, WorkerLost (mpirun lost the worker) or RankFailed (a rank there died)."
         ),
     )
     pod: str | None = Field(default=None, description="The pod blamed: a worker when one died, else the launcher.")
@@ -314,6 +315,14 @@ class JobStatus(ApiModel):
         default=None,
         description=("mpiop extension: how many times the whole job was restarted after a failed pod (containers "
                      "restarted in place are counted in the Running condition's message)."),
+    )
+    disruption_restarts: int | None = Field(
+        default=None,
+        description=(
+            "mpiop extension: how many of restartCount's restarts followed a disruption (a pod evicted, preempted "
+            "or deleted by the taint manager: its DisruptionTarget condition); they do not count against "
+            "backoffLimit, up to the operator's --max-disruption-restarts."
+        ),
     )
     attempt_start_time: Time | None = Field(
         default=None,

@@ -16,6 +16,8 @@ class Settings:
     port_range: PortRange = DEFAULT_PORT_RANGE  # --host-network-port-range: SSH ports of host-network pods
     gang_scheduler: GangScheduler | None = None  # --gang-scheduling: whose PodGroup a job's pods join, if any
     discover_hosts: bool = True  # False (--no-discover-hosts): discover_hosts.sh is a fixed script, never patched
+    # --max-disruption-restarts: restarts after an eviction or preemption that spend no backoffLimit, per job
+    max_disruption_restarts: int = 10
 
 
 DEFAULT_SETTINGS = Settings()

@@ -83,29 +83,36 @@ def restarted_in_place(plan: Plan, job: MPIJob, observed: Observed, now: dt.date
 
 
 def attempt_failed(plan: Plan, job: MPIJob, observed: Observed, now: dt.datetime,
-                   why: failure_report.Report | str, permanent: bool = False) -> None:
+                   why: failure_report.Report | str, permanent: bool = False, disrupted: bool = False) -> None:
     """The current attempt failed: restart the job, or fail it at backoffLimit. `why` is the failure report,
-    or a summary where no pod is to blame (an adopted job's launcher Job that failed)."""
+    or a summary where no pod is to blame (an adopted job's launcher Job that failed). A `disrupted` attempt
+    (policies/disruption) restarts without spending backoffLimit."""
     found = why if isinstance(why, failure_report.Report) else failure_report.summary_only(why)
     status = plan.status
     attempt = status.restart_count or 0
     status.last_failure = found.info.model_copy(update={"time": now, "attempt": attempt})
     limit = job.spec.run_policy.effective_backoff_limit
     restarted = observed.in_place_failures(attempt)
-    failures = attempt + 1 + restarted
+    disruptions = (status.disruption_restarts or 0) + int(disrupted)
+    failures = attempt + 1 + restarted - disruptions
     key = job.key
-    if permanent or failures > limit:
+    if not disrupted and (permanent or failures > limit):
         reached = "permanent exit code (restartPolicy ExitCode)" if permanent else f"backoffLimit {limit}"
         head = f"MPIJob {key} has failed ({reached} reached after {attempt} restarts)"
         mark_failed(plan, c.FAILED_REASON, found.message(head), now,
                     event_message=found.message(head, limit=MESSAGE_LIMIT))
         return
     status.restart_count = attempt + 1
+    status.disruption_restarts = disruptions or None
     status.attempt_start_time = now
     kept = [p for p in observed.pods if podstate.is_kept_launcher(p, attempt + 1)]
     middle = f"; the failed launcher {podstate.name(kept[0])} is kept for `kubectl logs`" if kept else ""
-    counted = f", failure {failures} with {restarted} restarted in place" if restarted else ""
+    in_place_part = f" with {restarted} restarted in place" if restarted else ""
+    counted = f", failure {failures}{in_place_part}" if restarted or disruptions else ""
     head = f"MPIJob {key} is restarting (restart {attempt + 1}{counted} of backoffLimit {limit})"
+    if disrupted:
+        head = (f"MPIJob {key} is restarting after a disruption (restart {attempt + 1}, disruption {disruptions}; "
+                f"not counted against backoffLimit {limit})")
     message = found.message(head, middle)
     c.set_condition(status, "Restarting", "True", c.RESTARTING_REASON, message, now)
     c.set_false_if_true(status, "Running", c.RESTARTING_REASON, message, now)

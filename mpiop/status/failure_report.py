@@ -223,6 +223,15 @@ def _info(job: MPIJob, pod: podstate.Pod, reason: str, attempt: int) -> FailureI
     )
 
 
+def disruption_report(job: MPIJob, pod: podstate.Pod, reason: str, message: str, attempt: int) -> Report:
+    """A pod that was disrupted (its DisruptionTarget condition's reason, e.g. EvictionByEvictionAPI): the pod to
+    blame, whatever else failed because it went."""
+    what = f"{podstate.name(pod)}{_where(job, pod)} {podstate.DISRUPTION_TARGET} {reason}"
+    if message.strip():
+        what += f": {message.strip()[:_DETAIL_CHARS]}"
+    return Report(podstate.name(pod), reason, what, _info(job, pod, reason, attempt))
+
+
 def report(job: MPIJob, observed: Observed, attempt: int) -> Report | None:
     """The attempt's failure, told from the pod to blame; None when no pod of the attempt failed (or only
     restarted in place, within backoffLimit)."""

@@ -164,6 +164,19 @@ def test_trim_keeps_why_a_pod_is_unschedulable() -> None:
     assert podstate.unschedulable_message({"metadata": {}, "status": {"phase": "Running"}}) == ""
 
 
+def test_trim_keeps_a_disruption_and_drops_a_cleared_one() -> None:
+    """policies/disruption reads DisruptionTarget=True; one Kubernetes set back to False is not a disruption."""
+    message = "Eviction API: evicting " + "x" * 400
+    condition = {"type": "DisruptionTarget", "status": "True", "reason": "EvictionByEvictionAPI", "message": message,
+                 "lastTransitionTime": "2026-01-01T00:00:00Z"}
+    evicted = {"metadata": {"name": "p"}, "status": {"phase": "Running", "conditions": [condition]}}
+    trimmed = podstate.trim(evicted)
+    assert podstate.disruption(trimmed) == ("EvictionByEvictionAPI", message[:podstate.DISRUPTION_MESSAGE_KEPT])
+    condition["status"] = "False"
+    assert podstate.disruption(podstate.trim(evicted)) is None
+    assert "conditions" not in podstate.trim(evicted)["status"]
+
+
 def test_trim_of_a_new_pod() -> None:
     assert podstate.trim({"metadata": {"name": "p"}}) == {"metadata": {"name": "p", "ownerReferences": []},
                                                           "status": {}}
@@ -173,8 +186,9 @@ def test_trim_of_a_new_pod() -> None:
     "pod",
     [worker(), worker().running(), worker().ready().terminating(), worker().succeeded(),
      worker().failed(reason="OOMKilled", exit_code=137), worker().evicted(), make_pod(JOB, "launcher", 0, 3),
-     worker().unschedulable()],
-    ids=["pending", "running", "ready-terminating", "succeeded", "failed", "evicted", "launcher", "unschedulable"],
+     worker().unschedulable(), worker().running().disrupted().terminating()],
+    ids=["pending", "running", "ready-terminating", "succeeded", "failed", "evicted", "launcher", "unschedulable",
+         "disrupted"],
 )
 def test_builder_pods_are_trimmed(pod: PodBuilder) -> None:
     """make_pod(...).obj() is in the cache's shape: trimming it (as the raw pod, whose owner reference says

@@ -88,3 +88,16 @@ async def test_token_bucket_waits_only_past_the_burst(monkeypatch: pytest.Monkey
         await bucket.acquire()
     assert len(waits) == sleeps
     assert all(0 < w <= 1 / qps for w in waits)
+
+
+@pytest.mark.parametrize(("argv", "cap"), [((), 10), (("--max-disruption-restarts", "0"), 0),
+                                           (("--max-disruption-restarts=3",), 3)], ids=["default", "zero", "three"])
+def test_max_disruption_restarts_flag(argv: tuple[str, ...], cap: int) -> None:
+    assert config_from_args(parse(*argv)).settings().max_disruption_restarts == cap
+
+
+@pytest.mark.parametrize("bad", ["-1", "two"])
+def test_max_disruption_restarts_refuses_what_is_not_a_count(bad: str, capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        parse("--max-disruption-restarts", bad)
+    assert "--max-disruption-restarts: not a whole number >= 0" in capsys.readouterr().err

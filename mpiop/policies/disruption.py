@@ -1,0 +1,48 @@
+"""Disruptions: a pod evicted, preempted or deleted off a failing node restarts the job without spending backoffLimit.
+
+What ended such a pod was outside it, so it says nothing about the program: as a Kubernetes Job's
+podFailurePolicy `Ignore` on the DisruptionTarget condition, the restart is counted apart
+(status.disruptionRestarts), not against backoffLimit. The condition is put on the pod before it goes (the
+Eviction API, the scheduler's preemption, the taint manager, the pod GC) or as the kubelet ends it (node
+pressure, node shutdown); a pod that is already being deleted counts too, since an evicted pod is deleted, not
+failed, and without this the worker would come back alone into a job whose mpirun lost it (kubeflow #647).
+A condition on a pod that neither goes nor failed is not acted on (an eviction that was then not carried out;
+Kubernetes clears it). Past --max-disruption-restarts a disruption counts as an ordinary failure, so a job that
+is preempted again and again still ends.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+
+from mpiop import names, podstate
+from mpiop.api.v2beta1 import MPIJob
+from mpiop.plan import Observed, Plan
+from mpiop.policies import failure
+from mpiop.status import failure_report
+
+
+def disrupted_pod(observed: Observed, attempt: int) -> tuple[podstate.Pod, str, str] | None:
+    """The attempt's first disrupted pod (the launcher, then workers by index) and its condition's reason and
+    message: one that carries DisruptionTarget and is going or Failed."""
+    found = [(s, p) for s, p in zip(observed.states, observed.pods, strict=True)
+             if s.attempt == attempt and (s.terminating or s.phase == "Failed")]
+    found.sort(key=lambda f: (f[0].role != names.LAUNCHER_ROLE, f[0].replica or 0))
+    for _, pod in found:
+        if (why := podstate.disruption(pod)) is not None:
+            return pod, *why
+    return None
+
+
+def apply(plan: Plan, job: MPIJob, observed: Observed, now: dt.datetime, cap: int) -> bool:
+    """Restart a disrupted attempt; True when it did (the job is restarting, or has failed once past `cap`)."""
+    attempt = plan.status.restart_count or 0
+    found = disrupted_pod(observed, attempt)
+    if found is None:
+        return False
+    pod, reason, message = found
+    within_cap = (plan.status.disruption_restarts or 0) < cap
+    past_cap = "" if within_cap else f" (past --max-disruption-restarts {cap}: counted as a failure)"
+    report = failure_report.disruption_report(job, pod, reason, message + past_cap, attempt)
+    failure.attempt_failed(plan, job, observed, now, report, disrupted=within_cap)
+    return True
