@@ -77,7 +77,7 @@ async def test_evictions_restart_without_spending_backoff_limit_and_leave_no_pod
         assert (status["restartCount"], status["disruptionRestarts"]) == (1, 1)
         assert status["lastFailure"]["reason"] == "EvictionByEvictionAPI"
         assert await cluster.condition("ev", "Failed") is None
-        await cluster.kube.delete(PODS, cluster.ns, "ev-worker-1", grace_period_seconds=0)  # its kubelet's part
+        await _finish_terminating(cluster, {"ev-worker-0", "ev-worker-1"})
 
         # 2. Past the cap (1): a kubelet's node-pressure eviction counts against backoffLimit 0, and fails the job.
         second = ["ev-launcher-1", "ev-worker-0", "ev-worker-1"]
@@ -107,6 +107,17 @@ async def test_evictions_restart_without_spending_backoff_limit_and_leave_no_pod
             return await cluster.job("ev") is None and not await cluster.pods()
 
         await eventually(job_and_pods_gone, timeout=60, what="TTL: the job and (garbage collector) its pods gone")
+
+
+async def _finish_terminating(cluster: Cluster, bound: set[str]) -> None:
+    """The kubelet's part of a graceful deletion of the pods bound to the node: they go once terminating."""
+    async def all_terminating() -> bool:
+        pods = await cluster.pods()
+        return all(pods[n]["metadata"].get("deletionTimestamp") for n in bound if n in pods)
+
+    await eventually(all_terminating, what=f"{sorted(bound)} being deleted")
+    for name in bound:
+        await cluster.kube.delete(PODS, cluster.ns, name, grace_period_seconds=0)
 
 
 async def _has(cluster: Cluster, wanted: list[str]) -> bool:
