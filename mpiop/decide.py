@@ -17,6 +17,7 @@
     disrupted?   -> a pod evicted or preempted: Restarting, backoffLimit not spent (policies/disruption)
     pod failed?  -> Restarting (pods deleted) or Failed (backoffLimit), clean-up (policies/failure)
     restarted in place (OnFailure)? -> counted against backoffLimit in Running, or Failed BackoffLimitExceeded
+    attempt failed? -> its launcher's and failed pods' logs saved in <job>-attempt-<n> first (policies/evidence)
     otherwise    -> Running when all pods run; create what is missing, the launcher when its creation
                     policy allows (policies/launcher_creation); update the hostfile (host network: per-pod SSH ports,
                     desired.hostnetwork)
@@ -40,6 +41,7 @@ from mpiop.policies import (
     cleanup,
     deadline,
     disruption,
+    evidence,
     failure,
     forward_env,
     gang,
@@ -61,6 +63,7 @@ def decide(job: MPIJob, observed: Observed, now: dt.datetime, settings: Settings
         return plan
     progress.mark_created(plan, job, now)
     _decide(plan, job, observed, now, settings)
+    evidence.apply(plan, job, observed, settings.kept_attempts)
     gang.apply(plan, job, observed, now, settings.gang_scheduler)
     if plan.status.finished:
         cleanup.apply(plan, job, observed)

@@ -51,6 +51,12 @@ def config_map_name(job: MPIJob) -> str:
     return f"{job.metadata.name}-config"
 
 
+def attempt_config_map_name(job: MPIJob, attempt: int) -> str:
+    """`<job>-attempt-<n>`: the logs of the job's n-th attempt (n from 1; its pods carry ATTEMPT_LABEL n-1, the
+    restartCount they ran under), saved when it failed. A ConfigMap with ATTEMPT_LABEL is one of these."""
+    return f"{job.metadata.name}-attempt-{attempt + 1}"
+
+
 def ssh_secret_name(job: MPIJob) -> str:
     return f"{job.metadata.name}-ssh"
 

@@ -70,6 +70,8 @@ class Observed:
     # status.failure_report.log_request names (decisions never do I/O).
     log_tails: dict[str, str] = field(default_factory=dict)
     pod_group: JSON | None = None  # only with gang scheduling on
+    # The job's saved attempts' logs (`<job>-attempt-<n>` ConfigMaps): their metadata only.
+    attempt_config_maps: list[JSON] = field(default_factory=list)
     refused: list[Refusal] = field(default_factory=list)
     _states: list[podstate.State] | None = field(default=None, init=False, repr=False, compare=False)
     _by_name: dict[str, Pod] | None = field(default=None, init=False, repr=False, compare=False)
@@ -144,6 +146,27 @@ class PodGroupWrite:
     body: JSON = field(default_factory=dict)  # the PodGroup (create) or the merge patch (patch)
 
 
+@dataclass(frozen=True)
+class LogSource:
+    """One container's log to keep, or (`unreadable`) why there is none to read."""
+
+    pod: str
+    container: str | None  # None: no container of the pod started
+    previous: bool = False  # the run before the container's last in-place restart
+    unreadable: str = ""
+
+
+@dataclass(frozen=True)
+class Evidence:
+    """A failed attempt's logs to save in ConfigMap `name` before its pods go, and older ones to delete."""
+
+    name: str
+    attempt: int
+    summary: str  # the Restarting or Failed condition's message
+    logs: list[LogSource]
+    drop: list[str] = field(default_factory=list)
+
+
 @dataclass
 class Creates:
     """The objects to create, in steps carried out in this order, each only once the one before succeeded whole
@@ -184,6 +207,7 @@ class Plan:
     delete_launcher_job: JSON | None = None
     events: list[Event] = field(default_factory=list)
     pod_group: PodGroupWrite | None = None
+    evidence: Evidence | None = None
     requeue_after: float | None = None
 
     @property

@@ -16,6 +16,7 @@ import re
 import signal
 import socket
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 
 import structlog
@@ -51,14 +52,17 @@ def _port_range(text: str) -> PortRange:
         raise argparse.ArgumentTypeError(str(error)) from None
 
 
-def _non_negative(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        value = -1
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"not a whole number >= 0: {text!r}")
-    return value
+def _at_least(minimum: int) -> Callable[[str], int]:
+    """An argparse type: a whole number >= minimum, else an error naming the flag and what it got."""
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            value = minimum - 1
+        if value < minimum:
+            raise argparse.ArgumentTypeError(f"not a whole number >= {minimum}: {text!r}")
+        return value
+    return parse
 
 
 def add_run_arguments(parser: argparse.ArgumentParser) -> None:
@@ -95,9 +99,12 @@ def add_run_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--discover-hosts", action=argparse.BooleanOptionalAction, default=True,
                         help="keep discover_hosts.sh (elastic Horovod) listing the Running workers, as kubeflow "
                              "does; off: it is a script that fails saying so, and is never patched (default on)")
-    parser.add_argument("--max-disruption-restarts", type=_non_negative, default=10, metavar="N",
+    parser.add_argument("--max-disruption-restarts", type=_at_least(0), default=10, metavar="N",
                         help="restarts per job after a pod was evicted or preempted (its DisruptionTarget condition) "
                              "that do not count against backoffLimit; past N they do (default 10)")
+    parser.add_argument("--kept-attempts", type=_at_least(1), default=3, metavar="K",
+                        help="keep the logs of each job's last K failed attempts in ConfigMaps <job>-attempt-<n> "
+                             "(default 3)")
     parser.add_argument("--resync-seconds", type=float, default=300.0, help="re-reconcile every job this often")
     parser.add_argument("--field-manager", default="mpiop",
                         help="name recorded in managedFields for this process's writes (default mpiop)")
@@ -126,7 +133,7 @@ def config_from_args(args: argparse.Namespace) -> ManagerConfig:
                          port_range=args.host_network_port_range, resync_seconds=args.resync_seconds,
                          gang_scheduler=gang_scheduler(args.gang_scheduling),
                          lifecycle_events=args.lifecycle_events, discover_hosts=args.discover_hosts,
-                         max_disruption_restarts=args.max_disruption_restarts)
+                         max_disruption_restarts=args.max_disruption_restarts, kept_attempts=args.kept_attempts)
 
 
 def election_from_args(args: argparse.Namespace) -> ElectionConfig | None:

@@ -95,6 +95,9 @@ def trim_secret(obj: JSON) -> JSON:
 
 
 def trim_config_map(obj: JSON) -> JSON:
+    """The hostfile ConfigMap whole; a saved attempt's logs (labelled with its attempt) by name only."""
+    if names.ATTEMPT_LABEL in (obj["metadata"].get("labels") or {}):
+        return {"metadata": trimmed_metadata(obj)}
     return {"metadata": trimmed_metadata(obj), "data": obj.get("data") or {}}
 
 
@@ -207,6 +210,8 @@ class Caches:
         return Observed(
             pods=mine(self.pods),
             config_map=one(self.config_maps, names.config_map_name(job)),
+            attempt_config_maps=[m for m in mine(self.config_maps)
+                                 if names.ATTEMPT_LABEL in (m["metadata"].get("labels") or {})],
             secret=one(self.secrets, names.ssh_secret_name(job)),
             service=one(self.services, names.service_name(job)),
             launcher_job=one(self.launcher_jobs, names.launcher_name(job)),

@@ -69,12 +69,13 @@ class ManagerConfig:
     lifecycle_events: bool = True  # False: MPIJobCreated/Running/Succeeded are logged, not sent
     discover_hosts: bool = True  # False: discover_hosts.sh is a fixed script, never patched
     max_disruption_restarts: int = 10  # restarts after evictions/preemptions that spend no backoffLimit
+    kept_attempts: int = 3  # a job's last failed attempts whose logs stay in ConfigMaps
 
     def settings(self) -> Settings:
         """The flags that shape a job's objects, as decide reads them."""
         return Settings(cluster_domain=self.cluster_domain, port_range=self.port_range,
                         gang_scheduler=self.gang_scheduler, discover_hosts=self.discover_hosts,
-                        max_disruption_restarts=self.max_disruption_restarts)
+                        max_disruption_restarts=self.max_disruption_restarts, kept_attempts=self.kept_attempts)
 
     def unsent_event_reasons(self) -> frozenset[str]:
         """Events only logged, never sent: every job's three lifecycle Events under --no-lifecycle-events."""

@@ -30,6 +30,7 @@ from mpiop.api.v2beta1 import MPIJob, format_time
 from mpiop.controller import bulk_delete
 from mpiop.controller.caches import Caches, pod_group_resource
 from mpiop.controller.events import EventRecorder
+from mpiop.controller.evidence import AttemptEvidence
 from mpiop.controller.logtails import LogTails
 from mpiop.controller.refusals import Refusals
 from mpiop.controller.soft_writes import SoftWriteHold, only_soft_writes, status_change
@@ -81,6 +82,7 @@ class Reconciler:
         self.log_tails = LogTails(client)
         self.refusals = Refusals()
         self.soft_writes = SoftWriteHold()
+        self.evidence = AttemptEvidence(client, caches)
         # Whether the operator's role lacks `deletecollection` on pods (a role from before it was needed).
         self._collections_forbidden = False
 
@@ -110,6 +112,8 @@ class Reconciler:
         wait = self.soft_writes.wait(key, only_soft_writes(plan, status, observed.config_map), time.monotonic())
         if wait is not None:
             return wait if plan.requeue_after is None else min(wait, plan.requeue_after)
+        if plan.evidence is not None:  # before the status names it and the attempt's pods go
+            await self.evidence.save(job, plan.evidence)
         try:
             await self._write_status(job, plan, status.patch, now)
         except ApiError as error:

@@ -18,6 +18,7 @@ class Settings:
     discover_hosts: bool = True  # False (--no-discover-hosts): discover_hosts.sh is a fixed script, never patched
     # --max-disruption-restarts: restarts after an eviction or preemption that spend no backoffLimit, per job
     max_disruption_restarts: int = 10
+    kept_attempts: int = 3  # --kept-attempts: a job's last failed attempts whose logs stay in ConfigMaps
 
 
 DEFAULT_SETTINGS = Settings()

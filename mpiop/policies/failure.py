@@ -7,8 +7,9 @@ if the failed pod is still seen by a later reconcile. A pod already being delete
 scale-down or a suspend, which can kill it into Failed on its way out) is not a failure. With restartPolicy
 ExitCode, exit codes 1-127 are permanent (the program itself failed) and fail the job at once; 128-255
 (killed by a signal) restart it. The messages (and status.lastFailure) come from status.failure_report: the
-pod to blame, its ranks and node, and the log tail. A failed launcher is kept through the next attempt
-(its successor has its own name), so its log survives the restart.
+pod to blame, its ranks and node, and the log tail, and name the ConfigMap the attempt's logs are saved in
+(policies/evidence). A failed launcher is kept through the next attempt (its successor has its own name), so
+its log survives the restart.
 
 A container under restartPolicy OnFailure is restarted in place by the kubelet and its pod never fails: each
 such failed run counts against backoffLimit too (status.in_place), as a Kubernetes Job counts them for
@@ -55,11 +56,17 @@ def apply(plan: Plan, job: MPIJob, observed: Observed, now: dt.datetime) -> bool
         head = (f"MPIJob {job.key} has failed (backoffLimit {limit} exceeded: "
                 f"{in_place.failures(job, observed, attempt)} failures after {attempt} restarts, "
                 f"{observed.in_place_failures(attempt)} of them restarted in place)")
-        mark_failed(plan, c.BACKOFF_LIMIT_EXCEEDED_REASON, found.message(head), now,
-                    event_message=found.message(head, limit=MESSAGE_LIMIT))
+        saved = saved_in(job, attempt)
+        mark_failed(plan, c.BACKOFF_LIMIT_EXCEEDED_REASON, found.message(head, saved), now,
+                    event_message=found.message(head, saved, limit=MESSAGE_LIMIT))
         return True
     attempt_failed(plan, job, observed, now, found, _is_permanent(job, pod))
     return True
+
+
+def saved_in(job: MPIJob, attempt: int) -> str:
+    """What the messages of a failed attempt add: where policies/evidence saves its logs."""
+    return f"; the attempt's logs are kept in ConfigMap {names.attempt_config_map_name(job, attempt)}"
 
 
 def restarted_in_place(plan: Plan, job: MPIJob, observed: Observed, now: dt.datetime) -> None:
@@ -96,17 +103,18 @@ def attempt_failed(plan: Plan, job: MPIJob, observed: Observed, now: dt.datetime
     disruptions = (status.disruption_restarts or 0) + int(disrupted)
     failures = attempt + 1 + restarted - disruptions
     key = job.key
+    saved = saved_in(job, attempt)
     if not disrupted and (permanent or failures > limit):
         reached = "permanent exit code (restartPolicy ExitCode)" if permanent else f"backoffLimit {limit}"
         head = f"MPIJob {key} has failed ({reached} reached after {attempt} restarts)"
-        mark_failed(plan, c.FAILED_REASON, found.message(head), now,
-                    event_message=found.message(head, limit=MESSAGE_LIMIT))
+        mark_failed(plan, c.FAILED_REASON, found.message(head, saved), now,
+                    event_message=found.message(head, saved, limit=MESSAGE_LIMIT))
         return
     status.restart_count = attempt + 1
     status.disruption_restarts = disruptions or None
     status.attempt_start_time = now
     kept = [p for p in observed.pods if podstate.is_kept_launcher(p, attempt + 1)]
-    middle = f"; the failed launcher {podstate.name(kept[0])} is kept for `kubectl logs`" if kept else ""
+    middle = (f"; the failed launcher {podstate.name(kept[0])} is kept for `kubectl logs`" if kept else "") + saved
     in_place_part = f" with {restarted} restarted in place" if restarted else ""
     counted = f", failure {failures}{in_place_part}" if restarted or disruptions else ""
     head = f"MPIJob {key} is restarting (restart {attempt + 1}{counted} of backoffLimit {limit})"

@@ -3,12 +3,12 @@
 The ServiceAccount, ClusterRole(+Binding) and leader-election Role(+Binding) are applied from deploy/base; a
 token is minted for the ServiceAccount (TokenRequest) and the operator runs in-process on that token alone,
 leader election included, through a whole job life: creation, suspended and resumed twice as Kueue would
-(the second Suspended Event bumps the first one's count), a failed attempt (whose launcher's log is read
-for the failure report) and a restart, Running, success, clean-up of the workers, deletion by
-ttlSecondsAfterFinished, and the lease's release at shutdown; beside it, a job kubeflow's operator left with a
-failed worker is taken over and restarted (its objects claimed, its launcher Job deleted). Every request it
-sends is recorded as the (verb, group, resource, name) the authorizer sees and compared with the rules both
-ways.
+(the second Suspended Event bumps the first one's count), two failed attempts (whose launchers' logs are read
+for the failure report and saved, the second's ConfigMap replacing the first's under --kept-attempts 1) and
+restarts, Running, success, clean-up of the workers, deletion by ttlSecondsAfterFinished, and the lease's
+release at shutdown; beside it, a job kubeflow's operator left with a failed worker is taken over and
+restarted (its objects claimed, its launcher Job deleted). Every request it sends is recorded as the (verb,
+group, resource, name) the authorizer sees and compared with the rules both ways.
 """
 
 from __future__ import annotations
@@ -70,13 +70,18 @@ async def token_kubeconfig(control_plane: ControlPlane, kube: KubeClient, rbac_o
     return await service_account_kubeconfig(control_plane, kube, tmp_path_factory.mktemp("sa") / "kubeconfig")
 
 
-async def fail_once(cluster: Cluster, name: str) -> str:
-    """Fail the first attempt's launcher (the failure report reads its log: `pods/log get`); the next launcher."""
-    launcher = f"{name}-launcher"
+async def fail_attempt(cluster: Cluster, name: str, attempt: int = 0) -> str:
+    """Fail the attempt's launcher (its log is read for the failure report and saved: `pods/log get`); the next
+    attempt's launcher."""
+    launcher = f"{name}-launcher-{attempt}" if attempt else f"{name}-launcher"
     await eventually(lambda: cluster.pod(launcher), what=f"{launcher}")
     await cluster.set_phase(launcher, "Failed", exit_code=1)
-    await eventually(lambda: cluster.condition(name, "Restarting"), what=f"{name} Restarting")
-    return f"{launcher}-1"
+
+    async def restarted() -> bool:
+        return ((await cluster.job(name) or {}).get("status") or {}).get("restartCount") == attempt + 1
+
+    await eventually(restarted, what=f"{name} restarted after attempt {attempt + 1}")
+    return f"{name}-launcher-{attempt + 1}"
 
 
 async def suspend_and_resume(cluster: Cluster, name: str) -> None:
@@ -117,7 +122,7 @@ async def lifecycle(kube: KubeClient, token_kubeconfig: str, mpijob_crd: None) -
         await eventually(lambda: cluster.kube.request("GET", f"/api/v1/namespaces/{namespace}/serviceaccounts/default"),
                          what="the namespace's default ServiceAccount")
         await kubeflow.recreate(kube, namespace, "kf-pi-fail.2-finished")  # before mpiop starts, as in a switch
-        manager = Manager(main, ManagerConfig(namespace=namespace, workers=4))
+        manager = Manager(main, ManagerConfig(namespace=namespace, workers=4, kept_attempts=1))
         stop = asyncio.Event()
         task = asyncio.create_task(supervise(manager, elector, stop))
         try:
@@ -126,7 +131,9 @@ async def lifecycle(kube: KubeClient, token_kubeconfig: str, mpijob_crd: None) -
             await cluster.create_job(mpijob("life", workers=1, run_policy={"ttlSecondsAfterFinished": 5}))
             for _ in range(2):
                 await suspend_and_resume(cluster, "life")
-            await drive_to_success(cluster, "life", launcher=await fail_once(cluster, "life"))
+            await fail_attempt(cluster, "life")
+            # The second failure's logs replace the first's (--kept-attempts 1): `configmaps delete`.
+            await drive_to_success(cluster, "life", launcher=await fail_attempt(cluster, "life", 1))
 
             async def deleted() -> bool:
                 return await cluster.job("life") is None

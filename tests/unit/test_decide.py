@@ -80,7 +80,8 @@ def test_failure_restart_running_failure_failed() -> None:
     assert world.job.status.restart_count == 1
     assert world.conditions == ["Created=True", "Running=False", "Restarting=True"]
     message = ("MPIJob ns/pi is restarting (restart 1 of backoffLimit 1): "
-               "pi-worker-1 (rank 1) container main OOMKilled exit 137")
+               "pi-worker-1 (rank 1) container main OOMKilled exit 137; the attempt's logs are kept in ConfigMap "
+               "pi-attempt-1")
     assert [(e.type, e.message) for e in plan.events] == [("Warning", message)]
     assert sorted(names_of(plan.delete)) == ["pi-launcher", "pi-worker-0", "pi-worker-1"]
     assert plan.create == []
@@ -106,7 +107,8 @@ def test_failure_restart_running_failure_failed() -> None:
     failed = world.job.status.condition("Failed")
     assert failed is not None
     assert failed.message == ("MPIJob ns/pi has failed (backoffLimit 1 reached after 1 restarts): "
-                              "pi-launcher-1 container main Error exit 1")
+                              "pi-launcher-1 container main Error exit 1; the attempt's logs are kept in ConfigMap "
+                              "pi-attempt-2")
     assert world.job.status.completion_time == at(9)
     assert world.job.status.restart_count == 1
     assert names_of(plan.delete) == ["pi-worker-0", "pi-worker-1"], "the failed launcher stays for its log"

@@ -58,13 +58,13 @@ def test_disruption_restarts_without_spending_backoff_limit(which: str, pod: Pod
     assert (plan.status.restart_count, plan.status.disruption_restarts) == (1, 1)
     assert not plan.status.finished  # backoffLimit 0: an ordinary failure would have failed the job
     message = ("MPIJob ns/pi is restarting after a disruption (restart 1, disruption 1; not counted against "
-               f"backoffLimit 0): {summary}")
+               f"backoffLimit 0): {summary}; the attempt's logs are kept in ConfigMap pi-attempt-1")
     restarting = plan.status.condition("Restarting")
     assert restarting is not None
     assert (restarting.status, restarting.reason, restarting.message) == ("True", "MPIJobRestarting", message)
     assert [(e.type, e.reason, e.message) for e in plan.events] == [("Warning", "MPIJobRestarting", message)]
     assert plan.status.last_failure is not None
-    reason = summary.split(" DisruptionTarget ")[1].split(":")[0]
+    reason = summary.split(" DisruptionTarget ")[1].split(":")[0].split(";")[0]
     assert (plan.status.last_failure.reason, plan.status.last_failure.pod) == (reason, podstate.name(pod.obj()))
     going = {podstate.name(pod.obj())} if podstate.is_terminating(pod.obj()) else set()
     assert sorted(podstate.name(p) for p in plan.delete) == sorted(

@@ -101,3 +101,14 @@ def test_max_disruption_restarts_refuses_what_is_not_a_count(bad: str, capsys: p
     with pytest.raises(SystemExit):
         parse("--max-disruption-restarts", bad)
     assert "--max-disruption-restarts: not a whole number >= 0" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(("argv", "kept"), [((), 3), (("--kept-attempts", "1"), 1)], ids=["default", "one"])
+def test_kept_attempts_flag(argv: tuple[str, ...], kept: int) -> None:
+    assert config_from_args(parse(*argv)).settings().kept_attempts == kept
+
+
+def test_kept_attempts_keeps_at_least_the_last(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        parse("--kept-attempts", "0")
+    assert "--kept-attempts: not a whole number >= 1: '0'" in capsys.readouterr().err

@@ -60,6 +60,10 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
 - apiGroups: [""]
   resources: [configmaps, secrets, services]
   verbs: [list, watch, create, patch]
+# A failed attempt's logs (ConfigMap <job>-attempt-<n>): those past --kept-attempts are deleted.
+- apiGroups: [""]
+  resources: [configmaps]
+  verbs: [delete]
 # kubeflow/mpi-operator's launcher Jobs of jobs taken over.
 - apiGroups: [batch]
   resources: [jobs]

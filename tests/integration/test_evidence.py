@@ -1,0 +1,79 @@
+"""A failed attempt's logs through the real apiserver: ConfigMap `<job>-attempt-<n>` saved before the restart,
+named by the condition and the Event, owned by the job, the last --kept-attempts kept.
+
+No kubelet runs here, so every log is recorded as not readable (no container ever started, or the pod has no
+node): what shows is that an unreadable log is recorded as such and does not hold the restart up. The
+logs themselves are read on the real node (e2e/test_evidence.py).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from devcluster.controlplane import ControlPlane
+from mpiop.kube.client import CONFIGMAPS, EVENTS
+from testkit.operator import Cluster, eventually, mpijob, running_operator
+
+JSON = dict[str, Any]
+
+
+async def _restarts(cluster: Cluster, name: str) -> int:
+    job = await cluster.job(name)
+    return int(((job or {}).get("status") or {}).get("restartCount") or 0)
+
+
+async def _attempt_maps(cluster: Cluster) -> dict[str, JSON]:
+    listed = await cluster.kube.list(CONFIGMAPS, cluster.ns, labelSelector="mpiop.kubeflow.org/attempt")
+    return {m["metadata"]["name"]: m for m in listed["items"]}
+
+
+async def test_each_failed_attempt_leaves_its_logs_the_last_two_kept(control_plane: ControlPlane,
+                                                                      cluster: Cluster) -> None:
+    async with running_operator(str(control_plane.kubeconfig), cluster.ns, kept_attempts=2):
+        created = await cluster.create_job(mpijob("ev", workers=2))
+        for attempt in range(3):
+            launcher = f"ev-launcher-{attempt}" if attempt else "ev-launcher"
+            pods = [launcher, "ev-worker-0", "ev-worker-1"]
+
+            async def live(wanted: list[str] = pods) -> bool:
+                found = await cluster.pods()
+                return all(n in found and not found[n]["metadata"].get("deletionTimestamp") for n in wanted)
+
+            await eventually(live, what=f"attempt {attempt + 1}'s pods")
+            await cluster.run_all(pods)
+            await cluster.set_phase("ev-worker-1", "Failed", exit_code=137, reason="OOMKilled")
+
+            async def restarted(want: int = attempt + 1) -> bool:
+                return await _restarts(cluster, "ev") == want
+
+            await eventually(restarted, what=f"restart {attempt + 1}")
+            restarting = await cluster.condition("ev", "Restarting")
+            assert restarting is not None
+            assert f"; the attempt's logs are kept in ConfigMap ev-attempt-{attempt + 1}" in restarting["message"]
+            saved = (await _attempt_maps(cluster)).get(f"ev-attempt-{attempt + 1}")
+            assert saved is not None, "saved before the restart was written"
+            if attempt == 0:
+                first = saved
+                print("ev-attempt-1:", {k: v[:120] for k, v in saved["data"].items()})
+
+        maps = await _attempt_maps(cluster)
+        assert sorted(maps) == ["ev-attempt-2", "ev-attempt-3"], "--kept-attempts 2: the first is gone"
+
+        async def event_names_it() -> bool:  # Events are sent in the background, just after the status
+            events = await cluster.kube.list(EVENTS, cluster.ns)
+            return any("ConfigMap ev-attempt-1" in e["message"] for e in events["items"]
+                       if e["reason"] == "MPIJobRestarting")
+
+        await eventually(event_names_it, what="the MPIJobRestarting Event naming ev-attempt-1")
+
+    meta = first["metadata"]
+    assert meta["labels"]["training.kubeflow.org/job-name"] == "ev"
+    assert meta["labels"]["mpiop.kubeflow.org/attempt"] == "0"
+    assert [(r["kind"], r["uid"], r["controller"]) for r in meta["ownerReferences"]] == [
+        ("MPIJob", created["metadata"]["uid"], True)]
+    data = first["data"]
+    assert sorted(data) == ["ev-launcher.log", "ev-worker-1.main.log", "failure"]
+    assert data["failure"].startswith(f"MPIJob {cluster.ns}/ev is restarting (restart 1 of backoffLimit 6): "
+                                      "ev-worker-1 (rank 1) container main OOMKilled exit 137")
+    assert data["ev-launcher.log"] == "(not readable: no container of this pod started)"
+    assert data["ev-worker-1.main.log"] == "(not readable: the pod was never scheduled to a node)"
