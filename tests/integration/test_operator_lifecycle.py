@@ -5,7 +5,7 @@ from __future__ import annotations
 import base64
 from typing import Any
 
-from mpiop.kube.client import CONFIGMAPS, SECRETS, SERVICES
+from mpiop.kube.client import CONFIGMAPS, MPIJOBS, SECRETS, SERVICES
 from testkit.operator import Cluster, Operator, eventually, mpijob
 
 
@@ -63,6 +63,28 @@ async def test_wait_for_workers_ready_holds_the_launcher(cluster: Cluster, opera
     assert await cluster.pod("wait-launcher") is None
     await cluster.set_phase("wait-worker-1", "Running", ready=True)
     await eventually(lambda: cluster.pod("wait-launcher"), what="launcher once all workers are Ready")
+
+
+async def test_a_resumed_job_waits_for_its_new_workers_ready_again(cluster: Cluster, operator: Operator) -> None:
+    """kubeflow #615/#868: after suspend and resume, WaitForWorkersReady still holds the launcher until the
+    resumed job's own workers are Ready (the ones Ready before the suspension are gone)."""
+    await cluster.create_job(mpijob("rs", workers=2, launcherCreationPolicy="WaitForWorkersReady"))
+    workers = {"rs-worker-0", "rs-worker-1"}
+    await eventually(lambda: _pods_named(cluster, workers), what="workers")
+    await cluster.run_all(sorted(workers))
+    await eventually(lambda: cluster.pod("rs-launcher"), what="the launcher once the workers are Ready")
+    await cluster.kube.patch(MPIJOBS, cluster.ns, "rs", {"spec": {"runPolicy": {"suspend": True}}})
+    await eventually(lambda: _pods_are(cluster, set()), what="every pod deleted while suspended")
+    await cluster.kube.patch(MPIJOBS, cluster.ns, "rs", {"spec": {"runPolicy": {"suspend": False}}})
+    await eventually(lambda: _pods_named(cluster, workers), what="the workers made again on resume")
+    await _settle(operator)
+    assert set(await cluster.pods()) == workers, "no launcher while the resumed workers are Pending"
+    await cluster.set_phase("rs-worker-0", "Running", ready=True)
+    await cluster.set_phase("rs-worker-1", "Running", ready=False)
+    await _settle(operator)
+    assert await cluster.pod("rs-launcher") is None, "no launcher while one resumed worker is not Ready"
+    await cluster.set_phase("rs-worker-1", "Running", ready=True)
+    await eventually(lambda: cluster.pod("rs-launcher"), what="the launcher once the resumed workers are Ready")
 
 
 async def test_a_settled_job_makes_no_writes(cluster: Cluster, operator: Operator) -> None:
