@@ -3,6 +3,7 @@
     finished by kubeflow's operator? -> left exactly as it is
     finished?    -> TTL, clean-up (kubeflow's launcher Job too), counts; nothing else
     bad forward-env annotation? -> Failed ValidationError                      (policies/forward_env)
+    bad exclude-failed-nodes annotation? -> Failed ValidationError             (policies/node_exclusion)
     too big?     -> Failed ValidationError
     refused?     -> Failed ValidationError (the template is wrong), else ReplicaFailure and retry
     name taken?  -> ReplicaFailure ErrResourceExists (the reconciler then starts nothing)
@@ -17,7 +18,8 @@
     disrupted?   -> a pod evicted or preempted: Restarting, backoffLimit not spent (policies/disruption)
     pod failed?  -> Restarting (pods deleted) or Failed (backoffLimit), clean-up (policies/failure)
     restarted in place (OnFailure)? -> counted against backoffLimit in Running, or Failed BackoffLimitExceeded
-    attempt failed? -> its launcher's and failed pods' logs saved in <job>-attempt-<n> first (policies/evidence)
+    attempt failed? -> its launcher's and failed pods' logs saved in <job>-attempt-<n> first (policies/evidence);
+                    its node avoided by the next attempts if it failed for the node's reason (policies/node_exclusion)
     otherwise    -> Running when all pods run; create what is missing, the launcher when its creation
                     policy allows (policies/launcher_creation); update the hostfile (host network: per-pod SSH ports,
                     desired.hostnetwork)
@@ -47,6 +49,7 @@ from mpiop.policies import (
     gang,
     host_ports,
     launcher_creation,
+    node_exclusion,
     ownership,
     refused,
     size,
@@ -64,6 +67,7 @@ def decide(job: MPIJob, observed: Observed, now: dt.datetime, settings: Settings
     progress.mark_created(plan, job, now)
     _decide(plan, job, observed, now, settings)
     evidence.apply(plan, job, observed, settings.kept_attempts)
+    node_exclusion.apply(plan, job, observed, settings)
     gang.apply(plan, job, observed, now, settings.gang_scheduler)
     if plan.status.finished:
         cleanup.apply(plan, job, observed)
@@ -75,6 +79,8 @@ def decide(job: MPIJob, observed: Observed, now: dt.datetime, settings: Settings
 
 def _decide(plan: Plan, job: MPIJob, observed: Observed, now: dt.datetime, settings: Settings) -> None:
     if plan.status.finished or forward_env.apply(plan, job, now):
+        return
+    if node_exclusion.refuse_bad_annotation(plan, job, now):
         return
     if size.apply(plan, job, now) or refused.apply(plan, job, observed, now):
         return
@@ -98,6 +104,7 @@ def _decide(plan: Plan, job: MPIJob, observed: Observed, now: dt.datetime, setti
     if failure.apply(plan, job, observed, now):
         return
     progress.mark_running(plan, job, observed, now)
+    node_exclusion.explain_wait(plan, job, observed, now)
     attempt = plan.status.restart_count or 0
     launcher_may_start = launcher_creation.launcher_may_start(job, observed, attempt)
     ports = host_ports.for_plan(plan, job, observed, settings)

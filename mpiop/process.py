@@ -65,6 +65,16 @@ def _at_least(minimum: int) -> Callable[[str], int]:
     return parse
 
 
+def _exit_codes(text: str) -> frozenset[int]:
+    """`74,75`: exit codes from 1 to 255."""
+    codes = set()
+    for part in filter(None, (p.strip() for p in text.split(","))):
+        if not part.isdigit() or not 1 <= int(part) <= 255:
+            raise argparse.ArgumentTypeError(f"not an exit code from 1 to 255: {part!r}")
+        codes.add(int(part))
+    return frozenset(codes)
+
+
 def add_run_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--kubeconfig", help="kubeconfig file (default: $KUBECONFIG, ~/.kube/config, in-cluster)")
     parser.add_argument("--namespace", default=None,
@@ -105,6 +115,11 @@ def add_run_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--kept-attempts", type=_at_least(1), default=3, metavar="K",
                         help="keep the logs of each job's last K failed attempts in ConfigMaps <job>-attempt-<n> "
                              "(default 3)")
+    parser.add_argument("--node-fault-exit-codes", type=_exit_codes, default=frozenset(), metavar="CODES",
+                        help="comma-separated exit codes (1-255) that mean the node is at fault: an attempt failing "
+                             "with one avoids that node from then on (default: none)")
+    parser.add_argument("--max-excluded-nodes", type=_at_least(0), default=8, metavar="N",
+                        help="nodes a job's next attempts avoid at most, the most recent kept; 0: none (default 8)")
     parser.add_argument("--resync-seconds", type=float, default=300.0, help="re-reconcile every job this often")
     parser.add_argument("--field-manager", default="mpiop",
                         help="name recorded in managedFields for this process's writes (default mpiop)")
@@ -133,7 +148,8 @@ def config_from_args(args: argparse.Namespace) -> ManagerConfig:
                          port_range=args.host_network_port_range, resync_seconds=args.resync_seconds,
                          gang_scheduler=gang_scheduler(args.gang_scheduling),
                          lifecycle_events=args.lifecycle_events, discover_hosts=args.discover_hosts,
-                         max_disruption_restarts=args.max_disruption_restarts, kept_attempts=args.kept_attempts)
+                         max_disruption_restarts=args.max_disruption_restarts, kept_attempts=args.kept_attempts,
+                         node_fault_exit_codes=args.node_fault_exit_codes, max_excluded_nodes=args.max_excluded_nodes)
 
 
 def election_from_args(args: argparse.Namespace) -> ElectionConfig | None:

@@ -153,6 +153,8 @@ PRINTER_COLUMNS: list[JSON] = [
      "description": "The pod blamed for the last failed attempt."},
     {"name": "Attempt Age", "type": "date", "jsonPath": ".status.attemptStartTime", "priority": 1,
      "description": "When the current attempt started."},
+    {"name": "Excluded Nodes", "type": "string", "jsonPath": ".status.excludedNodes", "priority": 1,
+     "description": "Nodes the next attempts avoid: an attempt failed there for a node's reason."},
 ]
 
 _API_VERSION_DESCRIPTION = (

@@ -295,6 +295,9 @@ class FailureInfo(ApiModel):
     time: Time | None = Field(default=None, description="When mpiop saw the failure.")
 
 
+NodeName = Annotated[str, Field(description="A node's name (its kubernetes.io/hostname label).")]
+
+
 class JobStatus(ApiModel):
     """The observed state of an MPIJob, written by the controller through the status subresource."""
 
@@ -322,6 +325,16 @@ class JobStatus(ApiModel):
             "mpiop extension: how many of restartCount's restarts followed a disruption (a pod evicted, preempted "
             "or deleted by the taint manager: its DisruptionTarget condition); they do not count against "
             "backoffLimit, up to the operator's --max-disruption-restarts."
+        ),
+    )
+    excluded_nodes: list[NodeName] | None = Field(
+        default=None,
+        description=(
+            "mpiop extension: nodes the job's next attempts avoid (a required node affinity kubernetes.io/hostname "
+            "NotIn), because an attempt failed there for a node's reason: the pod was evicted for node pressure or "
+            "off a NotReady or deleted node, or exited with one of the operator's --node-fault-exit-codes. The "
+            "most recent --max-excluded-nodes are kept; annotation mpiop.kubeflow.org/exclude-failed-nodes: "
+            "\"false\" turns it off."
         ),
     )
     attempt_start_time: Time | None = Field(

@@ -70,12 +70,15 @@ class ManagerConfig:
     discover_hosts: bool = True  # False: discover_hosts.sh is a fixed script, never patched
     max_disruption_restarts: int = 10  # restarts after evictions/preemptions that spend no backoffLimit
     kept_attempts: int = 3  # a job's last failed attempts whose logs stay in ConfigMaps
+    node_fault_exit_codes: frozenset[int] = frozenset()  # exit codes that blame the node (it is then avoided)
+    max_excluded_nodes: int = 8  # nodes a job's next attempts avoid at most
 
     def settings(self) -> Settings:
         """The flags that shape a job's objects, as decide reads them."""
         return Settings(cluster_domain=self.cluster_domain, port_range=self.port_range,
                         gang_scheduler=self.gang_scheduler, discover_hosts=self.discover_hosts,
-                        max_disruption_restarts=self.max_disruption_restarts, kept_attempts=self.kept_attempts)
+                        max_disruption_restarts=self.max_disruption_restarts, kept_attempts=self.kept_attempts,
+                        node_fault_exit_codes=self.node_fault_exit_codes, max_excluded_nodes=self.max_excluded_nodes)
 
     def unsent_event_reasons(self) -> frozenset[str]:
         """Events only logged, never sent: every job's three lifecycle Events under --no-lifecycle-events."""

@@ -13,7 +13,7 @@ from typing import Any
 
 from mpiop import names
 from mpiop.api.v2beta1 import DEFAULT_SSH_AUTH_MOUNT_PATH, MPIJob, ReplicaSpec
-from mpiop.desired import env, hostnetwork, presets, ssh_config
+from mpiop.desired import affinity, env, hostnetwork, presets, ssh_config
 
 SSH_VOLUME = "ssh-auth"
 CONFIG_VOLUME = "mpi-job-config"
@@ -101,6 +101,7 @@ def _base_pod(job: MPIJob, replica: ReplicaSpec, name: str, labels: dict[str, st
     _no_default_token(spec)
     _add_search_domain(spec, names.search_domain(job, cluster_domain))
     _add_volume(spec, _ssh_volume(job), job.spec.effective_ssh_auth_mount_path)
+    affinity.exclude_nodes(spec, job.status.excluded_nodes or [])
     metadata = names.owned_metadata(job, name, labels={**(meta.get("labels") or {}), **labels})
     if meta.get("annotations"):
         metadata["annotations"] = dict(meta["annotations"])

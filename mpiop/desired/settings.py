@@ -19,6 +19,8 @@ class Settings:
     # --max-disruption-restarts: restarts after an eviction or preemption that spend no backoffLimit, per job
     max_disruption_restarts: int = 10
     kept_attempts: int = 3  # --kept-attempts: a job's last failed attempts whose logs stay in ConfigMaps
+    node_fault_exit_codes: frozenset[int] = frozenset()  # --node-fault-exit-codes: exits that blame the node
+    max_excluded_nodes: int = 8  # --max-excluded-nodes: how many nodes a job's next attempts avoid at most
 
 
 DEFAULT_SETTINGS = Settings()

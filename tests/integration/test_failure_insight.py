@@ -94,7 +94,7 @@ async def test_oom_killed_worker(control_plane: ControlPlane, cluster: Cluster, 
                                             "time": job["status"]["lastFailure"]["time"]}
     wide = _show(control_plane, cluster, "oom").splitlines()
     assert wide[0].split() == ["NAME", "STATE", "WORKERS", "READY", "AGE", "RESTARTS", "LAST", "FAILURE", "FAILED",
-                               "POD", "ATTEMPT", "AGE"]
+                               "POD", "ATTEMPT", "AGE", "EXCLUDED", "NODES"]
     assert wide[1].split()[:2] == ["oom", "Restarting"] and wide[1].split()[5:8] == ["1", "OOMKilled", "oom-worker-1"]
 
 

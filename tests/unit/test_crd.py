@@ -109,9 +109,11 @@ def test_names_columns_and_subresources() -> None:
         "Last Failure": ".status.lastFailure.reason",
         "Failed Pod": ".status.lastFailure.pod",
         "Attempt Age": ".status.attemptStartTime",
+        "Excluded Nodes": ".status.excludedNodes",
     }
     wide_only = {c["name"] for c in version["additionalPrinterColumns"] if c.get("priority") == 1}
-    assert wide_only == {"Restarts", "Last Failure", "Failed Pod", "Attempt Age"}, "`-o wide` shows them"
+    assert wide_only == {"Restarts", "Last Failure", "Failed Pod", "Attempt Age", "Excluded Nodes"}, (
+        "`-o wide` shows them")
 
 
 def test_each_replica_type_has_the_pod_template() -> None:

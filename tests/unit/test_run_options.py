@@ -112,3 +112,18 @@ def test_kept_attempts_keeps_at_least_the_last(capsys: pytest.CaptureFixture[str
     with pytest.raises(SystemExit):
         parse("--kept-attempts", "0")
     assert "--kept-attempts: not a whole number >= 1: '0'" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(("argv", "codes", "most"), [
+    ((), frozenset(), 8), (("--node-fault-exit-codes", "74, 75,", "--max-excluded-nodes", "2"), frozenset({74, 75}), 2),
+], ids=["defaults", "set"])
+def test_node_exclusion_flags(argv: tuple[str, ...], codes: frozenset[int], most: int) -> None:
+    settings = config_from_args(parse(*argv)).settings()
+    assert (settings.node_fault_exit_codes, settings.max_excluded_nodes) == (codes, most)
+
+
+@pytest.mark.parametrize("bad", ["0", "256", "x"])
+def test_node_fault_exit_codes_refuses_what_is_not_an_exit_code(bad: str, capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        parse("--node-fault-exit-codes", f"74,{bad}")
+    assert f"--node-fault-exit-codes: not an exit code from 1 to 255: {bad!r}" in capsys.readouterr().err

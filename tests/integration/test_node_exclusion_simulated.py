@@ -1,0 +1,95 @@
+"""Node exclusion on the simulated cluster (KWOK nodes, the real kube-scheduler): a worker that fails on a node
+with a --node-fault-exit-codes code sends every pod of the next attempt to other nodes; once the exclusions
+leave too few nodes, the job says it waits for that reason.
+
+Own cluster of 3 fake 8-GPU nodes; each worker asks for 8 GPUs, so a node holds one worker and the two workers
+of an attempt need two nodes: after one exclusion they just fit, after two they cannot.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from devcluster.simulated import EXIT_CODE_ANNOTATION, FINISH_LABEL, SimulatedCluster
+from mpiop.kube.client import PODS, KubeClient
+from tests.integration.operator import Cluster, eventually, mpijob, running_operator
+
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(240)]
+NODE_FAULT = 74
+
+
+@pytest.fixture(scope="module")
+def simulated() -> Iterator[SimulatedCluster]:
+    with SimulatedCluster(nodes=3) as cluster:
+        yield cluster
+
+
+async def _status(cluster: Cluster, name: str) -> dict[str, Any]:
+    job = await cluster.job(name)
+    return dict((job or {}).get("status") or {})
+
+
+async def _placed(cluster: Cluster, attempt: int, launcher: str) -> dict[str, str] | None:
+    """pod -> node of the attempt's three pods, once all are Running."""
+    pods = await cluster.pods()
+    wanted = [launcher, "nx-worker-0", "nx-worker-1"]
+    if not all(n in pods and pods[n]["metadata"]["labels"].get("mpiop.kubeflow.org/attempt") == str(attempt)
+               and pods[n].get("status", {}).get("phase") == "Running" for n in wanted):
+        return None
+    return {n: pods[n]["spec"]["nodeName"] for n in wanted}
+
+
+async def _fail_on_its_node(sim_kube: KubeClient, cluster: Cluster, pod: str, restarts: int) -> None:
+    """KWOK's finish Stage ends the pod's containers with the node-fault exit code."""
+    await sim_kube.patch(PODS, cluster.ns, pod, {"metadata": {
+        "annotations": {EXIT_CODE_ANNOTATION: str(NODE_FAULT)}, "labels": {FINISH_LABEL: "Failed"}}})
+
+    async def restarted() -> bool:
+        return (await _status(cluster, "nx")).get("restartCount") == restarts
+
+    await eventually(restarted, 60, f"restart {restarts}")
+
+
+async def test_a_node_fault_moves_the_next_attempt_off_the_node(simulated: SimulatedCluster,
+                                                                 sim_kube: KubeClient) -> None:
+    cluster = Cluster(sim_kube, "default")
+    async with running_operator(str(simulated.kubeconfig), "default",
+                                node_fault_exit_codes=frozenset({NODE_FAULT})):
+        await cluster.create_job(mpijob("nx", workers=2, gpus=8, run_policy={"backoffLimit": 5}))
+        first = await eventually(lambda: _placed(cluster, 0, "nx-launcher"), 60, "attempt 1 Running")
+        print("\nattempt 1:", first)
+        bad = first["nx-worker-1"]
+        await _fail_on_its_node(sim_kube, cluster, "nx-worker-1", 1)
+        assert (await _status(cluster, "nx"))["excludedNodes"] == [bad]
+
+        second = await eventually(lambda: _placed(cluster, 1, "nx-launcher-1"), 60, "attempt 2 Running")
+        print("attempt 2:", second, f"(excluded: {bad})")
+        assert bad not in second.values(), f"attempt 2 ran on the excluded node {bad}"
+        describe = simulated.kubectl("describe", "mpijob", "nx", "-n", cluster.ns)
+        print(describe)
+        assert "Excluded Nodes:" in describe and bad in describe.split("Excluded Nodes:")[1].split("\n")[1]
+        assert "NodeExcluded" in describe
+
+        # A second node fault: two excluded nodes of three leave one node for two 8-GPU workers.
+        worse = second["nx-worker-0"]
+        await _fail_on_its_node(sim_kube, cluster, "nx-worker-0", 2)
+        assert (await _status(cluster, "nx"))["excludedNodes"] == [bad, worse]
+
+        async def waiting() -> dict[str, Any] | None:
+            for condition in (await _status(cluster, "nx")).get("conditions") or []:
+                if condition["type"] == "Running" and condition["reason"] == "ExcludedNodesUnschedulable":
+                    return dict(condition)
+            return None
+
+        condition = await eventually(waiting, 60, "the waiting condition")
+        print("attempt 3:", {n: p["spec"].get("nodeName") for n, p in (await cluster.pods()).items()
+                             if p["metadata"]["labels"].get("mpiop.kubeflow.org/attempt") == "2"})
+        print("Running=False:", condition["message"])
+        assert condition["status"] == "False"
+        assert f"avoid the nodes {bad}, {worse}" in condition["message"]
+        wide = simulated.kubectl("get", "mpijob", "nx", "-n", cluster.ns, "-o", "wide")
+        print(wide)
+        assert "EXCLUDED NODES" in wide and bad in wide
