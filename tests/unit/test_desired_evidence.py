@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from mpiop.desired import evidence
+from mpiop.controller.caches import trim_config_map
+from mpiop.desired import evidence, objects
 from testkit.builders import make_mpijob
 
 JOB = make_mpijob("pi", "ns").obj()
@@ -48,3 +49,13 @@ def test_an_attempts_logs_stay_within_256_kib(count: int) -> None:
 def test_multibyte_text_is_cut_on_a_character() -> None:
     kept = evidence.tail_bytes("é" * 100, 51)
     assert kept == "é" * 25
+
+
+def test_the_operators_cache_keeps_an_attempts_config_map_by_name_only() -> None:
+    """Up to 256 KiB each, K per job: the logs never sit in the operator's memory; the hostfile's data does."""
+    made = evidence.config_map(JOB, 0, "why", [("pi-launcher.main.log", "x" * 1000)])
+    assert trim_config_map(made) == {"metadata": {k: made["metadata"][k] for k in ("name", "namespace", "labels")}
+                                     | {"ownerReferences": [{"kind": "MPIJob", "name": "pi", "uid": JOB.metadata.uid,
+                                                             "controller": True}]}}
+    hostfile = objects.config_map(JOB, [])
+    assert trim_config_map(hostfile)["data"] == hostfile["data"]
