@@ -8,11 +8,16 @@ logs themselves are read on the real node (e2e/test_evidence.py).
 
 from __future__ import annotations
 
+import asyncio
+import time
 from typing import Any
 
 from devcluster.controlplane import ControlPlane
-from mpiop.kube.client import CONFIGMAPS, EVENTS
-from testkit.operator import Cluster, eventually, mpijob, running_operator
+from mpiop.controller.evidence import SAVE_SECONDS
+from mpiop.kube.client import CONFIGMAPS, EVENTS, PODS, Resource
+from testkit.operator import Cluster, Operator, eventually, mpijob, running_operator
+
+NODES = Resource("", "v1", "nodes", "Node", namespaced=False)
 
 JSON = dict[str, Any]
 
@@ -77,3 +82,51 @@ async def test_each_failed_attempt_leaves_its_logs_the_last_two_kept(control_pla
                                       "ev-worker-1 (rank 1) container main OOMKilled exit 137")
     assert data["ev-launcher.log"] == "(not readable: no container of this pod started)"
     assert data["ev-worker-1.main.log"] == "(not readable: the pod was never scheduled to a node)"
+
+
+async def test_a_node_that_does_not_answer_delays_the_restart_a_bounded_time(operator: Operator,
+                                                                            cluster: Cluster) -> None:
+    """The failed worker's node is a Node object whose kubelet (a socket here that accepts and never answers)
+    hangs every log read: the log is recorded as not readable, and the restart waits at most the failure
+    report's read and the saving's, SAVE_SECONDS each."""
+    held: list[asyncio.StreamWriter] = []
+
+    async def accept_and_hang(_: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        held.append(writer)
+
+    kubelet = await asyncio.start_server(accept_and_hang, "127.0.0.1", 0)
+    port = kubelet.sockets[0].getsockname()[1]
+    node = f"{cluster.ns}-silent"
+    await cluster.kube.create(NODES, None, {"apiVersion": "v1", "kind": "Node", "metadata": {"name": node}})
+    await cluster.kube.patch(NODES, None, node, {"status": {
+        "addresses": [{"type": "InternalIP", "address": "127.0.0.1"}],
+        "daemonEndpoints": {"kubeletEndpoint": {"Port": port}}}}, subresource="status")
+    try:
+        await cluster.create_job(mpijob("slow", workers=1))
+        pods = ["slow-launcher", "slow-worker-0"]
+        await eventually(lambda: _has(cluster, pods), what="the pods")
+        await cluster.kube.request("POST", PODS.path(cluster.ns, "slow-worker-0", "binding"), body={
+            "apiVersion": "v1", "kind": "Binding", "metadata": {"name": "slow-worker-0"},
+            "target": {"apiVersion": "v1", "kind": "Node", "name": node}})
+        await cluster.run_all(pods)
+        failed = time.monotonic()
+        await cluster.set_phase("slow-worker-0", "Failed", exit_code=1)
+
+        async def restarted() -> bool:
+            return await _restarts(cluster, "slow") == 1
+
+        await eventually(restarted, timeout=4 * SAVE_SECONDS, what="the restart")
+        took = time.monotonic() - failed
+        saved = (await _attempt_maps(cluster))["slow-attempt-1"]["data"]["slow-worker-0.main.log"]
+        print(f"\nrestart {took:.1f} s after the failure ({len(held)} connections held); slow-worker-0's log: {saved}")
+        assert saved == f"(not readable: no answer within {SAVE_SECONDS:g} s)"
+        assert took < 2 * SAVE_SECONDS + 5
+    finally:
+        kubelet.close()
+        for writer in held:
+            writer.close()
+        await cluster.kube.delete(NODES, None, node)
+
+
+async def _has(cluster: Cluster, wanted: list[str]) -> bool:
+    return set(wanted) <= set(await cluster.pods())
