@@ -1,0 +1,43 @@
+"""A failed attempt's evidence on a real node: a worker dies mid-run, the job restarts and then Succeeds, and
+ConfigMap `<job>-attempt-1` still holds mpirun's error from the first launcher and the dead worker's last
+lines (both pods are gone by then): sshd's, killed under its ranks."""
+
+from __future__ import annotations
+
+import time
+
+from devcluster.pi_job import SAMPLES, pi_job
+from e2e.conftest import E2E
+from e2e.harness.kube import is_true
+
+# Attempt 1 only (the launcher's own pod name tells): 5 s in, rank 3 sends SIGQUIT to its worker's sshd (PID 1;
+# SIGTERM would make it exit 0, a Succeeded pod), so the worker container fails and takes the ranks and the Open
+# MPI daemon with it. mpirun's exit is held 3 s, as a wrapper script's clean-up would, so that mpiop sees the
+# worker fail first. (`$$` is the kubelet's escape for `$`.)
+WORKER_DIES = ('if [ "$OMPI_COMM_WORLD_RANK" = 3 ]; then (sleep 5; kill -QUIT 1) & fi; '
+               'exec /usr/local/bin/pi-openmpi 2000000 30')
+LAUNCHER = (f'if [ "$POD_NAME" = ev-launcher ]; then mpi-wait-hosts mpirun.openmpi --allow-run-as-root -n 4 '
+            f"sh -c '{WORKER_DIES}'; code=$$?; sleep 3; exit $$code; fi; "
+            f"exec mpi-wait-hosts mpirun.openmpi --allow-run-as-root -n 4 /usr/local/bin/pi-openmpi {SAMPLES}")
+
+
+def test_a_worker_killed_mid_run_leaves_its_and_mpiruns_last_words(e2e: E2E) -> None:
+    pod_name = [{"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}}]
+    started = e2e.create_job(pi_job("ev", e2e.image, launcher_command=["sh", "-c", LAUNCHER],
+                                    launcher_env=pod_name, runPolicy={"backoffLimit": 1}))
+    job = e2e.wait_finished("ev", timeout=300)
+    e2e.record("worker-killed-evidence-then-succeeded", time.monotonic() - started)
+    assert is_true(job, "Succeeded"), f"{e2e.describe('ev')}\nlauncher log:\n{e2e.launcher_log('ev')}"
+    assert (job.get("status") or {}).get("restartCount") == 1
+    saved = e2e.api.get(f"/api/v1/namespaces/{e2e.ns}/configmaps/ev-attempt-1")
+    data = saved["data"]
+    print("\n$ kubectl describe configmap ev-attempt-1 (the last lines of each key)")
+    for key in sorted(data):
+        print(f"--- {key} ---\n" + "\n".join(data[key].splitlines()[-12:]))
+    assert "ev-launcher.launcher.log" in data and "ev-worker-1.worker.log" in data, sorted(data)
+    launcher = data["ev-launcher.launcher.log"]
+    assert "ORTE has lost communication" in launcher or "PRTE has lost communication" in launcher or (
+        "noticed that process rank" in launcher), launcher[-2000:]
+    assert "Received signal 3; terminating." in data["ev-worker-1.worker.log"]  # sshd's last words
+    assert data["failure"].startswith(f"MPIJob {e2e.ns}/ev is restarting (restart 1 of backoffLimit 1): "
+                                      "ev-worker-1 (ranks 2-3, node "), data["failure"]
