@@ -119,7 +119,9 @@ async def test_a_node_that_does_not_answer_delays_the_restart_a_bounded_time(ope
         took = time.monotonic() - failed
         saved = (await _attempt_maps(cluster))["slow-attempt-1"]["data"]["slow-worker-0.main.log"]
         print(f"\nrestart {took:.1f} s after the failure ({len(held)} connections held); slow-worker-0's log: {saved}")
-        assert saved == f"(not readable: no answer within {SAVE_SECONDS:g} s)"
+        # Ours, or the apiserver's own 10 s TLS handshake timeout when it comes first.
+        assert saved == f"(not readable: no answer within {SAVE_SECONDS:g} s)" or (
+            saved.startswith("(not readable: ") and "timeout" in saved), saved
         assert took < 2 * SAVE_SECONDS + 5
     finally:
         kubelet.close()
