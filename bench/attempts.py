@@ -22,14 +22,14 @@ from pathlib import Path
 from typing import Any
 
 from bench.harness import Tracker, bench_job, finish_pod, percentile
-from bench.operator import OperatorProcess
+from bench.operator import BenchOperator
 from bench.phases import gather_limited
 from devcluster.install import install_crd
 from devcluster.simulated import SimulatedCluster
 from mpiop import names
 from mpiop.desired.evidence import ATTEMPT_BYTES
 from mpiop.kube.client import CONFIGMAPS, MPIJOBS, KubeClient
-from tests.namespaces import create_namespace
+from testkit.namespaces import create_namespace
 
 NAMESPACE = "attempts"
 
@@ -44,7 +44,7 @@ async def run(jobs: int, failures: int, kept: int, workdir: Path) -> dict[str, A
         try:
             await install_crd(kube)
             await create_namespace(kube, NAMESPACE)
-            operator = OperatorProcess(cluster.kubeconfig, workdir / "operator.log",
+            operator = BenchOperator(cluster.kubeconfig, workdir / "operator.log",
                                        ["--namespace", NAMESPACE, f"--kept-attempts={kept}"])
             operator.start()
             await operator.wait_synced()

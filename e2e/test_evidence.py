@@ -7,8 +7,8 @@ from __future__ import annotations
 import time
 
 from devcluster.pi_job import SAMPLES, pi_job
-from e2e.conftest import E2E
-from e2e.harness.kube import is_true
+from testkit.e2e.kube import is_true
+from testkit.e2e.session import E2E
 
 # Attempt 1 only (the launcher's own pod name tells): 5 s in, rank 3 sends SIGQUIT to its worker's sshd (PID 1;
 # SIGTERM would make it exit 0, a Succeeded pod), so the worker container fails and takes the ranks and the Open

@@ -15,7 +15,7 @@ import pytest
 
 from devcluster.simulated import EXIT_CODE_ANNOTATION, FINISH_LABEL, SimulatedCluster
 from mpiop.kube.client import PODS, KubeClient
-from tests.integration.operator import Cluster, eventually, mpijob, running_operator
+from testkit.operator import Cluster, eventually, mpijob, running_operator
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(240)]
 NODE_FAULT = 74

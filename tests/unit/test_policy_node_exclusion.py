@@ -11,7 +11,7 @@ from mpiop.decide import decide
 from mpiop.desired import affinity, pods
 from mpiop.desired.settings import Settings
 from mpiop.plan import Plan
-from tests.builders import MPIJobBuilder, PodBuilder, at, make_mpijob, make_pod, observe
+from testkit.builders import MPIJobBuilder, PodBuilder, at, make_mpijob, make_pod, observe
 
 CODES = frozenset({74})
 
