@@ -3,6 +3,7 @@
     finished by kubeflow's operator? -> left exactly as it is
     finished?    -> TTL, clean-up (kubeflow's launcher Job too), counts; nothing else
     bad forward-env annotation? -> Failed ValidationError                      (policies/forward_env)
+    bad launch annotation?      -> Failed ValidationError                      (policies/launch_mode)
     too big?     -> Failed ValidationError
     refused?     -> Failed ValidationError (the template is wrong), else ReplicaFailure and retry
     name taken?  -> ReplicaFailure ErrResourceExists (the reconciler then starts nothing)
@@ -41,6 +42,7 @@ from mpiop.policies import (
     failure,
     forward_env,
     gang,
+    launch_mode,
     launcher_creation,
     ownership,
     refused,
@@ -68,7 +70,7 @@ def decide(job: MPIJob, observed: Observed, now: dt.datetime, settings: Settings
 
 
 def _decide(plan: Plan, job: MPIJob, observed: Observed, now: dt.datetime, settings: Settings) -> None:
-    if plan.status.finished or forward_env.apply(plan, job, now):
+    if plan.status.finished or forward_env.apply(plan, job, now) or launch_mode.apply(plan, job, now):
         return
     if size.apply(plan, job, now) or refused.apply(plan, job, observed, now):
         return

@@ -32,6 +32,7 @@ from mpiop.controller.workqueue import (
     WorkQueue,
 )
 from mpiop.desired.hostnetwork import DEFAULT_PORT_RANGE, PortRange
+from mpiop.desired.launch import DEFAULT_KUBECTL_IMAGE, LaunchMode
 from mpiop.desired.podgroup import GangScheduler
 from mpiop.desired.settings import Settings
 from mpiop.kube.client import JSON, ApiError, KubeClient
@@ -79,11 +80,14 @@ class ManagerConfig:
     gang_scheduler: GangScheduler | None = None
     lifecycle_events: bool = True  # False: MPIJobCreated/Running/Succeeded are logged, not sent
     discover_hosts: bool = True  # False: discover_hosts.sh is a fixed script, never patched
+    default_launch: LaunchMode = "ssh"  # for jobs without the launch annotation
+    kubectl_image: str = DEFAULT_KUBECTL_IMAGE
 
     def settings(self) -> Settings:
         """The flags that shape a job's objects, as decide reads them."""
         return Settings(cluster_domain=self.cluster_domain, port_range=self.port_range,
-                        gang_scheduler=self.gang_scheduler, discover_hosts=self.discover_hosts)
+                        gang_scheduler=self.gang_scheduler, discover_hosts=self.discover_hosts,
+                        default_launch=self.default_launch, kubectl_image=self.kubectl_image)
 
     def unsent_event_reasons(self) -> frozenset[str]:
         """Events only logged, never sent: every job's three lifecycle Events under --no-lifecycle-events."""

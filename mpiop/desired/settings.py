@@ -7,6 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from mpiop.desired.hostnetwork import DEFAULT_PORT_RANGE, PortRange
+from mpiop.desired.launch import DEFAULT_KUBECTL_IMAGE, LaunchMode
 from mpiop.desired.podgroup import GangScheduler
 
 
@@ -16,6 +17,8 @@ class Settings:
     port_range: PortRange = DEFAULT_PORT_RANGE  # --host-network-port-range: SSH ports of host-network pods
     gang_scheduler: GangScheduler | None = None  # --gang-scheduling: whose PodGroup a job's pods join, if any
     discover_hosts: bool = True  # False (--no-discover-hosts): discover_hosts.sh is a fixed script, never patched
+    default_launch: LaunchMode = "ssh"  # --default-launch: for jobs without the launch annotation
+    kubectl_image: str = DEFAULT_KUBECTL_IMAGE  # --kubectl-image: where exec launchers get kubectl from
 
 
 DEFAULT_SETTINGS = Settings()

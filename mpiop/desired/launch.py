@@ -1,0 +1,43 @@
+"""How mpirun reaches the workers: over SSH (kubeflow's way, sshd in every worker) or through the Kubernetes
+exec API (`kubectl exec` as mpirun's remote agent: no sshd, any UID, no SSH key).
+
+Per job by the annotation `mpiop.kubeflow.org/launch: ssh|exec` (the spec stays kubeflow's v2beta1, whose
+operator ignores it); a job without it gets the operator's `--default-launch`.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from mpiop.api.v2beta1 import MPIJob
+
+LaunchMode = Literal["ssh", "exec"]
+LAUNCH_MODES: tuple[LaunchMode, ...] = ("ssh", "exec")
+LAUNCH_ANNOTATION = "mpiop.kubeflow.org/launch"
+# The kubectl the launcher's init container copies into the pod: upstream's image for the supported minor.
+DEFAULT_KUBECTL_IMAGE = "registry.k8s.io/kubectl:v1.34.4"
+
+
+def annotated(job: MPIJob) -> str | None:
+    """The annotation's value as written, or None when the job has none."""
+    value = job.metadata.annotations.get(LAUNCH_ANNOTATION)
+    return None if value is None else str(value)
+
+
+def annotation_error(job: MPIJob) -> str | None:
+    """Why the annotation cannot be used, naming it; None when it is absent or valid."""
+    value = annotated(job)
+    if value is None or value in LAUNCH_MODES:
+        return None
+    return (f"metadata.annotations[{LAUNCH_ANNOTATION}]: {value!r} is not one of "
+            f"{', '.join(repr(m) for m in LAUNCH_MODES)}")
+
+
+def mode(job: MPIJob, default: LaunchMode) -> LaunchMode:
+    """The job's launch mode: its annotation when valid, else the operator's default."""
+    value = annotated(job)
+    return value if value in LAUNCH_MODES else default
+
+
+def uses_exec(job: MPIJob, default: LaunchMode) -> bool:
+    return mode(job, default) == "exec"
