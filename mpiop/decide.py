@@ -7,8 +7,9 @@
     too big?     -> Failed ValidationError
     refused?     -> Failed ValidationError (the template is wrong), else ReplicaFailure and retry
     name taken?  -> ReplicaFailure ErrResourceExists (the reconciler then starts nothing)
-    (always)     -> SSH Secret, Service, hostfile ConfigMap (discover_hosts.sh: the Running workers, or
-                    under --no-discover-hosts a fixed script saying it is off)
+    (always)     -> SSH Secret (exec launch: the launcher's ServiceAccount, Role naming this attempt's pods
+                    and RoleBinding; desired.launcher_rbac), Service, hostfile ConfigMap (discover_hosts.sh:
+                    the Running workers, or under --no-discover-hosts a fixed script saying it is off)
     suspended?   -> pods (and kubeflow's launcher Job) deleted, Suspended
     deadline?    -> Failed DeadlineExceeded, clean-up
     kubeflow's launcher Job? -> adopted: it is the launcher of attempt 0 (success, failure, Running);

@@ -63,6 +63,10 @@ class Observed:
     # status.failure_report.log_request names (decisions never do I/O).
     log_tails: dict[str, str] = field(default_factory=dict)
     pod_group: JSON | None = None  # only with gang scheduling on
+    # An exec-launched job's launcher access (desired.launcher_rbac): ServiceAccount, Role, RoleBinding.
+    service_account: JSON | None = None
+    role: JSON | None = None
+    role_binding: JSON | None = None
     refused: list[Refusal] = field(default_factory=list)
     _states: list[podstate.State] | None = field(default=None, init=False, repr=False, compare=False)
     _by_name: dict[str, Pod] | None = field(default=None, init=False, repr=False, compare=False)

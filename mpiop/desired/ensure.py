@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from mpiop import names, podstate
 from mpiop.api.v2beta1 import MPIJob
-from mpiop.desired import hostnetwork, objects, pods
+from mpiop.desired import hostnetwork, launch, launcher_rbac, objects, pods
 from mpiop.desired.settings import DEFAULT_SETTINGS, Settings
 from mpiop.plan import Observed, Plan
 
@@ -44,9 +44,12 @@ def _moved(job: MPIJob, pod: podstate.Pod, ports: hostnetwork.Ports) -> bool:
 
 
 def supporting_objects(plan: Plan, job: MPIJob, observed: Observed, settings: Settings = DEFAULT_SETTINGS) -> None:
-    """Secret, Service and hostfile ConfigMap: made even while the job is suspended, kept until it is deleted."""
+    """SSH Secret (or, launched by exec, the launcher's ServiceAccount, Role and RoleBinding), Service and hostfile
+    ConfigMap: made even while the job is suspended, before any pod, kept until the job is deleted."""
     attempt = plan.status.restart_count or 0
-    if observed.secret is None:
+    if launch.uses_exec(job, settings.default_launch):
+        launcher_access(plan, job, observed, attempt)
+    elif observed.secret is None:
         plan.create_ssh_secret = True
     if observed.service is None:
         plan.create.append(objects.service(job))
@@ -60,6 +63,19 @@ def supporting_objects(plan: Plan, job: MPIJob, observed: Observed, settings: Se
         plan.create.append(wanted)
     elif observed.config_map.get("data") != wanted["data"]:
         plan.update.append(wanted)
+
+
+def launcher_access(plan: Plan, job: MPIJob, observed: Observed, attempt: int) -> None:
+    """An exec launcher's ServiceAccount, Role and RoleBinding; the Role's pod names follow the attempt."""
+    if observed.service_account is None:
+        plan.create.append(launcher_rbac.service_account(job))
+    wanted = launcher_rbac.role(job, attempt)
+    if observed.role is None:
+        plan.create.append(wanted)
+    elif observed.role.get("rules") != wanted["rules"]:
+        plan.update.append(wanted)
+    if observed.role_binding is None:
+        plan.create.append(launcher_rbac.role_binding(job))
 
 
 def job_pods(plan: Plan, job: MPIJob, observed: Observed, launcher_may_start: bool,

@@ -261,3 +261,24 @@ def test_helm_refuses_exec_by_default_without_its_rights(helm: str) -> None:
                             capture_output=True, text=True, check=False)
     assert result.returncode != 0
     assert "execLaunch.default exec needs execLaunch.enabled" in result.stderr
+
+
+def test_exec_launch_overlay_and_chart_value_agree(control_plane: ControlPlane, system_namespace: str,
+                                                   helm: str) -> None:
+    """The overlay and `execLaunch` add the same rights: what each exec launcher gets (that mpiop must hold to
+    grant it), and making its ServiceAccount, Role and RoleBinding; never escalate or bind."""
+    overlay = DEPLOY / "overlays" / "exec-launch"
+    assert dry_run(control_plane, "-k", str(overlay)) == BASE_OBJECTS
+    theirs = by_kind(docs(control_plane.kubectl("kustomize", str(overlay))))
+    ours = by_kind(docs(render(helm, "execLaunch.enabled=true", "execLaunch.default=exec", "namespace.create=true",
+                               crds=False)))
+    assert ours["ClusterRole"]["rules"] == theirs["ClusterRole"]["rules"]
+    base = by_kind(docs(control_plane.kubectl("kustomize", str(DEPLOY / "base"))))["ClusterRole"]["rules"]
+    added = theirs["ClusterRole"]["rules"][len(base):]
+    assert theirs["ClusterRole"]["rules"][:len(base)] == base
+    assert {(tuple(r["resources"]), tuple(r["verbs"])) for r in added} == {
+        (("serviceaccounts",), ("create",)), (("roles",), ("create", "patch")), (("rolebindings",), ("create",)),
+        (("pods",), ("get",)), (("pods/exec",), ("create", "get"))}
+    args = [obj["spec"]["template"]["spec"]["containers"][0]["args"] for obj in (ours["Deployment"],
+                                                                                   theirs["Deployment"])]
+    assert args[0] == args[1] and "--default-launch=exec" in args[0]
