@@ -3,7 +3,7 @@
     finished by kubeflow's operator? -> left exactly as it is
     finished?    -> TTL, clean-up (kubeflow's launcher Job too), counts; nothing else
     bad forward-env annotation? -> Failed ValidationError                      (policies/forward_env)
-    bad launch annotation?      -> Failed ValidationError                      (policies/launch_mode)
+    bad launch annotation, or an exec launcher with its own account? -> Failed ValidationError (policies/launch_mode)
     too big?     -> Failed ValidationError
     refused?     -> Failed ValidationError (the template is wrong), else ReplicaFailure and retry
     name taken?  -> ReplicaFailure ErrResourceExists (the reconciler then starts nothing)
@@ -71,7 +71,8 @@ def decide(job: MPIJob, observed: Observed, now: dt.datetime, settings: Settings
 
 
 def _decide(plan: Plan, job: MPIJob, observed: Observed, now: dt.datetime, settings: Settings) -> None:
-    if plan.status.finished or forward_env.apply(plan, job, now) or launch_mode.apply(plan, job, now):
+    if plan.status.finished or forward_env.apply(plan, job, now) \
+            or launch_mode.apply(plan, job, now, settings.default_launch):
         return
     if size.apply(plan, job, now) or refused.apply(plan, job, observed, now):
         return

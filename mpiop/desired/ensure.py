@@ -47,7 +47,8 @@ def supporting_objects(plan: Plan, job: MPIJob, observed: Observed, settings: Se
     """SSH Secret (or, launched by exec, the launcher's ServiceAccount, Role and RoleBinding), Service and hostfile
     ConfigMap: made even while the job is suspended, before any pod, kept until the job is deleted."""
     attempt = plan.status.restart_count or 0
-    if launch.uses_exec(job, settings.default_launch):
+    exec_launch = launch.uses_exec(job, settings.default_launch)
+    if exec_launch:
         launcher_access(plan, job, observed, attempt)
     elif observed.secret is None:
         plan.create_ssh_secret = True
@@ -58,7 +59,7 @@ def supporting_objects(plan: Plan, job: MPIJob, observed: Observed, settings: Se
     count = job.spec.worker_replicas
     running = [i for i, s in workers.items() if i < count and s.running]
     ports = _ports(job, observed, attempt, settings.port_range)
-    wanted = objects.config_map(job, running, settings.cluster_domain, ports, settings.discover_hosts)
+    wanted = objects.config_map(job, running, settings.cluster_domain, ports, settings.discover_hosts, exec_launch)
     if observed.config_map is None:
         plan.create.append(wanted)
     elif observed.config_map.get("data") != wanted["data"]:
@@ -101,12 +102,12 @@ def job_pods(plan: Plan, job: MPIJob, observed: Observed, launcher_may_start: bo
             if budget == 0:
                 plan.requeue_in(0)  # the rest next pass
                 return
-            plan.create.append(pods.worker_pod(job, index, attempt, cluster_domain, ports))
+            plan.create.append(pods.worker_pod(job, index, attempt, cluster_domain, ports, settings))
             budget -= 1
     if observed.launcher(job, attempt) is None and launcher_may_start \
             and not _old_workers_remain(job, observed, attempt) \
             and hostnetwork.config_current(job, ports, observed.config_map, cluster_domain):
-        plan.create.insert(first_pod, pods.launcher_pod(job, attempt, cluster_domain, ports))
+        plan.create.insert(first_pod, pods.launcher_pod(job, attempt, cluster_domain, ports, settings))
 
 
 def _old_workers_remain(job: MPIJob, observed: Observed, attempt: int) -> bool:

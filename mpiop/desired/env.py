@@ -140,3 +140,29 @@ def framework_env(job: MPIJob, cluster_domain: str = "",
                   master_port: int = presets.DEFAULT_MASTER_PORT) -> list[EnvVar]:
     """The launcher's presets and their forwarding; workers get `presets.presets` alone."""
     return presets.presets(job, cluster_domain, master_port) + forwarding_env(job)
+
+
+# -- exec launch (issue 26): mpirun's remote agent is kubexec.sh, not ssh -----------------------------------
+# The ssh arguments above mean nothing to the agent: dropped from an exec launcher's environment.
+SSH_ARGS_VARIABLES = frozenset({"OMPI_MCA_plm_rsh_args", "PRTE_MCA_plm_ssh_args",
+                                "I_MPI_HYDRA_BOOTSTRAP_EXEC_EXTRA_ARGS", "HYDRA_LAUNCH_EXTRA_ARGS",
+                                "HYDRA_LAUNCHER_EXTRA_ARGS"})
+
+
+def exec_launch_env(implementation: MPIImplementation, agent: str) -> list[EnvVar]:
+    """Point each MPI's launcher at `agent` and keep every remote start on the launcher: only it holds kubectl
+    and a token (Open MPI and Intel MPI would otherwise start daemons from daemons on big jobs)."""
+    if implementation == "OpenMPI":
+        return [
+            {"name": "OMPI_MCA_plm_rsh_agent", "value": agent},  # Open MPI 4 (ORTE)
+            {"name": "OMPI_MCA_plm_rsh_no_tree_spawn", "value": "1"},
+            {"name": "PRTE_MCA_plm_ssh_agent", "value": agent},  # Open MPI 5 (PRRTE)
+            {"name": "PRTE_MCA_plm_ssh_no_tree_spawn", "value": "1"},
+        ]
+    if implementation == "Intel":
+        return [
+            {"name": "I_MPI_HYDRA_BOOTSTRAP", "value": "rsh"},
+            {"name": "I_MPI_HYDRA_BOOTSTRAP_EXEC", "value": agent},
+            {"name": "I_MPI_HYDRA_BRANCH_COUNT", "value": "0"},
+        ]
+    return [{"name": "HYDRA_LAUNCHER", "value": "rsh"}, {"name": "HYDRA_LAUNCHER_EXEC", "value": agent}]

@@ -14,8 +14,9 @@ from mpiop.api.v2beta1 import MPIJob
 LaunchMode = Literal["ssh", "exec"]
 LAUNCH_MODES: tuple[LaunchMode, ...] = ("ssh", "exec")
 LAUNCH_ANNOTATION = "mpiop.kubeflow.org/launch"
-# The kubectl the launcher's init container copies into the pod: upstream's image for the supported minor.
-DEFAULT_KUBECTL_IMAGE = "registry.k8s.io/kubectl:v1.34.4"
+# The kubectl an exec launcher's init container copies (with sh and cp: desired.kubexec says why not upstream's
+# distroless registry.k8s.io/kubectl), for the supported minor, pinned.
+DEFAULT_KUBECTL_IMAGE = "docker.io/alpine/k8s:1.34.1"
 
 
 def annotated(job: MPIJob) -> str | None:
@@ -41,3 +42,23 @@ def mode(job: MPIJob, default: LaunchMode) -> LaunchMode:
 
 def uses_exec(job: MPIJob, default: LaunchMode) -> bool:
     return mode(job, default) == "exec"
+
+
+def exec_template_error(job: MPIJob, default: LaunchMode) -> str | None:
+    """Under exec launch, why the launcher's template cannot be used, naming the field; None when it can.
+
+    The launcher must run as the job's own account (its Role is bound to that one only) with its token mounted:
+    a template naming another account, or turning the token off, is refused rather than silently overridden.
+    """
+    if mode(job, default) != "exec" or job.spec.launcher is None:
+        return None
+    spec = job.spec.launcher.template.get("spec") or {}
+    path = "spec.mpiReplicaSpecs.Launcher.template.spec"
+    for field in ("serviceAccountName", "serviceAccount"):
+        if spec.get(field):
+            return (f"{path}.{field}: {spec[field]!r} cannot be used with {LAUNCH_ANNOTATION}: exec; the launcher "
+                    f"runs as {job.metadata.name}-launcher, the only account allowed to exec into this job's pods")
+    if spec.get("automountServiceAccountToken") is False:
+        return (f"{path}.automountServiceAccountToken: false cannot be used with {LAUNCH_ANNOTATION}: exec; the "
+                "launcher's token is what starts the ranks")
+    return None

@@ -42,3 +42,22 @@ def test_a_value_mpiop_does_not_know_fails_the_job_before_any_object(value: str)
                               f"{value!r} is not one of 'ssh', 'exec'")
     assert plan.create == [] and not plan.create_ssh_secret
     assert ("Warning", "ValidationError") in [(e.type, e.reason) for e in plan.events]
+
+
+@pytest.mark.parametrize(("field", "value", "message"), [
+    ("serviceAccountName", "trainer", "spec.mpiReplicaSpecs.Launcher.template.spec.serviceAccountName: 'trainer' "
+     "cannot be used with mpiop.kubeflow.org/launch: exec; the launcher runs as t-launcher, the only account "
+     "allowed to exec into this job's pods"),
+    ("automountServiceAccountToken", False, "spec.mpiReplicaSpecs.Launcher.template.spec."
+     "automountServiceAccountToken: false cannot be used with mpiop.kubeflow.org/launch: exec; the launcher's "
+     "token is what starts the ranks"),
+])
+def test_an_exec_launcher_template_with_its_own_account_is_refused_naming_the_field(field: str, value: object,
+                                                                                   message: str) -> None:
+    job = make_mpijob("t", "ml").pod_spec("Launcher", **{field: value}).obj()
+    plan = decide(job, observe(job, owned_objects=False), at(3), Settings(default_launch="exec"))
+    failed = plan.status.condition("Failed")
+    assert failed is not None and failed.reason == "ValidationError"
+    assert failed.message == f"MPIJob ml/t has failed: {message}"
+    ssh_job = decide(job, observe(job, owned_objects=False), at(3), Settings(default_launch="ssh"))
+    assert ssh_job.status.condition("Failed") is None  # under SSH the template's account is the user's business
