@@ -151,7 +151,8 @@ SSH_ARGS_VARIABLES = frozenset({"OMPI_MCA_plm_rsh_args", "PRTE_MCA_plm_ssh_args"
 
 def exec_launch_env(implementation: MPIImplementation, agent: str) -> list[EnvVar]:
     """Point each MPI's launcher at `agent` and keep every remote start on the launcher: only it holds kubectl
-    and a token (Open MPI and Intel MPI would otherwise start daemons from daemons on big jobs)."""
+    and a token (Open MPI would otherwise start daemons from daemons on big jobs). Intel MPI's hierarchical
+    launch (I_MPI_HYDRA_BRANCH_COUNT, on big jobs) is left as it is: not tested here."""
     if implementation == "OpenMPI":
         return [
             {"name": "OMPI_MCA_plm_rsh_agent", "value": agent},  # Open MPI 4 (ORTE)
@@ -163,6 +164,5 @@ def exec_launch_env(implementation: MPIImplementation, agent: str) -> list[EnvVa
         return [
             {"name": "I_MPI_HYDRA_BOOTSTRAP", "value": "rsh"},
             {"name": "I_MPI_HYDRA_BOOTSTRAP_EXEC", "value": agent},
-            {"name": "I_MPI_HYDRA_BRANCH_COUNT", "value": "0"},
         ]
     return [{"name": "HYDRA_LAUNCHER", "value": "rsh"}, {"name": "HYDRA_LAUNCHER_EXEC", "value": agent}]

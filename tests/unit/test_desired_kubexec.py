@@ -26,7 +26,7 @@ def env_of(container: dict[str, Any]) -> dict[str, Any]:
 @pytest.mark.parametrize(("implementation", "wanted"), [
     ("OpenMPI", {"OMPI_MCA_plm_rsh_agent": AGENT, "OMPI_MCA_plm_rsh_no_tree_spawn": "1",
                  "PRTE_MCA_plm_ssh_agent": AGENT, "PRTE_MCA_plm_ssh_no_tree_spawn": "1"}),
-    ("Intel", {"I_MPI_HYDRA_BOOTSTRAP": "rsh", "I_MPI_HYDRA_BOOTSTRAP_EXEC": AGENT, "I_MPI_HYDRA_BRANCH_COUNT": "0"}),
+    ("Intel", {"I_MPI_HYDRA_BOOTSTRAP": "rsh", "I_MPI_HYDRA_BOOTSTRAP_EXEC": AGENT}),
     ("MPICH", {"HYDRA_LAUNCHER": "rsh", "HYDRA_LAUNCHER_EXEC": AGENT}),
 ])
 def test_each_mpi_is_pointed_at_the_agent_and_given_no_ssh_arguments(implementation: MPIImplementation,
