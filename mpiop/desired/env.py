@@ -157,6 +157,9 @@ def exec_launch_env(implementation: MPIImplementation, agent: str) -> list[EnvVa
         return [
             {"name": "OMPI_MCA_plm_rsh_agent", "value": agent},  # Open MPI 4 (ORTE)
             {"name": "OMPI_MCA_plm_rsh_no_tree_spawn", "value": "1"},
+            # Without tree spawn ORTE starts each orted with --daemonize, which does not outlive its exec
+            # session (the job hung with every orted gone): they stay attached, as under SSH.
+            {"name": "OMPI_MCA_orte_leave_session_attached", "value": "1"},
             {"name": "PRTE_MCA_plm_ssh_agent", "value": agent},  # Open MPI 5 (PRRTE)
             {"name": "PRTE_MCA_plm_ssh_no_tree_spawn", "value": "1"},
         ]

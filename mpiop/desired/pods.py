@@ -130,6 +130,8 @@ def worker_pod(job: MPIJob, index: int, attempt: int, cluster_domain: str = "",
     main = pod["spec"]["containers"][0]
     if exec_launch:
         kubexec.worker_pod(pod)
+        # Open MPI passes the launcher's MCA variables on to each orted, which checks that the agent exists.
+        _add_volume(pod["spec"], _config_volume(job, exec_launch), names.CONFIG_MOUNT_PATH)
     elif not main.get("command") and not main.get("args"):
         main["command"] = list(WORKER_DEFAULT_COMMAND) + (["-p", str(ssh_port)] if ssh_port is not None else [])
     framework = presets.presets(job, cluster_domain, _master_port(job, ports))

@@ -58,7 +58,8 @@ def test_the_launcher_runs_as_its_account_with_kubectl_and_no_ssh_key() -> None:
 def test_workers_wait_without_sshd_key_or_token_and_a_users_command_wins() -> None:
     pod = worker_pod(make_mpijob("pi").obj(), 0, 0, settings=EXEC)
     assert pod["spec"]["containers"][0]["command"] == kubexec.WORKER_WAIT_COMMAND
-    assert "volumes" not in pod["spec"] and pod["spec"]["automountServiceAccountToken"] is False
+    assert [v["name"] for v in pod["spec"]["volumes"]] == ["mpi-job-config"]  # the agent (Open MPI checks it)
+    assert pod["spec"]["automountServiceAccountToken"] is False
     own = worker_pod(make_mpijob("pi").command("Worker", "python", "serve.py").obj(), 0, 0, settings=EXEC)
     assert own["spec"]["containers"][0]["command"] == ["python", "serve.py"]
 
