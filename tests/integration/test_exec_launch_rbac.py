@@ -9,7 +9,7 @@ from typing import Any
 
 from mpiop.desired.launch import LAUNCH_ANNOTATION
 from mpiop.kube.client import MPIJOBS, ROLE_BINDINGS, ROLES, SECRETS, SERVICE_ACCOUNTS, Resource
-from tests.integration.operator import Cluster, Operator, eventually, mpijob
+from testkit.operator import Cluster, Operator, eventually, mpijob
 
 JSON = dict[str, Any]
 ACCESS: tuple[Resource, ...] = (SERVICE_ACCOUNTS, ROLES, ROLE_BINDINGS)

@@ -10,7 +10,7 @@ from mpiop.desired.launch import LAUNCH_ANNOTATION, LaunchMode
 from mpiop.desired.settings import Settings
 from mpiop.plan import Plan
 from mpiop.policies import launch_mode
-from tests.builders import at, make_mpijob, observe
+from testkit.builders import at, make_mpijob, observe
 
 
 @pytest.mark.parametrize(("annotation", "default", "mode"), [
