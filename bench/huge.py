@@ -74,7 +74,7 @@ def decide_figures(workers: int, repeats: int = 5) -> dict[str, float]:
     while True:
         seconds, plan = _timed(functools.partial(decide, job, observed, NOW))
         passes.append(seconds)
-        made = [_running(o) for o in plan.create if o["kind"] == "Pod"]
+        made = [_running(o) for o in plan.creates.pods()]
         if not made:
             break
         pods += made
@@ -125,7 +125,7 @@ async def live(workers: int) -> None:
                 held.append(time.thread_time() - cpu)
 
         def count(job: str) -> int:
-            return sum(1 for key in manager.caches.pods.store if key.startswith(f"{ns}/{job}-"))
+            return sum(1 for key in manager.caches.pods.cached_keys() if key.startswith(f"{ns}/{job}-"))
 
         ticking = asyncio.create_task(ticker())
         started = time.monotonic()

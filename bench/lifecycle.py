@@ -39,7 +39,7 @@ from mpiop.controller import bulk_delete
 from mpiop.controller.caches import trim_config_map, trim_secret, trim_service
 from mpiop.controller.events import EventRecorder
 from mpiop.controller.manager import ManagerConfig
-from mpiop.controller.reconciler import status_change
+from mpiop.controller.soft_writes import status_change
 from mpiop.decide import decide
 from mpiop.kube.client import CONFIGMAPS, MPIJOBS, PODS, KubeClient
 from mpiop.plan import Observed, Plan
@@ -97,7 +97,7 @@ class BareOperator:
             raw = await self.kube.patch(MPIJOBS, self.namespace, job.metadata.name, {"status": patch},
                                         subresource="status")
         for event in plan.events:
-            await self.recorder.record(job, event, now)
+            self.recorder.record(job, event, now)
         for obj in plan.update:
             await self.kube.patch(CONFIGMAPS, self.namespace, obj["metadata"]["name"], {"data": obj["data"]})
         collection = bulk_delete.collection_for(job, plan.delete, seen.pods)

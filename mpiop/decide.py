@@ -43,6 +43,7 @@ from mpiop.policies import (
     failure,
     forward_env,
     gang,
+    host_ports,
     launch_mode,
     launcher_creation,
     ownership,
@@ -78,7 +79,7 @@ def _decide(plan: Plan, job: MPIJob, observed: Observed, now: dt.datetime, setti
         return
     if not ownership.apply(plan, job, observed, now) and not observed.refused:
         replica_failure.clear(plan, job.key, now)
-    ensure.supporting_objects(plan, job, observed, settings)
+    ensure.supporting_objects(plan, job, observed, host_ports.for_plan(plan, job, observed, settings), settings)
     if suspend.apply(plan, job, observed, now):
         adoption.retire(plan, observed)
         return
@@ -96,4 +97,5 @@ def _decide(plan: Plan, job: MPIJob, observed: Observed, now: dt.datetime, setti
     progress.mark_running(plan, job, observed, now)
     attempt = plan.status.restart_count or 0
     launcher_may_start = launcher_creation.launcher_may_start(job, observed, attempt)
-    ensure.job_pods(plan, job, observed, launcher_may_start, settings)
+    ports = host_ports.for_plan(plan, job, observed, settings)
+    ensure.job_pods(plan, job, observed, launcher_may_start, ports, settings)

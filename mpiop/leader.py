@@ -32,7 +32,7 @@ from typing import Any
 import aiohttp
 import structlog
 
-from mpiop.kube.client import JSON_MEDIA_TYPE, ApiError, KubeClient, Resource
+from mpiop.kube.client import ApiError, KubeClient, Resource
 
 log = structlog.get_logger(__name__)
 JSON = dict[str, Any]
@@ -109,6 +109,12 @@ class LeaderElector:
     def is_leader(self) -> bool:
         """True only while the last successful renewal is younger than the renew deadline."""
         return self._renewed_at is not None and self.clock() - self._renewed_at < self.config.renew_deadline
+
+    def guard_write(self, method: str, path: str) -> None:
+        """The operator client's write_guard: checked as each write leaves (after the client-side rate limiter),
+        so a write queued while the lease was ours cannot leave once the renew deadline has passed."""
+        if not self.is_leader():
+            raise NotLeaderError(f"{method} {path}: not the leader, write refused")
 
     def healthy(self) -> bool:
         """Leading, or standing by with a recent successful look at the lease (for /readyz)."""
@@ -255,21 +261,3 @@ async def _sleep_or_stop(seconds: float, stop: asyncio.Event) -> bool:
     with contextlib.suppress(TimeoutError):
         await asyncio.wait_for(stop.wait(), seconds)
     return stop.is_set()
-
-
-class FencedClient(KubeClient):
-    """A client that refuses to send any write unless `may_write()` says so at the moment of sending.
-
-    The check sits in `_send`, after the client-side rate limiter, so a write queued behind the token bucket
-    while the lease was still ours cannot leave once the renew deadline has passed.
-    """
-
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self.may_write: Callable[[], bool] = lambda: True
-
-    async def _send(self, method: str, path: str, query: Any, body: Any, content_type: str,
-                    timeout: Any, accept: str = JSON_MEDIA_TYPE) -> aiohttp.ClientResponse:
-        if method not in ("GET", "HEAD") and not self.may_write():
-            raise NotLeaderError(f"{method} {path}: not the leader, write refused")
-        return await super()._send(method, path, query, body, content_type, timeout, accept)

@@ -16,6 +16,9 @@ from mpiop.api.v2beta1 import JobStatus, MPIJob
 from mpiop.podstate import Pod
 
 JSON = dict[str, Any]
+# The longest message mpiop sends in an Event (kubeflow's recorder and `kubectl describe` expect short ones), and
+# the cap on a condition message built from something unbounded (an apiserver's answer, an annotation).
+MESSAGE_LIMIT = 1024
 
 
 @dataclass(frozen=True)
@@ -23,6 +26,10 @@ class Event:
     type: Literal["Normal", "Warning"]
     reason: str
     message: str
+
+    def __post_init__(self) -> None:
+        if len(self.message) > MESSAGE_LIMIT:
+            object.__setattr__(self, "message", self.message[:MESSAGE_LIMIT])
 
 
 @dataclass(frozen=True)
@@ -142,9 +149,37 @@ class PodGroupWrite:
 
 
 @dataclass
+class Creates:
+    """The objects to create, in steps carried out in this order, each only once the one before succeeded whole
+    (kubeflow's order): so no pod mounts a squatter's key or hostfile, and no launcher calls a squatter's pod.
+
+    The SSH Secret (its key is made at write time: Plan.create_ssh_secret) goes first in `supporting`, and the
+    PodGroup (Plan.pod_group) is written between `supporting` and the pods.
+    """
+
+    supporting: list[JSON] = field(default_factory=list)  # the Service and the hostfile ConfigMap
+    workers: list[JSON] = field(default_factory=list)
+    launcher: list[JSON] = field(default_factory=list)
+
+    def pod_steps(self) -> tuple[list[JSON], list[JSON]]:
+        return self.workers, self.launcher
+
+    def pods(self) -> list[JSON]:
+        return [*self.workers, *self.launcher]
+
+    def drop_pods(self) -> None:
+        self.workers.clear()
+        self.launcher.clear()
+
+    def all(self) -> list[JSON]:
+        """Every object, in the order they are created."""
+        return [*self.supporting, *self.workers, *self.launcher]
+
+
+@dataclass
 class Plan:
     status: JobStatus
-    create: list[JSON] = field(default_factory=list)
+    creates: Creates = field(default_factory=Creates)
     update: list[JSON] = field(default_factory=list)
     delete: list[Pod] = field(default_factory=list)
     create_ssh_secret: bool = False
@@ -154,6 +189,11 @@ class Plan:
     events: list[Event] = field(default_factory=list)
     pod_group: PodGroupWrite | None = None
     requeue_after: float | None = None
+
+    @property
+    def create(self) -> list[JSON]:
+        """Every object to create, in the order they are created (read-only: plan them in `creates`)."""
+        return self.creates.all()
 
     def requeue_in(self, seconds: float) -> None:
         seconds = max(seconds, 0.0)

@@ -28,7 +28,7 @@ from mpiop.desired.hostnetwork import DEFAULT_PORT_RANGE, PortRange
 from mpiop.desired.launch import DEFAULT_KUBECTL_IMAGE, LAUNCH_ANNOTATION, LAUNCH_MODES
 from mpiop.desired.podgroup import gang_scheduler
 from mpiop.kube.client import KubeClient
-from mpiop.leader import ElectionConfig, FencedClient, LeaderElector, LeadershipLostError
+from mpiop.leader import ElectionConfig, LeaderElector, LeadershipLostError
 from mpiop.server import Checks, Servers, health_app, metrics_app
 
 log = structlog.get_logger(__name__)
@@ -211,21 +211,18 @@ async def run(args: argparse.Namespace) -> int:
         loop.add_signal_handler(signum, stop.set)
     election = election_from_args(args)
     config = config_from_args(args)
-    client_type = FencedClient if election is not None else KubeClient
-    client = await client_type.connect(args.kubeconfig, qps=args.kube_api_qps, burst=args.kube_api_burst,
-                                       observer=metrics.observe_request, field_manager=args.field_manager)
     # Its own client, outside the QPS bucket: a backlog of reconcile writes must never delay a renewal.
     lease_client = None if election is None else await KubeClient.connect(
         args.kubeconfig, qps=0, burst=10, observer=metrics.observe_request, field_manager=args.field_manager)
+    elector = None if election is None or lease_client is None else LeaderElector(
+        lease_client, election, on_change=lambda leading: metrics.IS_LEADER.set(1 if leading else 0))
+    client = await KubeClient.connect(args.kubeconfig, qps=args.kube_api_qps, burst=args.kube_api_burst,
+                                      observer=metrics.observe_request, field_manager=args.field_manager,
+                                      write_guard=elector.guard_write if elector is not None else None)
     servers = Servers()
     try:
         manager = Manager(client, config, Supervisor())
         await manager.preflight()
-        elector = None
-        if election is not None and lease_client is not None and isinstance(client, FencedClient):
-            elector = LeaderElector(lease_client, election,
-                                    on_change=lambda leading: metrics.IS_LEADER.set(1 if leading else 0))
-            client.may_write = elector.is_leader
         metrics.IS_LEADER.set(0 if elector is not None else 1)
         await servers.start(health_app(health_checks(manager, elector)), args.health_addr, "health probes")
         await servers.start(metrics_app(), args.metrics_addr, "metrics")

@@ -33,8 +33,9 @@ from mpiop.api.v2beta1 import (
     RestartPolicy,
     format_time,
 )
-from mpiop.desired import hostnetwork, objects
+from mpiop.desired import objects
 from mpiop.plan import Observed
+from mpiop.policies import host_ports
 
 JSON = dict[str, Any]
 
@@ -413,7 +414,7 @@ def observe(job: MPIJob, pods: list[JSON] | None = None, *, owned_objects: bool 
     attempt = job.status.restart_count or 0
     running = sorted(i for i, p in Observed(pods=pods).workers(job, attempt).items()
                      if i < job.spec.worker_replicas and podstate.is_running(p))
-    ports = hostnetwork.ports(job, attempt, pods, None)
+    ports = host_ports.table(job, attempt, pods, None)
     return Observed(
         pods=pods,
         config_map=objects.config_map(job, running, cluster_domain, ports),

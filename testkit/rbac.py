@@ -10,7 +10,6 @@ import yaml
 
 from devcluster.controlplane import ControlPlane
 from mpiop.kube.client import JSON_MEDIA_TYPE, KubeClient
-from mpiop.leader import FencedClient
 from testkit.deploy import SYSTEM
 
 ACCOUNT = "mpiop"
@@ -36,7 +35,7 @@ def as_rbac(method: str, path: str, query: dict[str, Any]) -> Request:
     return verb, group, resource, name
 
 
-class RecordingClient(FencedClient):
+class RecordingClient(KubeClient):
     """The operator's own client, also noting every request as the authorizer will see it."""
 
     requests: list[Request]

@@ -35,7 +35,7 @@ from mpiop.kube.client import (
 )
 from mpiop.kube.informer import Indexer, Informer
 from mpiop.kube.trim import metadata as trimmed_metadata
-from mpiop.plan import Observed
+from mpiop.plan import Observed, Refusal
 
 JSON = dict[str, Any]
 OWNER_INDEX = "owner"
@@ -77,6 +77,29 @@ def _by_job_label(obj: JSON) -> Iterable[str]:
 def _by_owner(obj: JSON) -> Iterable[str]:
     key = owner_key(obj)
     return [key] if key else []
+
+
+# Whether an update of a cached (trimmed) object changes nothing a decision reads: then no reconcile is queued.
+UnchangedFilter = Callable[[JSON, JSON], bool]
+
+
+def _unversioned(obj: JSON) -> JSON:
+    return {**obj, "metadata": {**obj["metadata"], "resourceVersion": None}}
+
+
+def same_but_version(old: JSON, new: JSON) -> bool:
+    """Every owned kind but pods: any change of what the trim keeps (a PodGroup's spec too) is news."""
+    return _unversioned(old) == _unversioned(new)
+
+
+def same_pod_but_binding(old: JSON, new: JSON) -> bool:
+    """A pod bound to a node decides nothing. Its node is kept for the failure report, which reads it only once
+    the pod has failed (a change of its own)."""
+    def unbound(obj: JSON) -> JSON:
+        spec = {k: v for k, v in (obj.get("spec") or {}).items() if k != "nodeName"}
+        return {**_unversioned(obj), "spec": spec}
+
+    return unbound(old) == unbound(new)
 
 
 def trim_secret(obj: JSON) -> JSON:
@@ -199,7 +222,12 @@ class Caches:
         return [self.pods, self.config_maps, self.secrets, self.services, self.launcher_jobs, self.service_accounts,
                 self.roles, self.role_bindings, *extra]
 
-    def observed(self, job: MPIJob) -> Observed:
+    def owned_filters(self) -> list[tuple[Informer, UnchangedFilter]]:
+        """Each owned kind's informer with the filter for its trim: which updates need no reconcile."""
+        return [(self.pods, same_pod_but_binding), *((i, same_but_version) for i in self.owned() if i is not self.pods)]
+
+    def observed(self, job: MPIJob, refused: list[Refusal] | None = None) -> Observed:
+        """The job's cached objects (those of its uid), with what the apiserver refused in the last pass."""
         def mine(informer: Informer) -> list[JSON]:
             return [o for o in informer.by_index(OWNER_INDEX, job.key) if _owner_uid(o) == job.metadata.uid]
 
@@ -217,6 +245,7 @@ class Caches:
             role=one(self.roles, names.launcher_account_name(job)),
             role_binding=one(self.role_bindings, names.launcher_account_name(job)),
             pod_group=one(self.pod_groups, podgroup.pod_group_name(job)) if self.pod_groups is not None else None,
+            refused=refused or [],
         )
 
     def labelled_pods(self, job: MPIJob) -> list[JSON]:

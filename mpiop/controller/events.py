@@ -24,13 +24,15 @@ import datetime as dt
 import socket
 import time
 from collections import OrderedDict
+from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Any, Protocol
 
 import structlog
 
 from mpiop import metrics
 from mpiop.api.v2beta1 import API_VERSION, KIND, MPIJob, format_time
-from mpiop.kube.client import EVENTS, ApiError, KubeClient
+from mpiop.kube.client import EVENTS, ApiError, Resource
 from mpiop.plan import Event
 
 log = structlog.get_logger(__name__)
@@ -41,6 +43,7 @@ COMBINED_PREFIX = "(combined from similar events): "
 CACHE_SIZE = 4096  # client-go: maxLruCacheEntries
 RETRIES = (0.5, 2.0, 5.0)  # seconds before each new try of a transient failure
 
+JSON = dict[str, Any]
 Key = tuple[str, str, str, str, str]
 """(namespace, involved object uid, type, reason, message)."""
 
@@ -83,7 +86,7 @@ def event_body(namespace: str, involved: dict[str, str], event: Event, instance:
         "involvedObject": involved,
         "type": event.type,
         "reason": event.reason,
-        "message": event.message[:1024],
+        "message": event.message,
         "source": {"component": COMPONENT},
         "reportingComponent": COMPONENT,
         "reportingInstance": instance,
@@ -93,29 +96,38 @@ def event_body(namespace: str, involved: dict[str, str], event: Event, instance:
     }
 
 
+class EventClient(Protocol):
+    """What the recorder needs of the API client (KubeClient)."""
+
+    async def create(self, resource: Resource, namespace: str | None, body: JSON) -> JSON: ...
+
+    async def patch(self, resource: Resource, namespace: str | None, name: str, body: JSON) -> JSON: ...
+
+
 class EventRecorder:
-    def __init__(self, client: KubeClient, instance: str | None = None, *, concurrency: int = 4,
-                 max_pending: int = 10000, unsent_reasons: frozenset[str] = frozenset()) -> None:
+    def __init__(self, client: EventClient, instance: str | None = None, *, concurrency: int = 4,
+                 max_pending: int = 10000, unsent_reasons: frozenset[str] = frozenset(),
+                 retry_delays: Sequence[float] = RETRIES) -> None:
         """`unsent_reasons`: Events only logged, never sent (--no-lifecycle-events: every job's three)."""
         self.client = client
         self.unsent_reasons = unsent_reasons
         self.instance = instance or socket.gethostname()
         self.concurrency = concurrency
         self.max_pending = max_pending
+        self.retry_delays = tuple(retry_delays)
+        # Waiting Events by identity (a repeat merges into its entry); the queue says in which order to send them.
         self._pending: OrderedDict[Key, _Pending] = OrderedDict()
+        self._queue: asyncio.Queue[Key] = asyncio.Queue()
+        self._in_flight: dict[int, _Pending] = {}  # by id(): one key may be sent twice at once
         self._sent: OrderedDict[Key, _Sent] = OrderedDict()
         self._similar: OrderedDict[tuple[str, str, str, str], _Similar] = OrderedDict()
-        self._wake = asyncio.Event()
-        self._idle = asyncio.Event()
-        self._idle.set()
-        self._task: asyncio.Task[None] | None = None
-        self._sending: set[asyncio.Task[None]] = set()
+        self._consumers: list[asyncio.Task[None]] = []
 
-    async def record(self, job: MPIJob, event: Event, now: dt.datetime) -> None:
+    def record(self, job: MPIJob, event: Event, now: dt.datetime) -> None:
         """Queue one Event (returns at once)."""
-        await self.record_on(_involved(job), event, now)
+        self.record_on(_involved(job), event, now)
 
-    async def record_on(self, involved: dict[str, str], event: Event, now: dt.datetime) -> None:
+    def record_on(self, involved: dict[str, str], event: Event, now: dt.datetime) -> None:
         """Queue one Event on any object, given as its reference (apiVersion, kind, name, namespace, uid)."""
         (log.warning if event.type == "Warning" else log.info)(
             "event", job=f"{involved['namespace']}/{involved['name']}", kind=involved["kind"], type=event.type,
@@ -132,15 +144,15 @@ class EventRecorder:
             pending.event = event
             return
         if len(self._pending) >= self.max_pending:
-            _, dropped = self._pending.popitem(last=False)
+            _, dropped = self._pending.popitem(last=False)  # its key, still queued, is skipped when it comes up
             metrics.EVENTS.labels("dropped").inc(dropped.count)
             log.warning("event dropped: too many waiting to be sent", job=dropped.involved["name"],
                         reason=dropped.event.reason, waiting=len(self._pending))
         self._pending[key] = _Pending(involved, event, stamp, stamp)
-        self._idle.clear()
-        self._wake.set()
-        if self._task is None or self._task.done():
-            self._task = asyncio.create_task(self._run(), name="event-recorder")
+        self._queue.put_nowait(key)
+        if not self._consumers:
+            self._consumers = [asyncio.create_task(self._consume(), name=f"event-sender-{n}")
+                               for n in range(self.concurrency)]
 
     def _aggregate(self, involved: dict[str, str], event: Event) -> tuple[Event, Key]:
         """client-go's EventAggregator: many messages of one reason on one job become one combined Event.
@@ -166,45 +178,42 @@ class EventRecorder:
     async def flush(self, timeout: float = 10.0) -> bool:
         """Wait until every queued Event was sent (or given up on); False if `timeout` passed first."""
         with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(self._idle.wait(), timeout)
+            await asyncio.wait_for(self._queue.join(), timeout)
             return True
         return False
 
     async def close(self, timeout: float = 5.0) -> None:
-        """Send what is waiting (up to `timeout`), then stop; what is left is logged as lost."""
-        if not await self.flush(timeout) and self._pending:
-            metrics.EVENTS.labels("dropped").inc(sum(p.count for p in self._pending.values()))
-            log.warning("events not sent before shutdown", count=len(self._pending))
-            self._pending.clear()
-        tasks = [*self._sending, *([self._task] if self._task is not None else [])]
-        for task in tasks:
+        """Send what is waiting (up to `timeout`), then stop; what is left (waiting or being sent) is counted
+        and logged as lost."""
+        if not await self.flush(timeout):
+            lost = sum(p.count for p in (*self._pending.values(), *self._in_flight.values()))
+            if lost:
+                metrics.EVENTS.labels("dropped").inc(lost)
+                log.warning("events not sent before shutdown", count=lost)
+        for task in self._consumers:
             task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
-        self._task = None
+        await asyncio.gather(*self._consumers, return_exceptions=True)
+        self._consumers = []
+        self._pending.clear()
+        self._in_flight.clear()
+        self._queue = asyncio.Queue()
 
-    # -- the sender --------------------------------------------------------------------------------
-    async def _run(self) -> None:
-        sending = self._sending
+    # -- the senders -------------------------------------------------------------------------------
+    async def _consume(self) -> None:
         while True:
-            while self._pending and len(sending) < self.concurrency:
-                key, pending = self._pending.popitem(last=False)
-                task = asyncio.create_task(self._send(key, pending))
-                sending.add(task)
-                task.add_done_callback(sending.discard)
-            if not self._pending and not sending:
-                self._idle.set()
-            self._wake.clear()
-            waits: list[asyncio.Future[object]] = [asyncio.ensure_future(self._wake.wait())]
-            if sending:
-                waits.append(asyncio.ensure_future(asyncio.wait(set(sending), return_when=asyncio.FIRST_COMPLETED)))
+            key = await self._queue.get()
+            pending = self._pending.pop(key, None)  # None: dropped while it waited
             try:
-                await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+                if pending is not None:
+                    self._in_flight[id(pending)] = pending
+                    await self._send(key, pending)
             finally:
-                for waiting in waits:
-                    waiting.cancel()
+                if pending is not None:
+                    self._in_flight.pop(id(pending), None)
+                self._queue.task_done()
 
     async def _send(self, key: Key, pending: _Pending) -> None:
-        for delay in (*RETRIES, None):
+        for delay in (*self.retry_delays, None):
             try:
                 await self._send_once(key, pending)
                 return
@@ -227,7 +236,7 @@ class EventRecorder:
             count = sent.count + pending.count
             try:
                 await self.client.patch(EVENTS, namespace, sent.name, {
-                    "count": count, "lastTimestamp": pending.last, "message": pending.event.message[:1024]})
+                    "count": count, "lastTimestamp": pending.last, "message": pending.event.message})
             except ApiError as error:
                 if not error.not_found:
                     raise

@@ -12,6 +12,7 @@ process, given a Warning Event; every other job goes on.
 from __future__ import annotations
 
 import asyncio
+import functools
 import itertools
 import time
 from dataclasses import dataclass
@@ -20,7 +21,7 @@ from typing import Any
 import structlog
 
 from mpiop import metrics, names, podstate
-from mpiop.controller.caches import OWNER_INDEX, Caches, owner_key, pod_group_api_missing
+from mpiop.controller.caches import OWNER_INDEX, Caches, UnchangedFilter, owner_key, pod_group_api_missing
 from mpiop.controller.events import EventRecorder
 from mpiop.controller.reconciler import Reconciler, utcnow
 from mpiop.controller.supervisor import Supervisor
@@ -53,18 +54,6 @@ async def _until(awaited: asyncio.Future[Any], stop: asyncio.Event) -> bool:
         for pending in (awaited, stopped):
             pending.cancel()
     return not stop.is_set()
-
-
-def _same_but_version(old: JSON, new: JSON) -> bool:
-    """Whether two cached (trimmed) objects differ in their resourceVersion (and a pod's node) alone.
-
-    A pod's node is kept for the failure report, which reads it only once the pod has failed (a change of its
-    own): being bound to a node decides nothing.
-    """
-    def unversioned(obj: JSON) -> JSON:
-        return {**obj, "metadata": {**obj["metadata"], "resourceVersion": None}, "spec": None}
-
-    return unversioned(old) == unversioned(new)
 
 
 @dataclass
@@ -114,13 +103,13 @@ class Manager:
         self._ids = itertools.count(1)
         metrics.QUEUE_DEPTH.set_function(lambda: len(self.queue))
         metrics.JOBS.source = metrics.JobSource(
-            jobs=lambda: self.caches.jobs.store.values(),
+            jobs=lambda: self.caches.jobs.cached_objects(),
             has_launcher=self._has_launcher,
             active=lambda: self.working,
         )
         self.caches.jobs.handlers.append(self._on_job)
-        for informer in self.caches.owned():
-            informer.handlers.append(self._on_owned)
+        for informer, unchanged in self.caches.owned_filters():
+            informer.handlers.append(functools.partial(self._on_owned, unchanged))
         for informer in self.caches.all():
             informer.on_undecodable = self._on_undecodable
 
@@ -134,9 +123,9 @@ class Manager:
     def _on_job(self, old: JSON | None, new: JSON | None) -> None:
         self.queue.add(object_key(new if new is not None else old))  # type: ignore[arg-type]
 
-    def _on_owned(self, old: JSON | None, new: JSON | None) -> None:
-        if old is not None and new is not None and _same_but_version(old, new):
-            return  # e.g. a pod bound to a node: nothing the (trimmed) cache keeps changed, nothing to decide
+    def _on_owned(self, unchanged: UnchangedFilter, old: JSON | None, new: JSON | None) -> None:
+        if old is not None and new is not None and unchanged(old, new):
+            return  # e.g. a pod bound to a node: nothing a decision reads changed
         key = owner_key(new if new is not None else old)  # type: ignore[arg-type]
         if key is not None:
             self.queue.add(key)
@@ -162,8 +151,7 @@ class Manager:
         event = Event("Warning", "Undecodable", (
             f"mpiop cannot decode this object and ignores it until it is changed or deleted ({stub[UNDECODABLE]}); "
             "it nests deeper than JSON decoders accept, under a field its schema preserves unchanged"))
-        self.supervisor.spawn(self.recorder.record_on(involved, event, utcnow()),
-                              name=f"event-undecodable-{meta['name']}", daemon=False)
+        self.recorder.record_on(involved, event, utcnow())
 
     async def run(self, stop: asyncio.Event, leading: asyncio.Event | None = None) -> None:
         """Run until `stop` is set; then finish in-flight reconciles and return.
@@ -179,14 +167,14 @@ class Manager:
                 return
             self.synced.set()
             log.info("caches synced", seconds=round(time.monotonic() - started, 3),
-                     jobs=len(self.caches.jobs.store), pods=len(self.caches.pods.store))
+                     jobs=self.caches.jobs.count(), pods=self.caches.pods.count())
             if leading is not None and not leading.is_set():
                 log.info("standing by until elected leader")
                 if not await _until(asyncio.ensure_future(leading.wait()), stop):
                     return
             self.working = True
             for informer in self.caches.all():  # seen before this process was working: tell their owners now
-                for stub in informer.undecodable.values():
+                for stub in informer.undecodable().values():
                     self._undecodable_event(stub)
             workers = [self.supervisor.spawn(self._work(), name=f"worker-{n}") for n in range(self.config.workers)]
             resync = self.supervisor.spawn(self._resync(), name="resync")
@@ -207,7 +195,7 @@ class Manager:
     async def _resync(self) -> None:
         while True:
             await asyncio.sleep(self.config.resync_seconds)
-            for key in list(self.caches.jobs.store):
+            for key in list(self.caches.jobs.cached_keys()):
                 self.queue.add(key)
 
     async def _work(self) -> None:

@@ -4,14 +4,12 @@ Writes are idempotent and only what differs: names are deterministic, the status
 changed, and every answer to our own writes is fed back into the caches so the next pass does not act on what
 it just did. Creations that do not succeed (refused, or AlreadyExists by an object the job does not control)
 are what the next decision observes, like pods: it fails the job or shows why and retries. Creations go in
-kubeflow's order, each step only once the one before succeeded whole: Secret, ConfigMap and Service; workers;
-launcher. So no pod mounts a squatter's key or hostfile, and no launcher calls a squatter's pod. Writes run
-through a few coroutines at a time (not one task per pod), so a 10,000-pod pass never stalls the event loop.
+the plan's steps (plan.Creates), each only once the one before succeeded whole (refusals: refusals.py).
+Writes run through a few coroutines at a time (not one task per pod), so a 10,000-pod pass never stalls the
+event loop.
 
-Few requests per job: a pass whose only writes are soft (replica counts in status, the hostfile's
-discover_hosts.sh as workers come and go) waits up to SOFT_WRITE_DELAY for a real transition to ride
-along with, so a job's pods turning Running one by one cost one status write and one ConfigMap patch,
-not one each; Events are queued to a background recorder. A pass's pods go in one DELETE collection by the
+Few requests per job: a pass whose writes are all soft waits for a transition to ride along with
+(soft_writes.py); Events are queued to a background recorder. A pass's pods go in one DELETE collection by the
 job's labels when that deletes exactly them (bulk_delete), listed from the apiserver's watch cache: listed
 from etcd, the whole namespace is read for each, which made status latency at 10,000 pods 58-114 s.
 """
@@ -23,17 +21,18 @@ import datetime as dt
 import functools
 import time
 from collections.abc import Awaitable, Callable, Coroutine, Iterable
-from dataclasses import dataclass
 from typing import Any, TypeVar
 
 import structlog
 
 from mpiop import metrics, names, podstate, ssh
-from mpiop.api.v2beta1 import JobStatus, MPIJob, format_time
+from mpiop.api.v2beta1 import MPIJob, format_time
 from mpiop.controller import bulk_delete
 from mpiop.controller.caches import Caches, pod_group_resource
 from mpiop.controller.events import EventRecorder
 from mpiop.controller.logtails import LogTails
+from mpiop.controller.refusals import Refusals
+from mpiop.controller.soft_writes import SoftWriteHold, only_soft_writes, status_change
 from mpiop.decide import decide
 from mpiop.desired import objects
 from mpiop.desired.settings import DEFAULT_SETTINGS, Settings
@@ -59,7 +58,6 @@ JSON = dict[str, Any]
 RESOURCES: dict[str, Resource] = {"Pod": PODS, "ConfigMap": CONFIGMAPS, "Secret": SECRETS, "Service": SERVICES,
                                   "ServiceAccount": SERVICE_ACCOUNTS, "Role": ROLES, "RoleBinding": ROLE_BINDINGS}
 UPDATED_FIELDS = ("data", "rules")  # what an update changes: a ConfigMap's data, a Role's rules
-SOFT_WRITE_DELAY = 5.0
 WRITES_PER_PASS = 32  # coroutines carrying out one pass's creations or deletions
 DECIDE_ON_LOOP_UP_TO = 1000  # pods (existing + wanted); a bigger job is decided in a thread (bench/huge.py)
 T = TypeVar("T")
@@ -83,45 +81,6 @@ def utcnow() -> dt.datetime:
     return dt.datetime.now(dt.UTC).replace(microsecond=0)
 
 
-@dataclass(frozen=True)
-class StatusChange:
-    """What a plan changes in the job's status, read once a pass (dumping a status is a fair share of one)."""
-
-    patch: JSON | None  # a merge patch turning the old status into the new (cleared fields null); None: they agree
-    fields: frozenset[str]  # the top-level fields that differ (lastReconcileTime aside)
-
-
-def status_change(old: JobStatus, new: JobStatus) -> StatusChange:
-    old_json, new_json = old.to_json(), new.to_json()
-    old_json.pop("lastReconcileTime", None)
-    new_json.pop("lastReconcileTime", None)
-    fields = frozenset(k for k in old_json.keys() | new_json.keys() if old_json.get(k) != new_json.get(k))
-    if not fields:
-        return StatusChange(None, fields)
-    patch: JSON = {k: None for k in old_json if k not in new_json}
-    patch.update(new_json)
-    return StatusChange(patch, fields)
-
-
-def only_soft_writes(plan: Plan, status: StatusChange, config_map: JSON | None = None) -> bool:
-    """Whether this plan's writes are all soft: replica counts and discover_hosts.sh, nothing else.
-
-    Creations, deletions, Events, condition or time changes and a changed hostfile (on the host network the
-    launcher waits for its ports) are transitions and are made at once.
-    """
-    if (plan.create or plan.delete or plan.events or plan.create_ssh_secret or plan.delete_job
-            or plan.delete_launcher_job is not None or plan.pod_group is not None):
-        return False
-    cached = (config_map or {}).get("data") or {}
-    for obj in plan.update:
-        if obj["kind"] != "ConfigMap":
-            return False
-        changed = {k for k in obj["data"].keys() | cached.keys() if obj["data"].get(k) != cached.get(k)}
-        if not changed <= {names.DISCOVER_HOSTS_NAME}:
-            return False
-    return status.fields <= {"replicaStatuses"} and bool(status.fields or plan.update)
-
-
 class Reconciler:
     def __init__(self, client: KubeClient, caches: Caches, recorder: EventRecorder, *,
                  clock: Callable[[], dt.datetime] = utcnow, settings: Settings = DEFAULT_SETTINGS,
@@ -135,40 +94,23 @@ class Reconciler:
         # (the default), this is what keeps a 256-worker job from taking every connection to the apiserver.
         self.write_limit = asyncio.Semaphore(write_concurrency)
         self.log_tails = LogTails(client)
-        # What the apiserver answered to each job's last creations that did not succeed: (job uid, refusals).
-        self.refused: dict[str, tuple[str, list[Refusal]]] = {}
-        self._soft_since: dict[str, float] = {}  # job key -> when its waiting soft writes were first seen
+        self.refusals = Refusals()
+        self.soft_writes = SoftWriteHold()
         # Whether the operator's role lacks `deletecollection` on pods (a role from before it was needed).
         self._collections_forbidden = False
-
-    def _soft_wait(self, job: MPIJob, plan: Plan, status: StatusChange, observed: Observed) -> float | None:
-        """Seconds to hold this plan's writes back (they are all soft and recent), or None to go ahead."""
-        key = job.key
-        if not only_soft_writes(plan, status, observed.config_map):
-            self._soft_since.pop(key, None)
-            return None
-        since = self._soft_since.setdefault(key, time.monotonic())
-        wait = since + SOFT_WRITE_DELAY - time.monotonic()
-        if wait > 0:
-            return wait
-        self._soft_since.pop(key, None)
-        return None
 
     async def reconcile(self, key: str) -> float | None:
         """One level-triggered pass; returns seconds after which to look again, if a timer matters."""
         raw = self.caches.jobs.get(key)
         if raw is None:
-            self._soft_since.pop(key, None)
-            self.refused.pop(key, None)
+            self.soft_writes.forget(key)
+            self.refusals.forget(key)
             return None  # deleted: the garbage collector removes what it owned
         job = MPIJob.model_validate(raw)
         if job.metadata.deletion_timestamp is not None or not managed_by.is_ours(job):
             return None
         now = self.clock()
-        observed = self.caches.observed(job)
-        await self.log_tails.fill(job, observed)  # the failure report's one I/O: a failed container's log
-        uid, seen = self.refused.get(key, ("", []))
-        observed.refused = seen if uid == job.metadata.uid else []
+        observed = await self._observe(job)
         decision = functools.partial(decide, job, observed, now, self.settings)
         if len(observed.pods) + job.spec.worker_replicas > DECIDE_ON_LOOP_UP_TO:
             # A big job's decision takes tens of milliseconds of CPU: in a thread, the event loop (health,
@@ -180,7 +122,7 @@ class Reconciler:
             await self._delete_job(job)
             return None
         status = status_change(job.status, plan.status)
-        wait = self._soft_wait(job, plan, status, observed)
+        wait = self.soft_writes.wait(key, only_soft_writes(plan, status, observed.config_map), time.monotonic())
         if wait is not None:
             return wait if plan.requeue_after is None else min(wait, plan.requeue_after)
         try:
@@ -189,14 +131,15 @@ class Reconciler:
             if error.not_found:  # deleted since the cache saw it: nothing of it is to be made any more
                 return None
             raise
-        refusals = await self._apply_objects(job, plan)
-        if refusals:
-            self.refused[key] = (job.metadata.uid, refusals)
-        else:
-            self.refused.pop(key, None)
-        if _refused_keys(refusals) != _refused_keys(observed.refused):
+        if self.refusals.remember(job, await self._apply_objects(job, plan)):
             return 0.0  # decide again at once: the next pass reports (or clears) what the apiserver said
         return plan.requeue_after
+
+    async def _observe(self, job: MPIJob) -> Observed:
+        """What decide sees: the cached objects, the refusals of the last pass, and a failed container's log."""
+        observed = self.caches.observed(job, refused=self.refusals.of(job))
+        await self.log_tails.fill(job, observed)  # the failure report's one I/O
+        return observed
 
     # -- status ------------------------------------------------------------------------------------
     async def _write_status(self, job: MPIJob, plan: Plan, patch: JSON | None, now: dt.datetime) -> None:
@@ -210,22 +153,20 @@ class Reconciler:
         job.metadata.resource_version = updated["metadata"]["resourceVersion"]
         metrics.count_transitions(job, plan.status, now)
         for event in plan.events:
-            await self.recorder.record(job, event, now)
+            self.recorder.record(job, event, now)
 
     # -- objects -----------------------------------------------------------------------------------
     async def _apply_objects(self, job: MPIJob, plan: Plan) -> list[Refusal]:
-        """Carry out creations (in order, stopping at a step with refusals), updates and deletions."""
-        supporting = [obj for obj in plan.create if obj["kind"] != "Pod"]
+        """Carry out the creation steps (stopping at one with refusals), updates and deletions."""
+        supporting = plan.creates.supporting
         if plan.create_ssh_secret:
             private, public = ssh.generate_key_pair(comment=f"mpiop@{job.key}")
-            supporting.insert(0, objects.ssh_secret(job, private, public))
-        workers = [obj for obj in plan.create if obj["kind"] == "Pod" and not _is_launcher(obj)]
-        launchers = [obj for obj in plan.create if obj["kind"] == "Pod" and _is_launcher(obj)]
+            supporting = [objects.ssh_secret(job, private, public), *supporting]
         refusals = await self._create_all(job, supporting)
         if not refusals and plan.pod_group is not None:  # its pods are not created without it
             refused_group = await self._write_pod_group(job, plan)
             refusals = [refused_group] if refused_group is not None else []
-        for step in (workers, launchers):
+        for step in plan.creates.pod_steps():
             if refusals:
                 break
             refusals = await self._create_all(job, step)
@@ -276,12 +217,7 @@ class Reconciler:
     async def _delete_launcher_job(self, launcher_job: JSON) -> None:
         """kubeflow's launcher Job of an adopted job, with its pods (the garbage collector deletes them)."""
         meta = launcher_job["metadata"]
-        try:
-            await self.client.delete(JOBS, meta["namespace"], meta["name"], propagation="Background",
-                                     uid=meta.get("uid"))
-        except ApiError as error:
-            if not (error.not_found or error.conflict):
-                raise
+        await self.client.delete_if_present(JOBS, meta["namespace"], meta["name"], uid=meta.get("uid"))
         self.caches.launcher_jobs.observe_delete(f"{meta['namespace']}/{meta['name']}")
         log.info("deleted kubeflow's launcher Job", name=meta["name"])
 
@@ -291,19 +227,16 @@ class Reconciler:
         gang_scheduler = self.settings.gang_scheduler
         assert write is not None and informer is not None and gang_scheduler is not None
         resource, namespace = pod_group_resource(gang_scheduler), job.metadata.namespace
+        if write.verb == "delete":
+            await self.client.delete_if_present(resource, namespace, write.name)
+            informer.observe_delete(f"{namespace}/{write.name}")
+            return None
         try:
-            if write.verb == "delete":
-                await self.client.delete(resource, namespace, write.name)
-                informer.observe_delete(f"{namespace}/{write.name}")
-                return None
             if write.verb == "create":
                 written = await self.client.create(resource, namespace, write.body)
             else:
                 written = await self.client.patch(resource, namespace, write.name, write.body)
         except ApiError as error:
-            if write.verb == "delete" and error.not_found:
-                informer.observe_delete(f"{namespace}/{write.name}")
-                return None
             if error.already_exists:  # not this job's (e.g. its predecessor's, until collected): wait
                 raise RuntimeError(f"PodGroup {namespace}/{write.name} exists and is not owned by this MPIJob; "
                                    "its pods wait until it is gone") from error
@@ -372,22 +305,8 @@ class Reconciler:
                                             (answer.get("metadata") or {}).get("resourceVersion"))
 
     async def _delete_job(self, job: MPIJob) -> None:
-        try:
-            await self.client.delete(MPIJOBS, job.metadata.namespace, job.metadata.name,
-                                     propagation="Background", uid=job.metadata.uid)
-        except ApiError as error:
-            if not (error.not_found or error.conflict):
-                raise
+        await self.client.delete_if_present(MPIJOBS, job.metadata.namespace, job.metadata.name, uid=job.metadata.uid)
         log.info("deleted finished job (ttlSecondsAfterFinished)", job=job.key)
-
-
-def _refused_keys(refusals: list[Refusal]) -> set[tuple[str, str, int]]:
-    """What was refused and how, not the exact words (a quota's message changes with its usage)."""
-    return {(r.kind, r.name, r.code) for r in refusals}
-
-
-def _is_launcher(pod: JSON) -> bool:
-    return bool(pod["metadata"].get("labels", {}).get(names.JOB_ROLE_LABEL) == names.LAUNCHER_ROLE)
 
 
 async def _each(items: Iterable[T], write: Callable[[T], Awaitable[Any]], *,

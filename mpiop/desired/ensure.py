@@ -4,20 +4,20 @@ Only differences are planned: a settled job plans nothing. Pods of an earlier at
 launcher of the last one, kept for its log), and workers beyond the wanted count, are deleted; a worker is
 made again only once its predecessor of the same name is gone, and each attempt's launcher (it has its own
 name) only once no earlier worker remains. When the launcher comes is the launcher creation policy's to say
-(policies/launcher_creation); once it may, it is planned before the workers, so a big job's launcher does
-not wait behind hundreds of worker creations. On the host network, a pod whose port moved (a conflict) is
+(policies/launcher_creation). On the host network, a pod whose port moved (a conflict) is
 made again on its new port, and the launcher also waits until the ConfigMap names every host-network pod's
 current port. At most MAX_POD_CREATES_PER_PASS pods are planned per pass (then the job is looked at again at
 once), and the launcher only once every worker is planned, so a 10,000-worker job never holds the event loop
-for a whole build of its pods. (The reconciler still creates the launcher only after its workers were created:
-a worker name taken by someone else's pod must keep it from starting; see controller/reconciler.)
+for a whole build of its pods. The plan keeps workers and launcher as separate creation steps (plan.Creates):
+the launcher is created only once its workers were, as a worker name taken by someone else's pod must keep it
+from starting.
 """
 
 from __future__ import annotations
 
 from mpiop import names, podstate
 from mpiop.api.v2beta1 import MPIJob
-from mpiop.desired import hostnetwork, launch, launcher_rbac, objects, pods
+from mpiop.desired import hostnetwork, launch, launcher_rbac, objects, pods, ssh_config
 from mpiop.desired.settings import DEFAULT_SETTINGS, Settings
 from mpiop.plan import Observed, Plan
 
@@ -34,18 +34,17 @@ def _stale(job: MPIJob, observed: Observed, state: podstate.State, pod: podstate
     return state.replica is None or index is None or index >= worker_replicas
 
 
-def _ports(job: MPIJob, observed: Observed, attempt: int, port_range: hostnetwork.PortRange) -> hostnetwork.Ports:
-    return hostnetwork.ports(job, attempt, observed.pods, observed.config_map, port_range)
-
-
 def _moved(job: MPIJob, pod: podstate.Pod, ports: hostnetwork.Ports) -> bool:
     """A pod made with a port the table no longer gives it (it conflicted): it is made again."""
     return any(ports.by_key.get(key, port) != port for key, port in hostnetwork.pod_ports(job, pod).items())
 
 
-def supporting_objects(plan: Plan, job: MPIJob, observed: Observed, settings: Settings = DEFAULT_SETTINGS) -> None:
+def supporting_objects(plan: Plan, job: MPIJob, observed: Observed, ports: hostnetwork.Ports,
+                       settings: Settings = DEFAULT_SETTINGS) -> None:
     """SSH Secret (or, launched by exec, the launcher's ServiceAccount, Role and RoleBinding), Service and hostfile
-    ConfigMap: made even while the job is suspended, before any pod, kept until the job is deleted."""
+    ConfigMap: made even while the job is suspended, before any pod, kept until the job is deleted.
+
+    `ports`: the attempt's host-network port table (policies/host_ports)."""
     attempt = plan.status.restart_count or 0
     exec_launch = launch.uses_exec(job, settings.default_launch)
     if exec_launch:
@@ -53,15 +52,14 @@ def supporting_objects(plan: Plan, job: MPIJob, observed: Observed, settings: Se
     elif observed.secret is None:
         plan.create_ssh_secret = True
     if observed.service is None:
-        plan.create.append(objects.service(job))
+        plan.creates.supporting.append(objects.service(job))
 
     workers = observed.worker_states(job, attempt)
     count = job.spec.worker_replicas
     running = [i for i, s in workers.items() if i < count and s.running]
-    ports = _ports(job, observed, attempt, settings.port_range)
     wanted = objects.config_map(job, running, settings.cluster_domain, ports, settings.discover_hosts, exec_launch)
     if observed.config_map is None:
-        plan.create.append(wanted)
+        plan.creates.supporting.append(wanted)
     elif observed.config_map.get("data") != wanted["data"]:
         plan.update.append(wanted)
 
@@ -69,23 +67,22 @@ def supporting_objects(plan: Plan, job: MPIJob, observed: Observed, settings: Se
 def launcher_access(plan: Plan, job: MPIJob, observed: Observed, attempt: int) -> None:
     """An exec launcher's ServiceAccount, Role and RoleBinding; the Role's pod names follow the attempt."""
     if observed.service_account is None:
-        plan.create.append(launcher_rbac.service_account(job))
+        plan.creates.supporting.append(launcher_rbac.service_account(job))
     wanted = launcher_rbac.role(job, attempt)
     if observed.role is None:
-        plan.create.append(wanted)
+        plan.creates.supporting.append(wanted)
     elif observed.role.get("rules") != wanted["rules"]:
         plan.update.append(wanted)
     if observed.role_binding is None:
-        plan.create.append(launcher_rbac.role_binding(job))
+        plan.creates.supporting.append(launcher_rbac.role_binding(job))
 
 
 def job_pods(plan: Plan, job: MPIJob, observed: Observed, launcher_may_start: bool,
-             settings: Settings = DEFAULT_SETTINGS) -> None:
+             ports: hostnetwork.Ports, settings: Settings = DEFAULT_SETTINGS) -> None:
     """Workers and launcher of the current attempt (the launcher once its creation policy allows); stale ones
     deleted first."""
     attempt = plan.status.restart_count or 0
     cluster_domain = settings.cluster_domain
-    ports = _ports(job, observed, attempt, settings.port_range)
     count = job.spec.worker_replicas
     states = list(zip(observed.states, observed.pods, strict=True))
     plan.delete_pods([p for s, p in states if _stale(job, observed, s, p, attempt, count)])
@@ -94,7 +91,6 @@ def job_pods(plan: Plan, job: MPIJob, observed: Observed, launcher_may_start: bo
         # The launcher mounted the old port (its ssh would wait on it): it starts again with the new config.
         launcher = observed.launcher(job, attempt)
         plan.delete_pods(moved + ([launcher] if launcher is not None else []))
-    first_pod = len(plan.create)
     budget = MAX_POD_CREATES_PER_PASS
     prefix = names.worker_name(job, 0)[:-1]
     for index in range(count):
@@ -102,12 +98,12 @@ def job_pods(plan: Plan, job: MPIJob, observed: Observed, launcher_may_start: bo
             if budget == 0:
                 plan.requeue_in(0)  # the rest next pass
                 return
-            plan.create.append(pods.worker_pod(job, index, attempt, cluster_domain, ports, settings))
+            plan.creates.workers.append(pods.worker_pod(job, index, attempt, cluster_domain, ports, settings))
             budget -= 1
     if observed.launcher(job, attempt) is None and launcher_may_start \
             and not _old_workers_remain(job, observed, attempt) \
-            and hostnetwork.config_current(job, ports, observed.config_map, cluster_domain):
-        plan.create.insert(first_pod, pods.launcher_pod(job, attempt, cluster_domain, ports, settings))
+            and ssh_config.is_current(job, ports, observed.config_map, cluster_domain):
+        plan.creates.launcher.append(pods.launcher_pod(job, attempt, cluster_domain, ports, settings))
 
 
 def _old_workers_remain(job: MPIJob, observed: Observed, attempt: int) -> bool:

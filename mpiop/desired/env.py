@@ -4,7 +4,7 @@ Each implementation is told where the hostfile is and to retry SSH connections w
 records appear. Open MPI 4 reads OMPI_MCA_orte_*; Open MPI 5 moved the launcher into PRRTE, which
 reads PRTE_MCA_*; setting both lets one job spec work with either image. MPICH's Hydra reads
 HYDRA_LAUNCHER_EXTRA_ARGS (kubeflow sets HYDRA_LAUNCH_EXTRA_ARGS, which only old Hydras read: both are set).
-On the host network the ssh arguments also name the job's SSH client config (desired.hostnetwork).
+On the host network the ssh arguments also name the job's SSH client config (desired.ssh_config).
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from typing import Any
 
 from mpiop import names
 from mpiop.api.v2beta1 import MPIImplementation, MPIJob
-from mpiop.desired import hostnetwork, presets
+from mpiop.desired import hostnetwork, presets, ssh_config
 from mpiop.desired.slots import slots_per_worker
 
 EnvVar = dict[str, str]
@@ -51,9 +51,9 @@ def implementation_env(implementation: MPIImplementation, slots: int, ssh_args: 
 
 def launcher_env(job: MPIJob) -> list[EnvVar]:
     env = [{"name": "K_MPI_JOB_ROLE", "value": names.LAUNCHER_ROLE}]
-    ssh_args = " ".join(filter(None, [SSH_RETRY_ARGS, hostnetwork.extra_ssh_args(job)]))
+    ssh_args = " ".join(filter(None, [SSH_RETRY_ARGS, _host_network_ssh_args(job)]))
     env += implementation_env(job.spec.effective_mpi_implementation, slots_per_worker(job), ssh_args)
-    env += hostnetwork.launcher_env(job)
+    env += _host_network_env(job)
     if not job.spec.run_launcher_as_worker:
         # A launcher that runs no ranks must not grab the node's GPUs through the NVIDIA runtime.
         env += [{"name": "NVIDIA_VISIBLE_DEVICES", "value": ""}, {"name": "NVIDIA_DRIVER_CAPABILITIES", "value": ""}]
@@ -140,6 +140,32 @@ def framework_env(job: MPIJob, cluster_domain: str = "",
                   master_port: int = presets.DEFAULT_MASTER_PORT) -> list[EnvVar]:
     """The launcher's presets and their forwarding; workers get `presets.presets` alone."""
     return presets.presets(job, cluster_domain, master_port) + forwarding_env(job)
+
+
+def _host_network_ssh_args(job: MPIJob) -> str:
+    """Appended to the launcher's ssh arguments (plm_rsh_args, Hydra's bootstrap/launcher extra args)."""
+    return f"-F {ssh_config.PATH}" if hostnetwork.ssh_pods(job) else ""
+
+
+def _host_network_env(job: MPIJob) -> list[EnvVar]:
+    """More launcher settings once ssh must find per-pod ports."""
+    if not hostnetwork.ssh_pods(job):
+        return []
+    implementation = job.spec.effective_mpi_implementation
+    env: list[EnvVar] = []
+    if implementation == "OpenMPI":
+        # Tree spawn would have the workers' daemons ssh on to other workers, which have no client config.
+        env += [{"name": "OMPI_MCA_plm_rsh_no_tree_spawn", "value": "1"},
+                {"name": "PRTE_MCA_plm_ssh_no_tree_spawn", "value": "1"}]
+    launcher = job.spec.launcher
+    if launcher is not None and hostnetwork.on_host_network(launcher.template) and not job.spec.run_launcher_as_worker:
+        # A worker on the launcher's node resolves to one of the launcher's own addresses: Open MPI 4 files it under
+        # its own node (the e2e job failed: "Please correct the hostfile"); a Hydra that compares addresses would
+        # fork the worker's proxy in the launcher instead of ssh-ing to it.
+        name = {"OpenMPI": "OMPI_MCA_if_base_do_not_resolve", "Intel": "I_MPI_HYDRA_BOOTSTRAP_AUTOFORK"}.get(
+            implementation, "HYDRA_LAUNCHER_AUTOFORK")
+        env.append({"name": name, "value": "1" if implementation == "OpenMPI" else "0"})
+    return env
 
 
 # -- exec launch (issue 26): mpirun's remote agent is kubexec.sh, not ssh -----------------------------------

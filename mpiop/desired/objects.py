@@ -8,7 +8,7 @@ from typing import Any
 
 from mpiop import names
 from mpiop.api.v2beta1 import MPIJob
-from mpiop.desired import hostfile, hostnetwork, kubexec
+from mpiop.desired import hostfile, hostnetwork, kubexec, ssh_config
 
 
 def ssh_secret(job: MPIJob, private_key: bytes, public_key: bytes) -> dict[str, Any]:
@@ -40,7 +40,7 @@ def config_map_data(job: MPIJob, running_worker_indexes: Iterable[int], cluster_
                                     if discover_hosts else hostfile.DISCOVER_HOSTS_OFF),
     }
     if ports:
-        data[hostnetwork.SSH_CONFIG_NAME] = hostnetwork.ssh_config(job, ports, cluster_domain)
+        data[ssh_config.NAME] = ssh_config.render(job, ports, cluster_domain)
     if exec_launch:
         data[kubexec.SCRIPT_NAME] = kubexec.SCRIPT
     return data

@@ -14,7 +14,7 @@ from typing import Any
 
 from mpiop import names
 from mpiop.api.v2beta1 import DEFAULT_SSH_AUTH_MOUNT_PATH, MPIJob, ReplicaSpec
-from mpiop.desired import env, hostnetwork, kubexec, launch, presets
+from mpiop.desired import env, hostnetwork, kubexec, launch, presets, ssh_config
 from mpiop.desired.settings import DEFAULT_SETTINGS, Settings
 
 SSH_VOLUME = "ssh-auth"
@@ -78,7 +78,7 @@ def _config_volume(job: MPIJob, exec_launch: bool = False) -> dict[str, Any]:
     if exec_launch:
         items.append({"key": kubexec.SCRIPT_NAME, "path": kubexec.SCRIPT_NAME, "mode": 0o555})
     if hostnetwork.ssh_pods(job):
-        items.append({"key": hostnetwork.SSH_CONFIG_NAME, "path": hostnetwork.SSH_CONFIG_NAME, "mode": 0o444})
+        items.append({"key": ssh_config.NAME, "path": ssh_config.NAME, "mode": 0o444})
     return {"name": CONFIG_VOLUME, "configMap": {"name": names.config_map_name(job), "items": items}}
 
 
@@ -120,7 +120,7 @@ def _master_port(job: MPIJob, ports: hostnetwork.Ports) -> int:
 def worker_pod(job: MPIJob, index: int, attempt: int, cluster_domain: str = "",
                ports: hostnetwork.Ports = hostnetwork.NO_PORTS,
                settings: Settings = DEFAULT_SETTINGS) -> dict[str, Any]:
-    """`ports`: the attempt's host-network port table (hostnetwork.ports), for host-network workers."""
+    """`ports`: the attempt's host-network port table (policies/host_ports), for host-network workers."""
     replica = job.spec.worker
     assert replica is not None, "worker_pod needs a Worker replica spec"
     labels = names.role_labels(job, names.WORKER_ROLE, names.worker_label_index(job, index), attempt)

@@ -15,8 +15,9 @@ like client-go's default rate limiter; it is off by default (qps 0).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
-from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Self, cast
 
@@ -29,6 +30,8 @@ from mpiop.kube.codec import ListSplitter, decode, decode_event, encode
 JSON = dict[str, Any]
 RequestObserver = Callable[[str, str, int, float], None]
 """Called after each request with (verb, resource, HTTP status or 0, seconds)."""
+WriteGuard = Callable[[str, str], None]
+"""Called with (method, path) as each write is about to leave (after the rate limiter); raises to refuse it."""
 
 
 @dataclass(frozen=True)
@@ -142,6 +145,25 @@ def _resource_of(path: str) -> str:
     return f"{resource}/{parts[2]}" if len(parts) >= 3 else resource
 
 
+def _decoded(raw: bytes) -> Any:
+    """A body as JSON; as text when it is not JSON (e.g. a proxy's error page)."""
+    try:
+        return decode(raw) if raw else {}
+    except ValueError:
+        return raw.decode(errors="replace")
+
+
+async def _raise_for(response: aiohttp.ClientResponse, method: str, path: str) -> None:
+    """ApiError, with the Status the apiserver sent, for an answer that is not 2xx."""
+    if not 200 <= response.status <= 299:
+        raise ApiError(response.status, _decoded(await response.read()), method, path)
+
+
+@dataclass
+class _Timing:
+    status: int = 0  # 0: no answer (a connection error)
+
+
 USER_AGENT = f"mpiop/{__version__}"
 JSON_MEDIA_TYPE = "application/json"
 # A list answer of metadata only (what client-go's metadata client asks for), plain JSON from a server without it.
@@ -152,11 +174,14 @@ class KubeClient:
     """Raw JSON requests against one apiserver."""
 
     def __init__(self, access: ClusterAccess, qps: float = 50.0, burst: int = 100,
-                 observer: RequestObserver | None = None, field_manager: str = "mpiop") -> None:
+                 observer: RequestObserver | None = None, field_manager: str = "mpiop",
+                 write_guard: WriteGuard | None = None) -> None:
+        """`write_guard`: e.g. leader election's, so no write leaves once the lease may be another's."""
         self.access = access
         self.limiter = TokenBucket(qps, burst)
         self.observer = observer
         self.field_manager = field_manager
+        self.write_guard = write_guard
         # Connections to the apiserver in parallel: at least the burst, so the bucket is the only limit.
         self.max_connections = max(burst, 100)
         self._session: aiohttp.ClientSession | None = None
@@ -164,10 +189,11 @@ class KubeClient:
     @classmethod
     async def connect(cls, kubeconfig: str | None = None, *, context: str | None = None,
                       qps: float = 50.0, burst: int = 100, observer: RequestObserver | None = None,
-                      field_manager: str = "mpiop") -> Self:
+                      field_manager: str = "mpiop", write_guard: WriteGuard | None = None) -> Self:
         """From a kubeconfig ($KUBECONFIG, ~/.kube/config), else the in-cluster ServiceAccount."""
         access = await load_access(kubeconfig, context)
-        return cls(access, qps=qps, burst=burst, observer=observer, field_manager=field_manager)
+        return cls(access, qps=qps, burst=burst, observer=observer, field_manager=field_manager,
+                   write_guard=write_guard)
 
     @property
     def session(self) -> aiohttp.ClientSession:
@@ -188,6 +214,8 @@ class KubeClient:
     async def _send(self, method: str, path: str, query: Mapping[str, Any] | None, body: Any,
                     content_type: str, timeout: float | aiohttp.ClientTimeout | None,
                     accept: str = JSON_MEDIA_TYPE) -> aiohttp.ClientResponse:
+        if self.write_guard is not None and method not in ("GET", "HEAD"):
+            self.write_guard(method, path)
         headers = {"Content-Type": content_type, "Accept": accept, "User-Agent": USER_AGENT}
         if (authorization := await self.access.authorization()) is not None:
             headers["Authorization"] = authorization
@@ -208,33 +236,28 @@ class KubeClient:
                           timeout: float = 60.0, accept: str = JSON_MEDIA_TYPE) -> bytes:
         """One request through the rate limiter; the undecoded body of a 2xx answer, else ApiError."""
         await self.limiter.acquire()
-        started = time.monotonic()
-        status = 0
-        try:
+        with self._timed(method, path) as timing:
             response = await self._send(method, path, query, body, content_type, timeout, accept)
             async with response:
-                status = response.status
-                raw = await response.read()
+                timing.status = response.status
+                await _raise_for(response, method, path)
+                return await response.read()
+
+    @contextlib.contextmanager
+    def _timed(self, verb: str, path: str) -> Iterator[_Timing]:
+        """Tell the observer how long what the block does took, and the status it set."""
+        timing, started = _Timing(), time.monotonic()
+        try:
+            yield timing
         finally:
             if self.observer is not None:
-                self.observer(method, _resource_of(path), status, time.monotonic() - started)
-        if not 200 <= status <= 299:
-            try:
-                decoded: Any = decode(raw) if raw else {}
-            except ValueError:
-                decoded = raw.decode(errors="replace")
-            raise ApiError(status, decoded, method, path)
-        return raw
+                self.observer(verb, _resource_of(path), timing.status, time.monotonic() - started)
 
     async def request(self, method: str, path: str, *, query: Mapping[str, Any] | None = None,
                       body: Any = None, content_type: str = "application/json",
                       timeout: float = 60.0, accept: str = JSON_MEDIA_TYPE) -> JSON:
-        raw = await self.request_raw(method, path, query=query, body=body, content_type=content_type,
-                                     timeout=timeout, accept=accept)
-        try:
-            decoded: Any = decode(raw) if raw else {}
-        except ValueError:
-            decoded = raw.decode(errors="replace")
+        decoded = _decoded(await self.request_raw(method, path, query=query, body=body, content_type=content_type,
+                                                  timeout=timeout, accept=accept))
         return cast(JSON, decoded) if isinstance(decoded, dict) else {}
 
     # -- verbs -------------------------------------------------------------------------------------
@@ -286,6 +309,20 @@ class KubeClient:
             options["gracePeriodSeconds"] = grace_period_seconds
         return await self.request("DELETE", resource.path(namespace, name), body=options)
 
+    async def delete_if_present(self, resource: Resource, namespace: str | None, name: str, *,
+                                propagation: str = "Background", uid: str | None = None) -> JSON | None:
+        """DELETE where "already gone" is success (controller-runtime's client.IgnoreNotFound); None then.
+
+        404: gone already. 409: the uid precondition failed, so the name now holds a newer object than the one
+        meant, which is left alone.
+        """
+        try:
+            return await self.delete(resource, namespace, name, propagation=propagation, uid=uid)
+        except ApiError as error:
+            if error.not_found or error.conflict:
+                return None
+            raise
+
     async def delete_collection(self, resource: Resource, namespace: str, *, label_selector: str,
                                 field_selector: str | None = None, propagation: str = "Background") -> set[str]:
         """Delete every object the selectors match in one request; the names of those it deleted.
@@ -313,27 +350,16 @@ class KubeClient:
         """
         await self.limiter.acquire()
         path = resource.path(namespace)
-        started = time.monotonic()
-        status = 0
-        try:
+        with self._timed("GET", path) as timing:
             timeout = aiohttp.ClientTimeout(total=None, sock_connect=30, sock_read=120)
             response = await self._send("GET", path, query, None, "application/json", timeout)
             async with response:
-                status = response.status
-                if status != 200:
-                    raw = await response.read()
-                    try:
-                        body: Any = decode(raw)
-                    except ValueError:
-                        body = raw.decode(errors="replace")
-                    raise ApiError(status, body, "GET", path)
+                timing.status = response.status
+                await _raise_for(response, "GET", path)
                 splitter = ListSplitter(handle)
                 async for chunk in response.content.iter_chunked(256 * 1024):
                     splitter.feed(chunk)
                 return splitter.close()
-        finally:
-            if self.observer is not None:
-                self.observer("GET", _resource_of(path), status, time.monotonic() - started)
 
     async def watch(self, resource: Resource, namespace: str | None, *, resource_version: str,
                     label_selector: str | None = None, timeout_seconds: int = 300,
@@ -349,18 +375,11 @@ class KubeClient:
             "timeoutSeconds": str(timeout_seconds), "labelSelector": label_selector,
         }
         timeout = aiohttp.ClientTimeout(total=None, sock_connect=30, sock_read=idle_timeout)
-        started = time.monotonic()
-        response = await self._send("GET", path, query, None, "application/json", timeout)
-        if self.observer is not None:
-            self.observer("WATCH", _resource_of(path), response.status, time.monotonic() - started)
+        with self._timed("WATCH", path) as timing:  # until the answer's headers: the stream lasts minutes
+            response = await self._send("GET", path, query, None, "application/json", timeout)
+            timing.status = response.status
         async with response:
-            if response.status != 200:
-                raw = await response.read()
-                try:
-                    body: Any = decode(raw)
-                except ValueError:
-                    body = raw.decode(errors="replace")
-                raise ApiError(response.status, body, "WATCH", path)
+            await _raise_for(response, "WATCH", path)
             # Split the chunked stream ourselves: aiohttp's readline() refuses lines over 128 KiB,
             # and a Pod or MPIJob with a large template can be longer.
             pending = b""

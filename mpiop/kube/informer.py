@@ -16,17 +16,20 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import math
 import random
 import time
 from collections import OrderedDict, defaultdict
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, KeysView, Mapping, ValuesView
 from dataclasses import dataclass, field
+from types import MappingProxyType
 from typing import Any
 
 import aiohttp
 import structlog
 
+from mpiop.kube import resourceversion
 from mpiop.kube.client import JSON, ApiError, KubeClient, Resource
 from mpiop.kube.codec import UNDECODABLE, ListSplitter, list_metadata
 
@@ -77,31 +80,6 @@ def object_key(obj: JSON) -> str:
     return f"{meta['namespace']}/{meta['name']}" if meta.get("namespace") else str(meta["name"])
 
 
-def _newer_or_equal(candidate: JSON, current: JSON | None) -> bool:
-    """resourceVersions are opaque, but etcd's are integers; compare them so late events can't regress us."""
-    if current is None:
-        return True
-    try:
-        return int(candidate["metadata"]["resourceVersion"]) >= int(current["metadata"]["resourceVersion"])
-    except (KeyError, ValueError, TypeError):
-        return True
-
-
-def _older_or_equal(obj: JSON, resource_version: str) -> bool:
-    """Whether `obj` is known to be no newer than `resource_version` (False when that can't be told)."""
-    try:
-        return int(obj["metadata"]["resourceVersion"]) <= int(resource_version)
-    except (KeyError, ValueError, TypeError):
-        return False
-
-
-def _newer_than(obj: JSON, resource_version: str) -> bool:
-    try:
-        return int(obj["metadata"]["resourceVersion"]) > int(resource_version)
-    except (KeyError, ValueError, TypeError):
-        return False  # can't tell: leave it to the watch, which is authoritative
-
-
 @dataclass
 class InformerStats:
     lists: int = 0
@@ -126,25 +104,38 @@ class Informer:
     on_undecodable: UndecodableHandler | None = None
     backoff: Backoff = field(default_factory=Backoff)
 
-    store: dict[str, JSON] = field(default_factory=dict, init=False)
-    indexes: dict[str, defaultdict[str, set[str]]] = field(default_factory=dict, init=False)
+    _store: dict[str, JSON] = field(default_factory=dict, init=False)
+    _indexes: dict[str, defaultdict[str, set[str]]] = field(default_factory=dict, init=False)
     synced: asyncio.Event = field(default_factory=asyncio.Event, init=False)
     stats: InformerStats = field(default_factory=InformerStats, init=False)
     _resource_version: str = field(default="", init=False)
     # key -> resourceVersion of its deletion, so a late answer to our own write can't bring back a ghost.
     _tombstones: OrderedDict[str, str] = field(default_factory=OrderedDict, init=False)
     # key -> stub of each undecodable object present (reported once per resourceVersion).
-    undecodable: dict[str, JSON] = field(default_factory=dict, init=False)
+    _undecodable: dict[str, JSON] = field(default_factory=dict, init=False)
 
     def __post_init__(self) -> None:
-        self.indexes = {name: defaultdict(set) for name in self.indexers}
+        self._indexes = {name: defaultdict(set) for name in self.indexers}
 
-    # -- reading the cache -------------------------------------------------------------------------
+    # -- reading the cache (views: only the informer writes it) ----------------------------------
     def get(self, key: str) -> JSON | None:
-        return self.store.get(key)
+        return self._store.get(key)
 
     def by_index(self, index: str, value: str) -> list[JSON]:
-        return [self.store[k] for k in sorted(self.indexes[index].get(value, ())) if k in self.store]
+        return [self._store[k] for k in sorted(self._indexes[index].get(value, ())) if k in self._store]
+
+    def cached_keys(self) -> KeysView[str]:
+        return self._store.keys()
+
+    def cached_objects(self) -> ValuesView[JSON]:
+        return self._store.values()
+
+    def count(self) -> int:
+        return len(self._store)
+
+    def undecodable(self) -> Mapping[str, JSON]:
+        """The stub (codec.py) of each object present that cannot be decoded, by key."""
+        return MappingProxyType(self._undecodable)
 
     # -- writing the cache -------------------------------------------------------------------------
     def _index(self, key: str, obj: JSON | None, add: bool) -> None:
@@ -152,13 +143,13 @@ class Informer:
             return
         for name, indexer in self.indexers.items():
             for value in indexer(obj):
-                bucket = self.indexes[name][value]
+                bucket = self._indexes[name][value]
                 if add:
                     bucket.add(key)
                 else:
                     bucket.discard(key)
                     if not bucket:
-                        del self.indexes[name][value]
+                        del self._indexes[name][value]
 
     def _set(self, obj: JSON, notify: bool = True) -> None:
         if self.accept is not None and not self.accept(obj):
@@ -168,18 +159,18 @@ class Informer:
 
     def _put(self, trimmed: JSON, notify: bool = True) -> None:
         key = object_key(trimmed)
-        old = self.store.get(key)
-        if not _newer_or_equal(trimmed, old):
-            return
+        old = self._store.get(key)
+        if old is not None and (resourceversion.order(trimmed, resourceversion.of(old)) or 0) < 0:
+            return  # a late event: older than what is cached (versions that cannot be ordered are taken)
         self._index(key, old, add=False)
-        self.store[key] = trimmed
+        self._store[key] = trimmed
         self._index(key, trimmed, add=True)
         if notify and old != trimmed:
             for handler in self.handlers:
                 handler(old, trimmed)
 
     def _delete(self, key: str, notify: bool = True) -> None:
-        old = self.store.pop(key, None)
+        old = self._store.pop(key, None)
         self._index(key, old, add=False)
         if notify and old is not None:
             for handler in self.handlers:
@@ -194,8 +185,8 @@ class Informer:
         if obj.get("kind") == "Status":
             return
         deleted_at = self._tombstones.get(object_key(obj))
-        if deleted_at is not None and not _newer_than(obj, deleted_at):
-            return
+        if deleted_at is not None and (resourceversion.order(obj, deleted_at) or 0) <= 0:
+            return  # not known to be newer: leave it to the watch, which is authoritative
         self._set(obj, notify=False)
 
     def observe_delete(self, key: str, resource_version: str | None = None) -> None:
@@ -220,45 +211,58 @@ class Informer:
                 await asyncio.sleep(wait)
 
     async def _list(self) -> None:
-        """List, each object trimmed as it arrives, so a big list never sits in memory whole.
-
-        The first list (nothing cached yet) asks for resourceVersion=0, which the apiserver serves from its
-        watch cache, whole, instead of reading every object from etcd; it is streamed and cut into items
-        as it arrives (client-go's reflector lists the same way). Later re-lists are consistent reads, page
-        by page: a cache that is behind must not undo what this informer has already seen. The next page is
-        asked for before this one is decoded (its continue token is read off the raw body), so the apiserver
-        prepares page n+1 while this process decodes and trims page n.
-        """
+        """List, each object trimmed as it arrives (a big list never sits in memory whole); then make the cache
+        what the list saw. The first list is served whole from the apiserver's watch cache, later ones page by
+        page from etcd."""
         seen: dict[str, JSON] = {}
         undecodable: dict[str, JSON] = {}
-
-        def keep(item: JSON) -> None:
-            item.setdefault("kind", self.resource.kind)
-            item.setdefault("apiVersion", self.resource.api_version)
-            if UNDECODABLE in item:
-                undecodable[object_key(item)] = item
+        keep = functools.partial(self._keep, seen, undecodable)
+        continue_token: str | None = None
+        if self.stats.lists == 0 and not self._store:
+            whole, continue_token = await self._list_from_watch_cache(keep)
+            if whole:
+                self._replace(seen, undecodable)
                 return
-            if self.accept is not None and not self.accept(item):
-                return
-            trimmed = self.trim(item)
-            seen[object_key(trimmed)] = trimmed
-
-        first_token: str | None = None
-        if self.stats.lists == 0 and not self.store:
-            try:
-                meta = await self.client.list_each(self.resource, self.namespace, keep, resourceVersion="0",
-                                                   labelSelector=self.label_selector, limit=self.page_size)
-            except ApiError as error:
-                log.info("list from the watch cache refused; listing page by page", error=str(error))
+            if continue_token is None:  # refused: start again, page by page
                 seen.clear()
                 undecodable.clear()
-            else:
-                first_token = meta.get("continue") or None  # no watch cache: etcd honoured the limit
-                if first_token is None:
-                    self._resource_version = str(meta["resourceVersion"])
-                    self._replace(seen, undecodable)
-                    return
-        next_page: asyncio.Future[bytes] | None = asyncio.ensure_future(self._page(first_token))
+        await self._list_pages(keep, continue_token)
+        self._replace(seen, undecodable)
+
+    def _keep(self, seen: dict[str, JSON], undecodable: dict[str, JSON], item: JSON) -> None:
+        """One listed item: trimmed into `seen`, or its stub into `undecodable`; one not accepted is dropped."""
+        item.setdefault("kind", self.resource.kind)
+        item.setdefault("apiVersion", self.resource.api_version)
+        if UNDECODABLE in item:
+            undecodable[object_key(item)] = item
+            return
+        if self.accept is not None and not self.accept(item):
+            return
+        trimmed = self.trim(item)
+        seen[object_key(trimmed)] = trimmed
+
+    async def _list_from_watch_cache(self, keep: Callable[[JSON], None]) -> tuple[bool, str | None]:
+        """resourceVersion=0: the apiserver serves the list from its watch cache, whole, instead of reading every
+        object from etcd; it is streamed and cut into items as it arrives (client-go's reflector lists the same
+        way). Returns (whole, continue token): a token when there is no watch cache and etcd honoured the
+        limit; neither when that list was refused."""
+        try:
+            meta = await self.client.list_each(self.resource, self.namespace, keep, resourceVersion="0",
+                                               labelSelector=self.label_selector, limit=self.page_size)
+        except ApiError as error:
+            log.info("list from the watch cache refused; listing page by page", error=str(error))
+            return False, None
+        continue_token = meta.get("continue") or None
+        if continue_token is None:
+            self._resource_version = str(meta["resourceVersion"])
+            return True, None
+        return False, str(continue_token)
+
+    async def _list_pages(self, keep: Callable[[JSON], None], continue_token: str | None) -> None:
+        """Consistent reads, page by page: a cache that is behind must not undo what this informer has already
+        seen. The next page is asked for before this one is decoded (its continue token is read off the raw
+        body), so the apiserver prepares page n+1 while this process decodes and trims page n."""
+        next_page: asyncio.Future[bytes] | None = asyncio.ensure_future(self._page(continue_token))
         try:
             while next_page is not None:
                 raw = await next_page
@@ -280,16 +284,15 @@ class Informer:
                 next_page.cancel()
                 with contextlib.suppress(asyncio.CancelledError, Exception):
                     await next_page
-        self._replace(seen, undecodable)
 
     def _replace(self, seen: dict[str, JSON], undecodable: dict[str, JSON]) -> None:
         """Make the cache what a complete list saw (handlers fire for what changed); the cache is synced."""
         self.stats.lists += 1
-        for key in [k for k in self.store if k not in seen]:
+        for key in [k for k in self._store if k not in seen]:
             self._delete(key)
         for trimmed in seen.values():
             self._put(trimmed)
-        self.undecodable = {k: v for k, v in self.undecodable.items() if k in undecodable}
+        self._undecodable = {k: v for k, v in self._undecodable.items() if k in undecodable}
         for stub in undecodable.values():
             self._report(stub)
         self.synced.set()
@@ -299,10 +302,10 @@ class Informer:
         key = object_key(stub)
         self._delete(key)
         version = stub["metadata"].get("resourceVersion")
-        known = self.undecodable.get(key)
+        known = self._undecodable.get(key)
         if known is not None and known["metadata"].get("resourceVersion") == version:
             return
-        self.undecodable[key] = stub
+        self._undecodable[key] = stub
         log.error("object cannot be decoded: skipped until it changes", resource=self.resource.plural, key=key,
                   resource_version=version, error=str(stub[UNDECODABLE])[:300])
         if self.on_undecodable is not None:
@@ -347,41 +350,41 @@ class Informer:
         """(type, object) of a well-formed watch event; BadWatchEventError for anything else."""
         if not isinstance(event, dict) or not isinstance(event.get("object"), dict):
             raise BadWatchEventError(f"not a watch event: {str(event)[:200]}")
-        kind, obj = event.get("type"), event["object"]
-        if kind in ("ADDED", "MODIFIED", "DELETED") and not (
+        event_type, obj = event.get("type"), event["object"]
+        if event_type in ("ADDED", "MODIFIED", "DELETED") and not (
                 isinstance(obj.get("metadata"), dict) and isinstance(obj["metadata"].get("name"), str)):
-            raise BadWatchEventError(f"{kind} event without the object's metadata.name: {str(event)[:200]}")
-        if kind not in ("ADDED", "MODIFIED", "DELETED", "BOOKMARK", "ERROR"):
-            raise BadWatchEventError(f"unknown watch event type {kind!r}")
-        return str(kind), obj
+            raise BadWatchEventError(f"{event_type} event without the object's metadata.name: {str(event)[:200]}")
+        if event_type not in ("ADDED", "MODIFIED", "DELETED", "BOOKMARK", "ERROR"):
+            raise BadWatchEventError(f"unknown watch event type {event_type!r}")
+        return str(event_type), obj
 
     def _handle(self, event: Any) -> bool:
         """Apply one watch event; True when the watch has expired and a re-list is due."""
-        kind, obj = self._checked(event)
+        event_type, obj = self._checked(event)
         self.stats.events += 1
-        if kind == "ERROR":
+        if event_type == "ERROR":
             if obj.get("code") == 410:
                 return True
             raise ApiError(int(obj.get("code", 500)), obj, "WATCH", self.resource.plural)
         with contextlib.suppress(KeyError, TypeError):
             self._resource_version = str(obj["metadata"]["resourceVersion"])
-        if kind == "BOOKMARK":
+        if event_type == "BOOKMARK":
             return False
         obj.setdefault("kind", self.resource.kind)
         obj.setdefault("apiVersion", self.resource.api_version)
-        if kind in ("ADDED", "MODIFIED"):
+        if event_type in ("ADDED", "MODIFIED"):
             deleted_at = self._tombstones.get(object_key(obj))
-            if deleted_at is not None and _older_or_equal(obj, deleted_at):
+            if deleted_at is not None and (order := resourceversion.order(obj, deleted_at)) is not None and order <= 0:
                 return False  # an event from before a deletion we already applied (our own, answered first)
             self._tombstones.pop(object_key(obj), None)
             if UNDECODABLE in obj:
                 self._report(obj)
             else:
-                self.undecodable.pop(object_key(obj), None)
+                self._undecodable.pop(object_key(obj), None)
                 self._set(obj)
-        elif kind == "DELETED":
+        elif event_type == "DELETED":
             key = object_key(obj)
-            self.undecodable.pop(key, None)
+            self._undecodable.pop(key, None)
             self._delete(key)
             self._tombstone(key, str(obj.get("metadata", {}).get("resourceVersion", "")))
         return False

@@ -30,7 +30,7 @@ from mpiop.api.v2beta1 import MPIJob
 from mpiop.desired import ensure
 from mpiop.desired.settings import DEFAULT_SETTINGS, Settings
 from mpiop.plan import Observed, Plan
-from mpiop.policies import failure, success
+from mpiop.policies import failure, host_ports, success
 from mpiop.status import progress
 
 JSON = dict[str, Any]
@@ -62,7 +62,7 @@ def apply(plan: Plan, job: MPIJob, observed: Observed, now: dt.datetime,
     if launcher_job is None or (plan.status.restart_count or 0) != 0:
         # An earlier attempt's launcher: it goes; this attempt's launcher Pod waits until its pods are gone.
         retire(plan, observed)
-        ensure.job_pods(plan, job, observed, False, settings)
+        ensure.job_pods(plan, job, observed, False, host_ports.for_plan(plan, job, observed, settings), settings)
         return True
     if job.status.last_reconcile_time is None:
         plan.event("Normal", ADOPTED_REASON, f"MPIJob {job.key} is taken over from kubeflow/mpi-operator: its "
@@ -79,7 +79,7 @@ def apply(plan: Plan, job: MPIJob, observed: Observed, now: dt.datetime,
     elif not failure.apply(plan, job, observed, now):
         if any(podstate.is_running(p) for p in pods):
             progress.mark_running_if_workers_run(plan, job, observed, now)
-        ensure.job_pods(plan, job, observed, False, settings)
+        ensure.job_pods(plan, job, observed, False, host_ports.for_plan(plan, job, observed, settings), settings)
         return True
     if not plan.status.finished:  # restarting: kubeflow's launcher goes with the workers
         retire(plan, observed)

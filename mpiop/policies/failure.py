@@ -22,7 +22,7 @@ import datetime as dt
 
 from mpiop import names, podstate
 from mpiop.api.v2beta1 import MPIJob
-from mpiop.plan import Observed, Plan
+from mpiop.plan import MESSAGE_LIMIT, Observed, Plan
 from mpiop.status import conditions as c
 from mpiop.status import failure_report, in_place, progress
 
@@ -56,7 +56,7 @@ def apply(plan: Plan, job: MPIJob, observed: Observed, now: dt.datetime) -> bool
                 f"{in_place.failures(job, observed, attempt)} failures after {attempt} restarts, "
                 f"{observed.in_place_failures(attempt)} of them restarted in place)")
         mark_failed(plan, c.BACKOFF_LIMIT_EXCEEDED_REASON, found.message(head), now,
-                    event_message=found.message(head, limit=failure_report.EVENT_MESSAGE_LIMIT))
+                    event_message=found.message(head, limit=MESSAGE_LIMIT))
         return True
     attempt_failed(plan, job, observed, now, found, _is_permanent(job, pod))
     return True
@@ -98,7 +98,7 @@ def attempt_failed(plan: Plan, job: MPIJob, observed: Observed, now: dt.datetime
         reached = "permanent exit code (restartPolicy ExitCode)" if permanent else f"backoffLimit {limit}"
         head = f"MPIJob {key} has failed ({reached} reached after {attempt} restarts)"
         mark_failed(plan, c.FAILED_REASON, found.message(head), now,
-                    event_message=found.message(head, limit=failure_report.EVENT_MESSAGE_LIMIT))
+                    event_message=found.message(head, limit=MESSAGE_LIMIT))
         return
     status.restart_count = attempt + 1
     status.attempt_start_time = now
@@ -109,7 +109,7 @@ def attempt_failed(plan: Plan, job: MPIJob, observed: Observed, now: dt.datetime
     message = found.message(head, middle)
     c.set_condition(status, "Restarting", "True", c.RESTARTING_REASON, message, now)
     c.set_false_if_true(status, "Running", c.RESTARTING_REASON, message, now)
-    plan.event("Warning", c.RESTARTING_REASON, found.message(head, middle, failure_report.EVENT_MESSAGE_LIMIT))
+    plan.event("Warning", c.RESTARTING_REASON, found.message(head, middle, MESSAGE_LIMIT))
     plan.delete_pods([p for p in observed.pods if p not in kept])
 
 

@@ -10,7 +10,7 @@ import datetime as dt
 
 from mpiop.api.v2beta1 import MPIJob
 from mpiop.desired import env
-from mpiop.plan import Plan
+from mpiop.plan import MESSAGE_LIMIT, Plan
 from mpiop.policies.failure import mark_failed
 from mpiop.status import conditions as c
 
@@ -22,5 +22,5 @@ def apply(plan: Plan, job: MPIJob, now: dt.datetime) -> bool:
     entries = ", ".join(repr(e) for e in bad)
     message = (f"MPIJob {job.key} has failed: metadata.annotations[{env.FORWARD_ENV_ANNOTATION}]: {entries} "
                "is not an environment variable name or NAME_PREFIX*")
-    mark_failed(plan, c.VALIDATION_ERROR_REASON, message[:1024], now)
+    mark_failed(plan, c.VALIDATION_ERROR_REASON, message[:MESSAGE_LIMIT], now)
     return True

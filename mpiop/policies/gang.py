@@ -20,7 +20,7 @@ from mpiop import podstate
 from mpiop.api.v2beta1 import MPIJob
 from mpiop.desired import podgroup
 from mpiop.desired.podgroup import GangScheduler
-from mpiop.plan import JSON, Observed, Plan, PodGroupWrite
+from mpiop.plan import JSON, MESSAGE_LIMIT, Observed, Plan, PodGroupWrite
 from mpiop.policies import suspend
 from mpiop.policies.failure import mark_failed
 from mpiop.status import conditions as c
@@ -29,7 +29,6 @@ UNSCHEDULABLE_REASON = "PodGroupUnschedulable"
 # A Volcano PodGroup is Pending until a scheduling session admits it to its queue (about a second): only one
 # still Pending after this long is reported as waiting for its queue.
 QUEUE_GRACE_SECONDS = 10.0
-_MESSAGE_LIMIT = 1024
 
 
 def apply(plan: Plan, job: MPIJob, observed: Observed, now: dt.datetime, scheduler: GangScheduler | None) -> None:
@@ -47,7 +46,7 @@ def apply(plan: Plan, job: MPIJob, observed: Observed, now: dt.datetime, schedul
         wanted = podgroup.pod_group(job, scheduler)
     except ValueError as error:  # a quantity that is not one: retrying cannot help
         mark_failed(plan, c.VALIDATION_ERROR_REASON, f"MPIJob {job.key} has failed: {error}", now)
-        plan.create = [o for o in plan.create if o.get("kind") != "Pod"]
+        plan.creates.drop_pods()
         return
     if existing is None:
         plan.pod_group = PodGroupWrite("create", name, wanted)
@@ -55,9 +54,8 @@ def apply(plan: Plan, job: MPIJob, observed: Observed, now: dt.datetime, schedul
         plan.pod_group = PodGroupWrite("patch", name, patch)
     if plan.pod_group is not None and (warning := podgroup.min_member_warning(job)):
         plan.event("Warning", "MinAvailableLowered", warning)
-    for obj in plan.create:
-        if obj.get("kind") == "Pod":
-            podgroup.join_pod(obj, job, scheduler)
+    for pod in plan.creates.pods():
+        podgroup.join_pod(pod, job, scheduler)
     _report(plan, job, observed, wanted, scheduler, now)
 
 
@@ -102,7 +100,7 @@ def why_unscheduled(job: MPIJob, observed: Observed, wanted: JSON, scheduler: Ga
         says = max((m for _, m in held), key=[m for _, m in held].count)
         pod = next(p for p, m in held if m == says)
         message += f"; {len(held)} of {len(pods)} pods unschedulable, {podstate.name(pod)}: {says}"
-    return message[:_MESSAGE_LIMIT]
+    return message[:MESSAGE_LIMIT]
 
 
 def _report(plan: Plan, job: MPIJob, observed: Observed, wanted: JSON, scheduler: GangScheduler,

@@ -14,7 +14,7 @@ from __future__ import annotations
 import datetime as dt
 
 from mpiop.api.v2beta1 import MPIJob
-from mpiop.plan import Observed, Plan
+from mpiop.plan import MESSAGE_LIMIT, Observed, Plan
 from mpiop.status import conditions as c
 from mpiop.status import replica_failure
 
@@ -29,5 +29,5 @@ def apply(plan: Plan, job: MPIJob, observed: Observed, now: dt.datetime) -> bool
         listed += f" and {len(taken) - 5} more"
     message = (f"MPIJob {job.key} does not start: names it needs are taken by objects it does not control "
                f"(no controller ownerReference to its uid {job.metadata.uid}): {listed}; delete or rename them")
-    replica_failure.report(plan, c.RESOURCE_EXISTS_REASON, message[:1024], now)
+    replica_failure.report(plan, c.RESOURCE_EXISTS_REASON, message[:MESSAGE_LIMIT], now)
     return True

@@ -13,7 +13,7 @@ import datetime as dt
 
 from mpiop import names
 from mpiop.api.v2beta1 import LAUNCHER, WORKER, MPIJob
-from mpiop.plan import Observed, Plan, Refusal
+from mpiop.plan import MESSAGE_LIMIT, Observed, Plan, Refusal
 from mpiop.policies.failure import mark_failed
 from mpiop.status import conditions as c
 from mpiop.status import replica_failure
@@ -63,10 +63,10 @@ def apply(plan: Plan, job: MPIJob, observed: Observed, now: dt.datetime) -> bool
     if refusals:
         more = f" (and {len(refusals) - 1} more)" if len(refusals) > 1 else ""
         message = f"MPIJob {job.key} cannot create its pods yet: {describe(job, refusals[0])}{more}; retrying"
-        replica_failure.report(plan, c.FAILED_CREATE_REASON, message[:1024], now)
+        replica_failure.report(plan, c.FAILED_CREATE_REASON, message[:MESSAGE_LIMIT], now)
     return False
 
 
 def fail(plan: Plan, job: MPIJob, refusal: Refusal, now: dt.datetime) -> None:
     text = f"MPIJob {job.key} has failed: {describe(job, refusal)}"
-    mark_failed(plan, c.VALIDATION_ERROR_REASON, text[:1024], now)
+    mark_failed(plan, c.VALIDATION_ERROR_REASON, text[:MESSAGE_LIMIT], now)

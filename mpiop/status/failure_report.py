@@ -24,8 +24,6 @@ from mpiop.status import in_place
 
 TAIL_LINES = 20
 TAIL_BYTES = 2048
-# core/v1 Events are cut at 1 KiB by the recorder; the Event's tail is shortened from its start to fit.
-EVENT_MESSAGE_LIMIT = 1024
 WORKER_LOST = "WorkerLost"  # mpirun lost the worker's daemon (ORTE/PRTE "lost communication")
 RANK_FAILED = "RankFailed"  # a rank on the worker died ("mpirun noticed that process rank N ...", Hydra)
 _DETAIL_CHARS = 300

@@ -56,7 +56,7 @@ def after(observed: Observed, plan: Plan) -> Observed:
     going = {podstate.name(p) for p in plan.delete}
     pods = [{**p, "metadata": {**p["metadata"], "deletionTimestamp": "planned"}} if podstate.name(p) in going else p
             for p in observed.pods]
-    pods += [{"metadata": o["metadata"], "status": {"phase": "Pending"}} for o in plan.create if o["kind"] == "Pod"]
+    pods += [{"metadata": o["metadata"], "status": {"phase": "Pending"}} for o in plan.creates.pods()]
     return replace(observed, pods=pods)
 
 

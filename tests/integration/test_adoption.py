@@ -55,7 +55,7 @@ async def test_a_running_kubeflow_job_is_adopted_and_completed_without_a_pod_del
 
     async with running_operator(str(control_plane.kubeconfig), cluster.ns) as operator:
         await eventually(lambda: mpiop_wrote_status(cluster), what="mpiop's first status write")
-        assert list(operator.manager.caches.launcher_jobs.store) == [f"{cluster.ns}/pi-launcher"]
+        assert list(operator.manager.caches.launcher_jobs.cached_keys()) == [f"{cluster.ns}/pi-launcher"]
         info = next(m for m in metrics.JOBS.collect() if m.name == "mpi_operator_job_info")
         assert [s.labels for s in info.samples] == [{"launcher": "pi-launcher", "namespace": cluster.ns}]
 

@@ -21,10 +21,10 @@ async def test_repeats_bump_one_event_and_many_messages_are_combined(kube: KubeC
     recorder = EventRecorder(kube, instance="test")
     try:
         suspended = Event("Normal", "MPIJobSuspended", f"MPIJob {job.key} is suspended.")
-        await recorder.record(job, suspended, at(0))
+        recorder.record(job, suspended, at(0))
         assert await recorder.flush()
-        await recorder.record(job, suspended, at(1))
-        await recorder.record(job, suspended, at(2))  # merged with the one still waiting
+        recorder.record(job, suspended, at(1))
+        recorder.record(job, suspended, at(2))  # merged with the one still waiting
         assert await recorder.flush()
         [event] = await events_of(kube, namespace)
         assert (event["reason"], event["count"]) == ("MPIJobSuspended", 3)
@@ -32,7 +32,7 @@ async def test_repeats_bump_one_event_and_many_messages_are_combined(kube: KubeC
         assert event["involvedObject"]["uid"] == job.metadata.uid
 
         for n in range(SIMILAR_THRESHOLD + 5):
-            await recorder.record(job, Event("Warning", "MPIJobRestarting", f"restart {n}"), at(10 + n))
+            recorder.record(job, Event("Warning", "MPIJobRestarting", f"restart {n}"), at(10 + n))
             assert await recorder.flush()
     finally:
         await recorder.close()

@@ -107,6 +107,19 @@ async def test_suspend_deletes_the_pod_group_and_resume_makes_it_again(cluster: 
     assert after is not None and after["metadata"]["uid"] != before["metadata"]["uid"]
 
 
+async def test_an_edited_pod_group_spec_is_restored_at_once(cluster: Cluster, gang_operator: None) -> None:
+    """An edit of the PodGroup's spec is an owned-object change like any other, not left to the resync."""
+    await cluster.create_job(mpijob("edited", workers=1))
+    await eventually(lambda: pods_of(cluster, "edited", 2), what="pods")
+    await cluster.kube.patch(pod_group_resource(PLUGINS), cluster.ns, "edited", {"spec": {"minMember": 1}})
+
+    async def restored() -> JSON | None:
+        found = await pod_group(cluster, "edited")
+        return found if found and found["spec"]["minMember"] == 2 else None
+
+    await eventually(restored, timeout=5.0, what="minMember 2 again")
+
+
 async def test_a_job_another_controller_manages_gets_no_pod_group(cluster: Cluster, gang_operator: None) -> None:
     await cluster.create_job(mpijob("theirs", workers=1, run_policy={"managedBy": "kueue.x-k8s.io/multikueue"}))
     await cluster.create_job(mpijob("ours", workers=1))

@@ -16,7 +16,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -100,22 +100,24 @@ async def lifecycle(kube: KubeClient, token_kubeconfig: str, mpijob_crd: None) -
     with contextlib.suppress(ApiError):
         await kube.delete(LEASES, SYSTEM, LEASE)  # so the run also creates it
     run = Run()
-    clients = [await RecordingClient.connect(token_kubeconfig, qps=0, burst=1000,
-                                             observer=lambda v, r, c, s: run.codes.append((v, r, c)))
-               for _ in range(2)]
+    def recording(**options: Any) -> Awaitable[RecordingClient]:
+        return RecordingClient.connect(token_kubeconfig, qps=0, burst=1000,
+                                       observer=lambda v, r, c, s: run.codes.append((v, r, c)), **options)
+
+    lease_client = await recording()
+    elector = LeaderElector(lease_client, ElectionConfig(
+        namespace=SYSTEM, name=LEASE, identity=f"rbac-{uuid.uuid4().hex[:6]}",
+        lease_duration=15, renew_deadline=10, retry_period=2))  # the lease is free: taken at once
+    main = await recording(write_guard=elector.guard_write)
+    clients = [main, lease_client]
     for client in clients:
         client.requests = run.requests
-    main, lease_client = clients
     try:
         cluster = Cluster(kube, namespace)
         await eventually(lambda: cluster.kube.request("GET", f"/api/v1/namespaces/{namespace}/serviceaccounts/default"),
                          what="the namespace's default ServiceAccount")
         await kubeflow.recreate(kube, namespace, "kf-pi-fail.2-finished")  # before mpiop starts, as in a switch
         manager = Manager(main, ManagerConfig(namespace=namespace, workers=4))
-        elector = LeaderElector(lease_client, ElectionConfig(
-            namespace=SYSTEM, name=LEASE, identity=f"rbac-{uuid.uuid4().hex[:6]}",
-            lease_duration=15, renew_deadline=10, retry_period=2))  # the lease is free: taken at once
-        main.may_write = elector.is_leader
         stop = asyncio.Event()
         task = asyncio.create_task(supervise(manager, elector, stop))
         try:

@@ -108,7 +108,7 @@ async def test_the_poison_job_appears_after_start_and_is_taken_up_once_fixed(
     await create_poison(cluster.kube, cluster.ns, "poison")
     await eventually(lambda: undecodable_event(cluster.kube, cluster.ns, "poison"), what="Undecodable Event")
     jobs = operator.manager.caches.jobs
-    assert f"{cluster.ns}/poison" in jobs.undecodable and jobs.get(f"{cluster.ns}/poison") is None
+    assert f"{cluster.ns}/poison" in jobs.undecodable() and jobs.get(f"{cluster.ns}/poison") is None
     await cluster.create_job(mpijob("second", workers=1))
     await eventually(lambda: cluster.condition("second", "Created"), what="a job created after the poison one")
 
@@ -116,5 +116,5 @@ async def test_the_poison_job_appears_after_start_and_is_taken_up_once_fixed(
     await cluster.kube.patch(MPIJOBS, cluster.ns, "poison",
                              {"spec": {"mpiReplicaSpecs": {"Worker": {"template": {"metadata": {"x": None}}}}}})
     await eventually(lambda: cluster.condition("poison", "Created"), what="the fixed job reconciled")
-    assert not jobs.undecodable
+    assert not jobs.undecodable()
     assert operator.manager.supervisor.healthz() is None

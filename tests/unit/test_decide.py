@@ -19,8 +19,8 @@ def test_fresh_running_succeeded_cleanup_ttl() -> None:
 
     plan = world.reconcile(0)
     assert plan.create_ssh_secret
-    assert names_of(plan.create) == ["Service/pi", "ConfigMap/pi-config", "Pod/pi-launcher", "Pod/pi-worker-0",
-                                     "Pod/pi-worker-1"]
+    assert names_of(plan.create) == ["Service/pi", "ConfigMap/pi-config", "Pod/pi-worker-0",
+                                     "Pod/pi-worker-1", "Pod/pi-launcher"]
     assert world.config_map is not None
     assert world.config_map["data"]["hostfile"] == (
         "pi-worker-0.pi.ns.svc.cluster.local slots=1\npi-worker-1.pi.ns.svc.cluster.local slots=1\n")
@@ -92,7 +92,7 @@ def test_failure_restart_running_failure_failed() -> None:
 
     world.gone()
     plan = world.reconcile(7)
-    assert names_of(plan.create) == ["Pod/pi-launcher-1", "Pod/pi-worker-0", "Pod/pi-worker-1"]
+    assert names_of(plan.create) == ["Pod/pi-worker-0", "Pod/pi-worker-1", "Pod/pi-launcher-1"]
     assert world.live_pods() == {"pi-launcher-1": 1, "pi-worker-0": 1, "pi-worker-1": 1}
 
     world.set_all(running)
@@ -192,7 +192,7 @@ def test_suspend_and_resume() -> None:
     plan = world.reconcile(5)
     assert world.conditions == ["Suspended=False", "Created=True"]
     assert world.job.status.start_time == at(5)
-    assert names_of(plan.create) == ["Pod/pi-launcher", "Pod/pi-worker-0"]
+    assert names_of(plan.create) == ["Pod/pi-worker-0", "Pod/pi-launcher"]
     assert plan.requeue_after == 100
     world.set_all(running)
     world.reconcile(6)
@@ -215,7 +215,7 @@ def test_suspend_and_resume() -> None:
 
     world.gone()
     plan = world.reconcile(21)
-    assert names_of(plan.create) == ["Pod/pi-launcher", "Pod/pi-worker-0"]
+    assert names_of(plan.create) == ["Pod/pi-worker-0", "Pod/pi-launcher"]
     world.set_all(running)
     world.reconcile(22)
     assert world.state == "Running"

@@ -6,7 +6,9 @@ from typing import Any
 
 from mpiop import podstate
 from mpiop.desired import hostnetwork as hn
+from mpiop.desired import ssh_config
 from mpiop.desired.pods import WORKER_DEFAULT_COMMAND, launcher_pod, worker_pod
+from mpiop.policies import host_ports
 from testkit.builders import make_mpijob
 from testkit.world import World, names_of, running
 
@@ -29,7 +31,7 @@ def created(plan: Any, name: str) -> JSON:
 
 def config_ports(world: World) -> dict[str, int]:
     assert world.config_map is not None
-    return hn.read_config(world.config_map, world.job.status.restart_count or 0)
+    return ssh_config.read(world.config_map, world.job.status.restart_count or 0)
 
 
 def test_worker_pod_gets_its_port() -> None:
@@ -64,7 +66,7 @@ def test_custom_worker_command_and_user_ports_are_kept() -> None:
 
 def test_launcher_mounts_the_ssh_config_and_works_on_its_own_port() -> None:
     job = make_mpijob("pi").host_network().launcher_as_worker().obj()
-    ports = hn.ports(job, 0, [], None)
+    ports = host_ports.table(job, 0, [], None)
     pod = launcher_pod(job, 0, ports=ports)
     items = next(v for v in pod["spec"]["volumes"] if v["name"] == "mpi-job-config")["configMap"]["items"]
     assert {"key": "ssh_config", "path": "ssh_config", "mode": 0o444} in items
@@ -105,7 +107,7 @@ def test_ports_config_first_conflict_then_restart() -> None:
     assert plan.create == [], "made again only once the old pod is gone"
     world.gone()
     plan = world.reconcile(4)
-    assert names_of(plan.create) == ["Pod/pi-launcher", "Pod/pi-worker-1"]
+    assert names_of(plan.create) == ["Pod/pi-worker-1", "Pod/pi-launcher"]
     assert env_of(created(plan, "pi-worker-1"))["MPIOP_SSH_PORT"] == str(moved["pi-worker-1"])
     assert plan.update == [], "the ConfigMap already said so"
 

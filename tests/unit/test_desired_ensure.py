@@ -11,18 +11,20 @@ import pytest
 from mpiop import names, podstate
 from mpiop.api.v2beta1 import MPIJob
 from mpiop.desired import ensure, hostfile, objects
+from mpiop.desired.hostnetwork import NO_PORTS
 from mpiop.desired.settings import Settings
 from mpiop.plan import Observed, Plan
-from mpiop.policies import launcher_creation
+from mpiop.policies import host_ports, launcher_creation
 from testkit.builders import PodBuilder, make_mpijob, make_pod, observe
 
 
 def run(job: MPIJob, observed: Observed, cluster_domain: str = "") -> Plan:
     plan = Plan(status=job.status.model_copy(deep=True))
     settings = Settings(cluster_domain=cluster_domain)
-    ensure.supporting_objects(plan, job, observed, settings)
+    ensure.supporting_objects(plan, job, observed, host_ports.for_plan(plan, job, observed, settings), settings)
     attempt = plan.status.restart_count or 0
-    ensure.job_pods(plan, job, observed, launcher_creation.launcher_may_start(job, observed, attempt), settings)
+    may_start = launcher_creation.launcher_may_start(job, observed, attempt)
+    ensure.job_pods(plan, job, observed, may_start, host_ports.for_plan(plan, job, observed, settings), settings)
     return plan
 
 
@@ -38,8 +40,8 @@ def test_fresh_job_creates_everything() -> None:
     job = make_mpijob("pi").workers(2).obj()
     plan = run(job, Observed())
     assert plan.create_ssh_secret is True
-    assert created(plan) == ["Service/pi", "ConfigMap/pi-config", "Pod/pi-launcher", "Pod/pi-worker-0",
-                             "Pod/pi-worker-1"]
+    assert created(plan) == ["Service/pi", "ConfigMap/pi-config", "Pod/pi-worker-0",
+                             "Pod/pi-worker-1", "Pod/pi-launcher"]
     assert plan.update == []
     assert plan.delete == []
     config_map = plan.create[1]
@@ -65,7 +67,7 @@ def test_settled_job_plans_nothing() -> None:
 def test_restart_attempt_pods_are_made_with_the_current_attempt() -> None:
     job = make_mpijob("pi").workers(1).status(restart_count=2).obj()
     plan = run(job, observe(job))
-    assert created(plan) == ["Pod/pi-launcher-2", "Pod/pi-worker-0"]
+    assert created(plan) == ["Pod/pi-worker-0", "Pod/pi-launcher-2"]
     assert [o["metadata"]["labels"][names.ATTEMPT_LABEL] for o in plan.create] == ["2", "2"]
 
 
@@ -73,7 +75,7 @@ def test_existing_objects_not_recreated() -> None:
     job = make_mpijob("pi").workers(1).obj()
     plan = run(job, Observed(secret={"kind": "Secret"}, service={"kind": "Service"}))
     assert plan.create_ssh_secret is False
-    assert created(plan) == ["ConfigMap/pi-config", "Pod/pi-launcher", "Pod/pi-worker-0"]
+    assert created(plan) == ["ConfigMap/pi-config", "Pod/pi-worker-0", "Pod/pi-launcher"]
 
 
 def test_missing_worker_is_made_again() -> None:
@@ -93,10 +95,12 @@ def test_wait_for_workers_ready_ignores_ready_pods_of_an_old_attempt() -> None:
     assert deleted(plan) == ["pi-worker-0"]
 
 
-def test_at_startup_launcher_comes_first() -> None:
+def test_at_startup_the_launcher_is_planned_with_its_workers_as_the_step_after_them() -> None:
     job = make_mpijob("pi").workers(2).launcher_creation_policy("AtStartup").obj()
     plan = run(job, observe(job))
-    assert created(plan) == ["Pod/pi-launcher", "Pod/pi-worker-0", "Pod/pi-worker-1"]
+    assert created(plan) == ["Pod/pi-worker-0", "Pod/pi-worker-1", "Pod/pi-launcher"]
+    assert [[o["metadata"]["name"] for o in step] for step in plan.creates.pod_steps()] == [
+        ["pi-worker-0", "pi-worker-1"], ["pi-launcher"]]
 
 
 def test_stale_attempt_pods_deleted_and_not_recreated_until_gone() -> None:
@@ -117,7 +121,7 @@ def test_stale_attempt_pods_deleted_and_not_recreated_until_gone() -> None:
 
     # Gone: made again, in the new attempt (whose launcher has its own name).
     plan = run(job, observe(job))
-    assert created(plan) == ["Pod/pi-launcher-1", "Pod/pi-worker-0", "Pod/pi-worker-1"]
+    assert created(plan) == ["Pod/pi-worker-0", "Pod/pi-worker-1", "Pod/pi-launcher-1"]
 
 
 def test_failed_launcher_of_the_last_attempt_is_kept_older_ones_go() -> None:
@@ -210,7 +214,7 @@ def test_discover_hosts_off_never_follows_the_workers(cached_script: str | None,
         data = objects.config_map_data(job, [0, 1], discover_hosts=cached_script == "live")
         observed.config_map = {"metadata": {"name": "pi-config", "resourceVersion": "7"}, "data": data}
     plan = Plan(status=job.status.model_copy(deep=True))
-    ensure.supporting_objects(plan, job, observed, Settings(discover_hosts=False))
+    ensure.supporting_objects(plan, job, observed, NO_PORTS, Settings(discover_hosts=False))
     writes = [o["data"] for o in plan.create + plan.update if o["kind"] == "ConfigMap"]
     assert writes == ([objects.config_map_data(job, [], discover_hosts=False)] if written else [])
     assert not writes or writes[0][names.DISCOVER_HOSTS_NAME] == hostfile.DISCOVER_HOSTS_OFF
@@ -236,13 +240,13 @@ def test_terminating_worker_is_not_a_running_host() -> None:
 def test_a_huge_job_is_planned_a_share_per_pass_and_its_launcher_with_the_last_share() -> None:
     job = make_mpijob("big").workers(1200).obj()
     first = Plan(status=job.status.model_copy(deep=True))
-    ensure.job_pods(first, job, observe(job), launcher_may_start=True)
+    ensure.job_pods(first, job, observe(job), launcher_may_start=True, ports=NO_PORTS)
     assert [o["metadata"]["name"] for o in first.create][-1] == "big-worker-499"
     assert len(first.create) == ensure.MAX_POD_CREATES_PER_PASS and first.requeue_after == 0
     made = [make_pod(job, "worker", i).obj() for i in range(1000)]
     last = Plan(status=job.status.model_copy(deep=True))
-    ensure.job_pods(last, job, observe(job, made), launcher_may_start=True)
-    # Planned first among the pods (issue 18), only in the pass that plans the last workers (issue 12).
+    ensure.job_pods(last, job, observe(job, made), launcher_may_start=True, ports=NO_PORTS)
+    # Only in the pass that plans the last workers (issue 12).
     assert [o["metadata"]["name"] for o in last.create] == [
-        "big-launcher", *(f"big-worker-{i}" for i in range(1000, 1200))]
+        *(f"big-worker-{i}" for i in range(1000, 1200)), "big-launcher"]
     assert last.requeue_after is None

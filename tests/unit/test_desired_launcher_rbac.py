@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from mpiop.desired import ensure, launcher_rbac
+from mpiop.desired import ensure, hostnetwork, launcher_rbac
 from mpiop.desired.launch import LAUNCH_ANNOTATION
 from mpiop.desired.settings import Settings
 from mpiop.plan import Observed, Plan
@@ -17,7 +17,7 @@ def supporting(builder: MPIJobBuilder, observed: Observed | None = None, setting
                restarts: int = 0) -> Plan:
     job = builder.status(restart_count=restarts).obj() if restarts else builder.obj()
     plan = Plan(status=job.status.model_copy(deep=True))
-    ensure.supporting_objects(plan, job, observed or Observed(), settings)
+    ensure.supporting_objects(plan, job, observed or Observed(), hostnetwork.NO_PORTS, settings)
     return plan
 
 

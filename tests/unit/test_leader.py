@@ -9,10 +9,9 @@ from typing import Any
 
 import pytest
 
-from mpiop.kube.client import PODS, ApiError
+from mpiop.kube.client import PODS, ApiError, KubeClient
 from mpiop.leader import (
     ElectionConfig,
-    FencedClient,
     LeaderElector,
     LeadershipLostError,
     NotLeaderError,
@@ -191,9 +190,9 @@ async def test_stopping_releases_the_lease() -> None:
     assert leases.spec["holderIdentity"] == "" and not a.leading.is_set()
 
 
-async def test_the_fenced_client_sends_no_write_while_not_leading() -> None:
-    client = FencedClient(None, qps=0)
-    client.may_write = lambda: False
+async def test_the_guarded_client_sends_no_write_while_not_leading() -> None:
+    candidate = elector(FakeLeases(), "a")  # never elected
+    client = KubeClient(None, qps=0, write_guard=candidate.guard_write)  # type: ignore[arg-type]
     with pytest.raises(NotLeaderError):
         await client.create(PODS, "ns", {"metadata": {"name": "p"}})
     with pytest.raises(NotLeaderError):

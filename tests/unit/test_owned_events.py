@@ -1,44 +1,84 @@
-"""Owned-object events that change nothing the cache keeps (a pod bound to a node) enqueue no reconcile."""
+"""Owned-object updates that change nothing a decision reads (a pod bound to a node) enqueue no reconcile;
+every other change of what a kind's trim keeps does, per kind."""
 
 from __future__ import annotations
 
 import copy
 from typing import Any
 
-from mpiop import podstate
-from mpiop.controller.manager import _same_but_version
+import pytest
 
-PENDING: dict[str, Any] = {
+from mpiop import podstate
+from mpiop.controller import caches
+from mpiop.controller.caches import Caches, same_but_version, same_pod_but_binding
+from mpiop.desired.podgroup import GangScheduler
+from mpiop.kube.access import ClusterAccess
+from mpiop.kube.client import KubeClient
+
+JSON = dict[str, Any]
+OWNER = [{"kind": "MPIJob", "name": "pi", "uid": "j", "controller": True}]
+PENDING: JSON = {
     "metadata": {"name": "pi-worker-0", "namespace": "ns", "uid": "u", "resourceVersion": "10",
-                 "labels": {"training.kubeflow.org/job-role": "worker"},
-                 "ownerReferences": [{"kind": "MPIJob", "name": "pi", "uid": "j", "controller": True}]},
+                 "labels": {"training.kubeflow.org/job-role": "worker"}, "ownerReferences": OWNER},
     "spec": {"containers": [{"name": "main"}]},
     "status": {"phase": "Pending", "qosClass": "BestEffort"},
 }
+POD_GROUP: JSON = {"metadata": {"name": "pi", "namespace": "ns", "uid": "g", "resourceVersion": "10",
+                                "ownerReferences": OWNER},
+                   "spec": {"minMember": 3, "scheduleTimeoutSeconds": 0}, "status": {"phase": "Pending"}}
+CONFIG_MAP: JSON = {"metadata": {"name": "pi-config", "namespace": "ns", "uid": "c", "resourceVersion": "10",
+                                 "ownerReferences": OWNER}, "data": {"hostfile": "pi-worker-0 slots=1\n"}}
+SERVICE: JSON = {"metadata": {"name": "pi", "namespace": "ns", "uid": "s", "resourceVersion": "10",
+                              "ownerReferences": OWNER}, "spec": {"selector": {"app": "pi"}}}
 
 
-def changed(change: dict[str, Any], version: str = "11") -> dict[str, Any]:
-    pod: dict[str, Any] = copy.deepcopy(PENDING)
-    pod["metadata"]["resourceVersion"] = version
+def changed(obj: JSON, change: dict[str, Any], version: str = "11") -> JSON:
+    new: JSON = copy.deepcopy(obj)
+    new["metadata"]["resourceVersion"] = version
     for path, value in change.items():
         *parents, leaf = path.split(".")
-        target = pod
+        target = new
         for part in parents:
             target = target[part]
         target[leaf] = value
-    return pod
+    return new
 
 
 def test_binding_changes_only_the_version_of_the_cached_pod() -> None:
-    bound = changed({"spec.nodeName": "node-1", "status.conditions": [{"type": "PodScheduled", "status": "True"}]})
-    assert _same_but_version(podstate.trim(PENDING), podstate.trim(bound))
+    bound = changed(PENDING, {"spec.nodeName": "node-1",
+                              "status.conditions": [{"type": "PodScheduled", "status": "True"}]})
+    assert same_pod_but_binding(podstate.trim(PENDING), podstate.trim(bound))
 
 
-def test_running_and_ready_is_a_change() -> None:
-    running = changed({"status.phase": "Running", "status.conditions": [{"type": "Ready", "status": "True"}]})
-    assert not _same_but_version(podstate.trim(PENDING), podstate.trim(running))
+@pytest.mark.parametrize("change", [
+    {"status.phase": "Running", "status.conditions": [{"type": "Ready", "status": "True"}]},
+    {"metadata.deletionTimestamp": "2024-05-01T12:00:00Z"},
+    {"metadata.labels": {"training.kubeflow.org/job-role": "launcher"}},
+], ids=["running-and-ready", "deletion", "labels"])
+def test_other_pod_changes_are_news(change: dict[str, Any]) -> None:
+    assert not same_pod_but_binding(podstate.trim(PENDING), podstate.trim(changed(PENDING, change)))
 
 
-def test_deletion_is_a_change() -> None:
-    going = changed({"metadata.deletionTimestamp": "2024-05-01T12:00:00Z"})
-    assert not _same_but_version(podstate.trim(PENDING), podstate.trim(going))
+@pytest.mark.parametrize(("trim", "obj", "change"), [
+    (caches.trim_pod_group, POD_GROUP, {"spec.minMember": 1}),
+    (caches.trim_pod_group, POD_GROUP, {"status.phase": "Running"}),
+    (caches.trim_config_map, CONFIG_MAP, {"data": {"hostfile": ""}}),
+    (caches.trim_service, SERVICE, {"spec.selector": {"app": "other"}}),
+    (caches.trim_secret, SERVICE, {"metadata.deletionTimestamp": "2024-05-01T12:00:00Z"}),
+], ids=["pod-group-spec", "pod-group-status", "config-map-data", "service-selector", "secret-deletion"])
+def test_a_change_of_what_the_trim_keeps_is_news(trim: Any, obj: JSON, change: dict[str, Any]) -> None:
+    assert not same_but_version(trim(copy.deepcopy(obj)), trim(changed(obj, change)))
+
+
+def test_a_new_version_alone_is_not_news() -> None:
+    assert same_but_version(caches.trim_pod_group(POD_GROUP), caches.trim_pod_group(changed(POD_GROUP, {})))
+
+
+def test_every_owned_informer_has_its_filter_and_only_pods_ignore_the_node() -> None:
+    client = KubeClient(ClusterAccess("http://127.0.0.1:1"))
+    cached = Caches.create(client, "ns", gang_scheduler=GangScheduler("scheduler-plugins-scheduler"))
+    filters = dict((informer.resource.kind, unchanged) for informer, unchanged in cached.owned_filters())
+    assert len(filters) == len(cached.owned())
+    assert filters.pop("Pod") is same_pod_but_binding
+    assert set(filters.values()) == {same_but_version}
+    assert "PodGroup" in filters

@@ -111,7 +111,7 @@ def _restarted(observed: Observed, *, launcher_job: bool, launcher_pods: bool, w
         (True, True, True, True, []),
         (False, True, True, False, []),
         (False, True, False, False, ["pi-worker-0", "pi-worker-1"]),
-        (False, False, False, False, ["pi-launcher-1", "pi-worker-0", "pi-worker-1"]),  # attempt 1's launcher
+        (False, False, False, False, ["pi-worker-0", "pi-worker-1", "pi-launcher-1"]),  # attempt 1's launcher
     ],
     ids=["job-still-there", "its-pod-going", "workers-gone", "all-gone-own-launcher"],
 )

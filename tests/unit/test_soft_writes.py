@@ -1,11 +1,11 @@
-"""mpiop.controller.reconciler.only_soft_writes: which plans may wait for a transition to ride along with."""
+"""mpiop.controller.soft_writes.only_soft_writes: which plans may wait for a transition to ride along with."""
 
 from __future__ import annotations
 
 import pytest
 
 from mpiop.api.v2beta1 import ReplicaStatus
-from mpiop.controller.reconciler import only_soft_writes, status_change
+from mpiop.controller.soft_writes import only_soft_writes, status_change
 from mpiop.decide import decide
 from mpiop.plan import Event, Plan
 from testkit.builders import at, make_mpijob, make_pod, observe
