@@ -1,10 +1,11 @@
 """Container images for the e2e node, built without a Docker engine or a registry.
 
 * the pause image: a tiny static C program (``e2e/images/pause.c``) in a one-file layer;
-* the MPI image: a Debian rootfs made by ``debootstrap --variant=minbase`` with OpenSSH, Open MPI, MPICH
-  and Python, customised in a chroot by ``e2e/images/customize-mpi.sh`` (sshd for root and non-root, the
-  ssh client config, the ``mpiuser`` account, PyTorch and mpi4py with apt, Intel MPI from PyPI's impi-rt,
-  the pi program compiled for the three MPI libraries);
+* the MPI images, one per Debian release (``MPI_SUITES``: bookworm's Open MPI 4.1, trixie's Open MPI 5 with
+  PRRTE): a Debian rootfs made by ``debootstrap --variant=minbase`` with OpenSSH, Open MPI, MPICH and
+  Python, customised in a chroot by ``e2e/images/customize-mpi.sh`` (sshd for root and non-root, the ssh
+  client config, the ``mpiuser`` account, PyTorch and mpi4py with apt, Intel MPI from PyPI's impi-rt, the
+  pi program compiled for the three MPI libraries);
 * the operator image: the same kind of rootfs with Python and mpiop installed in a venv.
 
 Each is written as an OCI image layout in a tar, which ``ctr -n k8s.io images import`` takes. Everything is
@@ -16,6 +17,7 @@ cached under ``.cache/e2e/`` by a key made of its inputs (package lists, the ass
 from __future__ import annotations
 
 import datetime as dt
+import functools
 import hashlib
 import io
 import json
@@ -25,7 +27,7 @@ import subprocess
 import sys
 import tarfile
 import tempfile
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -35,7 +37,7 @@ from devcluster.binaries import build_lock, cache_dir, project_root
 
 # Bump when the way images are made changes in a way the inputs below do not show.
 RECIPE_VERSION = "1"
-SUITE = "bookworm"
+SUITE = "bookworm"  # the Debian release of the operator image and of the first MPI image
 MIRROR = os.environ.get("MPIOP_DEBIAN_MIRROR", "http://deb.debian.org/debian")
 REGISTRY = "mpiop.local"
 PATH_ENV = "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
@@ -46,6 +48,24 @@ MPI_PACKAGES = (
     "python3", "automake", "gcc-12", "libc6-dev", "procps",
 )
 OPERATOR_PACKAGES = ("python3", "python3-venv", "ca-certificates")
+
+
+@dataclass(frozen=True)
+class MpiSuite:
+    """One MPI image: its name, the Debian release it is made from and the packages debootstrap installs.
+
+    Each release brings its own MPI versions (bookworm: Open MPI 4.1, MPICH 4.0; trixie: Open MPI 5 on PRRTE,
+    MPICH 4.2); the customization (customize-mpi.sh) is the same for all."""
+
+    name: str
+    release: str
+    packages: tuple[str, ...] = MPI_PACKAGES
+
+
+BOOKWORM = MpiSuite("mpi", "bookworm")
+# gcc-12 is still packaged in trixie (its default is gcc-14): the same customize-mpi.sh builds pi there.
+TRIXIE = MpiSuite("mpi-trixie", "trixie")
+MPI_SUITES = {suite.name: suite for suite in (BOOKWORM, TRIXIE)}
 # Directories whose content belongs to the runtime, not to the image.
 _EXCLUDED = ("./dev/*", "./proc/*", "./sys/*", "./run/*", "./tmp/*", "./build", "./etc/resolv.conf",
              "./etc/hostname", "./var/cache/apt/archives/*.deb")
@@ -180,25 +200,25 @@ def _unshared(argv: Sequence[str]) -> list[str]:
     return ["unshare", "--mount", "--propagation", "private", "--pid", "--fork", "--kill-child", *argv]
 
 
-def debootstrap_rootfs(packages: Sequence[str]) -> Path:
-    """A cached minbase rootfs with `packages` (and their dependencies); built once per package list."""
+def debootstrap_rootfs(packages: Sequence[str], release: str = SUITE) -> Path:
+    """A cached minbase `release` rootfs with `packages` (and their dependencies); built once per package list."""
     _require_root("a Debian rootfs")
     if shutil.which("debootstrap") is None:
         raise ImageError("debootstrap is missing: run hack/install-e2e-deps.sh")
-    key = cache_key(SUITE, MIRROR, *sorted(packages))
+    key = cache_key(release, MIRROR, *sorted(packages))
     base = cache_dir() / "e2e" / "rootfs"
-    target = base / f"{SUITE}-{key}"
+    target = base / f"{release}-{key}"
     with build_lock(base):
         if (target / ".complete").is_file():
             return target
-        partial = base / f"{SUITE}-{key}.partial"
+        partial = base / f"{release}-{key}.partial"
         shutil.rmtree(partial, ignore_errors=True)
-        _log(f"debootstrap --variant=minbase {SUITE} with {', '.join(packages)} (first time only; minutes)")
-        log = base / f"{SUITE}-{key}.log"
+        _log(f"debootstrap --variant=minbase {release} with {', '.join(packages)} (first time only; minutes)")
+        log = base / f"{release}-{key}.log"
         with log.open("wb") as out:
             result = subprocess.run(
                 _unshared(["debootstrap", "--variant=minbase", f"--include={','.join(packages)}",
-                           SUITE, str(partial), MIRROR]),
+                           release, str(partial), MIRROR]),
                 stdout=out, stderr=subprocess.STDOUT, check=False,
             )
         if result.returncode != 0:
@@ -234,33 +254,34 @@ def pack_rootfs(rootfs: Path, layer: Path) -> None:
 
 
 def _archive_path(name: str, packages: Sequence[str], script: str, inputs: Sequence[Path],
-                  config: dict[str, Any], extra_key: bytes) -> Path:
+                  config: dict[str, Any], extra_key: bytes, release: str) -> Path:
     files = [p for p in inputs if p.is_file()]
-    key = cache_key(name, SUITE, MIRROR, *sorted(packages), script, _file_key(files), extra_key,
+    key = cache_key(name, release, MIRROR, *sorted(packages), script, _file_key(files), extra_key,
                json.dumps(config, sort_keys=True))
     return images_dir() / f"{name}-{key}.tar"
 
 
 def _customized_image_cached(name: str, packages: Sequence[str], inputs: Sequence[Path], config: dict[str, Any],
-                             extra_key: bytes) -> bool:
+                             extra_key: bytes, release: str = SUITE) -> bool:
     script = f"sh /build/{inputs[0].name}"
-    return _archive_path(name, packages, script, inputs, config, extra_key).is_file()
+    return _archive_path(name, packages, script, inputs, config, extra_key, release).is_file()
 
 
 def _customized_image(name: str, packages: Sequence[str], script: str, inputs: Sequence[Path],
-                      config: dict[str, Any], network: bool = False, extra_key: bytes = b"") -> Image:
+                      config: dict[str, Any], network: bool = False, extra_key: bytes = b"",
+                      release: str = SUITE) -> Image:
     """debootstrap (cached) -> copy -> copy `inputs` to /build -> `script` in chroot -> OCI archive.
 
     The cache key covers the packages, the script, the input files and `extra_key` (what a directory in
     `inputs` holds)."""
-    archive = _archive_path(name, packages, script, inputs, config, extra_key)
+    archive = _archive_path(name, packages, script, inputs, config, extra_key, release)
     key = archive.stem.rsplit("-", 1)[1]
     out_dir = images_dir()
     image = Image(f"{REGISTRY}/{name}:{key[:12]}", archive)
     if archive.is_file():
         return image
     _require_root(f"the {name} image")
-    base = debootstrap_rootfs(packages)
+    base = debootstrap_rootfs(packages, release)
     out_dir.mkdir(parents=True, exist_ok=True)
     with build_lock(out_dir), tempfile.TemporaryDirectory(prefix=f"{name}-", dir=out_dir) as tmp:
         if archive.is_file():
@@ -313,8 +334,8 @@ def pause_image() -> Image:
     return image
 
 
-def mpi_image() -> Image:
-    """Debian + OpenSSH + Open MPI + MPICH + Intel MPI + Python with PyTorch and mpi4py; sshd on 2222 as root
+def mpi_image(suite: MpiSuite = BOOKWORM) -> Image:
+    """Debian `suite` + OpenSSH + Open MPI + MPICH + Intel MPI + Python with PyTorch and mpi4py; sshd on 2222 as root
     or not; pi for each MPI.
 
     PyTorch and mpi4py are Debian's CPU builds, installed with apt in the chroot (apt resolves their ~200
@@ -324,13 +345,14 @@ def mpi_image() -> Image:
     inputs = [assets / n for n in ("customize-mpi.sh", "mpi-sshd", "mpi-wait-hosts", "ssh_client.conf", "pi.c",
                                    "mpiexec.hydra")]
     config = {"Env": [PATH_ENV], "Cmd": ["/bin/bash"], "WorkingDir": "/"}
-    if _customized_image_cached("mpi", MPI_PACKAGES, inputs, config, intelmpi.KEY):
-        return _customized_image("mpi", MPI_PACKAGES, "sh /build/customize-mpi.sh", inputs, config,
-                                 network=True, extra_key=intelmpi.KEY)
+    name, packages, release = suite.name, suite.packages, suite.release
+    if _customized_image_cached(name, packages, inputs, config, intelmpi.KEY, release):
+        return _customized_image(name, packages, "sh /build/customize-mpi.sh", inputs, config,
+                                 network=True, extra_key=intelmpi.KEY, release=release)
     with tempfile.TemporaryDirectory(prefix="intel-mpi-", dir=cache_dir()) as tmp:
         intel = intelmpi.extract(Path(tmp) / "intel-mpi")
-        return _customized_image("mpi", MPI_PACKAGES, "sh /build/customize-mpi.sh", [*inputs, intel], config,
-                                 network=True, extra_key=intelmpi.KEY)
+        return _customized_image(name, packages, "sh /build/customize-mpi.sh", [*inputs, intel], config,
+                                 network=True, extra_key=intelmpi.KEY, release=release)
 
 
 def _operator_source(dest: Path) -> Path:
@@ -374,12 +396,14 @@ def operator_image() -> Image:
 
 
 def all_images() -> list[Image]:
-    return [pause_image(), mpi_image()]
+    return [pause_image(), *(mpi_image(suite) for suite in MPI_SUITES.values())]
 
 
 def _main(argv: list[str]) -> int:
-    wanted = argv or ["pause", "mpi"]
-    builders = {"pause": pause_image, "mpi": mpi_image, "operator": operator_image}
+    wanted = argv or ["pause", *MPI_SUITES]
+    builders: dict[str, Callable[[], Image]] = {
+        "pause": pause_image, "operator": operator_image,
+        **{name: functools.partial(mpi_image, suite) for name, suite in MPI_SUITES.items()}}
     for name in wanted:
         image = builders[name]()
         print(f"{image.ref} {image.archive}")

@@ -346,7 +346,7 @@ def prepare() -> dict[str, Path]:
     paths["coredns"] = coredns_binary()
     paths["cri"] = cri_binary()
     paths["kube-proxy"] = kube_proxy_binary()
-    for image in (images.pause_image(), images.mpi_image()):
+    for image in images.all_images():
         paths[image.ref] = image.archive
     return paths
 

@@ -1,6 +1,10 @@
 """The e2e session: one real node (devcluster/node.py) with the MPI image, the CRD, and per test a
 fresh namespace and the operator (`mpiop run --namespace <ns>`, a real process) watching it.
 
+A test runs on bookworm's MPI image (Open MPI 4.1) unless it parametrizes `suite` (e.g. with
+testkit.e2e.session.OPENMPI): the trixie image (Open MPI 5 on PRRTE) is built and imported the first time a
+test asks for it. Open MPI 5's scenarios are selectable with `-k openmpi5`, MPICH on trixie with `-k trixie`.
+
 Timings go to `.cache/e2e/report.json` and the terminal summary: node bring-up, and for each scenario the
 seconds from creating the MPIJob to its final condition.
 """
@@ -9,9 +13,11 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import secrets
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -71,22 +77,39 @@ def e2e_session() -> Iterator[E2E]:
         node.kubectl("apply", "--server-side", "-f", "-", input_text=crd)
         wait_for(lambda: is_true(api.get_or_none("/apis/apiextensions.k8s.io/v1/customresourcedefinitions/"
                                                  "mpijobs.kubeflow.org"), "Established"), 60, "the CRD")
-        yield E2E(node, api, mpi.ref)
+        yield E2E(node, api, mpi.ref, mpi_images={images.BOOKWORM.name: mpi.ref})
     finally:
         node.stop()
 
 
+def _mpi_image(session: E2E, suite: str) -> str:
+    """The ref of `suite`'s MPI image, built (cached) and imported into the node the first time it is asked for."""
+    if suite not in session.mpi_images:
+        image = images.mpi_image(images.MPI_SUITES[suite])
+        begin = time.monotonic()
+        session.node.import_images([image])
+        REPORT["node"][f"import {suite}"] = round(time.monotonic() - begin, 1)
+        session.mpi_images[suite] = image.ref
+    return session.mpi_images[suite]
+
+
 @pytest.fixture
-def bare(e2e_session: E2E, request: pytest.FixtureRequest) -> Iterator[E2E]:
+def suite() -> str:
+    """The MPI image a test runs on; a test parametrizes it (OPENMPI) to run on each."""
+    return images.BOOKWORM.name
+
+
+@pytest.fixture
+def bare(e2e_session: E2E, suite: str, request: pytest.FixtureRequest) -> Iterator[E2E]:
     """A fresh namespace, deleted afterwards (with its pods), and no operator."""
-    short = request.node.name.removeprefix("test_").replace("_", "-")[:40].strip("-")
+    short = re.sub(r"[^a-z0-9-]", "-", request.node.name.removeprefix("test_").replace("_", "-"))[:40].strip("-")
     ns = f"{short}-{secrets.token_hex(2)}"
     api = e2e_session.api
     api.create("/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}})
     try:
         wait_for(lambda: api.get_or_none(f"/api/v1/namespaces/{ns}/serviceaccounts/default"), 30,
                  f"the default ServiceAccount of {ns}")
-        yield E2E(e2e_session.node, api, e2e_session.image, ns)
+        yield E2E(e2e_session.node, api, _mpi_image(e2e_session, suite), ns, suite, e2e_session.mpi_images)
     finally:
         _delete_namespace(api, ns)
 

@@ -6,11 +6,14 @@ from __future__ import annotations
 
 import time
 
+import pytest
+
 from devcluster.pi_job import pi_job
 from testkit.e2e.kube import condition, is_true
-from testkit.e2e.session import E2E
+from testkit.e2e.session import E2E, OPENMPI
 
 
+@pytest.mark.parametrize("suite", OPENMPI)
 def test_a_rank_killed_on_a_worker_shows_mpiruns_error(e2e: E2E) -> None:
     """Rank 3 (the second slot of worker 1) is SIGKILLed while the ranks wait before reducing, as the OOM killer
     would kill it; backoffLimit 0. Every rank sleeps 60 s after MPI_Init; rank 3 is killed 5 s in. (`$$$$`: the

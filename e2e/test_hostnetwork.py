@@ -12,10 +12,12 @@ import re
 import time
 from typing import Any
 
+import pytest
+
 from devcluster.pi_job import pi_job
 from testkit.e2e.kube import is_true, wait_for
 from testkit.e2e.mpi import PI_LINE, assert_succeeded, delete_worker_mid_run, finalize_hang, mpich_pi_command
-from testkit.e2e.session import E2E, REPORT
+from testkit.e2e.session import E2E, OPENMPI, REPORT
 from testkit.e2e.training import IDENTITY, RANKS, ddp_job, script_config_map
 
 JSON = dict[str, Any]
@@ -70,6 +72,7 @@ def assert_host_network_pi(e2e: E2E, job: str, ranks: int = 4, log: str | None =
     return ports
 
 
+@pytest.mark.parametrize("suite", OPENMPI)
 def test_host_network_openmpi_pi(e2e: E2E) -> None:
     """Open MPI, launcher and 2 workers on the host network of one node: impossible with one sshd port."""
     started = e2e.create_job(host_network_job("hn", e2e.image))
@@ -96,6 +99,7 @@ def test_host_network_mpich_pi(e2e: E2E) -> None:
     assert_host_network_pi(e2e, "hn-mpich", log=log)
 
 
+@pytest.mark.parametrize("suite", OPENMPI)
 def test_host_network_openmpi_pi_non_root(e2e: E2E) -> None:
     """kubeflow's non-root shape on the host network: uid 1000 runs sshd unprivileged on its port (>1024, so no
     capability), the launcher's ssh as uid 1000 reads the same mounted config."""

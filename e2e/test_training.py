@@ -12,17 +12,19 @@ import re
 import time
 from typing import Any
 
+import pytest
+
 from devcluster.pi_job import pi_job
 from testkit.e2e.kube import JSON, PODS, condition, is_true, wait_for
 from testkit.e2e.mpi import assert_pi, assert_succeeded, log_or_empty
-from testkit.e2e.session import E2E, REPORT
+from testkit.e2e.session import E2E, OPENMPI, REPORT
 from testkit.e2e.training import IDENTITY, MOUNT, RANKS, ddp_job, script_config_map, with_script
 
 FIRST = re.compile(r"^(rank \d+|reference)(?:/\d+)? first loss (\S+) \(step 0\)$", re.M)
 LAST = re.compile(r"^(rank \d+|reference)(?:/\d+)? last loss (\S+) \(step \d+\)", re.M)
 PARAMS = re.compile(r"^(rank \d+|reference)(?:/\d+)? params sha256=([0-9a-f]{64}) probes=(\S+)$", re.M)
 TOLERANCE = 1e-5
-_reference: dict[str, Any] = {}
+_reference: dict[str, dict[str, Any]] = {}  # per suite: its own PyTorch
 
 
 def _vector(probes: str) -> list[float]:
@@ -30,8 +32,9 @@ def _vector(probes: str) -> list[float]:
 
 
 def reference(e2e: E2E) -> list[float]:
-    """The parameters' probes of one process over the same global batches (computed once per session)."""
-    if "params" not in _reference:
+    """The parameters' probes of one process over the same global batches (once per session and image)."""
+    mine = _reference.setdefault(e2e.suite, {})
+    if "params" not in mine:
         spec = with_script({"restartPolicy": "Never", "containers": [{
             "name": "reference", "image": e2e.image, "imagePullPolicy": "Never",
             "command": ["python3", f"{MOUNT}/train_ddp.py", "--reference", str(RANKS)]}]})
@@ -42,9 +45,9 @@ def reference(e2e: E2E) -> list[float]:
         log = e2e.api.logs(e2e.ns, "ddp-reference")
         found = PARAMS.search(log)
         assert found and found.group(1) == "reference", log
-        _reference.update(log=log, params=_vector(found.group(3)))
-        REPORT["pytorch_ddp_reference_log"] = log
-    params: list[float] = _reference["params"]
+        mine.update(log=log, params=_vector(found.group(3)))
+        e2e.report("pytorch_ddp_reference_log", log)
+    params: list[float] = mine["params"]
     return params
 
 
@@ -72,9 +75,10 @@ def assert_trained(e2e: E2E, job: str, log: str) -> None:
         assert len(mine) == len(expected) == 8, log
         worst = max(worst, *(abs(a - b) for a, b in zip(mine, expected, strict=True)))
     assert worst <= TOLERANCE, f"DDP vs single process: max |difference| {worst} > {TOLERANCE}"
-    REPORT.setdefault("pytorch_ddp_max_difference", {})[job] = worst
+    REPORT.setdefault("pytorch_ddp_max_difference", {})[f"{job} [{e2e.suite}]"] = worst
 
 
+@pytest.mark.parametrize("suite", OPENMPI)
 def test_pytorch_ddp(e2e: E2E) -> None:
     """DDP over gloo, 2 workers x 2 slots, `mpirun -n 4 python3 train_ddp.py` and nothing else."""
     e2e.api.create(f"/api/v1/namespaces/{e2e.ns}/configmaps", script_config_map())
@@ -84,7 +88,7 @@ def test_pytorch_ddp(e2e: E2E) -> None:
     e2e.record("pytorch-ddp", time.monotonic() - started)
     assert_succeeded(job)
     log = e2e.launcher_log("ddp")
-    REPORT["pytorch_ddp_launcher_log"] = log
+    e2e.report("pytorch_ddp_launcher_log", log)
     assert_trained(e2e, "ddp", log)
 
 

@@ -116,6 +116,10 @@ def main() -> None:
     print(f"rank {rank}/{size} local {local_rank}/{env.get('LOCAL_WORLD_SIZE')} on {socket.gethostname()}: "
           f"MASTER_ADDR={env.get('MASTER_ADDR')} MASTER_PORT={env.get('MASTER_PORT')} "
           f"WORLD_SIZE={env.get('WORLD_SIZE')}", flush=True)
+    # torch >= 2.4's env:// rendezvous asks for a libuv TCPStore unless USE_LIBUV=0, and Debian's torch 2.6
+    # (trixie) is built without libuv: "use_libuv was requested but PyTorch was build without libuv support".
+    # The classic store serves a few ranks as well; older torch ignores the variable.
+    env.setdefault("USE_LIBUV", "0")
     dist.init_process_group("gloo", init_method="env://", rank=rank, world_size=size,
                             timeout=dt.timedelta(minutes=5))
     net = DistributedDataParallel(model())

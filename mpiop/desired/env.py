@@ -35,6 +35,7 @@ def implementation_env(implementation: MPIImplementation, slots: int, ssh_args: 
             {"name": "PRTE_MCA_prte_keep_fqdn_hostnames", "value": "true"},
             {"name": "PRTE_MCA_prte_default_hostfile", "value": HOSTFILE_PATH},
             {"name": "PRTE_MCA_plm_ssh_args", "value": ssh_args},
+            {"name": "PRTE_MCA_prte_set_default_slots", "value": str(slots)},
         ]
     if implementation == "Intel":
         return [

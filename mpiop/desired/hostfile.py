@@ -24,6 +24,18 @@ def _hosts(job: MPIJob, worker_indexes: Iterable[int], cluster_domain: str) -> l
     return hosts
 
 
+def _hostfile_hosts(job: MPIJob, cluster_domain: str) -> list[str]:
+    """The hosts by their DNS names, but Open MPI's launcher by its own hostname (`<job>-launcher`, the pod's
+    `hostname` whatever the attempt): Open MPI must take that entry for itself and start its ranks without
+    ssh (the launcher runs no sshd). Open MPI 5 (PRRTE) only compares a name with its own hostname and
+    addresses, so it ssh-ed to its own DNS name; Open MPI 4 resolves the name, which failed while the
+    launcher's DNS record was not served yet (e2e: test_run_launcher_as_worker)."""
+    hosts = _hosts(job, range(job.spec.worker_replicas), cluster_domain)
+    if job.spec.run_launcher_as_worker and job.spec.effective_mpi_implementation == "OpenMPI":
+        hosts[0] = names.launcher_name(job)
+    return hosts
+
+
 _HOSTFILES: dict[tuple[object, ...], str] = {}
 
 
@@ -39,7 +51,7 @@ def hostfile(job: MPIJob, cluster_domain: str = "") -> str:
            slots, implementation, cluster_domain)
     found = _HOSTFILES.get(key)
     if found is None:
-        hosts = _hosts(job, range(job.spec.worker_replicas), cluster_domain)
+        hosts = _hostfile_hosts(job, cluster_domain)
         found = "".join(f"{host_line(implementation, h, slots)}\n" for h in hosts)
         if len(_HOSTFILES) >= 64:  # decisions of big jobs run in threads: no step here may fail on a race
             _HOSTFILES.clear()

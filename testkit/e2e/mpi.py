@@ -44,17 +44,19 @@ def assert_pi(log: str, job: str, ranks: int = 4, hosts: int = 2) -> None:
     assert all(h.startswith(f"{job}-worker-") for h in placed.values()), log
 
 
-def assert_succeeded(job: dict[str, object] | None) -> None:
-    assert is_true(job, "Created"), job
-    assert is_true(job, "Succeeded"), job
-    assert not is_true(job, "Failed"), job
-    assert not is_true(job, "Running"), job
+def assert_succeeded(job: JSON | None) -> None:
+    conditions = "\n".join(f"{c['type']}={c['status']}: {c.get('message', '')}"
+                           for c in ((job or {}).get("status") or {}).get("conditions") or [])
+    assert is_true(job, "Created"), conditions
+    assert is_true(job, "Succeeded"), conditions
+    assert not is_true(job, "Failed"), conditions
+    assert not is_true(job, "Running"), conditions
 
 
 def delete_worker_mid_run(e2e: E2E, name: str, make_job: Callable[[list[str], list[JSON]], JSON],
-                          while_running: Callable[[], object] = lambda: None) -> JSON:
+                          while_running: Callable[[], object] = lambda: None) -> str:
     """Run `make_job(launcher command, launcher env)`, delete worker 1 while the ranks run, and wait: Restarting,
-    then Succeeded after a restart, with the second attempt's log. Returns the finished job.
+    then Succeeded after a restart, with the second attempt's log. Returns the Restarting condition's message.
 
     The ranks sleep for as long as the ConfigMap says when the launcher starts: long in the first attempt,
     zero in the next (changed before the worker is deleted). `while_running` is called as the ranks sleep."""
@@ -74,14 +76,16 @@ def delete_worker_mid_run(e2e: E2E, name: str, make_job: Callable[[list[str], li
         job = e2e.job(name)
         return job if is_true(job, "Restarting") else None
 
-    restarting = wait_for(restarting_job, 120, "the Restarting condition", describe=lambda: e2e.describe(name))
-    assert "restart" in (condition(restarting, "Restarting") or {}).get("message", "").lower()
+    restarting = wait_for(restarting_job, 120, "the Restarting condition",
+                          describe=lambda: f"{e2e.describe(name)}\nlauncher log:\n{log_or_empty(e2e, name)}")
+    message: str = (condition(restarting, "Restarting") or {}).get("message", "")
+    assert "restart" in message.lower(), message
     job = e2e.wait_finished(name)
     assert_succeeded(job)
     assert (job.get("status") or {}).get("restartCount", 0) >= 1, job
     log = e2e.launcher_log(name)
     assert "every rank sleeps" not in log, log  # the second attempt's log
-    return job
+    return message
 
 
 def log_or_empty(e2e: E2E, job: str) -> str:

@@ -11,6 +11,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import pytest
+
+from devcluster import images
 from devcluster.binaries import cache_dir
 from devcluster.node import Node
 from mpiop import names
@@ -20,6 +23,8 @@ from testkit.process import ROOT, OperatorProcess
 
 REPORT: dict[str, Any] = {"node": {}, "scenarios": {}}
 REPORT_PATH = cache_dir() / "e2e" / "report.json"
+# `suite` parameters: an Open MPI scenario on each MPI image (images.MPI_SUITES), named by its Open MPI.
+OPENMPI = [pytest.param(images.BOOKWORM.name, id="openmpi4"), pytest.param(images.TRIXIE.name, id="openmpi5")]
 
 
 @dataclass
@@ -30,10 +35,17 @@ class E2E:
     api: Api
     image: str
     ns: str = ""
+    suite: str = images.BOOKWORM.name
+    mpi_images: dict[str, str] = field(default_factory=dict)  # suite -> imported image ref (the session's)
     timings: dict[str, float] = field(default_factory=dict)
 
     def record(self, scenario: str, seconds: float) -> None:
-        REPORT["scenarios"][scenario] = round(seconds, 1)
+        suffix = "" if self.suite == images.BOOKWORM.name else f" [{self.suite}]"
+        REPORT["scenarios"][scenario + suffix] = round(seconds, 1)
+
+    def report(self, key: str, value: object) -> None:
+        """REPORT[key] (e.g. a launcher's log, printed at the end), one per suite."""
+        REPORT[key if self.suite == images.BOOKWORM.name else f"{self.suite.replace('-', '_')}_{key}"] = value
 
     def create_job(self, manifest: dict[str, Any]) -> float:
         """Create the MPIJob in this test's namespace; return the monotonic time it was created at."""

@@ -28,6 +28,7 @@ def test_hostfile_path() -> None:
             "PRTE_MCA_prte_keep_fqdn_hostnames": "true",
             "PRTE_MCA_prte_default_hostfile": "/etc/mpi/hostfile",
             "PRTE_MCA_plm_ssh_args": SSH_RETRY_ARGS,
+            "PRTE_MCA_prte_set_default_slots": "4",
             "NVIDIA_VISIBLE_DEVICES": "",
             "NVIDIA_DRIVER_CAPABILITIES": "",
         }),
