@@ -3,12 +3,14 @@
     finished by kubeflow's operator? -> left exactly as it is
     finished?    -> TTL, clean-up (kubeflow's launcher Job too), counts; nothing else
     bad forward-env annotation? -> Failed ValidationError                      (policies/forward_env)
-    bad exclude-failed-nodes annotation? -> Failed ValidationError             (policies/node_exclusion)
+    bad exclude-failed-nodes annotation? -> Failed ValidationError             (policies/node_exclusion,
+    bad launch annotation, or an exec launcher with its own account? -> Failed ValidationError (policies/launch_mode)
     too big?     -> Failed ValidationError
     refused?     -> Failed ValidationError (the template is wrong), else ReplicaFailure and retry
     name taken?  -> ReplicaFailure ErrResourceExists (the reconciler then starts nothing)
-    (always)     -> SSH Secret, Service, hostfile ConfigMap (discover_hosts.sh: the Running workers, or
-                    under --no-discover-hosts a fixed script saying it is off)
+    (always)     -> SSH Secret (exec launch: the launcher's ServiceAccount, Role naming this attempt's pods
+                    and RoleBinding; desired.launcher_rbac), Service, hostfile ConfigMap (discover_hosts.sh:
+                    the Running workers, or under --no-discover-hosts a fixed script saying it is off)
     suspended?   -> pods (and kubeflow's launcher Job) deleted, Suspended
     deadline?    -> Failed DeadlineExceeded, clean-up
     kubeflow's launcher Job? -> adopted: it is the launcher of attempt 0 (success, failure, Running);
@@ -48,6 +50,7 @@ from mpiop.policies import (
     forward_env,
     gang,
     host_ports,
+    launch_mode,
     launcher_creation,
     node_exclusion,
     ownership,
@@ -78,7 +81,8 @@ def decide(job: MPIJob, observed: Observed, now: dt.datetime, settings: Settings
 
 
 def _decide(plan: Plan, job: MPIJob, observed: Observed, now: dt.datetime, settings: Settings) -> None:
-    if plan.status.finished or forward_env.apply(plan, job, now):
+    if plan.status.finished or forward_env.apply(plan, job, now) \
+            or launch_mode.apply(plan, job, now, settings.default_launch):
         return
     if node_exclusion.refuse_bad_annotation(plan, job, now):
         return

@@ -61,6 +61,11 @@ def ssh_secret_name(job: MPIJob) -> str:
     return f"{job.metadata.name}-ssh"
 
 
+def launcher_account_name(job: MPIJob) -> str:
+    """The exec launcher's ServiceAccount, and the Role and RoleBinding that let it exec into its own pods."""
+    return f"{job.metadata.name}-launcher"
+
+
 def service_name(job: MPIJob) -> str:
     return job.metadata.name
 

@@ -72,6 +72,10 @@ class Observed:
     pod_group: JSON | None = None  # only with gang scheduling on
     # The job's saved attempts' logs (`<job>-attempt-<n>` ConfigMaps): their metadata only.
     attempt_config_maps: list[JSON] = field(default_factory=list)
+    # An exec-launched job's launcher access (desired.launcher_rbac): ServiceAccount, Role, RoleBinding.
+    service_account: JSON | None = None
+    role: JSON | None = None
+    role_binding: JSON | None = None
     refused: list[Refusal] = field(default_factory=list)
     _states: list[podstate.State] | None = field(default=None, init=False, repr=False, compare=False)
     _by_name: dict[str, Pod] | None = field(default=None, init=False, repr=False, compare=False)

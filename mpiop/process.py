@@ -26,6 +26,7 @@ from mpiop import metrics
 from mpiop.controller.manager import Manager, ManagerConfig
 from mpiop.controller.supervisor import Supervisor
 from mpiop.desired.hostnetwork import DEFAULT_PORT_RANGE, PortRange
+from mpiop.desired.launch import DEFAULT_KUBECTL_IMAGE, LAUNCH_ANNOTATION, LAUNCH_MODES
 from mpiop.desired.podgroup import gang_scheduler
 from mpiop.kube.client import KubeClient
 from mpiop.leader import ElectionConfig, LeaderElector, LeadershipLostError
@@ -120,6 +121,13 @@ def add_run_arguments(parser: argparse.ArgumentParser) -> None:
                              "with one avoids that node from then on (default: none)")
     parser.add_argument("--max-excluded-nodes", type=_at_least(0), default=8, metavar="N",
                         help="nodes a job's next attempts avoid at most, the most recent kept; 0: none (default 8)")
+    parser.add_argument("--default-launch", choices=LAUNCH_MODES, default="ssh",
+                        help=f"how mpirun reaches the workers of a job without the {LAUNCH_ANNOTATION} annotation: "
+                             "'ssh' (sshd in the workers, as kubeflow) or 'exec' (the Kubernetes exec API, no sshd; "
+                             "mpiop's role then needs deploy/overlays/exec-launch) (default ssh)")
+    parser.add_argument("--kubectl-image", default=DEFAULT_KUBECTL_IMAGE,
+                        help="image an exec launcher's init container copies kubectl from "
+                             f"(default {DEFAULT_KUBECTL_IMAGE})")
     parser.add_argument("--resync-seconds", type=float, default=300.0, help="re-reconcile every job this often")
     parser.add_argument("--field-manager", default="mpiop",
                         help="name recorded in managedFields for this process's writes (default mpiop)")
@@ -149,7 +157,8 @@ def config_from_args(args: argparse.Namespace) -> ManagerConfig:
                          gang_scheduler=gang_scheduler(args.gang_scheduling),
                          lifecycle_events=args.lifecycle_events, discover_hosts=args.discover_hosts,
                          max_disruption_restarts=args.max_disruption_restarts, kept_attempts=args.kept_attempts,
-                         node_fault_exit_codes=args.node_fault_exit_codes, max_excluded_nodes=args.max_excluded_nodes)
+                         node_fault_exit_codes=args.node_fault_exit_codes, max_excluded_nodes=args.max_excluded_nodes,
+                         default_launch=args.default_launch, kubectl_image=args.kubectl_image)
 
 
 def election_from_args(args: argparse.Namespace) -> ElectionConfig | None:
@@ -255,7 +264,7 @@ async def run(args: argparse.Namespace) -> int:
         await servers.start(health_app(health_checks(manager, elector)), args.health_addr, "health probes")
         await servers.start(metrics_app(), args.metrics_addr, "metrics")
         log.info("mpiop starting", namespace=args.namespace or "(all)", workers=args.workers,
-                 gang_scheduling=args.gang_scheduling or "off",
+                 gang_scheduling=args.gang_scheduling or "off", default_launch=args.default_launch,
                  leader_election=election.identity if election else "off", field_manager=args.field_manager)
         code = await supervise(manager, elector, stop)
     finally:

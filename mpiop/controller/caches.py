@@ -19,7 +19,20 @@ from mpiop import names, podstate
 from mpiop.api.v2beta1 import KIND, MPIJob
 from mpiop.desired import podgroup
 from mpiop.desired.podgroup import GangScheduler
-from mpiop.kube.client import CONFIGMAPS, JOBS, MPIJOBS, PODS, SECRETS, SERVICES, ApiError, KubeClient, Resource
+from mpiop.kube.client import (
+    CONFIGMAPS,
+    JOBS,
+    MPIJOBS,
+    PODS,
+    ROLE_BINDINGS,
+    ROLES,
+    SECRETS,
+    SERVICE_ACCOUNTS,
+    SERVICES,
+    ApiError,
+    KubeClient,
+    Resource,
+)
 from mpiop.kube.informer import Indexer, Informer
 from mpiop.kube.trim import metadata as trimmed_metadata
 from mpiop.plan import Observed, Refusal
@@ -105,6 +118,15 @@ def trim_service(obj: JSON) -> JSON:
     return {"metadata": trimmed_metadata(obj), "spec": {"selector": (obj.get("spec") or {}).get("selector")}}
 
 
+def trim_metadata_only(obj: JSON) -> JSON:
+    """Existence only: an exec launcher's ServiceAccount and RoleBinding never change once made."""
+    return {"metadata": trimmed_metadata(obj)}
+
+
+def trim_role(obj: JSON) -> JSON:
+    return {"metadata": trimmed_metadata(obj), "rules": obj.get("rules") or []}
+
+
 def trim_pod_group(obj: JSON) -> JSON:
     status = obj.get("status") or {}
     conditions = [{k: c[k] for k in ("type", "status", "reason", "message") if k in c}
@@ -159,6 +181,10 @@ class Caches:
     secrets: Informer
     services: Informer
     launcher_jobs: Informer
+    # Exec launch (desired.launcher_rbac): each such job's launcher ServiceAccount, Role and RoleBinding.
+    service_accounts: Informer
+    roles: Informer
+    role_bindings: Informer
     # Gang scheduling only. Not label-selected (kubeflow's PodGroups carry no labels): those an MPIJob controls.
     pod_groups: Informer | None = None
 
@@ -178,6 +204,9 @@ class Caches:
             config_maps=owned(CONFIGMAPS, trim_config_map),
             secrets=owned(SECRETS, trim_secret),
             services=owned(SERVICES, trim_service),
+            service_accounts=owned(SERVICE_ACCOUNTS, trim_metadata_only),
+            roles=owned(ROLES, trim_role),
+            role_bindings=owned(ROLE_BINDINGS, trim_metadata_only),
             # kubeflow labels its launcher Job `app: <job>` only.
             launcher_jobs=Informer(client, JOBS, namespace, label_selector=names.APP_LABEL, trim=trim_launcher_job,
                                    accept=_controlled_by_mpijob, indexers={OWNER_INDEX: _by_owner},
@@ -193,7 +222,8 @@ class Caches:
 
     def owned(self) -> list[Informer]:
         extra = [self.pod_groups] if self.pod_groups is not None else []
-        return [self.pods, self.config_maps, self.secrets, self.services, self.launcher_jobs, *extra]
+        return [self.pods, self.config_maps, self.secrets, self.services, self.launcher_jobs, self.service_accounts,
+                self.roles, self.role_bindings, *extra]
 
     def owned_filters(self) -> list[tuple[Informer, UnchangedFilter]]:
         """Each owned kind's informer with the filter for its trim: which updates need no reconcile."""
@@ -216,6 +246,9 @@ class Caches:
             service=one(self.services, names.service_name(job)),
             launcher_job=one(self.launcher_jobs, names.launcher_name(job)),
             launcher_job_pods=[p for p in self.pods.by_index(OWNER_INDEX, job.key) if _controlled_by_job(p)],
+            service_account=one(self.service_accounts, names.launcher_account_name(job)),
+            role=one(self.roles, names.launcher_account_name(job)),
+            role_binding=one(self.role_bindings, names.launcher_account_name(job)),
             pod_group=one(self.pod_groups, podgroup.pod_group_name(job)) if self.pod_groups is not None else None,
             refused=refused or [],
         )
@@ -226,7 +259,8 @@ class Caches:
 
     def informer_for(self, kind: str) -> Informer:
         informers = {"Pod": self.pods, "ConfigMap": self.config_maps, "Secret": self.secrets,
-                     "Service": self.services, "Job": self.launcher_jobs, KIND: self.jobs}
+                     "Service": self.services, "Job": self.launcher_jobs, KIND: self.jobs,
+                     "ServiceAccount": self.service_accounts, "Role": self.roles, "RoleBinding": self.role_bindings}
         if self.pod_groups is not None:
             informers[podgroup.KIND] = self.pod_groups
         return informers[kind]

@@ -33,6 +33,7 @@ from mpiop.controller.workqueue import (
     WorkQueue,
 )
 from mpiop.desired.hostnetwork import DEFAULT_PORT_RANGE, PortRange
+from mpiop.desired.launch import DEFAULT_KUBECTL_IMAGE, LaunchMode
 from mpiop.desired.podgroup import GangScheduler
 from mpiop.desired.settings import Settings
 from mpiop.kube.client import JSON, ApiError, KubeClient
@@ -72,13 +73,16 @@ class ManagerConfig:
     kept_attempts: int = 3  # a job's last failed attempts whose logs stay in ConfigMaps
     node_fault_exit_codes: frozenset[int] = frozenset()  # exit codes that blame the node (it is then avoided)
     max_excluded_nodes: int = 8  # nodes a job's next attempts avoid at most
+    default_launch: LaunchMode = "ssh"  # for jobs without the launch annotation
+    kubectl_image: str = DEFAULT_KUBECTL_IMAGE
 
     def settings(self) -> Settings:
         """The flags that shape a job's objects, as decide reads them."""
         return Settings(cluster_domain=self.cluster_domain, port_range=self.port_range,
                         gang_scheduler=self.gang_scheduler, discover_hosts=self.discover_hosts,
                         max_disruption_restarts=self.max_disruption_restarts, kept_attempts=self.kept_attempts,
-                        node_fault_exit_codes=self.node_fault_exit_codes, max_excluded_nodes=self.max_excluded_nodes)
+                        node_fault_exit_codes=self.node_fault_exit_codes, max_excluded_nodes=self.max_excluded_nodes,
+                        default_launch=self.default_launch, kubectl_image=self.kubectl_image)
 
     def unsent_event_reasons(self) -> frozenset[str]:
         """Events only logged, never sent: every job's three lifecycle Events under --no-lifecycle-events."""

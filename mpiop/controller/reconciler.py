@@ -37,13 +37,28 @@ from mpiop.controller.soft_writes import SoftWriteHold, only_soft_writes, status
 from mpiop.decide import decide
 from mpiop.desired import objects
 from mpiop.desired.settings import DEFAULT_SETTINGS, Settings
-from mpiop.kube.client import CONFIGMAPS, JOBS, MPIJOBS, PODS, SECRETS, SERVICES, ApiError, KubeClient, Resource
+from mpiop.kube.client import (
+    CONFIGMAPS,
+    JOBS,
+    MPIJOBS,
+    PODS,
+    ROLE_BINDINGS,
+    ROLES,
+    SECRETS,
+    SERVICE_ACCOUNTS,
+    SERVICES,
+    ApiError,
+    KubeClient,
+    Resource,
+)
 from mpiop.plan import Observed, Plan, Refusal
 from mpiop.policies import adoption, managed_by
 
 log = structlog.get_logger(__name__)
 JSON = dict[str, Any]
-RESOURCES: dict[str, Resource] = {"Pod": PODS, "ConfigMap": CONFIGMAPS, "Secret": SECRETS, "Service": SERVICES}
+RESOURCES: dict[str, Resource] = {"Pod": PODS, "ConfigMap": CONFIGMAPS, "Secret": SECRETS, "Service": SERVICES,
+                                  "ServiceAccount": SERVICE_ACCOUNTS, "Role": ROLES, "RoleBinding": ROLE_BINDINGS}
+UPDATED_FIELDS = ("data", "rules")  # what an update changes: a ConfigMap's data, a Role's rules
 WRITES_PER_PASS = 32  # coroutines carrying out one pass's creations or deletions
 DECIDE_ON_LOOP_UP_TO = 1000  # pods (existing + wanted); a bigger job is decided in a thread (bench/huge.py)
 T = TypeVar("T")
@@ -161,7 +176,7 @@ class Reconciler:
             refusals = await self._create_all(job, step)
         for obj in plan.update:
             updated = await self.client.patch(RESOURCES[obj["kind"]], job.metadata.namespace,
-                                              obj["metadata"]["name"], {"data": obj["data"]})
+                                              obj["metadata"]["name"], {k: obj[k] for k in UPDATED_FIELDS if k in obj})
             self.caches.informer_for(obj["kind"]).observe_write(updated)
         await self._delete_pods(job, plan.delete)
         if plan.delete_launcher_job is not None:

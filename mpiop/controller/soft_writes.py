@@ -47,8 +47,10 @@ def only_soft_writes(plan: Plan, status: StatusChange, config_map: JSON | None =
         return False
     cached = (config_map or {}).get("data") or {}
     for obj in plan.update:
+        if obj["kind"] != "ConfigMap":  # a Role's rules (exec launch) are a transition
+            return False
         changed = {k for k in obj["data"].keys() | cached.keys() if obj["data"].get(k) != cached.get(k)}
-        if obj["kind"] != "ConfigMap" or not changed <= {names.DISCOVER_HOSTS_NAME}:
+        if not changed <= {names.DISCOVER_HOSTS_NAME}:
             return False
     return status.fields <= {"replicaStatuses"} and bool(status.fields or plan.update)
 

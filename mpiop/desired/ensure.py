@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from mpiop import names, podstate
 from mpiop.api.v2beta1 import MPIJob
-from mpiop.desired import hostnetwork, objects, pods, ssh_config
+from mpiop.desired import hostnetwork, launch, launcher_rbac, objects, pods, ssh_config
 from mpiop.desired.settings import DEFAULT_SETTINGS, Settings
 from mpiop.plan import Observed, Plan
 
@@ -41,11 +41,15 @@ def _moved(job: MPIJob, pod: podstate.Pod, ports: hostnetwork.Ports) -> bool:
 
 def supporting_objects(plan: Plan, job: MPIJob, observed: Observed, ports: hostnetwork.Ports,
                        settings: Settings = DEFAULT_SETTINGS) -> None:
-    """Secret, Service and hostfile ConfigMap: made even while the job is suspended, kept until it is deleted.
+    """SSH Secret (or, launched by exec, the launcher's ServiceAccount, Role and RoleBinding), Service and hostfile
+    ConfigMap: made even while the job is suspended, before any pod, kept until the job is deleted.
 
     `ports`: the attempt's host-network port table (policies/host_ports)."""
     attempt = plan.status.restart_count or 0
-    if observed.secret is None:
+    exec_launch = launch.uses_exec(job, settings.default_launch)
+    if exec_launch:
+        launcher_access(plan, job, observed, attempt)
+    elif observed.secret is None:
         plan.create_ssh_secret = True
     if observed.service is None:
         plan.creates.supporting.append(objects.service(job))
@@ -53,11 +57,24 @@ def supporting_objects(plan: Plan, job: MPIJob, observed: Observed, ports: hostn
     workers = observed.worker_states(job, attempt)
     count = job.spec.worker_replicas
     running = [i for i, s in workers.items() if i < count and s.running]
-    wanted = objects.config_map(job, running, settings.cluster_domain, ports, settings.discover_hosts)
+    wanted = objects.config_map(job, running, settings.cluster_domain, ports, settings.discover_hosts, exec_launch)
     if observed.config_map is None:
         plan.creates.supporting.append(wanted)
     elif observed.config_map.get("data") != wanted["data"]:
         plan.update.append(wanted)
+
+
+def launcher_access(plan: Plan, job: MPIJob, observed: Observed, attempt: int) -> None:
+    """An exec launcher's ServiceAccount, Role and RoleBinding; the Role's pod names follow the attempt."""
+    if observed.service_account is None:
+        plan.creates.supporting.append(launcher_rbac.service_account(job))
+    wanted = launcher_rbac.role(job, attempt)
+    if observed.role is None:
+        plan.creates.supporting.append(wanted)
+    elif observed.role.get("rules") != wanted["rules"]:
+        plan.update.append(wanted)
+    if observed.role_binding is None:
+        plan.creates.supporting.append(launcher_rbac.role_binding(job))
 
 
 def job_pods(plan: Plan, job: MPIJob, observed: Observed, launcher_may_start: bool,
@@ -81,12 +98,12 @@ def job_pods(plan: Plan, job: MPIJob, observed: Observed, launcher_may_start: bo
             if budget == 0:
                 plan.requeue_in(0)  # the rest next pass
                 return
-            plan.creates.workers.append(pods.worker_pod(job, index, attempt, cluster_domain, ports))
+            plan.creates.workers.append(pods.worker_pod(job, index, attempt, cluster_domain, ports, settings))
             budget -= 1
     if observed.launcher(job, attempt) is None and launcher_may_start \
             and not _old_workers_remain(job, observed, attempt) \
             and ssh_config.is_current(job, ports, observed.config_map, cluster_domain):
-        plan.creates.launcher.append(pods.launcher_pod(job, attempt, cluster_domain, ports))
+        plan.creates.launcher.append(pods.launcher_pod(job, attempt, cluster_domain, ports, settings))
 
 
 def _old_workers_remain(job: MPIJob, observed: Observed, attempt: int) -> bool:

@@ -167,3 +167,32 @@ def _host_network_env(job: MPIJob) -> list[EnvVar]:
             implementation, "HYDRA_LAUNCHER_AUTOFORK")
         env.append({"name": name, "value": "1" if implementation == "OpenMPI" else "0"})
     return env
+
+
+# -- exec launch (issue 26): mpirun's remote agent is kubexec.sh, not ssh -----------------------------------
+# The ssh arguments above mean nothing to the agent: dropped from an exec launcher's environment.
+SSH_ARGS_VARIABLES = frozenset({"OMPI_MCA_plm_rsh_args", "PRTE_MCA_plm_ssh_args",
+                                "I_MPI_HYDRA_BOOTSTRAP_EXEC_EXTRA_ARGS", "HYDRA_LAUNCH_EXTRA_ARGS",
+                                "HYDRA_LAUNCHER_EXTRA_ARGS"})
+
+
+def exec_launch_env(implementation: MPIImplementation, agent: str) -> list[EnvVar]:
+    """Point each MPI's launcher at `agent` and keep every remote start on the launcher: only it holds kubectl
+    and a token (Open MPI would otherwise start daemons from daemons on big jobs). Intel MPI's hierarchical
+    launch (I_MPI_HYDRA_BRANCH_COUNT, on big jobs) is left as it is: not tested here."""
+    if implementation == "OpenMPI":
+        return [
+            {"name": "OMPI_MCA_plm_rsh_agent", "value": agent},  # Open MPI 4 (ORTE)
+            {"name": "OMPI_MCA_plm_rsh_no_tree_spawn", "value": "1"},
+            # Without tree spawn ORTE starts each orted with --daemonize, which does not outlive its exec
+            # session (the job hung with every orted gone): they stay attached, as under SSH.
+            {"name": "OMPI_MCA_orte_leave_session_attached", "value": "1"},
+            {"name": "PRTE_MCA_plm_ssh_agent", "value": agent},  # Open MPI 5 (PRRTE)
+            {"name": "PRTE_MCA_plm_ssh_no_tree_spawn", "value": "1"},
+        ]
+    if implementation == "Intel":
+        return [
+            {"name": "I_MPI_HYDRA_BOOTSTRAP", "value": "rsh"},
+            {"name": "I_MPI_HYDRA_BOOTSTRAP_EXEC", "value": agent},
+        ]
+    return [{"name": "HYDRA_LAUNCHER", "value": "rsh"}, {"name": "HYDRA_LAUNCHER_EXEC", "value": agent}]

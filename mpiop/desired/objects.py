@@ -8,7 +8,7 @@ from typing import Any
 
 from mpiop import names
 from mpiop.api.v2beta1 import MPIJob
-from mpiop.desired import hostfile, hostnetwork, ssh_config
+from mpiop.desired import hostfile, hostnetwork, kubexec, ssh_config
 
 
 def ssh_secret(job: MPIJob, private_key: bytes, public_key: bytes) -> dict[str, Any]:
@@ -27,8 +27,10 @@ def ssh_secret(job: MPIJob, private_key: bytes, public_key: bytes) -> dict[str, 
 
 
 def config_map_data(job: MPIJob, running_worker_indexes: Iterable[int], cluster_domain: str = "",
-                    ports: hostnetwork.Ports = hostnetwork.NO_PORTS, discover_hosts: bool = True) -> dict[str, str]:
-    """The hostfile, discover_hosts.sh and, with host-network ports, the SSH client config naming them.
+                    ports: hostnetwork.Ports = hostnetwork.NO_PORTS, discover_hosts: bool = True,
+                    exec_launch: bool = False) -> dict[str, str]:
+    """The hostfile, discover_hosts.sh, with host-network ports the SSH client config naming them, and under exec
+    launch mpirun's remote agent kubexec.sh.
 
     `discover_hosts` False (--no-discover-hosts): discover_hosts.sh is a fixed script that says it is off.
     """
@@ -39,16 +41,19 @@ def config_map_data(job: MPIJob, running_worker_indexes: Iterable[int], cluster_
     }
     if ports:
         data[ssh_config.NAME] = ssh_config.render(job, ports, cluster_domain)
+    if exec_launch:
+        data[kubexec.SCRIPT_NAME] = kubexec.SCRIPT
     return data
 
 
 def config_map(job: MPIJob, running_worker_indexes: Iterable[int], cluster_domain: str = "",
-               ports: hostnetwork.Ports = hostnetwork.NO_PORTS, discover_hosts: bool = True) -> dict[str, Any]:
+               ports: hostnetwork.Ports = hostnetwork.NO_PORTS, discover_hosts: bool = True,
+               exec_launch: bool = False) -> dict[str, Any]:
     return {
         "apiVersion": "v1",
         "kind": "ConfigMap",
         "metadata": names.owned_metadata(job, names.config_map_name(job), names.supporting_labels(job)),
-        "data": config_map_data(job, running_worker_indexes, cluster_domain, ports, discover_hosts),
+        "data": config_map_data(job, running_worker_indexes, cluster_domain, ports, discover_hosts, exec_launch),
     }
 
 

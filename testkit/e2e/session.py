@@ -88,8 +88,9 @@ class E2E:
 
 
 @contextlib.contextmanager
-def operator_process(bare: E2E) -> Iterator[OperatorProcess]:
-    """A real `mpiop run` process watching only `bare`'s namespace, its caches synced; stopped afterwards."""
+def operator_process(bare: E2E, *flags: str) -> Iterator[OperatorProcess]:
+    """A real `mpiop run` process (with `flags`) watching only `bare`'s namespace, its caches synced; stopped
+    afterwards."""
     assert bare.node.workdir is not None
     env, cwd = {}, ROOT
     if source := os.environ.get("MPIOP_E2E_OPERATOR_SOURCE"):
@@ -97,7 +98,7 @@ def operator_process(bare: E2E) -> Iterator[OperatorProcess]:
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [source, os.environ.get("PYTHONPATH")]))
         cwd = Path(source)
     operator = OperatorProcess(bare.node.kubeconfig, bare.node.workdir / "logs" / f"operator-{bare.ns}.log",
-                               ["--namespace", bare.ns], env=env, cwd=cwd)
+                               ["--namespace", bare.ns, *flags], env=env, cwd=cwd)
     operator.start()
 
     def tail(lines: int) -> str:

@@ -17,6 +17,8 @@ from typing import Any
 import pytest
 
 from devcluster.controlplane import ControlPlane
+from mpiop.controller.manager import ManagerConfig
+from mpiop.desired.launch import DEFAULT_KUBECTL_IMAGE
 from mpiop.kube.client import PODS, ApiError, KubeClient
 from mpiop.process import add_run_arguments, config_from_args
 from testkit.deploy import CHART, DEPLOY, SYSTEM, docs, render
@@ -223,6 +225,15 @@ def test_gang_scheduling_overlay_and_chart_value_agree(control_plane: ControlPla
     assert args[0] == args[1] and f"--gang-scheduling={value}" in args[0]
 
 
+def chart_config(helm: str, *values: str) -> ManagerConfig:
+    """The operator's config from the chart's container args, parsed by the operator's own parser."""
+    deployment = by_kind(docs(render(helm, *values, crds=False)))["Deployment"]
+    args = deployment["spec"]["template"]["spec"]["containers"][0]["args"]
+    parser = argparse.ArgumentParser()
+    add_run_arguments(parser)
+    return config_from_args(parser.parse_args([a for a in args if a != "run"]))
+
+
 @pytest.mark.parametrize(("values", "lifecycle_events", "discover_hosts"), [
     ((), True, True),
     (("lifecycleEvents=false", "discoverHosts=false"), False, False),
@@ -230,9 +241,44 @@ def test_gang_scheduling_overlay_and_chart_value_agree(control_plane: ControlPla
 def test_lean_chart_values_reach_the_operator(helm: str, values: tuple[str, ...], lifecycle_events: bool,
                                               discover_hosts: bool) -> None:
     """The chart's container args, parsed by the operator's own parser, give the config the values ask for."""
-    deployment = by_kind(docs(render(helm, *values, crds=False)))["Deployment"]
-    args = deployment["spec"]["template"]["spec"]["containers"][0]["args"]
-    parser = argparse.ArgumentParser()
-    add_run_arguments(parser)
-    config = config_from_args(parser.parse_args([a for a in args if a != "run"]))
+    config = chart_config(helm, *values)
     assert (config.lifecycle_events, config.discover_hosts) == (lifecycle_events, discover_hosts)
+
+
+@pytest.mark.parametrize(("values", "launch", "image"), [
+    ((), "ssh", DEFAULT_KUBECTL_IMAGE),
+    (("execLaunch.enabled=true", "execLaunch.default=exec", "execLaunch.kubectlImage=example.org/kubectl:v1"),
+     "exec", "example.org/kubectl:v1"),
+], ids=["ssh", "exec"])
+def test_exec_launch_chart_values_reach_the_operator(helm: str, values: tuple[str, ...], launch: str,
+                                                     image: str) -> None:
+    settings = chart_config(helm, *values).settings()
+    assert (settings.default_launch, settings.kubectl_image) == (launch, image)
+
+
+def test_helm_refuses_exec_by_default_without_its_rights(helm: str) -> None:
+    result = subprocess.run([helm, "template", "mpiop", str(CHART), "--set", "execLaunch.default=exec"],
+                            capture_output=True, text=True, check=False)
+    assert result.returncode != 0
+    assert "execLaunch.default exec needs execLaunch.enabled" in result.stderr
+
+
+def test_exec_launch_overlay_and_chart_value_agree(control_plane: ControlPlane, system_namespace: str,
+                                                   helm: str) -> None:
+    """The overlay and `execLaunch` add the same rights: what each exec launcher gets (that mpiop must hold to
+    grant it), and making its ServiceAccount, Role and RoleBinding; never escalate or bind."""
+    overlay = DEPLOY / "overlays" / "exec-launch"
+    assert dry_run(control_plane, "-k", str(overlay)) == BASE_OBJECTS
+    theirs = by_kind(docs(control_plane.kubectl("kustomize", str(overlay))))
+    ours = by_kind(docs(render(helm, "execLaunch.enabled=true", "execLaunch.default=exec", "namespace.create=true",
+                               crds=False)))
+    assert ours["ClusterRole"]["rules"] == theirs["ClusterRole"]["rules"]
+    base = by_kind(docs(control_plane.kubectl("kustomize", str(DEPLOY / "base"))))["ClusterRole"]["rules"]
+    added = theirs["ClusterRole"]["rules"][len(base):]
+    assert theirs["ClusterRole"]["rules"][:len(base)] == base
+    assert {(tuple(r["resources"]), tuple(r["verbs"])) for r in added} == {
+        (("serviceaccounts",), ("create",)), (("roles",), ("create", "patch")), (("rolebindings",), ("create",)),
+        (("pods",), ("get",)), (("pods/exec",), ("create", "get"))}
+    args = [obj["spec"]["template"]["spec"]["containers"][0]["args"] for obj in (ours["Deployment"],
+                                                                                   theirs["Deployment"])]
+    assert args[0] == args[1] and "--default-launch=exec" in args[0]

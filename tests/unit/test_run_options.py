@@ -8,6 +8,7 @@ import asyncio
 import pytest
 
 from mpiop.desired.hostnetwork import PortRange
+from mpiop.desired.launch import DEFAULT_KUBECTL_IMAGE
 from mpiop.kube.client import TokenBucket
 from mpiop.process import add_run_arguments, config_from_args
 
@@ -127,3 +128,17 @@ def test_node_fault_exit_codes_refuses_what_is_not_an_exit_code(bad: str, capsys
     with pytest.raises(SystemExit):
         parse("--node-fault-exit-codes", f"74,{bad}")
     assert f"--node-fault-exit-codes: not an exit code from 1 to 255: {bad!r}" in capsys.readouterr().err
+@pytest.mark.parametrize(("argv", "launch", "image"), [
+    ((), "ssh", DEFAULT_KUBECTL_IMAGE),
+    (("--default-launch", "exec"), "exec", DEFAULT_KUBECTL_IMAGE),
+    (("--default-launch=exec", "--kubectl-image", "example.org/kubectl:v1"), "exec", "example.org/kubectl:v1"),
+], ids=["kubeflow-default", "exec", "own-kubectl"])
+def test_launch_flags_reach_the_settings(argv: tuple[str, ...], launch: str, image: str) -> None:
+    settings = config_from_args(parse(*argv)).settings()
+    assert (settings.default_launch, settings.kubectl_image) == (launch, image)
+
+
+def test_an_unknown_default_launch_names_the_flag(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        parse("--default-launch", "rsh")
+    assert "--default-launch: invalid choice: 'rsh'" in capsys.readouterr().err

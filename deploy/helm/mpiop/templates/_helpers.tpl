@@ -68,10 +68,20 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
 - apiGroups: [batch]
   resources: [jobs]
   verbs: [list, watch, delete]
+# Exec launch: each such job's launcher ServiceAccount, Role and RoleBinding, followed like its other objects.
+- apiGroups: [""]
+  resources: [serviceaccounts]
+  verbs: [list, watch]
+- apiGroups: [rbac.authorization.k8s.io]
+  resources: [roles, rolebindings]
+  verbs: [list, watch]
 # patch: a repeated Event bumps the count of the one already made (client-go's event correlator).
 - apiGroups: [""]
   resources: [events]
   verbs: [create, patch]
+{{- if .Values.execLaunch.enabled }}
+{{- include "mpiop.execLaunchRules" . | nindent 0 }}
+{{- end }}
 {{- with .Values.gangScheduling }}
 # Gang scheduling: each job's PodGroup (created before its pods, patched as Worker.replicas changes, deleted
 # when suspended or finished).
@@ -79,4 +89,28 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
   resources: [podgroups]
   verbs: [list, watch, create, patch, delete]
 {{- end }}
+{{- end }}
+
+{{/*
+Exec launch (execLaunch.enabled; the same rules as deploy/overlays/exec-launch). Each exec job gets a
+ServiceAccount, a Role (patched when a new attempt renames the pods it names) and a RoleBinding. RBAC lets mpiop
+create a Role only with rights it holds itself, or with the escalate and bind verbs, which would let it grant
+anything: holding the launchers' two rights (get pods, create/get pods/exec) is the narrower (docs/security.md).
+*/}}
+{{- define "mpiop.execLaunchRules" -}}
+- apiGroups: [""]
+  resources: [serviceaccounts]
+  verbs: [create]
+- apiGroups: [rbac.authorization.k8s.io]
+  resources: [roles]
+  verbs: [create, patch]
+- apiGroups: [rbac.authorization.k8s.io]
+  resources: [rolebindings]
+  verbs: [create]
+- apiGroups: [""]
+  resources: [pods]
+  verbs: [get]
+- apiGroups: [""]
+  resources: [pods/exec]
+  verbs: [create, get]
 {{- end }}

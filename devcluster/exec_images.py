@@ -1,0 +1,125 @@
+"""The e2e images of exec launch (issue 26), derived from the MPI image without building another rootfs.
+
+- **mpi-nossh**: the MPI image with every file of Debian's openssh packages removed (a layer of OCI
+  whiteouts over the same base layer): no sshd, no ssh client, nothing a launch could fall back on.
+- **kubectl**: the MPI image's base layer with this project's own kubectl (`.cache/kubernetes/<version>/bin`)
+  in /usr/local/bin: what `--kubectl-image` must be, an image with sh, cp and kubectl on its PATH, with no
+  registry pull.
+
+Each archive repeats the MPI layer (an OCI layout holds its blobs); containerd stores it once.
+"""
+
+from __future__ import annotations
+
+import json
+import tarfile
+import tempfile
+from collections.abc import Callable
+from pathlib import Path, PurePosixPath
+
+from devcluster import images
+from devcluster.binaries import build_lock, kube_binary
+from devcluster.images import PATH_ENV, REGISTRY, Image, _log, cache_key, images_dir, write_oci_archive
+
+OPENSSH_PACKAGES = ("openssh-server", "openssh-client", "openssh-sftp-server")
+CONFIG = {"Env": [PATH_ENV], "Cmd": ["/bin/bash"], "WorkingDir": "/"}
+RECIPE = "2"  # part of each key: a change of how these images are derived makes new ones
+
+
+def _read(tar: tarfile.TarFile, name: str) -> bytes:
+    member = tar.extractfile(name)
+    assert member is not None, name
+    return member.read()
+
+
+def _single_layer(archive: Path, dest: Path) -> Path:
+    """The MPI image's one layer, copied out of its OCI archive to `dest`."""
+    with tarfile.open(archive) as tar:
+        index = json.loads(_read(tar, "index.json"))
+        manifest_digest = index["manifests"][0]["digest"].split(":")[1]
+        manifest = json.loads(_read(tar, f"blobs/sha256/{manifest_digest}"))
+        [layer] = manifest["layers"]
+        source = tar.extractfile(f"blobs/sha256/{layer['digest'].split(':')[1]}")
+        assert source is not None
+        with dest.open("wb") as out:
+            while chunk := source.read(1 << 20):
+                out.write(chunk)
+    return dest
+
+
+def openssh_files(layer: Path) -> list[str]:
+    """Every regular file the openssh packages installed in `layer`, as paths without a leading `./`.
+
+    Only regular files: dpkg's lists also name directories, and on a merged-/usr Debian `/lib` is a symlink
+    that a whiteout would take away from every program's dynamic loader. Symlinks left (`slogin`) dangle."""
+    regular: dict[str, bool] = {}
+    listed: list[str] = []
+    lists = {f"var/lib/dpkg/info/{p}.list" for p in OPENSSH_PACKAGES}
+    with tarfile.open(layer) as tar:
+        for member in tar:
+            name = member.name.removeprefix("./")
+            regular[name] = member.isfile()
+            if name in lists:
+                data = tar.extractfile(member)
+                assert data is not None
+                listed += [line.strip().lstrip("/") for line in data.read().decode().splitlines() if line.strip()]
+    return sorted({path for path in listed if regular.get(path)})
+
+
+def _whiteout_layer(paths: list[str], dest: Path) -> Path:
+    with tarfile.open(dest, "w", format=tarfile.PAX_FORMAT) as tar:
+        for path in paths:
+            posix = PurePosixPath(path)
+            info = tarfile.TarInfo(str(posix.parent / f".wh.{posix.name}"))
+            info.mode = 0o644
+            tar.addfile(info)
+    return dest
+
+
+def _file_layer(source: Path, path: str, dest: Path) -> Path:
+    with tarfile.open(dest, "w", format=tarfile.PAX_FORMAT) as tar:
+        info = tar.gettarinfo(str(source), arcname=path)
+        info.uid = info.gid = 0
+        info.uname = info.gname = ""
+        info.mode = 0o755
+        with source.open("rb") as handle:
+            tar.addfile(info, handle)
+    return dest
+
+
+def _derived(name: str, key: str, build: Callable[[Path, Path], list[Path]]) -> Image:
+    """An image of the MPI archive's layer and more, from `build(mpi archive, scratch dir)` -> its layers."""
+    archive = images_dir() / f"{name}-{key}.tar"
+    image = Image(f"{REGISTRY}/{name}:{key[:12]}", archive)
+    if archive.is_file():
+        return image
+    with build_lock(images_dir()), tempfile.TemporaryDirectory(prefix=f"{name}-", dir=images_dir()) as tmp:
+        if archive.is_file():
+            return image
+        _log(f"building {image.ref}")
+        write_oci_archive(archive, image.ref, build(images.mpi_image().archive, Path(tmp)), CONFIG)
+        _log(f"built {image.ref} ({archive.stat().st_size >> 20} MiB)")
+    return image
+
+
+def mpi_nossh_image() -> Image:
+    """The MPI image with OpenSSH gone."""
+    mpi = images.mpi_image()
+
+    def build(archive: Path, tmp: Path) -> list[Path]:
+        base = _single_layer(archive, tmp / "base.tar")
+        return [base, _whiteout_layer(openssh_files(base), tmp / "no-openssh.tar")]
+
+    return _derived("mpi-nossh", cache_key("mpi-nossh", RECIPE, mpi.archive.name, *OPENSSH_PACKAGES), build)
+
+
+def kubectl_image() -> Image:
+    """The MPI image's base (sh, cp) with this project's kubectl: the e2e's `--kubectl-image`."""
+    mpi = images.mpi_image()
+    kubectl = kube_binary("kubectl")
+
+    def build(archive: Path, tmp: Path) -> list[Path]:
+        return [_single_layer(archive, tmp / "base.tar"),
+                _file_layer(kubectl, "usr/local/bin/kubectl", tmp / "kubectl.tar")]
+
+    return _derived("kubectl", cache_key("kubectl", RECIPE, mpi.archive.name, images._sha256_file(kubectl)), build)

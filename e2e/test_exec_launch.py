@@ -1,0 +1,195 @@
+"""Exec launch (issue 26) on the real node: no sshd anywhere. Open MPI's pi from an image with OpenSSH removed,
+as UID 1000870000 (in no /etc/passwd) on read-only root filesystems in a namespace enforcing the restricted Pod
+Security Standard; the launcher's token execs into its own job's worker and is refused another job's; and how
+long mpirun takes to have every rank running, exec vs SSH, on the same node."""
+
+from __future__ import annotations
+
+import re
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from devcluster import exec_images
+from devcluster.pi_job import SAMPLES, pi_job
+from mpiop.api.v2beta1 import LAUNCHER, WORKER, MPIImplementation
+from mpiop.desired.launch import LAUNCH_ANNOTATION
+from testkit.e2e.kube import JSON, ApiError, is_true, wait_for
+from testkit.e2e.mpi import assert_pi, assert_succeeded, finalize_hang, mpich_pi_command
+from testkit.e2e.session import E2E, REPORT, operator_process
+
+UID = 1000870000
+RESTRICTED = {"pod-security.kubernetes.io/enforce": "restricted",
+              "pod-security.kubernetes.io/enforce-version": "latest"}
+CONTAINER_SECURITY = {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]},
+                      "readOnlyRootFilesystem": True}
+POD_SECURITY = {"runAsUser": UID, "runAsGroup": UID, "runAsNonRoot": True,
+                "seccompProfile": {"type": "RuntimeDefault"}}
+# Open MPI 4's rsh launcher gives up on a UID with no passwd entry ("unknown-user", help-plm-rsh.txt), as
+# OpenShift's arbitrary UIDs are: the job mounts one (what nss_wrapper does in images made for OpenShift).
+PASSWD = f"root:x:0:0:root:/root:/bin/sh\nmpi:x:{UID}:{UID}:mpi:/tmp:/bin/sh\n"
+# mpirun's own start to every rank running: each rank process prints its start time, as seconds since the epoch.
+RANKS_UP = ('t0=$(date +%s.%N); {mpirun} -n 4 sh -c \'echo "rank-started $(date +%s.%N)"\'; '
+            'echo "mpirun-started $t0"')
+STARTED = re.compile(r"^(rank|mpirun)-started (\d+\.\d+)$", re.M)
+
+
+@pytest.fixture(scope="module")
+def exec_images_imported(e2e_session: E2E) -> tuple[str, str]:
+    """(the MPI image without OpenSSH, the kubectl image), built from the MPI image and imported."""
+    nossh, kubectl = exec_images.mpi_nossh_image(), exec_images.kubectl_image()
+    e2e_session.node.import_images([nossh, kubectl])
+    return nossh.ref, kubectl.ref
+
+
+@pytest.fixture
+def restricted(bare: E2E, exec_images_imported: tuple[str, str]) -> Iterator[E2E]:
+    """`bare`'s namespace enforcing the restricted standard, its operator told where kubectl comes from."""
+    bare.api.merge_patch(f"/api/v1/namespaces/{bare.ns}", {"metadata": {"labels": RESTRICTED}})
+    bare.api.create(f"/api/v1/namespaces/{bare.ns}/configmaps", {
+        "apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "passwd"}, "data": {"passwd": PASSWD}})
+    with operator_process(bare, "--kubectl-image", exec_images_imported[1]):
+        yield bare
+
+
+def exec_pi_job(name: str, image: str, launcher_script: str, implementation: MPIImplementation = "OpenMPI",
+                **spec: Any) -> JSON:
+    """pi's job shape under exec launch: the annotation, no sshd (workers wait: mpiop's default command), an
+    arbitrary UID (with the passwd entry Open MPI needs), read-only root filesystems with a writable /tmp for
+    Open MPI's session directory."""
+    spec.setdefault("runPolicy", {"backoffLimit": 1})
+    manifest = pi_job(name, image, implementation=implementation, launcher_command=["sh", "-c", launcher_script],
+                      **spec)
+    manifest["metadata"]["annotations"] = {LAUNCH_ANNOTATION: "exec"}
+    for role in (LAUNCHER, WORKER):
+        pod_spec: dict[str, Any] = manifest["spec"]["mpiReplicaSpecs"][role]["template"]["spec"]
+        main = pod_spec["containers"][0]
+        if role == WORKER:
+            del main["command"]
+        main["securityContext"] = dict(CONTAINER_SECURITY)
+        main["volumeMounts"] = [{"name": "tmp", "mountPath": "/tmp"},
+                                {"name": "passwd", "mountPath": "/etc/passwd", "subPath": "passwd"}]
+        pod_spec["volumes"] = [{"name": "tmp", "emptyDir": {}}, {"name": "passwd", "configMap": {"name": "passwd"}}]
+        pod_spec["securityContext"] = dict(POD_SECURITY)
+    return manifest
+
+
+def finished(e2e: E2E, name: str, timeout: float = 240) -> JSON:
+    """wait_finished, whose timeout also shows the current launcher's log."""
+    def describe() -> str:
+        try:
+            return e2e.describe(name) + "\n  launcher log:\n" + e2e.launcher_log(name)
+        except ApiError as err:
+            return e2e.describe(name) + f"\n  launcher log: {err}"
+
+    def done() -> JSON | None:
+        job = e2e.job(name)
+        return job if is_true(job, "Succeeded") or is_true(job, "Failed") else None
+
+    result: JSON = wait_for(done, timeout, f"MPIJob {e2e.ns}/{name} to finish", describe=describe)
+    return result
+
+
+def report(e2e: E2E, name: str) -> None:
+    """What the test output shows of a finished exec job: conditions, pods (init containers too), Warning
+    Events, and the init container's log of the last launcher."""
+    print(e2e.describe(name))
+    for pod in e2e.api.pods(e2e.ns):
+        for status in (pod["status"].get("initContainerStatuses") or []):
+            print(f"  pod {pod['metadata']['name']} init {status['name']}: {status.get('state')}")
+    for event in e2e.api.events(e2e.ns):
+        if event.get("type") == "Warning":
+            print(f"  event {event['involvedObject']['name']}: {event.get('reason')}: {event.get('message')}")
+
+
+def ranks_up_seconds(log: str) -> float:
+    """From mpirun's start to the last of its 4 ranks starting, read from the launcher's log."""
+    starts = STARTED.findall(log)
+    ranks = [float(t) for kind, t in starts if kind == "rank"]
+    [mpirun] = [float(t) for kind, t in starts if kind == "mpirun"]
+    assert len(ranks) == 4, log
+    return max(ranks) - mpirun
+
+
+def test_openmpi_pi_without_sshd_as_any_uid(restricted: E2E, exec_images_imported: tuple[str, str]) -> None:
+    """The job Succeeds with pi from 4 ranks on 2 workers, none of which has sshd or ssh."""
+    e2e, image = restricted, exec_images_imported[0]
+    script = ('echo "launcher uid $(id -u), ssh: $(command -v ssh sshd || echo none)"; '
+              "/etc/mpi/kubexec.sh pi-worker-1 'echo kubexec reaches $(hostname)'; "
+              + RANKS_UP.format(mpirun="timeout 60 mpirun.openmpi")
+              + f"; exec mpirun.openmpi -n 4 /usr/local/bin/pi-openmpi {SAMPLES}")
+    started = e2e.create_job(exec_pi_job("pi", image, script))
+    job = finished(e2e, "pi")
+    e2e.record("exec-openmpi-pi", time.monotonic() - started)
+    report(e2e, "pi")
+    log = e2e.launcher_log("pi")
+    print(log)
+    assert_succeeded(job)
+    assert f"launcher uid {UID}, ssh: none" in log
+    assert_pi(log, "pi")
+    REPORT["exec_ranks_up_seconds"] = round(ranks_up_seconds(log), 3)
+    print(f"exec: mpirun start -> 4 ranks running {ranks_up_seconds(log):.3f} s")
+
+
+def test_the_launchers_token_reaches_its_own_worker_only(restricted: E2E,
+                                                         exec_images_imported: tuple[str, str]) -> None:
+    """From inside a running exec launcher: exec into its own worker works; another job's worker is Forbidden."""
+    e2e, image = restricted, exec_images_imported[0]
+    e2e.create_job(exec_pi_job("other", image, "sleep 600"))
+    wait_for(lambda: (e2e.api.pod(e2e.ns, "other-worker-0") or {}).get("status", {}).get("phase") == "Running",
+             180, "other's worker to run", describe=lambda: e2e.describe("other"))
+    script = ('/etc/mpi/kubexec.sh mine-worker-0 \'echo "own worker: exec into $(hostname) as uid $(id -u)"\'; '
+              '"$MPIOP_KUBECTL" --cache-dir "$MPIOP_KUBECTL_CACHE" exec other-worker-0 -- true 2>&1 '
+              '| sed "s/^/other job worker: /"; true')
+    e2e.create_job(exec_pi_job("mine", image, script))
+    job = finished(e2e, "mine")
+    report(e2e, "mine")
+    log = e2e.launcher_log("mine")
+    print(log)
+    assert_succeeded(job)
+    assert f"own worker: exec into mine-worker-0 as uid {UID}" in log
+    forbidden = next(line for line in log.splitlines() if line.startswith("other job worker:"))
+    assert "Forbidden" in forbidden and f"system:serviceaccount:{e2e.ns}:mine-launcher" in forbidden, log
+
+
+def test_ssh_launch_ranks_up_for_comparison(e2e: E2E) -> None:
+    """The same measure under SSH (root, the MPI image with sshd), after the workers' sshd answers."""
+    script = (RANKS_UP.format(mpirun="mpirun.openmpi --allow-run-as-root"))
+    started = e2e.create_job(pi_job("sshpi", e2e.image, launcher_command=["mpi-wait-hosts", "sh", "-c", script]))
+    job = e2e.wait_finished("sshpi")
+    e2e.record("ssh-ranks-up", time.monotonic() - started)
+    log = e2e.launcher_log("sshpi")
+    assert_succeeded(job)
+    REPORT["ssh_ranks_up_seconds"] = round(ranks_up_seconds(log), 3)
+    print(f"ssh: mpirun start -> 4 ranks running {ranks_up_seconds(log):.3f} s")
+
+
+# Hydra's proxies connect back to the launcher by name: mpiexec starts once the launcher's own record is in DNS
+# (as e2e/test_training.py's Intel MPI test does).
+OWN_NAME_IN_DNS = ("timeout 120 sh -c 'until getent -s dns hosts \"$(hostname -f)\" >/dev/null; do sleep 0.5; "
+                   "done'; ")
+
+
+def hydra_pi(e2e: E2E, image: str, implementation: MPIImplementation, command: str) -> None:
+    """MPICH's and Intel MPI's Hydra, pointed at kubexec.sh (rsh bootstrap), in the same restricted shape."""
+    name = f"pi-{implementation.lower()}"
+    started = e2e.create_job(exec_pi_job(name, image, OWN_NAME_IN_DNS + command, implementation,
+                                         runPolicy={"backoffLimit": 3}))
+    job = finished(e2e, name, timeout=420)
+    report(e2e, name)
+    restarts = (job.get("status") or {}).get("restartCount", 0)
+    log = e2e.launcher_log(name)
+    print(log)
+    e2e.record(f"exec-{name} ({restarts} restarts, {finalize_hang(log)})", time.monotonic() - started)
+    assert_succeeded(job)
+    assert_pi(log, name)
+
+
+def test_mpich_pi_without_sshd(restricted: E2E, exec_images_imported: tuple[str, str]) -> None:
+    hydra_pi(restricted, exec_images_imported[0], "MPICH", mpich_pi_command()[-1])
+
+
+def test_intel_mpi_pi_without_sshd(restricted: E2E, exec_images_imported: tuple[str, str]) -> None:
+    hydra_pi(restricted, exec_images_imported[0], "Intel", f"exec mpiexec.hydra -n 4 /usr/local/bin/pi-intel {SAMPLES}")

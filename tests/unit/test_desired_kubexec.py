@@ -1,0 +1,113 @@
+"""mpiop.desired.kubexec: exec launch's pods (no SSH key, no sshd) and kubexec.sh, mpirun's remote agent."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from mpiop.api.v2beta1 import MPIImplementation
+from mpiop.desired import kubexec, objects
+from mpiop.desired.pods import launcher_pod, worker_pod
+from mpiop.desired.settings import Settings
+from testkit.builders import make_mpijob
+
+EXEC = Settings(default_launch="exec", kubectl_image="example.org/kubectl:v1.34.4")
+AGENT = "/etc/mpi/kubexec.sh"
+
+
+def env_of(container: dict[str, Any]) -> dict[str, Any]:
+    return {e["name"]: e.get("value") for e in container.get("env", [])}
+
+
+@pytest.mark.parametrize(("implementation", "wanted"), [
+    ("OpenMPI", {"OMPI_MCA_plm_rsh_agent": AGENT, "OMPI_MCA_plm_rsh_no_tree_spawn": "1",
+                 "PRTE_MCA_plm_ssh_agent": AGENT, "PRTE_MCA_plm_ssh_no_tree_spawn": "1"}),
+    ("Intel", {"I_MPI_HYDRA_BOOTSTRAP": "rsh", "I_MPI_HYDRA_BOOTSTRAP_EXEC": AGENT}),
+    ("MPICH", {"HYDRA_LAUNCHER": "rsh", "HYDRA_LAUNCHER_EXEC": AGENT}),
+])
+def test_each_mpi_is_pointed_at_the_agent_and_given_no_ssh_arguments(implementation: MPIImplementation,
+                                                                     wanted: dict[str, str]) -> None:
+    env = env_of(launcher_pod(make_mpijob("pi").implementation(implementation).obj(), 0, settings=EXEC)
+                 ["spec"]["containers"][0])
+    assert {k: env.get(k) for k in wanted} == wanted
+    assert not {"OMPI_MCA_plm_rsh_args", "PRTE_MCA_plm_ssh_args", "I_MPI_HYDRA_BOOTSTRAP_EXEC_EXTRA_ARGS",
+                "HYDRA_LAUNCH_EXTRA_ARGS", "HYDRA_LAUNCHER_EXTRA_ARGS"} & env.keys()
+    assert env["OMPI_MCA_orte_default_hostfile" if implementation == "OpenMPI" else
+               "I_MPI_HYDRA_HOST_FILE" if implementation == "Intel" else "HYDRA_HOST_FILE"] == "/etc/mpi/hostfile"
+
+
+def test_the_launcher_runs_as_its_account_with_kubectl_and_no_ssh_key() -> None:
+    pod = launcher_pod(make_mpijob("pi", "ml").obj(), 2, settings=EXEC)
+    spec = pod["spec"]
+    assert (spec["serviceAccountName"], spec["automountServiceAccountToken"]) == ("pi-launcher", True)
+    assert [v["name"] for v in spec["volumes"]] == ["mpi-job-config", "mpiop-kubectl"]
+    assert {"key": "kubexec.sh", "path": "kubexec.sh", "mode": 0o555} in spec["volumes"][0]["configMap"]["items"]
+    [delivery] = spec["initContainers"]
+    assert delivery["image"] == "example.org/kubectl:v1.34.4"
+    assert delivery["securityContext"] == {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]},
+                                           "readOnlyRootFilesystem": True}
+    env = env_of(spec["containers"][0])
+    assert (env["MPIOP_LAUNCHER_POD"], env["MPIOP_LAUNCHER_HOST"], env["MPIOP_NAMESPACE"]) == (
+        "pi-launcher-2", "pi-launcher", "ml")
+
+
+def test_workers_wait_without_sshd_key_or_token_and_a_users_command_wins() -> None:
+    pod = worker_pod(make_mpijob("pi").obj(), 0, 0, settings=EXEC)
+    assert pod["spec"]["containers"][0]["command"] == kubexec.WORKER_WAIT_COMMAND
+    assert [v["name"] for v in pod["spec"]["volumes"]] == ["mpi-job-config"]  # the agent (Open MPI checks it)
+    assert pod["spec"]["automountServiceAccountToken"] is False
+    own = worker_pod(make_mpijob("pi").command("Worker", "python", "serve.py").obj(), 0, 0, settings=EXEC)
+    assert own["spec"]["containers"][0]["command"] == ["python", "serve.py"]
+
+
+def test_only_exec_jobs_get_the_agent_in_their_config_map() -> None:
+    job = make_mpijob("pi").obj()
+    assert kubexec.SCRIPT_NAME not in objects.config_map_data(job, [])
+    assert objects.config_map_data(job, [], exec_launch=True)[kubexec.SCRIPT_NAME] == kubexec.SCRIPT
+
+
+@pytest.fixture
+def agent(tmp_path: Path) -> tuple[Path, dict[str, str]]:
+    """kubexec.sh with a kubectl stand-in that logs its arguments, reports every pod Running and runs an exec's
+    command here, so the script's own parsing, stdio and exit code are what is tested."""
+    script = tmp_path / "kubexec.sh"
+    script.write_text(kubexec.SCRIPT)
+    kubectl = tmp_path / "kubectl"
+    kubectl.write_text('#!/bin/sh\necho "$*" >> "$KUBECTL_LOG"\n'
+                       'case " $* " in *" get pod "*) echo Running; exit 0;; esac\n'
+                       'for last; do :; done\nexec /bin/sh -c "$last"\n')
+    for path in (script, kubectl):
+        path.chmod(0o755)
+    env = {"PATH": os.environ["PATH"], "KUBECTL_LOG": str(tmp_path / "log"), "MPIOP_KUBECTL": str(kubectl),
+           "MPIOP_KUBECTL_CACHE": str(tmp_path / "cache"), "MPIOP_NAMESPACE": "ml",
+           "MPIOP_LAUNCHER_HOST": "pi-launcher", "MPIOP_LAUNCHER_POD": "pi-launcher-1",
+           "MPIOP_LAUNCHER_CONTAINER": "launcher", "MPIOP_WORKER_CONTAINER": "worker", "MPIOP_POD_WAIT_SECONDS": "2"}
+    return script, env
+
+
+@pytest.mark.parametrize(("argv", "pod", "container"), [
+    (["pi-worker-1.pi.ml.svc", "echo", "out;", "echo", "err", ">&2;", "exit", "3"], "pi-worker-1", "worker"),
+    (["-o", "ConnectionAttempts=10", "-x", "pi-worker-0", "echo out; echo err >&2; exit 3"], "pi-worker-0",
+     "worker"),
+    (["pi-launcher.pi.ml.svc.cluster.local", "echo out; echo err >&2; exit 3"], "pi-launcher-1", "launcher"),
+], ids=["fqdn-words", "ssh-options", "working-launcher"])
+def test_kubexec_maps_the_host_to_its_pod_and_passes_stdio_and_exit_code(agent: tuple[Path, dict[str, str]],
+                                                                         argv: list[str], pod: str,
+                                                                         container: str) -> None:
+    script, env = agent
+    done = subprocess.run([str(script), *argv], env=env, capture_output=True, text=True, timeout=30, check=False)
+    assert (done.returncode, done.stdout, done.stderr) == (3, "out\n", "err\n")
+    calls = Path(env["KUBECTL_LOG"]).read_text().splitlines()
+    assert calls[-1].startswith(f"--namespace ml --cache-dir {env['MPIOP_KUBECTL_CACHE']} exec -i {pod} "
+                                f"--container {container} -- /bin/sh -c ")
+
+
+def test_kubexec_without_a_command_says_how_to_call_it(agent: tuple[Path, dict[str, str]]) -> None:
+    script, env = agent
+    done = subprocess.run([str(script), "pi-worker-0"], env=env, capture_output=True, text=True, timeout=30,
+                          check=False)
+    assert (done.returncode, done.stderr) == (255, "kubexec.sh: usage: kubexec.sh HOST COMMAND...\n")

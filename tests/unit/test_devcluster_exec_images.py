@@ -1,0 +1,40 @@
+"""devcluster.exec_images: the whiteouts that take OpenSSH out of the MPI image name its regular files only."""
+
+from __future__ import annotations
+
+import io
+import tarfile
+from pathlib import Path
+
+from devcluster.exec_images import _whiteout_layer, openssh_files
+
+
+def _layer(path: Path, files: dict[str, bytes], dirs: list[str], links: dict[str, str]) -> Path:
+    with tarfile.open(path, "w") as tar:
+        for name, target in links.items():
+            info = tarfile.TarInfo(f"./{name}")
+            info.type, info.linkname = tarfile.SYMTYPE, target
+            tar.addfile(info)
+        for name in dirs:
+            info = tarfile.TarInfo(f"./{name}")
+            info.type = tarfile.DIRTYPE
+            tar.addfile(info)
+        for name, data in files.items():
+            info = tarfile.TarInfo(f"./{name}")
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+    return path
+
+
+def test_openssh_files_are_the_packages_files_present_in_the_layer(tmp_path: Path) -> None:
+    listed = (b"/.\n/lib\n/usr\n/usr/sbin\n/usr/sbin/sshd\n/usr/bin/ssh\n/usr/bin/slogin\n"
+              b"/lib/systemd/system/ssh.service\n")
+    layer = _layer(tmp_path / "layer.tar", {
+        "usr/sbin/sshd": b"x", "usr/bin/ssh": b"x", "usr/bin/mpirun": b"x",
+        "var/lib/dpkg/info/openssh-server.list": listed,
+    }, ["usr", "usr/sbin", "usr/bin"], {"lib": "usr/lib", "usr/bin/slogin": "ssh"})
+    # Directories, symlinks (merged /usr's /lib above all) and paths through them are kept.
+    assert openssh_files(layer) == ["usr/bin/ssh", "usr/sbin/sshd"]
+    whiteouts = _whiteout_layer(openssh_files(layer), tmp_path / "wh.tar")
+    with tarfile.open(whiteouts) as tar:
+        assert tar.getnames() == ["usr/bin/.wh.ssh", "usr/sbin/.wh.sshd"]
