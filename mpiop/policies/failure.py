@@ -1,15 +1,15 @@
 """Failure and backoffLimit: a failed pod restarts the whole job, until the failures exceed backoffLimit.
 
 An MPI job cannot lose a rank and go on, so any Failed launcher or worker pod (an error exit, OOMKilled,
-evicted) of the current attempt fails the attempt: the attempt counter in status goes up and every pod
-is deleted and made again. Pods carry their attempt as a label, so one failure is counted once, even
-if the failed pod is still seen by a later reconcile. A pod already being deleted (by a restart, a
-scale-down or a suspend, which can kill it into Failed on its way out) is not a failure. With restartPolicy
-ExitCode, exit codes 1-127 are permanent (the program itself failed) and fail the job at once; 128-255
-(killed by a signal) restart it. The messages (and status.lastFailure) come from status.failure_report: the
-pod to blame, its ranks and node, and the log tail, and name the ConfigMap the attempt's logs are saved in
-(policies/evidence). A failed launcher is kept through the next attempt (its successor has its own name), so
-its log survives the restart.
+evicted) of the current attempt fails the attempt: the attempt counter in status goes up and every pod is
+deleted and made again. Pods carry their attempt as a label, so one failure is counted once, even if the failed
+pod is still seen by a later reconcile. A pod already being deleted (by a restart, a scale-down or a suspend,
+which can kill it into Failed on its way out) is not a failure; a wanted worker deleted by someone else while
+the launcher ran is, even if mpirun then exits 0 (status.failure_report). With restartPolicy ExitCode, exit
+codes 1-127 are permanent (the program itself failed) and fail the job at once; 128-255 (killed by a signal)
+restart it. The messages (and status.lastFailure) come from status.failure_report: the pod to blame, its ranks
+and node, and the log tail, and name the ConfigMap the attempt's logs are saved in (policies/evidence). A failed
+launcher is kept through the next attempt (its successor has its own name), so its log survives the restart.
 
 A container under restartPolicy OnFailure is restarted in place by the kubelet and its pod never fails: each
 such failed run counts against backoffLimit too (status.in_place), as a Kubernetes Job counts them for
@@ -45,6 +45,9 @@ def first_failure(job: MPIJob, observed: Observed, attempt: int) -> podstate.Pod
 def apply(plan: Plan, job: MPIJob, observed: Observed, now: dt.datetime) -> bool:
     """Handle a failed attempt; True when it did (the job is restarting or has failed)."""
     attempt = plan.status.restart_count or 0
+    if (lost := failure_report.lost_worker_report(job, observed, attempt)) is not None:
+        attempt_failed(plan, job, observed, now, lost)  # mpirun exited 0 though a worker was lost
+        return True
     pod = first_failure(job, observed, attempt)
     found = failure_report.report(job, observed, attempt)
     if found is None:

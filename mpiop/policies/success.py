@@ -1,7 +1,9 @@
 """Success: the job has succeeded when the current attempt's launcher pod has (kubeflow's rule).
 
 mpirun exits 0 only when every rank did, so the launcher's phase is the job's outcome; workers are not
-waited for (they are cleaned up by cleanPodPolicy). Running is not decided here: see status/progress.
+waited for (they are cleaned up by cleanPodPolicy). Except when the attempt lost a wanted worker (Failed, deleted
+by someone else, gone): Open MPI 5.0.7's prterun exits 0 after losing a worker's daemon, so that attempt is no
+success and policies/failure fails it. Running is not decided here: see status/progress.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ from mpiop import podstate
 from mpiop.api.v2beta1 import MPIJob
 from mpiop.plan import Observed, Plan
 from mpiop.status import conditions as c
+from mpiop.status import failure_report
 
 
 def apply(plan: Plan, job: MPIJob, observed: Observed, now: dt.datetime) -> bool:
@@ -21,7 +24,7 @@ def apply(plan: Plan, job: MPIJob, observed: Observed, now: dt.datetime) -> bool
     launcher = observed.launcher(job, attempt)
     if launcher is None or podstate.attempt(launcher) != attempt:
         return False
-    if podstate.phase(launcher) != "Succeeded":
+    if podstate.phase(launcher) != "Succeeded" or failure_report.lost_worker_report(job, observed, attempt):
         return False
     mark_succeeded(plan, job, now)
     return True

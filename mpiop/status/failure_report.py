@@ -232,6 +232,37 @@ def disruption_report(job: MPIJob, pod: podstate.Pod, reason: str, message: str,
     return Report(podstate.name(pod), reason, what, _info(job, pod, reason, attempt))
 
 
+def lost_worker(job: MPIJob, observed: Observed, attempt: int) -> tuple[str, podstate.Pod | None] | None:
+    """The lowest wanted worker (index below the count) of the attempt that failed, is being deleted or is gone,
+    by name. mpiop deletes such a worker only once the attempt has ended (a restart, a suspend, cleanPodPolicy
+    after success), so while the attempt runs that deletion was someone else's."""
+    workers = observed.workers(job, attempt)
+    for index in range(job.spec.worker_replicas):
+        pod = workers.get(index)
+        if pod is None or podstate.phase(pod) == "Failed" or podstate.is_terminating(pod):
+            return names.worker_name(job, index), pod
+    return None
+
+
+def lost_worker_report(job: MPIJob, observed: Observed, attempt: int) -> Report | None:
+    """A launcher that Succeeded while the attempt lost a wanted worker: mpirun may exit 0 after losing a worker's
+    daemon (Open MPI 5.0.7's prterun did), so that is no success; the worker is blamed. None otherwise."""
+    launcher = observed.launcher(job, attempt)
+    if launcher is None or podstate.attempt(launcher) != attempt or podstate.phase(launcher) != "Succeeded":
+        return None
+    if (found := lost_worker(job, observed, attempt)) is None:
+        return None
+    name, pod = found
+    if pod is None:
+        what, info = f"worker {name} was gone", FailureInfo(reason=WORKER_LOST, pod=name, attempt=attempt)
+    elif podstate.phase(pod) == "Failed" and not podstate.is_terminating(pod):
+        what, info = f"worker {_describe(job, pod)}", _info(job, pod, _reason(pod), attempt)
+    else:
+        what, info = f"worker {name}{_where(job, pod)} was deleted", _info(job, pod, WORKER_LOST, attempt)
+    what += f" while the launcher ran; the launcher {podstate.name(launcher)} exited 0 without all its ranks"
+    return Report(name, info.reason or WORKER_LOST, what, info)
+
+
 def report(job: MPIJob, observed: Observed, attempt: int) -> Report | None:
     """The attempt's failure, told from the pod to blame; None when no pod of the attempt failed (or only
     restarted in place, within backoffLimit)."""

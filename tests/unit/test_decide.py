@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import copy
 
+from mpiop import podstate
 from mpiop.decide import decide
 from mpiop.plan import Observed
 from testkit.builders import at, make_mpijob, make_pod
@@ -260,6 +261,44 @@ def test_scale_down_while_running_is_not_a_failure() -> None:
     plan = world.reconcile(4)
     assert (plan.create, plan.update, plan.delete) == ([], [], [])
     assert world.live_pods() == {"pi-launcher": 0, "pi-worker-0": 0, "pi-worker-1": 0}
+
+
+def test_worker_deleted_then_launcher_exits_0_restarts_then_succeeds() -> None:
+    """Open MPI 5.0.7's prterun exited 0 after losing a worker someone deleted: not a success, a restart."""
+    world = World(make_mpijob("pi", "ns").workers(2).obj())
+    world.reconcile(0)
+    world.set_all(running)
+    world.reconcile(1)
+    assert world.state == "Running"
+
+    deleted = podstate.marked_terminating(world.pods["pi-worker-1"], "2026-01-01T00:00:02Z")  # kubectl delete
+    world.pods["pi-worker-1"] = podstate.trim(deleted)
+    plan = world.reconcile(2)
+    assert (plan.create, plan.delete, plan.events) == ([], [], []), "mpirun's to notice while it runs"
+    assert world.state == "Running"
+
+    world.set("pi-launcher", lambda b: b.succeeded())
+    plan = world.reconcile(3)
+    assert world.conditions == ["Created=True", "Running=False", "Restarting=True"]
+    assert [e.message for e in plan.events] == [
+        "MPIJob ns/pi is restarting (restart 1 of backoffLimit 6): worker pi-worker-1 (rank 1) was deleted "
+        "while the launcher ran; the launcher pi-launcher exited 0 without all its ranks"]
+    assert world.job.status.last_failure is not None
+    assert (world.job.status.last_failure.pod, world.job.status.last_failure.reason) == ("pi-worker-1", "WorkerLost")
+    assert sorted(names_of(plan.delete)) == ["pi-launcher", "pi-worker-0"]
+
+    world.gone()
+    plan = world.reconcile(4)
+    assert names_of(plan.create) == ["Pod/pi-worker-0", "Pod/pi-worker-1", "Pod/pi-launcher-1"]
+    world.set_all(running)
+    world.reconcile(5)
+    world.set("pi-launcher-1", lambda b: b.succeeded())
+    plan = world.reconcile(6)
+    assert world.state == "Succeeded"
+    assert names_of(plan.delete) == ["pi-worker-0", "pi-worker-1"], "cleanPodPolicy's deletions come after success"
+    plan = world.reconcile(7)
+    assert (world.state, world.job.status.restart_count) == ("Succeeded", 1)
+    assert (plan.create, plan.delete, plan.events) == ([], [], [])
 
 
 def test_finished_job_makes_nothing() -> None:

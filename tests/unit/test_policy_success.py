@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
+import pytest
+
 from mpiop.api.v2beta1 import JobStatus, MPIJob
 from mpiop.plan import Observed, Plan
-from mpiop.policies import success
-from testkit.builders import at, make_mpijob, make_pod
+from mpiop.policies import failure, success
+from mpiop.status import failure_report
+from testkit.builders import PodBuilder, at, make_mpijob, make_pod
 
 
 def plan_for(job: MPIJob) -> Plan:
@@ -46,3 +51,78 @@ def test_succeeded_launcher_of_old_attempt_is_ignored() -> None:
                           at(1)) is False
     assert plan.status.completion_time is None
     assert not plan.status.is_true("Succeeded")
+
+
+def _running(b: PodBuilder) -> PodBuilder:
+    return b.running().on_node("n1")
+
+
+def _deleted(b: PodBuilder) -> PodBuilder:
+    return b.running().on_node("n1").terminating()
+
+
+def _failed(b: PodBuilder) -> PodBuilder:
+    return b.failed(exit_code=137, reason="Error").on_node("n1")
+
+
+Worker = Callable[[PodBuilder], PodBuilder] | None  # None: the pod is gone
+
+
+# A launcher that Succeeded, and the workers (index -> state) seen in the same pass: (wanted count, the workers,
+# runLauncherAsWorker, what the job becomes, the restart message's blame).
+LOST_WORKER_CASES = {
+    "all workers running": (2, {0: _running, 1: _running}, False, "Succeeded", None),
+    "a worker already done": (2, {0: _running, 1: lambda b: b.succeeded()}, False, "Succeeded", None),
+    "worker 1 being deleted (Open MPI 5 exit 0)": (
+        2, {0: _running, 1: _deleted}, False, "Restarting",
+        "worker pi-worker-1 (rank 1, node n1) was deleted while the launcher ran; "
+        "the launcher pi-launcher exited 0 without all its ranks"),
+    "worker 0 gone": (2, {0: None, 1: _running}, False, "Restarting", "worker pi-worker-0 was gone while"),
+    "worker 1 failed": (2, {0: _running, 1: _failed}, False, "Restarting",
+                        "worker pi-worker-1 (rank 1, node n1) container main Error exit 137 while the launcher ran"),
+    "scale-down: worker 2 (index >= replicas) being deleted": (
+        2, {0: _running, 1: _running, 2: _deleted}, False, "Succeeded", None),
+    "scale-down: worker 2 gone": (2, {0: _running, 1: _running, 2: None}, False, "Succeeded", None),
+    "runLauncherAsWorker, no workers wanted": (0, {}, True, "Succeeded", None),
+    "runLauncherAsWorker, its worker deleted": (
+        1, {0: _deleted}, True, "Restarting", "worker pi-worker-0 (rank 1, node n1) was deleted"),
+}
+
+
+@pytest.mark.parametrize(("count", "workers", "launcher_works", "becomes", "blame"), LOST_WORKER_CASES.values(),
+                         ids=LOST_WORKER_CASES.keys())
+def test_launcher_succeeded_after_losing_a_worker_restarts(
+        count: int, workers: dict[int, Worker], launcher_works: bool, becomes: str, blame: str | None) -> None:
+    """mpirun may exit 0 after losing a worker (Open MPI 5.0.7's prterun did): a wanted worker that failed, is being
+    deleted or is gone in the pass that sees the launcher Succeeded fails the attempt instead; workers beyond the
+    count (a scale-down) do not."""
+    job = make_mpijob("pi", "ns").workers(count).launcher_as_worker(launcher_works).condition("Created").obj()
+    pods = [make_pod(job, "launcher").succeeded().obj()]
+    pods += [change(make_pod(job, "worker", i)).obj() for i, change in workers.items() if change is not None]
+    observed = Observed(pods=pods)
+    plan = plan_for(job)
+    succeeded = success.apply(plan, job, observed, at(9))
+    assert (succeeded or failure.apply(plan, job, observed, at(9))) is True
+    assert plan.status.conditions[-1].type == becomes
+    restarting = plan.status.condition("Restarting")
+    if blame is None:
+        assert restarting is None and plan.delete == []
+        return
+    assert restarting is not None and restarting.message is not None
+    assert restarting.message.startswith("MPIJob ns/pi is restarting (restart 1 of backoffLimit 6): " + blame)
+    assert plan.status.restart_count == 1
+    assert plan.status.completion_time is None
+    assert plan.status.last_failure is not None and (plan.status.last_failure.pod or "?") in restarting.message
+    going = sorted(p["metadata"]["name"] for p in pods if "deletionTimestamp" not in p["metadata"])
+    assert sorted(p["metadata"]["name"] for p in plan.delete) == going, "the rest of the attempt is deleted"
+
+
+def test_lost_worker_report_is_for_a_succeeded_launcher_only() -> None:
+    """While the launcher runs, a deleted worker is mpirun's to notice (it fails, or exits 0 later)."""
+    job = make_mpijob("pi", "ns").workers(2).obj()
+    for launcher in (make_pod(job, "launcher").running(), make_pod(job, "launcher").failed()):
+        observed = Observed(pods=[launcher.obj(), _deleted(make_pod(job, "worker", 0)).obj(),
+                                  _running(make_pod(job, "worker", 1)).obj()])
+        assert failure_report.lost_worker_report(job, observed, 0) is None
+    old = Observed(pods=[make_pod(job, "launcher").succeeded().obj()])  # attempt 0's, the job is in attempt 1
+    assert failure_report.lost_worker_report(job, old, 1) is None
