@@ -386,6 +386,10 @@ class PodBuilder:
     def unknown(self) -> Self:
         return self._phase("Unknown")
 
+    def created(self, when: dt.datetime = T0) -> Self:
+        self._pod["metadata"]["creationTimestamp"] = format_time(when)
+        return self
+
     def terminating(self, when: dt.datetime = T0) -> Self:
         """Being deleted (deletionTimestamp set); the phase is left as it is."""
         self._pod["metadata"]["deletionTimestamp"] = format_time(when)

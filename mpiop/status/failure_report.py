@@ -232,15 +232,25 @@ def disruption_report(job: MPIJob, pod: podstate.Pod, reason: str, message: str,
     return Report(podstate.name(pod), reason, what, _info(job, pod, reason, attempt))
 
 
-def lost_worker(job: MPIJob, observed: Observed, attempt: int) -> tuple[str, podstate.Pod | None] | None:
-    """The lowest wanted worker (index below the count) of the attempt that failed, is being deleted or is gone,
-    by name. mpiop deletes such a worker only once the attempt has ended (a restart, a suspend, cleanPodPolicy
-    after success), so while the attempt runs that deletion was someone else's."""
+def lost_worker(job: MPIJob, observed: Observed, attempt: int,
+                launcher: podstate.Pod) -> tuple[str, podstate.Pod | None, str] | None:
+    """The lowest wanted worker (index below the count) of the attempt that failed, is being deleted, is gone, or
+    was made again after the launcher: (its name, the pod, how it was lost). mpiop deletes such a worker only once
+    the attempt has ended (a restart, a suspend, cleanPodPolicy after success), so while the attempt runs that
+    deletion was someone else's; and the launcher is made only after its workers, so a worker younger than the
+    launcher replaces one it lost (a worker a scale-up adds while the launcher runs looks the same)."""
     workers = observed.workers(job, attempt)
+    launched = str(launcher["metadata"].get("creationTimestamp") or "")
     for index in range(job.spec.worker_replicas):
         pod = workers.get(index)
-        if pod is None or podstate.phase(pod) == "Failed" or podstate.is_terminating(pod):
-            return names.worker_name(job, index), pod
+        if pod is None:
+            return names.worker_name(job, index), None, "was gone"
+        if podstate.is_terminating(pod):
+            return podstate.name(pod), pod, "was deleted"
+        if podstate.phase(pod) == "Failed":
+            return podstate.name(pod), pod, "failed"
+        if launched and str(pod["metadata"].get("creationTimestamp") or "") > launched:
+            return podstate.name(pod), pod, "was made again (its predecessor lost)"
     return None
 
 
@@ -250,15 +260,15 @@ def lost_worker_report(job: MPIJob, observed: Observed, attempt: int) -> Report 
     launcher = observed.launcher(job, attempt)
     if launcher is None or podstate.attempt(launcher) != attempt or podstate.phase(launcher) != "Succeeded":
         return None
-    if (found := lost_worker(job, observed, attempt)) is None:
+    if (found := lost_worker(job, observed, attempt, launcher)) is None:
         return None
-    name, pod = found
+    name, pod, how = found
     if pod is None:
-        what, info = f"worker {name} was gone", FailureInfo(reason=WORKER_LOST, pod=name, attempt=attempt)
-    elif podstate.phase(pod) == "Failed" and not podstate.is_terminating(pod):
+        what, info = f"worker {name} {how}", FailureInfo(reason=WORKER_LOST, pod=name, attempt=attempt)
+    elif how == "failed":
         what, info = f"worker {_describe(job, pod)}", _info(job, pod, _reason(pod), attempt)
     else:
-        what, info = f"worker {name}{_where(job, pod)} was deleted", _info(job, pod, WORKER_LOST, attempt)
+        what, info = f"worker {name}{_where(job, pod)} {how}", _info(job, pod, WORKER_LOST, attempt)
     what += f" while the launcher ran; the launcher {podstate.name(launcher)} exited 0 without all its ranks"
     return Report(name, info.reason or WORKER_LOST, what, info)
 

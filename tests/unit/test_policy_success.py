@@ -80,6 +80,11 @@ LOST_WORKER_CASES = {
     "worker 0 gone": (2, {0: None, 1: _running}, False, "Restarting", "worker pi-worker-0 was gone while"),
     "worker 1 failed": (2, {0: _running, 1: _failed}, False, "Restarting",
                         "worker pi-worker-1 (rank 1, node n1) container main Error exit 137 while the launcher ran"),
+    "worker 1 made again after the launcher (the deleted one gone)": (
+        2, {0: _running, 1: lambda b: _running(b).created(at(5))}, False, "Restarting",
+        "worker pi-worker-1 (rank 1, node n1) was made again (its predecessor lost) while the launcher ran"),
+    "workers made with the launcher": (2, {0: lambda b: _running(b).created(at(0)), 1: _running}, False,
+                                      "Succeeded", None),
     "scale-down: worker 2 (index >= replicas) being deleted": (
         2, {0: _running, 1: _running, 2: _deleted}, False, "Succeeded", None),
     "scale-down: worker 2 gone": (2, {0: _running, 1: _running, 2: None}, False, "Succeeded", None),
@@ -97,7 +102,7 @@ def test_launcher_succeeded_after_losing_a_worker_restarts(
     deleted or is gone in the pass that sees the launcher Succeeded fails the attempt instead; workers beyond the
     count (a scale-down) do not."""
     job = make_mpijob("pi", "ns").workers(count).launcher_as_worker(launcher_works).condition("Created").obj()
-    pods = [make_pod(job, "launcher").succeeded().obj()]
+    pods = [make_pod(job, "launcher").created(at(0)).succeeded().obj()]
     pods += [change(make_pod(job, "worker", i)).obj() for i, change in workers.items() if change is not None]
     observed = Observed(pods=pods)
     plan = plan_for(job)
