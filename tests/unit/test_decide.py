@@ -301,6 +301,32 @@ def test_worker_deleted_then_launcher_exits_0_restarts_then_succeeds() -> None:
     assert (plan.create, plan.delete, plan.events) == ([], [], [])
 
 
+def test_worker_deleted_and_made_again_before_the_launcher_exits_0_restarts() -> None:
+    """The deleted worker is gone and made again by mpiop before prterun exits 0: still no success."""
+    world = World(make_mpijob("pi", "ns").workers(2).obj())
+    world.reconcile(0)
+    world.set_all(running)
+    for name in world.pods:  # as the apiserver stamps them: the launcher is made with (after) its workers
+        world.pods[name] = podstate.trim({**world.pods[name], "metadata": {
+            **world.pods[name]["metadata"], "creationTimestamp": "2026-01-01T00:00:00Z"}})
+    world.reconcile(1)
+
+    del world.pods["pi-worker-1"]  # deleted by someone, already gone
+    plan = world.reconcile(2)
+    assert names_of(plan.create) == ["Pod/pi-worker-1"]
+    remade = world.pods["pi-worker-1"]
+    world.pods["pi-worker-1"] = podstate.trim({**remade, "metadata": {
+        **remade["metadata"], "creationTimestamp": "2026-01-01T00:00:02Z"}})
+    world.set("pi-worker-1", running)
+
+    world.set("pi-launcher", lambda b: b.succeeded())
+    plan = world.reconcile(3)
+    assert world.state == "Restarting"
+    assert [e.message for e in plan.events] == [
+        "MPIJob ns/pi is restarting (restart 1 of backoffLimit 6): worker pi-worker-1 (rank 1) was made again "
+        "(its predecessor lost) while the launcher ran; the launcher pi-launcher exited 0 without all its ranks"]
+
+
 def test_finished_job_makes_nothing() -> None:
     job = (make_mpijob("pi").workers(2).clean_pod_policy("None")
            .condition("Created").condition("Succeeded").status(completion_time=at(0)).obj())
