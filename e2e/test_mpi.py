@@ -118,15 +118,20 @@ def test_malformed_command_fails(e2e: E2E) -> None:
     assert "no-such-option" in e2e.launcher_log("bad")
 
 
+@pytest.mark.parametrize("suite", OPENMPI)
 def test_worker_deleted_mid_run(e2e: E2E) -> None:
-    """Delete a worker while the ranks run: the job restarts (Restarting) and then succeeds. Open MPI 4 only:
-    Open MPI 5.0.7's prterun printed "PRTE has lost communication with a remote daemon ... will terminate the
-    job" and then exited 0 in 2 of 3 runs, so the launcher and the job Succeeded (docs/api.md, Open MPI 4 and 5)."""
+    """Delete a worker while the ranks run: the job restarts (Restarting) and then succeeds. Open MPI 5.0.7's
+    prterun may exit 0 after losing the worker's daemon: mpiop still restarts, blaming the deleted worker."""
     started = time.monotonic()
     restarting = delete_worker_mid_run(e2e, "restart", lambda command, env: pi_job(
         "restart", e2e.image, launcher_command=command, launcher_env=env))
     e2e.record("worker-deleted-restarting-succeeded", time.monotonic() - started)
     print(f"\nRestarting: {restarting}")
+    if e2e.suite == images.TRIXIE.name:
+        # prterun names the node it lost ("Remote daemon ... on node restart-worker-1"), or exits 0 and mpiop
+        # blames the worker deleted under it. orterun's last lines may be a help text naming no node: then
+        # the launcher is blamed, with that text.
+        assert "worker restart-worker-1 (ranks 2-3, node " in restarting, restarting
     assert_pi(e2e.launcher_log("restart"), "restart")
 
 
