@@ -17,8 +17,9 @@
                                 of a later attempt it is deleted, and the launcher Pod waits for it to go
                                 (policies/adoption)
     launcher ok? -> Succeeded, clean-up                                       (policies/success)
-                    (not when a wanted worker of the attempt failed, is being deleted or is gone: mpirun
-                    may exit 0 after losing it; that attempt fails below, the worker blamed)
+                    (not when a wanted worker of the attempt failed, is being deleted, is gone or was made
+                    again after the launcher: mpirun may exit 0 after losing it; that attempt fails below,
+                    the worker blamed)
     disrupted?   -> a pod evicted or preempted: Restarting, backoffLimit not spent (policies/disruption)
     pod failed?  -> Restarting (pods deleted) or Failed (backoffLimit), clean-up (policies/failure)
     restarted in place (OnFailure)? -> counted against backoffLimit in Running, or Failed BackoffLimitExceeded
