@@ -282,7 +282,8 @@ def test_worker_deleted_then_launcher_exits_0_restarts_then_succeeds() -> None:
     assert world.conditions == ["Created=True", "Running=False", "Restarting=True"]
     assert [e.message for e in plan.events] == [
         "MPIJob ns/pi is restarting (restart 1 of backoffLimit 6): worker pi-worker-1 (rank 1) was deleted "
-        "while the launcher ran; the launcher pi-launcher exited 0 without all its ranks"]
+        "while the launcher ran; the launcher pi-launcher exited 0 without all its ranks; "
+        "the attempt's logs are kept in ConfigMap pi-attempt-1"]
     assert world.job.status.last_failure is not None
     assert (world.job.status.last_failure.pod, world.job.status.last_failure.reason) == ("pi-worker-1", "WorkerLost")
     assert sorted(names_of(plan.delete)) == ["pi-launcher", "pi-worker-0"]
@@ -324,7 +325,8 @@ def test_worker_deleted_and_made_again_before_the_launcher_exits_0_restarts() ->
     assert world.state == "Restarting"
     assert [e.message for e in plan.events] == [
         "MPIJob ns/pi is restarting (restart 1 of backoffLimit 6): worker pi-worker-1 (rank 1) was made again "
-        "(its predecessor lost) while the launcher ran; the launcher pi-launcher exited 0 without all its ranks"]
+        "(its predecessor lost) while the launcher ran; the launcher pi-launcher exited 0 without all its ranks; "
+        "the attempt's logs are kept in ConfigMap pi-attempt-1"]
 
 
 def test_finished_job_makes_nothing() -> None:
