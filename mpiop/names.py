@@ -18,6 +18,9 @@ REPLICA_INDEX_LABEL = "training.kubeflow.org/replica-index"
 APP_LABEL = "app"
 # mpiop's own: which restart attempt a pod belongs to, so a failure is counted once.
 ATTEMPT_LABEL = "mpiop.kubeflow.org/attempt"
+# On a launcher pod: how many workers the job wanted when it was made (what its mpirun starts ranks on). A
+# worker below that index made after the launcher replaces one mpirun lost; one at or above it is a scale-up.
+LAUNCHED_WORKERS_LABEL = "mpiop.kubeflow.org/launched-workers"
 
 OPERATOR_NAME = "mpi-operator"
 OWNED_SELECTOR = f"{OPERATOR_NAME_LABEL}={OPERATOR_NAME}"
@@ -112,6 +115,11 @@ def role_labels(job: MPIJob, role: str, index: int | None = None, attempt: int =
     if index is not None:
         labels[REPLICA_INDEX_LABEL] = str(index)
     return labels
+
+
+def launcher_labels(job: MPIJob, attempt: int) -> dict[str, str]:
+    """A launcher pod's labels, with the worker count it starts its ranks on (LAUNCHED_WORKERS_LABEL)."""
+    return {**role_labels(job, LAUNCHER_ROLE, 0, attempt), LAUNCHED_WORKERS_LABEL: str(job.spec.worker_replicas)}
 
 
 def selector_string(job: MPIJob, role: str | None = None) -> str:

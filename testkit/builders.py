@@ -312,8 +312,8 @@ class PodBuilder:
                 "name": name,
                 "namespace": job.metadata.namespace,
                 "uid": f"uid-{name}-{attempt}",
-                "labels": names.role_labels(
-                    job, role, names.worker_label_index(job, index) if role == names.WORKER_ROLE else index, attempt),
+                "labels": (names.launcher_labels(job, attempt) if role == names.LAUNCHER_ROLE
+                           else names.role_labels(job, role, names.worker_label_index(job, index), attempt)),
                 "ownerReferences": [{"kind": "MPIJob", "name": job.metadata.name, "uid": job.metadata.uid,
                                      "controller": True}],
             },
@@ -385,6 +385,14 @@ class PodBuilder:
 
     def unknown(self) -> Self:
         return self._phase("Unknown")
+
+    def launched_workers(self, count: int | None) -> Self:
+        """A launcher that started with `count` workers (None: one made before mpiop recorded it)."""
+        labels = self._pod["metadata"]["labels"]
+        labels.pop(names.LAUNCHED_WORKERS_LABEL, None)
+        if count is not None:
+            labels[names.LAUNCHED_WORKERS_LABEL] = str(count)
+        return self
 
     def created(self, when: dt.datetime = T0) -> Self:
         self._pod["metadata"]["creationTimestamp"] = format_time(when)

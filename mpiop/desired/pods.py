@@ -146,9 +146,8 @@ def launcher_pod(job: MPIJob, attempt: int, cluster_domain: str = "",
     replica = job.spec.launcher
     assert replica is not None, "launcher_pod needs a Launcher replica spec"
     exec_launch = launch.uses_exec(job, settings.default_launch)
-    pod = _base_pod(job, replica, names.launcher_name(job, attempt),
-                    names.role_labels(job, names.LAUNCHER_ROLE, 0, attempt), cluster_domain,
-                    hostname=names.launcher_name(job), ssh=not exec_launch)
+    pod = _base_pod(job, replica, names.launcher_name(job, attempt), names.launcher_labels(job, attempt),
+                    cluster_domain, hostname=names.launcher_name(job), ssh=not exec_launch)
     ssh_port = hostnetwork.add_ports(pod, job, ports)  # a host-network launcher that also works
     _add_volume(pod["spec"], _config_volume(job, exec_launch), names.CONFIG_MOUNT_PATH)
     main = pod["spec"]["containers"][0]

@@ -131,3 +131,33 @@ def test_lost_worker_report_is_for_a_succeeded_launcher_only() -> None:
         assert failure_report.lost_worker_report(job, observed, 0) is None
     old = Observed(pods=[make_pod(job, "launcher").succeeded().obj()])  # attempt 0's, the job is in attempt 1
     assert failure_report.lost_worker_report(job, old, 1) is None
+
+
+# The launcher's recorded worker count against the job's count now: (job's workers, the launcher's
+# LAUNCHED_WORKERS_LABEL (None: a launcher made before mpiop recorded it), the workers, what the job becomes).
+LAUNCHED_WITH_CASES = {
+    "scale-up: worker 2 made after the launcher": (3, 2, {0: _running, 1: _running,
+                                                         2: lambda b: _running(b).created(at(5))}, "Succeeded"),
+    "scale-up: worker 2 not made yet": (3, 2, {0: _running, 1: _running}, "Succeeded"),
+    "scale-up: worker 1 made again below the launcher's count": (
+        3, 2, {0: _running, 1: lambda b: _running(b).created(at(5)), 2: _running}, "Restarting"),
+    "an older launcher without the count: a worker made after it": (
+        2, None, {0: _running, 1: lambda b: _running(b).created(at(5))}, "Succeeded"),
+    "an older launcher without the count: a worker being deleted": (2, None, {0: _running, 1: _deleted},
+                                                                    "Restarting"),
+}
+
+
+@pytest.mark.parametrize(("count", "launched", "workers", "becomes"), LAUNCHED_WITH_CASES.values(),
+                         ids=LAUNCHED_WITH_CASES.keys())
+def test_workers_added_by_a_scale_up_are_not_lost(count: int, launched: int | None, workers: dict[int, Worker],
+                                                  becomes: str) -> None:
+    """A worker made after the launcher replaces a lost one only below the count the launcher started with
+    (names.LAUNCHED_WORKERS_LABEL); an elastic job scaled up while mpirun ran still Succeeds."""
+    job = make_mpijob("pi", "ns").workers(count).condition("Created").obj()
+    pods = [make_pod(job, "launcher").launched_workers(launched).created(at(0)).succeeded().obj()]
+    pods += [change(make_pod(job, "worker", i)).obj() for i, change in workers.items() if change is not None]
+    observed = Observed(pods=pods)
+    plan = plan_for(job)
+    assert (success.apply(plan, job, observed, at(9)) or failure.apply(plan, job, observed, at(9))) is True
+    assert plan.status.conditions[-1].type == becomes
