@@ -180,7 +180,8 @@ class Creates:
     PodGroup (Plan.pod_group) is written between `supporting` and the pods.
     """
 
-    supporting: list[JSON] = field(default_factory=list)  # the Service and the hostfile ConfigMap
+    # The Service, the hostfile ConfigMap and (exec launch) the launcher's ServiceAccount, Role and RoleBinding.
+    supporting: list[JSON] = field(default_factory=list)
     workers: list[JSON] = field(default_factory=list)
     launcher: list[JSON] = field(default_factory=list)
 
