@@ -62,6 +62,34 @@ class NodeError(RuntimeError):
     """The node could not be brought up (or torn down)."""
 
 
+MACHINE_LOCK = Path("/run/mpiop-e2e.lock")
+LOCK_WAIT_SECONDS = 3600.0
+
+
+def take_machine_lock(path: Path, wait: float, poll: float = 2.0) -> IO[str]:
+    """Hold `path`'s flock, waiting up to `wait` s for another e2e node on this machine to finish.
+
+    The node owns machine-wide state (a bridge, iptables chains, cgroups), so two cannot run at once; a
+    second `make e2e` (another worktree, another CI job) queues behind the first instead of failing.
+    """
+    handle = path.open("w")
+    deadline = time.monotonic() + wait
+    said = False
+    while True:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return handle
+        except BlockingIOError:
+            if time.monotonic() >= deadline:
+                handle.close()
+                raise NodeError(f"another mpiop e2e node still runs on this machine after {wait:.0f} s "
+                                f"({path} is held)") from None
+            if not said:
+                _log(f"another mpiop e2e node runs on this machine ({path} is held); waiting up to {wait:.0f} s")
+                said = True
+            time.sleep(poll)
+
+
 @dataclass
 class Node:
     """One node (control plane included) on this machine. Use as a context manager, or start()/stop().
@@ -114,14 +142,7 @@ class Node:
              f"({', '.join(f'{k} {v:.1f}s' for k, v in self.timings.items() if k != 'total')})")
 
     def _take_lock(self) -> None:
-        lock_path = Path("/run/mpiop-e2e.lock")
-        self._lock = lock_path.open("w")
-        try:
-            fcntl.flock(self._lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            self._lock.close()
-            self._lock = None
-            raise NodeError("another mpiop e2e node runs on this machine (/run/mpiop-e2e.lock is held)") from None
+        self._lock = take_machine_lock(MACHINE_LOCK, wait=LOCK_WAIT_SECONDS)
 
     def _step(self, name: str, action: Callable[[], None]) -> None:
         begin = time.monotonic()

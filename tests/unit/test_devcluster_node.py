@@ -65,3 +65,24 @@ def test_kubelet_and_cni_configs(tmp_path: Path) -> None:
 
 def test_unmount_under_touches_nothing_outside(tmp_path: Path) -> None:
     assert nodehost.unmount_under(tmp_path / "nothing-mounted-here") == 0
+
+
+def test_machine_lock_waits_for_the_holder_then_takes_it(tmp_path: Path) -> None:
+    import fcntl
+    import threading
+
+    import pytest
+
+    from devcluster.node import NodeError, take_machine_lock
+
+    lock = tmp_path / "e2e.lock"
+    holder = lock.open("w")
+    fcntl.flock(holder, fcntl.LOCK_EX)
+    with pytest.raises(NodeError, match="still runs"):
+        take_machine_lock(lock, wait=0.2, poll=0.05)
+
+    threading.Timer(0.3, holder.close).start()
+    taken = take_machine_lock(lock, wait=5.0, poll=0.05)
+    with pytest.raises(BlockingIOError):
+        fcntl.flock(lock.open("w"), fcntl.LOCK_EX | fcntl.LOCK_NB)
+    taken.close()
