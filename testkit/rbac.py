@@ -3,13 +3,14 @@ operator ServiceAccount's token: how the tests show the RBAC is sufficient and m
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 import yaml
 
 from devcluster.controlplane import ControlPlane
-from mpiop.kube.client import JSON_MEDIA_TYPE, KubeClient
+from mpiop.kube.client import KubeClient, RequestHook
 from testkit.deploy import SYSTEM
 
 ACCOUNT = "mpiop"
@@ -18,7 +19,7 @@ Request = tuple[str, str, str, str]
 """(verb, API group, resource[/subresource], name) as RBAC sees a request."""
 
 
-def as_rbac(method: str, path: str, query: dict[str, Any]) -> Request:
+def as_rbac(method: str, path: str, query: Mapping[str, Any]) -> Request:
     parts = path.split("?")[0].strip("/").split("/")
     group, rest = ("", parts[2:]) if parts[0] == "api" else (parts[1], parts[3:])
     if not rest:  # discovery (/apis/<group>/<version>): a non-resource URL every authenticated user may get
@@ -35,15 +36,12 @@ def as_rbac(method: str, path: str, query: dict[str, Any]) -> Request:
     return verb, group, resource, name
 
 
-class RecordingClient(KubeClient):
-    """The operator's own client, also noting every request as the authorizer will see it."""
+def recorder(requests: list[Request]) -> RequestHook:
+    """A KubeClient `on_request` hook that notes every request into `requests` as the authorizer will see it."""
+    def record(method: str, path: str, query: Mapping[str, Any]) -> None:
+        requests.append(as_rbac(method, path, query))
 
-    requests: list[Request]
-
-    async def _send(self, method: str, path: str, query: Any, body: Any, content_type: str,
-                    timeout: Any, accept: str = JSON_MEDIA_TYPE) -> Any:
-        self.requests.append(as_rbac(method, path, dict(query or {})))
-        return await super()._send(method, path, query, body, content_type, timeout, accept)
+    return record
 
 
 def rules(objects: list[JSON]) -> list[JSON]:

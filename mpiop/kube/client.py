@@ -32,6 +32,8 @@ RequestObserver = Callable[[str, str, int, float], None]
 """Called after each request with (verb, resource, HTTP status or 0, seconds)."""
 WriteGuard = Callable[[str, str], None]
 """Called with (method, path) as each write is about to leave (after the rate limiter); raises to refuse it."""
+RequestHook = Callable[[str, str, Mapping[str, Any]], None]
+"""Called with (method, path, query) as each request that the write guard let through leaves."""
 
 
 @dataclass(frozen=True)
@@ -175,13 +177,15 @@ class KubeClient:
 
     def __init__(self, access: ClusterAccess, qps: float = 50.0, burst: int = 100,
                  observer: RequestObserver | None = None, field_manager: str = "mpiop",
-                 write_guard: WriteGuard | None = None) -> None:
-        """`write_guard`: e.g. leader election's, so no write leaves once the lease may be another's."""
+                 write_guard: WriteGuard | None = None, on_request: RequestHook | None = None) -> None:
+        """`write_guard`: e.g. leader election's, so no write leaves once the lease may be another's.
+        `on_request`: e.g. a test noting every request as the apiserver's authorizer will see it."""
         self.access = access
         self.limiter = TokenBucket(qps, burst)
         self.observer = observer
         self.field_manager = field_manager
         self.write_guard = write_guard
+        self.on_request = on_request
         # Connections to the apiserver in parallel: at least the burst, so the bucket is the only limit.
         self.max_connections = max(burst, 100)
         self._session: aiohttp.ClientSession | None = None
@@ -189,11 +193,12 @@ class KubeClient:
     @classmethod
     async def connect(cls, kubeconfig: str | None = None, *, context: str | None = None,
                       qps: float = 50.0, burst: int = 100, observer: RequestObserver | None = None,
-                      field_manager: str = "mpiop", write_guard: WriteGuard | None = None) -> Self:
+                      field_manager: str = "mpiop", write_guard: WriteGuard | None = None,
+                      on_request: RequestHook | None = None) -> Self:
         """From a kubeconfig ($KUBECONFIG, ~/.kube/config), else the in-cluster ServiceAccount."""
         access = await load_access(kubeconfig, context)
         return cls(access, qps=qps, burst=burst, observer=observer, field_manager=field_manager,
-                   write_guard=write_guard)
+                   write_guard=write_guard, on_request=on_request)
 
     @property
     def session(self) -> aiohttp.ClientSession:
@@ -216,6 +221,8 @@ class KubeClient:
                     accept: str = JSON_MEDIA_TYPE) -> aiohttp.ClientResponse:
         if self.write_guard is not None and method not in ("GET", "HEAD"):
             self.write_guard(method, path)
+        if self.on_request is not None:
+            self.on_request(method, path, query or {})
         headers = {"Content-Type": content_type, "Accept": accept, "User-Agent": USER_AGENT}
         if (authorization := await self.access.authorization()) is not None:
             headers["Authorization"] = authorization

@@ -32,7 +32,7 @@ from testkit import kubeflow
 from testkit.deploy import DEPLOY, SYSTEM, docs
 from testkit.namespaces import create_namespace, delete_namespace
 from testkit.operator import Cluster, drive_to_success, eventually, mpijob
-from testkit.rbac import RecordingClient, Request, allows, rules, service_account_kubeconfig
+from testkit.rbac import Request, allows, recorder, rules, service_account_kubeconfig
 
 JSON = dict[str, Any]
 LEASE = "mpiop"
@@ -105,9 +105,9 @@ async def lifecycle(kube: KubeClient, token_kubeconfig: str, mpijob_crd: None) -
     with contextlib.suppress(ApiError):
         await kube.delete(LEASES, SYSTEM, LEASE)  # so the run also creates it
     run = Run()
-    def recording(**options: Any) -> Awaitable[RecordingClient]:
-        return RecordingClient.connect(token_kubeconfig, qps=0, burst=1000,
-                                       observer=lambda v, r, c, s: run.codes.append((v, r, c)), **options)
+    def recording(**options: Any) -> Awaitable[KubeClient]:
+        return KubeClient.connect(token_kubeconfig, qps=0, burst=1000, on_request=recorder(run.requests),
+                                  observer=lambda v, r, c, s: run.codes.append((v, r, c)), **options)
 
     lease_client = await recording()
     elector = LeaderElector(lease_client, ElectionConfig(
@@ -115,8 +115,6 @@ async def lifecycle(kube: KubeClient, token_kubeconfig: str, mpijob_crd: None) -
         lease_duration=15, renew_deadline=10, retry_period=2))  # the lease is free: taken at once
     main = await recording(write_guard=elector.guard_write)
     clients = [main, lease_client]
-    for client in clients:
-        client.requests = run.requests
     try:
         cluster = Cluster(kube, namespace)
         await eventually(lambda: cluster.kube.request("GET", f"/api/v1/namespaces/{namespace}/serviceaccounts/default"),

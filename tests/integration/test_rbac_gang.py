@@ -25,13 +25,7 @@ from mpiop.kube.client import MPIJOBS, KubeClient
 from testkit.deploy import DEPLOY, docs
 from testkit.namespaces import create_namespace, delete_namespace
 from testkit.operator import Cluster, eventually, mpijob
-from testkit.rbac import (
-    RecordingClient,
-    Request,
-    allows,
-    rules,
-    service_account_kubeconfig,
-)
+from testkit.rbac import Request, allows, recorder, rules, service_account_kubeconfig
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(180)]
 
@@ -53,8 +47,8 @@ async def overlay_rbac(control_plane: ControlPlane) -> AsyncIterator[list[JSON]]
 async def gang_life(control_plane: ControlPlane, kube: KubeClient, tmp: Path) -> list[Request]:
     await service_account_kubeconfig(control_plane, kube, tmp / "kubeconfig")
     namespace = await create_namespace(kube, f"t-rbac-gang-{uuid.uuid4().hex[:6]}")
-    client = await RecordingClient.connect(str(tmp / "kubeconfig"), qps=0, burst=100)
-    client.requests = []
+    requests: list[Request] = []
+    client = await KubeClient.connect(str(tmp / "kubeconfig"), qps=0, burst=100, on_request=recorder(requests))
     try:
         cluster = Cluster(kube, namespace)
         manager = Manager(client, ManagerConfig(namespace=namespace, workers=2,
@@ -74,13 +68,13 @@ async def gang_life(control_plane: ControlPlane, kube: KubeClient, tmp: Path) ->
             await eventually(lambda: cluster.condition("life", "Succeeded"), what="Succeeded")
 
             async def pod_group_deleted() -> bool:
-                return any(r[0] == "delete" and r[2] == "podgroups" for r in client.requests)
+                return any(r[0] == "delete" and r[2] == "podgroups" for r in requests)
 
             await eventually(pod_group_deleted, what="the PodGroup deleted")
         finally:
             stop.set()
             await asyncio.wait_for(task, 30)
-        return list(client.requests)
+        return list(requests)
     finally:
         await client.close()
         await delete_namespace(kube, namespace)
