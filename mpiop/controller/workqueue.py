@@ -36,6 +36,8 @@ K = TypeVar("K", bound=Hashable)
 K_contra = TypeVar("K_contra", bound=Hashable, contravariant=True)
 Clock = Callable[[], float]
 """Monotonic seconds; injectable so rate limiters can be tested without sleeping."""
+CallLater = Callable[[float, Callable[[], None]], asyncio.TimerHandle]
+"""``loop.call_later``'s shape: run a callback after some seconds; the handle cancels it."""
 
 
 class RateLimiter(Protocol[K_contra]):
@@ -136,6 +138,7 @@ class WorkQueue(Generic[K]):
     ``add_after``/``add_rate_limited`` calls, ``len()`` is the depth; ``on_wait(seconds)`` is called with how
     long a key waited between being added and ``get()``, ``on_work(seconds)`` with how long it was processed;
     ``longest_running()`` and ``unfinished_work()`` report on the keys being processed now.
+    ``call_later`` sets the delayed adds' timer (the running loop's by default): a test's sees every timer.
     """
 
     def __init__(
@@ -145,6 +148,7 @@ class WorkQueue(Generic[K]):
         clock: Clock = time.monotonic,
         on_wait: Callable[[float], None] | None = None,
         on_work: Callable[[float], None] | None = None,
+        call_later: CallLater | None = None,
     ) -> None:
         self._limiter: RateLimiter[K] = (
             rate_limiter if rate_limiter is not None else default_controller_rate_limiter(clock=clock)
@@ -160,6 +164,7 @@ class WorkQueue(Generic[K]):
         self._waiting: dict[K, float] = {}  # key -> earliest time it is due
         self._seq = itertools.count()  # heap tie-breaker, so keys are never compared
         self._timer: asyncio.TimerHandle | None = None
+        self._call_later = call_later
         self.adds = 0
         self.retries = 0
 
@@ -296,7 +301,8 @@ class WorkQueue(Generic[K]):
             self._timer = None
         if self._heap:
             delay = max(0.0, self._heap[0][0] - self._clock())
-            self._timer = asyncio.get_running_loop().call_later(delay, self._fire)
+            call_later = asyncio.get_running_loop().call_later if self._call_later is None else self._call_later
+            self._timer = call_later(delay, self._fire)
 
     def _fire(self) -> None:
         self._timer = None

@@ -17,9 +17,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
-import math
-import random
-import time
 from collections import OrderedDict, defaultdict
 from collections.abc import Callable, Iterable, KeysView, Mapping, ValuesView
 from dataclasses import dataclass, field
@@ -30,6 +27,7 @@ import aiohttp
 import structlog
 
 from mpiop.kube import resourceversion
+from mpiop.kube.backoff import Backoff
 from mpiop.kube.client import JSON, ApiError, KubeClient, Resource
 from mpiop.kube.codec import UNDECODABLE, ListSplitter, list_metadata
 
@@ -47,32 +45,6 @@ UndecodableHandler = Callable[[JSON], None]
 
 class BadWatchEventError(ValueError):
     """A watch line that is JSON but not a watch event: the stream cannot be trusted, re-list."""
-
-
-@dataclass
-class Backoff:
-    """client-go's reflector backoff: `initial` doubling up to `cap`, each wait jittered up to twice as long,
-    back to `initial` once `reset_after` seconds passed without one (so at most one try per 30-60 s)."""
-
-    initial: float = 0.8
-    cap: float = 30.0
-    reset_after: float = 120.0
-    factor: float = 2.0
-    jitter: float = 1.0
-    clock: Callable[[], float] = time.monotonic
-    rand: Callable[[], float] = random.random
-    _duration: float = field(default=0.0, init=False)
-    _last: float = field(default=-math.inf, init=False)
-
-    def next(self) -> float:
-        """Seconds to wait before the next try."""
-        now = self.clock()
-        if now - self._last > self.reset_after:
-            self._duration = self.initial
-        self._last = now
-        wait = self._duration
-        self._duration = min(self._duration * self.factor, self.cap)
-        return wait + self.rand() * self.jitter * wait
 
 
 def object_key(obj: JSON) -> str:
@@ -132,6 +104,11 @@ class Informer:
 
     def count(self) -> int:
         return len(self._store)
+
+    @property
+    def resource_version(self) -> str:
+        """The version the next watch starts from: the last list's or event's (bookmarks included)."""
+        return self._resource_version
 
     def undecodable(self) -> Mapping[str, JSON]:
         """The stub (codec.py) of each object present that cannot be decoded, by key."""
@@ -326,7 +303,7 @@ class Informer:
                     label_selector=self.label_selector, timeout_seconds=self.watch_timeout_seconds,
                     idle_timeout=self.watch_timeout_seconds + 30,
                 ):
-                    if self._handle(event):
+                    if self.apply_event(event):
                         return
             except ApiError as error:
                 if error.gone:
@@ -358,8 +335,11 @@ class Informer:
             raise BadWatchEventError(f"unknown watch event type {event_type!r}")
         return str(event_type), obj
 
-    def _handle(self, event: Any) -> bool:
-        """Apply one watch event; True when the watch has expired and a re-list is due."""
+    def apply_event(self, event: Any) -> bool:
+        """Apply one watch event as the watch does; True when the watch has expired and a re-list is due.
+
+        Public so a test can feed what a real apiserver cannot be made to send on cue (a late or expired event).
+        """
         event_type, obj = self._checked(event)
         self.stats.events += 1
         if event_type == "ERROR":

@@ -75,9 +75,9 @@ async def _get(informer: Informer, key: str) -> dict[str, Any] | None:
 
 async def test_a_410_gone_event_asks_for_a_relist(kube: KubeClient, namespace: str) -> None:
     informer = Informer(kube, CONFIGMAPS, namespace)
-    assert informer._handle({"type": "ERROR", "object": {"kind": "Status", "code": 410, "reason": "Expired"}})
-    assert not informer._handle({"type": "BOOKMARK", "object": {"metadata": {"resourceVersion": "42"}}})
-    assert informer._resource_version == "42"
+    assert informer.apply_event({"type": "ERROR", "object": {"kind": "Status", "code": 410, "reason": "Expired"}})
+    assert not informer.apply_event({"type": "BOOKMARK", "object": {"metadata": {"resourceVersion": "42"}}})
+    assert informer.resource_version == "42"
 
 
 async def test_our_own_write_is_not_undone_by_an_older_event(kube: KubeClient, namespace: str) -> None:
@@ -85,7 +85,7 @@ async def test_our_own_write_is_not_undone_by_an_older_event(kube: KubeClient, n
     first = await kube.create(CONFIGMAPS, namespace, {"metadata": {"name": "w"}, "data": {"v": "1"}})
     second = await kube.patch(CONFIGMAPS, namespace, "w", {"data": {"v": "2"}})
     informer.observe_write(second)
-    informer._handle({"type": "MODIFIED", "object": first})  # a late event for the older version
+    informer.apply_event({"type": "MODIFIED", "object": first})  # a late event for the older version
     cached = informer.get(f"{namespace}/w")
     assert cached is not None and cached["data"] == {"v": "2"}
 
@@ -97,8 +97,8 @@ async def test_an_answer_that_arrives_after_the_deletion_event_does_not_resurrec
     await kube.delete(CONFIGMAPS, namespace, "ghost")
     deleted = {**created, "metadata": {**created["metadata"], "resourceVersion": str(
         int(created["metadata"]["resourceVersion"]) + 1)}}
-    informer._handle({"type": "ADDED", "object": created})
-    informer._handle({"type": "DELETED", "object": deleted})
+    informer.apply_event({"type": "ADDED", "object": created})
+    informer.apply_event({"type": "DELETED", "object": deleted})
     informer.observe_write(created)  # our create's answer, processed late
     assert informer.get(f"{namespace}/ghost") is None
     recreated = {**created, "metadata": {**created["metadata"], "resourceVersion": str(

@@ -7,7 +7,7 @@ import asyncio
 import pytest
 
 from mpiop.controller.supervisor import Supervisor
-from mpiop.kube.informer import Backoff
+from mpiop.kube.backoff import Backoff
 
 
 class Clock:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import random
+from collections.abc import Callable
 
 import pytest
 
@@ -24,6 +25,18 @@ class FakeClock:
 
     def __call__(self) -> float:
         return self.now
+
+
+class Timers(list[asyncio.TimerHandle]):
+    """A WorkQueue's `call_later` that keeps every timer the queue sets, to tell whether one is left pending."""
+
+    def __call__(self, delay: float, callback: Callable[[], None]) -> asyncio.TimerHandle:
+        self.append(handle := asyncio.get_running_loop().call_later(delay, callback))
+        return handle
+
+    def pending(self) -> list[asyncio.TimerHandle]:
+        now = asyncio.get_running_loop().time()
+        return [timer for timer in self if not timer.cancelled() and timer.when() > now]
 
 
 async def drain(q: WorkQueue[str]) -> list[str]:
@@ -154,7 +167,8 @@ async def test_add_after_orders_by_due_time() -> None:
 
 
 async def test_add_after_earliest_wins_and_fires_once() -> None:
-    q: WorkQueue[str] = WorkQueue()
+    timers = Timers()
+    q: WorkQueue[str] = WorkQueue(call_later=timers)
     # (key, first delay, second delay): the sooner one wins whichever order they come in.
     # The later delay is far beyond the get's timeout, so a loaded machine cannot make the wrong one pass.
     cases = [("sooner-second", 1.0, 0.005), ("sooner-first", 0.005, 1.0)]
@@ -170,7 +184,7 @@ async def test_add_after_earliest_wins_and_fires_once() -> None:
     assert got == {key for key, _, _ in cases}
     await asyncio.sleep(1.2)
     assert len(q) == 0, "the superseded later due time must not add the key again"
-    assert q._timer is None
+    assert timers and not timers.pending()
 
 
 async def test_add_after_of_a_queued_key_is_deduplicated() -> None:
@@ -353,7 +367,8 @@ async def test_shut_down_with_drain_waits_for_in_flight(ending: str) -> None:
 
 async def test_nothing_left_pending_after_shutdown() -> None:
     before = asyncio.all_tasks()
-    q: WorkQueue[str] = WorkQueue()
+    timers = Timers()
+    q: WorkQueue[str] = WorkQueue(call_later=timers)
 
     async def worker() -> None:
         with pytest.raises(QueueShutDownError):
@@ -364,15 +379,13 @@ async def test_nothing_left_pending_after_shutdown() -> None:
     q.add_after("late", 10)
     q.add_after("soon", 0.01)
     q.add_rate_limited("retry")
-    timer = q._timer
-    assert timer is not None
+    assert timers.pending()
     q.add("now")
     await asyncio.sleep(0)
     await q.shut_down_with_drain()
     async with asyncio.timeout(0.5):
         await asyncio.gather(*workers)
-    assert timer.cancelled()
-    assert q._timer is None
+    assert timers and not timers.pending(), "shutdown cancels the delayed adds' timer"
     assert asyncio.all_tasks() <= before
     await asyncio.sleep(0.03)
     assert len(q) == 0, "delayed adds must not fire after shutdown"
