@@ -133,7 +133,7 @@ def _staging_replaces(version: str, workdir: Path) -> list[str]:
     return sorted(set(re.findall(r"^\s*(k8s\.io/[\w.-]+)\s*=>\s*\./staging/", text, flags=re.M)))
 
 
-def _write_wrapper_module(workdir: Path, name: str, require: str, packages: Iterable[str],
+def write_wrapper_module(workdir: Path, name: str, require: str, packages: Iterable[str],
                           replaces: Iterable[str] = ()) -> None:
     """A go.mod requiring `require` (``module version``) with `replaces`, and a tools.go importing the
     commands' packages so that `go mod tidy` keeps their dependencies."""
@@ -144,7 +144,7 @@ def _write_wrapper_module(workdir: Path, name: str, require: str, packages: Iter
     (workdir / "tools.go").write_text(f"//go:build tools\n\npackage tools\n\nimport (\n{imports})\n")
 
 
-def _go_binary_name(package: str) -> str:
+def go_binary_name(package: str) -> str:
     """The file `go build -o dir/` writes for a package: its last element, or the one before a /vN suffix."""
     parts = package.split("/")
     return parts[-2] if re.fullmatch(r"v\d+", parts[-1]) and len(parts) > 1 else parts[-1]
@@ -173,7 +173,7 @@ def _build_in_wrapper(root: Path, commands: dict[str, str], *, what: str, ldflag
                  *(commands[c] for c in missing)], workdir)
         bin_dir.mkdir(parents=True, exist_ok=True)
         for command in missing:
-            (staging_out / _go_binary_name(commands[command])).replace(bin_dir / command)
+            (staging_out / go_binary_name(commands[command])).replace(bin_dir / command)
         return bin_dir
 
 
@@ -198,7 +198,7 @@ def build_kubernetes(commands: Iterable[str], version: str = KUBERNETES_VERSION)
         workdir.mkdir(parents=True, exist_ok=True)
         (workdir / "go.mod").write_text("module mpiop.local/kubebins\n\ngo 1.24.0\n")  # for `go mod download`
         staging = staging_version(version)
-        _write_wrapper_module(workdir, "mpiop.local/kubebins", f"k8s.io/kubernetes {version}",
+        write_wrapper_module(workdir, "mpiop.local/kubebins", f"k8s.io/kubernetes {version}",
                               KUBE_COMMANDS.values(),
                               [f"{m} => {m} {staging}" for m in _staging_replaces(version, workdir)])
 
@@ -235,7 +235,7 @@ def build_etcd(version: str = ETCD_VERSION) -> Path:
     """Build etcd from go.etcd.io/etcd/server/v3 into the cache (through a wrapper module: its go.mod has
     replace directives pointing at the sibling modules of its repository); return the binary."""
     def write_module(workdir: Path) -> None:
-        _write_wrapper_module(workdir, "mpiop.local/etcdbin", f"{ETCD_PACKAGE} {version}", [ETCD_PACKAGE])
+        write_wrapper_module(workdir, "mpiop.local/etcdbin", f"{ETCD_PACKAGE} {version}", [ETCD_PACKAGE])
 
     return _build_in_wrapper(etcd_dir(version), {"etcd": ETCD_PACKAGE}, what=f"etcd {version}",
                              ldflags="-s -w", write_module=write_module) / "etcd"

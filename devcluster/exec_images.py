@@ -19,7 +19,7 @@ from pathlib import Path, PurePosixPath
 
 from devcluster import images
 from devcluster.binaries import build_lock, kube_binary
-from devcluster.images import PATH_ENV, REGISTRY, Image, _log, cache_key, images_dir, write_oci_archive
+from devcluster.images import PATH_ENV, REGISTRY, Image, cache_key, images_dir, log, write_oci_archive
 
 OPENSSH_PACKAGES = ("openssh-server", "openssh-client", "openssh-sftp-server")
 CONFIG = {"Env": [PATH_ENV], "Cmd": ["/bin/bash"], "WorkingDir": "/"}
@@ -66,7 +66,8 @@ def openssh_files(layer: Path) -> list[str]:
     return sorted({path for path in listed if regular.get(path)})
 
 
-def _whiteout_layer(paths: list[str], dest: Path) -> Path:
+def whiteout_layer(paths: list[str], dest: Path) -> Path:
+    """A layer that deletes `paths` from the layers below it (OCI whiteout files)."""
     with tarfile.open(dest, "w", format=tarfile.PAX_FORMAT) as tar:
         for path in paths:
             posix = PurePosixPath(path)
@@ -96,9 +97,9 @@ def _derived(name: str, key: str, build: Callable[[Path, Path], list[Path]]) -> 
     with build_lock(images_dir()), tempfile.TemporaryDirectory(prefix=f"{name}-", dir=images_dir()) as tmp:
         if archive.is_file():
             return image
-        _log(f"building {image.ref}")
+        log(f"building {image.ref}")
         write_oci_archive(archive, image.ref, build(images.mpi_image().archive, Path(tmp)), CONFIG)
-        _log(f"built {image.ref} ({archive.stat().st_size >> 20} MiB)")
+        log(f"built {image.ref} ({archive.stat().st_size >> 20} MiB)")
     return image
 
 
@@ -108,7 +109,7 @@ def mpi_nossh_image() -> Image:
 
     def build(archive: Path, tmp: Path) -> list[Path]:
         base = _single_layer(archive, tmp / "base.tar")
-        return [base, _whiteout_layer(openssh_files(base), tmp / "no-openssh.tar")]
+        return [base, whiteout_layer(openssh_files(base), tmp / "no-openssh.tar")]
 
     return _derived("mpi-nossh", cache_key("mpi-nossh", RECIPE, mpi.archive.name, *OPENSSH_PACKAGES), build)
 
@@ -122,4 +123,4 @@ def kubectl_image() -> Image:
         return [_single_layer(archive, tmp / "base.tar"),
                 _file_layer(kubectl, "usr/local/bin/kubectl", tmp / "kubectl.tar")]
 
-    return _derived("kubectl", cache_key("kubectl", RECIPE, mpi.archive.name, images._sha256_file(kubectl)), build)
+    return _derived("kubectl", cache_key("kubectl", RECIPE, mpi.archive.name, images.sha256_file(kubectl)), build)

@@ -91,7 +91,7 @@ class Image:
         return str(index["manifests"][0]["digest"])
 
 
-def _log(message: str) -> None:
+def log(message: str) -> None:
     print(f"[mpiop images] {message}", file=sys.stderr, flush=True)
 
 
@@ -131,7 +131,7 @@ def _require_root(what: str) -> None:
 
 
 # -- OCI image layout --------------------------------------------------------------------------------
-def _sha256_file(path: Path) -> str:
+def sha256_file(path: Path) -> str:
     digest = hashlib.sha256()
     with path.open("rb") as handle:
         while chunk := handle.read(1 << 20):
@@ -145,7 +145,7 @@ def write_oci_archive(out: Path, ref: str, layers: Sequence[Path], config: dict[
     `config` is the image's runtime config (Env, Entrypoint, Cmd, WorkingDir, User). The layers go in
     uncompressed (media type ...layer.v1.tar): nothing to compress or decompress on a local import.
     """
-    layer_digests = [_sha256_file(layer) for layer in layers]
+    layer_digests = [sha256_file(layer) for layer in layers]
     now = dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
     image_config = {
         "created": now, "architecture": "amd64", "os": "linux", "config": config,
@@ -213,20 +213,20 @@ def debootstrap_rootfs(packages: Sequence[str], release: str = SUITE) -> Path:
             return target
         partial = base / f"{release}-{key}.partial"
         shutil.rmtree(partial, ignore_errors=True)
-        _log(f"debootstrap --variant=minbase {release} with {', '.join(packages)} (first time only; minutes)")
-        log = base / f"{release}-{key}.log"
-        with log.open("wb") as out:
+        log(f"debootstrap --variant=minbase {release} with {', '.join(packages)} (first time only; minutes)")
+        build_log = base / f"{release}-{key}.log"
+        with build_log.open("wb") as out:
             result = subprocess.run(
                 _unshared(["debootstrap", "--variant=minbase", f"--include={','.join(packages)}",
                            release, str(partial), MIRROR]),
                 stdout=out, stderr=subprocess.STDOUT, check=False,
             )
         if result.returncode != 0:
-            tail = "\n".join(log.read_text(errors="replace").splitlines()[-20:])
+            tail = "\n".join(build_log.read_text(errors="replace").splitlines()[-20:])
             debootstrap_log = partial / "debootstrap" / "debootstrap.log"
             if debootstrap_log.is_file():
                 tail += "\n--- debootstrap.log\n" + "\n".join(debootstrap_log.read_text().splitlines()[-30:])
-            raise ImageError(f"debootstrap failed (exit {result.returncode}); {log}:\n{tail}")
+            raise ImageError(f"debootstrap failed (exit {result.returncode}); {build_log}:\n{tail}")
         (partial / ".complete").write_text("")
         shutil.rmtree(target, ignore_errors=True)
         partial.rename(target)
@@ -286,7 +286,7 @@ def _customized_image(name: str, packages: Sequence[str], script: str, inputs: S
     with build_lock(out_dir), tempfile.TemporaryDirectory(prefix=f"{name}-", dir=out_dir) as tmp:
         if archive.is_file():
             return image
-        _log(f"building {image.ref}")
+        log(f"building {image.ref}")
         rootfs = Path(tmp) / "rootfs"
         _run(["cp", "-a", "--reflink=auto", str(base), str(rootfs)])
         (rootfs / ".complete").unlink(missing_ok=True)
@@ -301,7 +301,7 @@ def _customized_image(name: str, packages: Sequence[str], script: str, inputs: S
         layer = Path(tmp) / "layer.tar"
         pack_rootfs(rootfs, layer)
         write_oci_archive(archive, image.ref, [layer], config)
-        _log(f"built {image.ref} ({archive.stat().st_size >> 20} MiB) in {archive}")
+        log(f"built {image.ref} ({archive.stat().st_size >> 20} MiB) in {archive}")
     return image
 
 
@@ -386,7 +386,7 @@ def operator_image() -> Image:
         # The wheels are made here with this interpreter's pip (its index and CA settings), and installed
         # in the chroot without a network: the chroot trusts only Debian's CA bundle.
         if not _customized_image_cached("mpiop", OPERATOR_PACKAGES, [script], config, source_key):
-            _log("building wheels of mpiop and its dependencies for the operator image")
+            log("building wheels of mpiop and its dependencies for the operator image")
             _run([sys.executable, "-m", "pip", "wheel", "-q", "--wheel-dir", str(wheels), str(source)])
         else:
             wheels.mkdir()

@@ -325,7 +325,8 @@ class PodBuilder:
         status: JSON = self._pod["status"]
         return status
 
-    def _phase(self, phase: str, ready: bool | None = None) -> Self:
+    def phase(self, phase: str, ready: bool | None = None) -> Self:
+        """Only the phase (and Ready when given), no container statuses: e.g. a bare Failed pod."""
         self._status.clear()
         self._status["phase"] = phase
         if ready is not None:
@@ -333,29 +334,29 @@ class PodBuilder:
         return self
 
     def pending(self) -> Self:
-        return self._phase("Pending")
+        return self.phase("Pending")
 
     def running(self) -> Self:
         """Running, not (yet) Ready."""
-        return self._phase("Running", ready=False)
+        return self.phase("Running", ready=False)
 
     def ready(self) -> Self:
-        return self._phase("Running", ready=True)
+        return self.phase("Running", ready=True)
 
     def succeeded(self, container: str = CONTAINER) -> Self:
-        self._phase("Succeeded", ready=False)
+        self.phase("Succeeded", ready=False)
         self._status["containerStatuses"] = [_terminated(container, "Completed", 0)]
         return self
 
     def failed(self, container: str = CONTAINER, reason: str = "Error", exit_code: int = 1, message: str = "") -> Self:
         """Failed, its container terminated (`message`: the kubelet's termination message, e.g. a runtime error)."""
-        self._phase("Failed", ready=False)
+        self.phase("Failed", ready=False)
         self._status["containerStatuses"] = [_terminated(container, reason, exit_code, message)]
         return self
 
     def restarted(self, container: str = CONTAINER, reason: str = "OOMKilled", exit_code: int = 137) -> Self:
         """Running again after its container died in place (restartPolicy OnFailure/Always): lastState says how."""
-        self._phase("Running", ready=True)
+        self.phase("Running", ready=True)
         self._status["containerStatuses"] = [
             {"name": container, "state": {}, "lastState": _terminated(container, reason, exit_code)["state"]}]
         return self
@@ -365,7 +366,7 @@ class PodBuilder:
         return self
 
     def evicted(self, message: str = "The node was low on resource: memory.") -> Self:
-        self._phase("Failed")
+        self.phase("Failed")
         self._status.update(reason="Evicted", message=message)
         return self
 
@@ -379,12 +380,12 @@ class PodBuilder:
     def unschedulable(self, message: str = "0/3 nodes are available: 3 node(s) didn't have free ports for the "
                                            "requested pod ports.") -> Self:
         """Pending, with the scheduler's PodScheduled=False message (by default: a host-port conflict)."""
-        self._phase("Pending")
+        self.phase("Pending")
         self._status["conditions"] = [{"type": "PodScheduled", "status": "False", "message": message}]
         return self
 
     def unknown(self) -> Self:
-        return self._phase("Unknown")
+        return self.phase("Unknown")
 
     def launched_workers(self, count: int | None) -> Self:
         """A launcher that started with `count` workers (None: one made before mpiop recorded it)."""

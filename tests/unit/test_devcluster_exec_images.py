@@ -6,7 +6,7 @@ import io
 import tarfile
 from pathlib import Path
 
-from devcluster.exec_images import _whiteout_layer, openssh_files
+from devcluster.exec_images import openssh_files, whiteout_layer
 
 
 def _layer(path: Path, files: dict[str, bytes], dirs: list[str], links: dict[str, str]) -> Path:
@@ -35,6 +35,6 @@ def test_openssh_files_are_the_packages_files_present_in_the_layer(tmp_path: Pat
     }, ["usr", "usr/sbin", "usr/bin"], {"lib": "usr/lib", "usr/bin/slogin": "ssh"})
     # Directories, symlinks (merged /usr's /lib above all) and paths through them are kept.
     assert openssh_files(layer) == ["usr/bin/ssh", "usr/sbin/sshd"]
-    whiteouts = _whiteout_layer(openssh_files(layer), tmp_path / "wh.tar")
+    whiteouts = whiteout_layer(openssh_files(layer), tmp_path / "wh.tar")
     with tarfile.open(whiteouts) as tar:
         assert tar.getnames() == ["usr/bin/.wh.ssh", "usr/sbin/.wh.sshd"]

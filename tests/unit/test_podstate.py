@@ -86,7 +86,7 @@ def test_labels_parsing(labels: dict[str, str], attempt: int, index: int | None,
         (worker(0).evicted("The node was low on resource: memory."),
          "pi-worker-0 Evicted: The node was low on resource: memory.", None),
         (worker(0).evicted(""), "pi-worker-0 Evicted", None),
-        (worker(2)._phase("Failed"), "pi-worker-2 Failed", None),
+        (worker(2).phase("Failed"), "pi-worker-2 Failed", None),
     ],
     ids=["oomkilled", "named-container", "launcher", "evicted", "evicted-no-message", "bare-failed"],
 )
@@ -97,7 +97,7 @@ def test_failure_summary(pod: PodBuilder, summary: str, exit_code: int | None) -
 
 
 def test_failed_container_first_nonzero_and_last_state() -> None:
-    obj: dict[str, Any] = worker(0)._phase("Failed").obj()
+    obj: dict[str, Any] = worker(0).phase("Failed").obj()
     obj["status"]["containerStatuses"] = [
         {"name": "ok", "state": {"terminated": {"exitCode": 0, "reason": "Completed"}}},
         {"name": "restarted", "state": {}, "lastState": {"terminated": {"exitCode": 139}}},

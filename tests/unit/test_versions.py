@@ -71,12 +71,12 @@ def test_etcd_from_kubebuilder_assets_wins_over_the_cache(tmp_path, monkeypatch)
     ids=["plain", "major-version-suffix"],
 )
 def test_go_build_names_a_binary_after_the_package_without_its_major_version(package: str, binary: str) -> None:
-    assert binaries._go_binary_name(package) == binary
+    assert binaries.go_binary_name(package) == binary
 
 
 def test_the_etcd_wrapper_module_requires_the_server_module_without_its_replaces(tmp_path) -> None:  # type: ignore[no-untyped-def]
-    binaries._write_wrapper_module(tmp_path, "mpiop.local/etcdbin", f"{binaries.ETCD_PACKAGE} {ETCD_VERSION}",
-                                   [binaries.ETCD_PACKAGE])
+    binaries.write_wrapper_module(tmp_path, "mpiop.local/etcdbin", f"{binaries.ETCD_PACKAGE} {ETCD_VERSION}",
+                                  [binaries.ETCD_PACKAGE])
     go_mod = (tmp_path / "go.mod").read_text()
     assert f"require go.etcd.io/etcd/server/v3 {ETCD_VERSION}" in go_mod and "replace" not in go_mod
     assert '_ "go.etcd.io/etcd/server/v3"' in (tmp_path / "tools.go").read_text()
