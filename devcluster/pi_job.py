@@ -1,11 +1,14 @@
-"""The pi MPIJob on the locally built MPI image (imagePullPolicy Never): the e2e scenarios and `make run` use it."""
+"""The pi MPIJob on the locally built MPI image (imagePullPolicy Never): the e2e scenarios and `make run` use it.
+
+Written out as plain JSON: devcluster runs clusters and sits below testkit, so it does not use testkit's builders.
+"""
 
 from __future__ import annotations
 
+import copy
 from typing import Any
 
 from mpiop.api.v2beta1 import LAUNCHER, WORKER, MPIImplementation
-from testkit.builders import make_mpijob
 
 JSON = dict[str, Any]
 
@@ -32,24 +35,26 @@ def pi_job(name: str, image: str, *, implementation: MPIImplementation = "OpenMP
                                 "/usr/local/bin/pi-openmpi", SAMPLES]
             if run_as_user in (None, 0):
                 launcher_command.insert(2, "--allow-run-as-root")
-    job = (make_mpijob(name).workers(workers).slots(slots).implementation(implementation)
-           .container(LAUNCHER, name="launcher", image=image, imagePullPolicy="Never", command=launcher_command)
-           .container(WORKER, name="worker", image=image, imagePullPolicy="Never",
-                      command=["/usr/local/bin/mpi-sshd"])
-           .spec(**spec))
-    pod_security: JSON = {}
-    if run_as_user is not None:
-        pod_security["runAsUser"] = run_as_user
-    if fs_group is not None:
-        pod_security["fsGroup"] = fs_group
-    if pod_security:
-        job.pod_spec(LAUNCHER, securityContext=pod_security).pod_spec(WORKER, securityContext=pod_security)
+    launcher: JSON = {"name": "launcher", "image": image, "imagePullPolicy": "Never", "command": launcher_command}
     if launcher_env:
-        job.container(LAUNCHER, env=launcher_env)
+        launcher["env"] = launcher_env
+    worker: JSON = {"name": "worker", "image": image, "imagePullPolicy": "Never",
+                    "command": ["/usr/local/bin/mpi-sshd"]}
     if worker_readiness_probe:
-        job.container(WORKER, readinessProbe={"tcpSocket": {"port": 2222}, "periodSeconds": 1, "failureThreshold": 30})
-    if worker_pod_spec:
-        job.pod_spec(WORKER, **worker_pod_spec)
+        worker["readinessProbe"] = {"tcpSocket": {"port": 2222}, "periodSeconds": 1, "failureThreshold": 30}
+    security: JSON = {key: value for key, value in (("runAsUser", run_as_user), ("fsGroup", fs_group))
+                      if value is not None}
+
+    def template(container: JSON, **pod_spec: Any) -> JSON:
+        return {"spec": {"containers": [container], **({"securityContext": security} if security else {}),
+                         **copy.deepcopy(pod_spec)}}
+
+    job_spec: JSON = {
+        "slotsPerWorker": slots, "mpiImplementation": implementation, "runPolicy": {},
+        "mpiReplicaSpecs": {LAUNCHER: {"replicas": 1, "template": template(launcher)},
+                            WORKER: {"replicas": workers, "template": template(worker, **(worker_pod_spec or {}))}},
+        **copy.deepcopy(spec),
+    }
     if ssh_auth_mount_path:
-        job.ssh_auth_mount_path(ssh_auth_mount_path)
-    return job.manifest()
+        job_spec["sshAuthMountPath"] = ssh_auth_mount_path
+    return {"apiVersion": "kubeflow.org/v2beta1", "kind": "MPIJob", "metadata": {"name": name}, "spec": job_spec}

@@ -11,6 +11,8 @@ from typing import Any
 import pytest
 
 from devcluster import local_run
+from devcluster.pi_job import SAMPLES, pi_job
+from mpiop.api.v2beta1 import LAUNCHER, WORKER, MPIJob
 
 
 def cond(type_: str, status: str) -> dict[str, str]:
@@ -54,3 +56,20 @@ def test_the_next_steps_name_only_commands_and_files_that_exist(local: bool) -> 
     assert "mpiop dev-cluster" not in shown
     assert set(re.findall(r"\bmake ([\w-]+)", shown)) <= make_targets()
     assert all((ROOT / path).is_file() for path in re.findall(r"-f (\S+)", shown))
+
+
+def test_the_pi_job_runs_the_chosen_mpis_pi_over_all_ranks_on_the_local_image() -> None:
+    job = MPIJob.model_validate(pi_job("pi", "local/mpi:1", implementation="MPICH", workers=3, slots=2,
+                                       run_as_user=1000, worker_readiness_probe=True,
+                                       runPolicy={"backoffLimit": 1}))
+    launcher, worker = (job.spec.mpi_replica_specs[r].template["spec"] for r in (LAUNCHER, WORKER))
+    assert job.spec.slots_per_worker == 2 and job.spec.mpi_implementation == "MPICH"
+    assert job.spec.mpi_replica_specs[WORKER].replicas == 3 and job.spec.run_policy.backoff_limit == 1
+    assert launcher["containers"][0]["command"] == ["mpi-wait-hosts", "mpirun.mpich", "-n", "6",
+                                                    "/usr/local/bin/pi-mpich", SAMPLES]
+    assert worker["containers"][0]["command"] == ["/usr/local/bin/mpi-sshd"]
+    assert "readinessProbe" in worker["containers"][0]
+    for spec in (launcher, worker):
+        assert spec["securityContext"] == {"runAsUser": 1000}
+        assert spec["containers"][0]["image"] == "local/mpi:1"
+        assert spec["containers"][0]["imagePullPolicy"] == "Never"
