@@ -1,4 +1,4 @@
-"""The e2e images of exec launch (issue 26), derived from the MPI image without building another rootfs.
+"""The e2e images of exec launch, derived from the MPI image without building another rootfs.
 
 - **mpi-nossh**: the MPI image with every file of Debian's openssh packages removed (a layer of OCI
   whiteouts over the same base layer): no sshd, no ssh client, nothing a launch could fall back on.

@@ -1,4 +1,4 @@
-"""backoffLimit counts a launcher restarted in place (issue 25), on a real node: kubeflow's pi example with its
+"""backoffLimit counts a launcher restarted in place, on a real node: kubeflow's pi example with its
 launcher under `restartPolicy: OnFailure` and `backoffLimit: 1`. A launcher that keeps failing goes into
 CrashLoopBackOff and its pod never reaches Failed; the job must fail anyway, saying why, and the same spec
 with a command that works must still succeed."""

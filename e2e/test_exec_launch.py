@@ -1,4 +1,4 @@
-"""Exec launch (issue 26) on the real node: no sshd anywhere. Open MPI's pi from an image with OpenSSH removed,
+"""Exec launch on the real node: no sshd anywhere. Open MPI's pi from an image with OpenSSH removed,
 as UID 1000870000 (in no /etc/passwd) on read-only root filesystems in a namespace enforcing the restricted Pod
 Security Standard; the launcher's token execs into its own job's worker and is refused another job's; and how
 long mpirun takes to have every rank running, exec vs SSH, on the same node."""

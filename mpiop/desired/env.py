@@ -169,7 +169,7 @@ def _host_network_env(job: MPIJob) -> list[EnvVar]:
     return env
 
 
-# -- exec launch (issue 26): mpirun's remote agent is kubexec.sh, not ssh -----------------------------------
+# -- exec launch: mpirun's remote agent is kubexec.sh, not ssh ----------------------------------------------
 # The ssh arguments above mean nothing to the agent: dropped from an exec launcher's environment.
 SSH_ARGS_VARIABLES = frozenset({"OMPI_MCA_plm_rsh_args", "PRTE_MCA_plm_ssh_args",
                                 "I_MPI_HYDRA_BOOTSTRAP_EXEC_EXTRA_ARGS", "HYDRA_LAUNCH_EXTRA_ARGS",

@@ -164,7 +164,7 @@ async def test_an_object_of_the_same_name_the_job_does_not_control_is_not_claime
                                                        "data": {"hostfile": "not mpiop's\n"}})
     await cluster.create_job(mpijob("mine", workers=1))
 
-    async def conflict() -> bool:  # someone else's object: never used, the job does not start (issue 12)
+    async def conflict() -> bool:  # someone else's object: never used, the job does not start
         job = await cluster.job("mine")
         conditions = ((job or {}).get("status") or {}).get("conditions") or []
         return any(c["type"] == "ReplicaFailure" and c["reason"] == "ErrResourceExists" for c in conditions)

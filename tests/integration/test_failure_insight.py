@@ -173,7 +173,7 @@ async def _crash_looping(cluster: Cluster, pod: str, *, failures: int, exit_code
 
 async def test_crash_looping_launcher_under_on_failure(control_plane: ControlPlane, cluster: Cluster,
                                                        operator: Operator) -> None:
-    """Issue 25: a launcher under restartPolicy OnFailure never reaches Failed, so each of its failed runs counts
+    """A launcher under restartPolicy OnFailure never reaches Failed, so each of its failed runs counts
     against backoffLimit (1): the first is told in the Running condition and a Warning Event, the second fails
     the job with BackoffLimitExceeded. Nothing else is restarted."""
     manifest = mpijob("loop", workers=1, run_policy={"backoffLimit": 1})

@@ -1,7 +1,7 @@
 """No single object stops a job silently: refused pods, squatted names, over-large jobs, default tokens.
 
-Each test reproduces one defect of issue 12 on the real apiserver (its admission plugins included), the test
-playing the kubelet.
+Each test makes, on the real apiserver (its admission plugins included), one object that could stop a job
+without a word, and shows the job says why; the test plays the kubelet.
 """
 
 from __future__ import annotations

@@ -4,7 +4,7 @@
 once the job has succeeded, its workers are gone and the operator has been quiet for a while (Events are
 sent in the background, so they are waited for too). The test fails above the budget and prints the
 requests by verb and resource. It runs twice: with kubeflow's defaults, and with the two opt-outs
-(--no-lifecycle-events --no-discover-hosts) that take an operator to the issue-18 target of 16.
+(--no-lifecycle-events --no-discover-hosts) that leave only the writes a job cannot do without: 16.
 """
 
 from __future__ import annotations
@@ -23,8 +23,7 @@ WORKERS = 8
 # Succeeded: the replica counts ride along), the finished workers deleted in one DELETE collection (by the
 # job's labels and phase, listed from the apiserver's watch cache), the hostfile's discover_hosts.sh (it lists
 # the Running workers, kubeflow's contract for elastic Horovod) patched once when they run, and one Event per
-# transition (Created, Running, Succeeded, as kubeflow records them). It cost 42 before issue 18, 27 with
-# one DELETE per worker.
+# transition (Created, Running, Succeeded, as kubeflow records them). One DELETE per worker would make it 27.
 BUDGET = 12 + 3 + 1 + 1 + 3
 # Without the three lifecycle Events (only logged) and with a discover_hosts.sh that never changes.
 LEAN = ("--no-lifecycle-events", "--no-discover-hosts")

@@ -1,4 +1,4 @@
-"""Whole lifetimes of jobs whose launcher or workers run under restartPolicy OnFailure (issue 25): the kubelet
+"""Whole lifetimes of jobs whose launcher or workers run under restartPolicy OnFailure: the kubelet
 restarts a failed container in place, the job counts each failed run against backoffLimit, and fails with
 BackoffLimitExceeded past it instead of staying Running on a pod in CrashLoopBackOff."""
 

@@ -246,7 +246,7 @@ def test_a_huge_job_is_planned_a_share_per_pass_and_its_launcher_with_the_last_s
     made = [make_pod(job, "worker", i).obj() for i in range(1000)]
     last = Plan(status=job.status.model_copy(deep=True))
     ensure.job_pods(last, job, observe(job, made), launcher_may_start=True, ports=NO_PORTS)
-    # Only in the pass that plans the last workers (issue 12).
+    # The launcher comes with the last share: mpirun never starts before every worker is planned.
     assert [o["metadata"]["name"] for o in last.create] == [
         *(f"big-worker-{i}" for i in range(1000, 1200)), "big-launcher"]
     assert last.requeue_after is None
