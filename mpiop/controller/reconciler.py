@@ -27,7 +27,7 @@ import structlog
 
 from mpiop import metrics, names, podstate, ssh
 from mpiop.api.v2beta1 import MPIJob, format_time
-from mpiop.controller import bulk_delete
+from mpiop.controller import bulk_delete, deleted_pods
 from mpiop.controller.caches import Caches, pod_group_resource
 from mpiop.controller.events import EventRecorder
 from mpiop.controller.evidence import AttemptEvidence
@@ -262,12 +262,8 @@ class Reconciler:
         if deleted is None:
             await _each(pods, self._delete_pod)
             return
-        # The watch brings what the pods became; until it does, the cache must not show them live, or the next
-        # pass would delete them again. A pod the apiserver's cache did not list yet goes by name.
-        deleted_at = format_time(self.clock())
-        for pod in pods:
-            if podstate.name(pod) in deleted:
-                self.caches.pods.observe_write(podstate.marked_terminating(pod, deleted_at))
+        # A pod the apiserver's cache did not list yet goes by name.
+        deleted_pods.observe_collection(self.caches.pods, pods, deleted, format_time(self.clock()))
         await _each([p for p in pods if podstate.name(p) not in deleted], self._delete_pod)
 
     async def _delete_collection(self, job: MPIJob, collection: bulk_delete.Collection) -> set[str] | None:
@@ -288,25 +284,13 @@ class Reconciler:
 
     async def _delete_pod(self, pod: podstate.Pod) -> None:
         meta = pod["metadata"]
+        outcome: JSON | ApiError
         async with self.write_limit:
             try:
-                answer = await self.client.delete(PODS, meta["namespace"], meta["name"], uid=meta.get("uid"))
+                outcome = await self.client.delete(PODS, meta["namespace"], meta["name"], uid=meta.get("uid"))
             except ApiError as error:
-                if error.not_found:  # gone already: until the watch says so, the next pass must not see it live
-                    self.caches.pods.observe_delete(f"{meta['namespace']}/{meta['name']}")
-                    return
-                if error.conflict:  # a newer pod of that name: the watch brings it
-                    return
-                raise
-        self._observe_deleted(answer, meta)
-
-    def _observe_deleted(self, answer: JSON, meta: JSON) -> None:
-        """A pod going gracefully is cached with its deletionTimestamp; one already gone is dropped."""
-        if answer.get("kind") == "Pod" and answer["metadata"].get("deletionTimestamp"):
-            self.caches.pods.observe_write(answer)
-        else:
-            self.caches.pods.observe_delete(f"{meta['namespace']}/{meta['name']}",
-                                            (answer.get("metadata") or {}).get("resourceVersion"))
+                outcome = error
+        deleted_pods.observe_by_name(self.caches.pods, pod, outcome, format_time(self.clock()))
 
     async def _delete_job(self, job: MPIJob) -> None:
         await self.client.delete_if_present(MPIJOBS, job.metadata.namespace, job.metadata.name, uid=job.metadata.uid)

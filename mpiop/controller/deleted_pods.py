@@ -1,0 +1,53 @@
+"""What the pod cache holds after the operator's own pod deletions, until the watch says what became of them.
+
+The next pass must neither see a deleted pod live (it would delete it again, or count it as running) nor lose
+a newer pod of the same name. A DELETE by name carries the pod's uid as a precondition, so its outcome says:
+
+- accepted, graceful: the answer is the pod with its deletionTimestamp, cached as is;
+- accepted, gone at once: dropped, remembered at the answer's resourceVersion so a late event cannot bring
+  it back;
+- 404: gone already (e.g. a DELETE collection took it first): dropped;
+- 409: the uid precondition failed, so the name now holds a newer pod and the one meant is gone. If the cache
+  still holds the one meant, it is kept as terminating: dropped, the next pass would create the name again and
+  be refused AlreadyExists; live, it would delete it again. A cached pod of another uid (the newer one, which
+  the watch has already brought) is left alone.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection
+from typing import Any
+
+from mpiop import podstate
+from mpiop.kube.client import ApiError
+from mpiop.kube.informer import Informer, object_key
+
+JSON = dict[str, Any]
+
+
+def observe_collection(pods: Informer, planned: list[podstate.Pod], deleted: Collection[str], deleted_at: str) -> None:
+    """After a DELETE collection: the planned pods it deleted are cached as terminating."""
+    for pod in planned:
+        if podstate.name(pod) in deleted:
+            pods.observe_write(podstate.marked_terminating(pod, deleted_at))
+
+
+def observe_by_name(pods: Informer, pod: podstate.Pod, outcome: JSON | ApiError, deleted_at: str) -> None:
+    """After a DELETE of `pod` by name and uid: `outcome` is its answer, or the ApiError (raised again unless it
+    is a 404 or a 409)."""
+    key = object_key(pod)
+    if isinstance(outcome, ApiError):
+        if outcome.not_found:
+            pods.observe_delete(key)
+        elif outcome.conflict:
+            cached, uid = pods.get(key), pod["metadata"].get("uid")
+            if cached is not None and uid and cached["metadata"].get("uid") == uid \
+                    and not podstate.is_terminating(cached):
+                pods.observe_write(podstate.marked_terminating(cached, deleted_at))
+        else:
+            raise outcome
+    elif outcome.get("kind") == "Pod" and outcome["metadata"].get("deletionTimestamp"):
+        pods.observe_write(outcome)
+    else:
+        pods.observe_delete(key, (outcome.get("metadata") or {}).get("resourceVersion"))
+
