@@ -3,7 +3,8 @@ operator ServiceAccount's token: how the tests show the RBAC is sufficient and m
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import contextlib
+from collections.abc import Collection, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -11,7 +12,7 @@ import yaml
 
 from devcluster.controlplane import ControlPlane
 from mpiop.kube.client import KubeClient, RequestHook
-from testkit.deploy import SYSTEM
+from testkit.deploy import DEPLOY, SYSTEM, docs
 
 ACCOUNT = "mpiop"
 JSON = dict[str, Any]
@@ -42,6 +43,21 @@ def recorder(requests: list[Request]) -> RequestHook:
         requests.append(as_rbac(method, path, query))
 
     return record
+
+
+@contextlib.contextmanager
+def applied(control_plane: ControlPlane, kustomization: Path, kinds: Collection[str]) -> Iterator[list[JSON]]:
+    """The objects of `kinds` a kustomization of deploy/ builds, applied for real (in deploy/'s namespace) and
+    removed afterwards."""
+    built = docs(control_plane.kubectl("kustomize", str(kustomization)))
+    control_plane.kubectl("apply", "--server-side", "-f", str(DEPLOY / "base" / "namespace.yaml"))
+    chosen = [obj for obj in built if obj["kind"] in kinds]
+    text = yaml.safe_dump_all(chosen)
+    control_plane.kubectl("apply", "--server-side", "-f", "-", input_text=text)
+    try:
+        yield chosen
+    finally:
+        control_plane.kubectl("delete", "--ignore-not-found", "-f", "-", input_text=text)
 
 
 def rules(objects: list[JSON]) -> list[JSON]:

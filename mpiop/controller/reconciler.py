@@ -37,27 +37,12 @@ from mpiop.controller.soft_writes import SoftWriteHold, only_soft_writes, status
 from mpiop.decide import decide
 from mpiop.desired import objects
 from mpiop.desired.settings import DEFAULT_SETTINGS, Settings
-from mpiop.kube.client import (
-    CONFIGMAPS,
-    JOBS,
-    MPIJOBS,
-    PODS,
-    ROLE_BINDINGS,
-    ROLES,
-    SECRETS,
-    SERVICE_ACCOUNTS,
-    SERVICES,
-    ApiError,
-    KubeClient,
-    Resource,
-)
+from mpiop.kube.client import JOBS, MPIJOBS, PODS, ApiError, KubeClient
 from mpiop.plan import Observed, Plan, Refusal
 from mpiop.policies import adoption, managed_by
 
 log = structlog.get_logger(__name__)
 JSON = dict[str, Any]
-RESOURCES: dict[str, Resource] = {"Pod": PODS, "ConfigMap": CONFIGMAPS, "Secret": SECRETS, "Service": SERVICES,
-                                  "ServiceAccount": SERVICE_ACCOUNTS, "Role": ROLES, "RoleBinding": ROLE_BINDINGS}
 UPDATED_FIELDS = ("data", "rules")  # what an update changes: a ConfigMap's data, a Role's rules
 WRITES_PER_PASS = 32  # coroutines carrying out one pass's creations or deletions
 DECIDE_ON_LOOP_UP_TO = 1000  # pods (existing + wanted); a bigger job is decided in a thread (bench/huge.py)
@@ -175,9 +160,10 @@ class Reconciler:
                 break
             refusals = await self._create_all(job, step)
         for obj in plan.update:
-            updated = await self.client.patch(RESOURCES[obj["kind"]], job.metadata.namespace,
-                                              obj["metadata"]["name"], {k: obj[k] for k in UPDATED_FIELDS if k in obj})
-            self.caches.informer_for(obj["kind"]).observe_write(updated)
+            informer = self.caches.informer_for(obj["kind"])
+            updated = await self.client.patch(informer.resource, job.metadata.namespace, obj["metadata"]["name"],
+                                              {k: obj[k] for k in UPDATED_FIELDS if k in obj})
+            informer.observe_write(updated)
         await self._delete_pods(job, plan.delete)
         if plan.delete_launcher_job is not None:
             await self._delete_launcher_job(plan.delete_launcher_job)
@@ -189,9 +175,10 @@ class Reconciler:
 
     async def _create(self, job: MPIJob, obj: JSON) -> Refusal | None:
         kind, name = obj["kind"], obj["metadata"]["name"]
+        informer = self.caches.informer_for(kind)
         async with self.write_limit:
             try:
-                created = await self.client.create(RESOURCES[kind], obj["metadata"]["namespace"], obj)
+                created = await self.client.create(informer.resource, obj["metadata"]["namespace"], obj)
             except ApiError as error:
                 if error.already_exists and (self._controls(job, kind, name)
                                              or (kind != "Pod" and await self._claim(job, kind, name))):
@@ -200,21 +187,22 @@ class Reconciler:
                     log.info("creation refused", kind=kind, name=name, code=error.status, error=error.message)
                     return Refusal(kind, name, error.status, error.reason, error.message)
                 raise
-        self.caches.informer_for(kind).observe_write(created)
+        informer.observe_write(created)
         return None
 
     async def _claim(self, job: MPIJob, kind: str, name: str) -> bool:
         """An object of this name exists but is not in the cache: label it as ours if this job controls it
         (kubeflow's operator made it), so the informer sees it from now on; True if so. Anything else is left
         alone (and reported by the ownership policy)."""
+        informer = self.caches.informer_for(kind)
         try:
-            claimed = await self.client.patch(RESOURCES[kind], job.metadata.namespace, name,
+            claimed = await self.client.patch(informer.resource, job.metadata.namespace, name,
                                               adoption.claim_patch(job), patch_type="json")
         except ApiError as error:
             if error.status in (400, 404, 409, 422):  # not this job's (the patch's test failed), or gone
                 return False
             raise
-        self.caches.informer_for(kind).observe_write(claimed)
+        informer.observe_write(claimed)
         log.info("claimed an object kubeflow's operator made", kind=kind, name=name)
         return True
 

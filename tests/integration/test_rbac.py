@@ -21,7 +21,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
-import yaml
 
 from devcluster.controlplane import ControlPlane
 from mpiop.controller.manager import Manager, ManagerConfig
@@ -29,10 +28,10 @@ from mpiop.kube.client import JOBS, MPIJOBS, ApiError, KubeClient
 from mpiop.leader import LEASES, ElectionConfig, LeaderElector
 from mpiop.process import supervise
 from testkit import kubeflow
-from testkit.deploy import DEPLOY, SYSTEM, docs
+from testkit.deploy import DEPLOY, SYSTEM
 from testkit.namespaces import create_namespace, delete_namespace
 from testkit.operator import Cluster, drive_to_success, eventually, mpijob
-from testkit.rbac import Request, allows, recorder, rules, service_account_kubeconfig
+from testkit.rbac import Request, allows, applied, recorder, rules, service_account_kubeconfig
 
 JSON = dict[str, Any]
 LEASE = "mpiop"
@@ -54,13 +53,8 @@ class Run:
 @pytest.fixture(scope="module")
 async def rbac_objects(control_plane: ControlPlane) -> AsyncIterator[list[JSON]]:
     """deploy/base's ServiceAccount and roles, applied for real (and removed afterwards)."""
-    built = docs(control_plane.kubectl("kustomize", str(DEPLOY / "base")))
-    control_plane.kubectl("apply", "--server-side", "-f", str(DEPLOY / "base" / "namespace.yaml"))
-    chosen = [obj for obj in built if obj["kind"] in RBAC_KINDS]
-    text = yaml.safe_dump_all(chosen)
-    control_plane.kubectl("apply", "--server-side", "-f", "-", input_text=text)
-    yield chosen
-    control_plane.kubectl("delete", "--ignore-not-found", "-f", "-", input_text=text)
+    with applied(control_plane, DEPLOY / "base", RBAC_KINDS) as objects:
+        yield objects
 
 
 @pytest.fixture(scope="module")

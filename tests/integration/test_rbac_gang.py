@@ -15,17 +15,16 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 
 from devcluster import coscheduler
 from devcluster.controlplane import ControlPlane
 from mpiop.controller.manager import Manager, ManagerConfig
 from mpiop.desired.podgroup import GangScheduler
 from mpiop.kube.client import MPIJOBS, KubeClient
-from testkit.deploy import DEPLOY, docs
+from testkit.deploy import DEPLOY
 from testkit.namespaces import create_namespace, delete_namespace
 from testkit.operator import Cluster, eventually, mpijob
-from testkit.rbac import Request, allows, recorder, rules, service_account_kubeconfig
+from testkit.rbac import Request, allows, applied, recorder, rules, service_account_kubeconfig
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(180)]
 
@@ -35,13 +34,8 @@ KINDS = ("ServiceAccount", "ClusterRole", "ClusterRoleBinding")
 
 @pytest.fixture(scope="module")
 async def overlay_rbac(control_plane: ControlPlane) -> AsyncIterator[list[JSON]]:
-    built = docs(control_plane.kubectl("kustomize", str(DEPLOY / "overlays" / "scheduler-plugins")))
-    control_plane.kubectl("apply", "--server-side", "-f", str(DEPLOY / "base" / "namespace.yaml"))
-    chosen = [obj for obj in built if obj["kind"] in KINDS]
-    text = yaml.safe_dump_all(chosen)
-    control_plane.kubectl("apply", "--server-side", "-f", "-", input_text=text)
-    yield chosen
-    control_plane.kubectl("delete", "--ignore-not-found", "-f", "-", input_text=text)
+    with applied(control_plane, DEPLOY / "overlays" / "scheduler-plugins", KINDS) as objects:
+        yield objects
 
 
 async def gang_life(control_plane: ControlPlane, kube: KubeClient, tmp: Path) -> list[Request]:
