@@ -134,7 +134,7 @@ def _staging_replaces(version: str, workdir: Path) -> list[str]:
 
 
 def write_wrapper_module(workdir: Path, name: str, require: str, packages: Iterable[str],
-                          replaces: Iterable[str] = ()) -> None:
+                         replaces: Iterable[str] = ()) -> None:
     """A go.mod requiring `require` (``module version``) with `replaces`, and a tools.go importing the
     commands' packages so that `go mod tidy` keeps their dependencies."""
     workdir.mkdir(parents=True, exist_ok=True)
@@ -199,8 +199,8 @@ def build_kubernetes(commands: Iterable[str], version: str = KUBERNETES_VERSION)
         (workdir / "go.mod").write_text("module mpiop.local/kubebins\n\ngo 1.24.0\n")  # for `go mod download`
         staging = staging_version(version)
         write_wrapper_module(workdir, "mpiop.local/kubebins", f"k8s.io/kubernetes {version}",
-                              KUBE_COMMANDS.values(),
-                              [f"{m} => {m} {staging}" for m in _staging_replaces(version, workdir)])
+                             KUBE_COMMANDS.values(),
+                             [f"{m} => {m} {staging}" for m in _staging_replaces(version, workdir)])
 
     return _build_in_wrapper(kube_bin_dir(version).parent, {c: KUBE_COMMANDS[c] for c in commands},
                              what=f"Kubernetes {version}", ldflags=version_ldflags(version),

@@ -46,15 +46,17 @@ def pi_job(name: str, image: str, *, implementation: MPIImplementation = "OpenMP
                       if value is not None}
 
     def template(container: JSON, **pod_spec: Any) -> JSON:
-        return {"spec": {"containers": [container], **({"securityContext": security} if security else {}),
-                         **copy.deepcopy(pod_spec)}}
+        context = {"securityContext": dict(security)} if security else {}
+        return {"spec": {"containers": [container], **context, **pod_spec}}
 
     job_spec: JSON = {
         "slotsPerWorker": slots, "mpiImplementation": implementation, "runPolicy": {},
         "mpiReplicaSpecs": {LAUNCHER: {"replicas": 1, "template": template(launcher)},
                             WORKER: {"replicas": workers, "template": template(worker, **(worker_pod_spec or {}))}},
-        **copy.deepcopy(spec),
+        **spec,
     }
     if ssh_auth_mount_path:
         job_spec["sshAuthMountPath"] = ssh_auth_mount_path
-    return {"apiVersion": "kubeflow.org/v2beta1", "kind": "MPIJob", "metadata": {"name": name}, "spec": job_spec}
+    # A copy: nothing of the caller's arguments is shared with it.
+    return copy.deepcopy({"apiVersion": "kubeflow.org/v2beta1", "kind": "MPIJob", "metadata": {"name": name},
+                          "spec": job_spec})

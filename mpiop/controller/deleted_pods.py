@@ -41,8 +41,8 @@ def observe_by_name(pods: Informer, pod: podstate.Pod, outcome: JSON | ApiError,
             pods.observe_delete(key)
         elif outcome.conflict:
             cached, uid = pods.get(key), pod["metadata"].get("uid")
-            if cached is not None and uid and cached["metadata"].get("uid") == uid \
-                    and not podstate.is_terminating(cached):
+            meant = cached is not None and uid and cached["metadata"].get("uid") == uid
+            if cached is not None and meant and not podstate.is_terminating(cached):
                 pods.observe_write(podstate.marked_terminating(cached, deleted_at))
         else:
             raise outcome
@@ -50,4 +50,3 @@ def observe_by_name(pods: Informer, pod: podstate.Pod, outcome: JSON | ApiError,
         pods.observe_write(outcome)
     else:
         pods.observe_delete(key, (outcome.get("metadata") or {}).get("resourceVersion"))
-

@@ -138,7 +138,8 @@ class WorkQueue(Generic[K]):
     ``add_after``/``add_rate_limited`` calls, ``len()`` is the depth; ``on_wait(seconds)`` is called with how
     long a key waited between being added and ``get()``, ``on_work(seconds)`` with how long it was processed;
     ``longest_running()`` and ``unfinished_work()`` report on the keys being processed now.
-    ``call_later`` sets the delayed adds' timer (the running loop's by default): a test's sees every timer.
+    ``call_later`` arms the delayed adds' timer (the running loop's by default); a test passes one that keeps
+    the handles, to see whether any is left pending.
     """
 
     def __init__(
