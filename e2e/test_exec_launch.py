@@ -1,7 +1,8 @@
-"""Exec launch on the real node: no sshd anywhere. Open MPI's pi from an image with OpenSSH removed,
-as UID 1000870000 (in no /etc/passwd) on read-only root filesystems in a namespace enforcing the restricted Pod
-Security Standard; the launcher's token execs into its own job's worker and is refused another job's; and how
-long mpirun takes to have every rank running, exec vs SSH, on the same node."""
+"""Exec launch on the real node: no sshd anywhere. Open MPI's, MPICH's and Intel MPI's pi and PyTorch DDP from an
+image with OpenSSH removed, as UID 1000870000 (in no /etc/passwd) on read-only root filesystems in a namespace
+enforcing the restricted Pod Security Standard (testkit.e2e.exec_launch); the launcher's token execs into its own
+job's worker and is refused another job's; and how long mpirun takes to have every rank running, exec vs SSH, on
+the same node."""
 
 from __future__ import annotations
 
@@ -14,22 +15,13 @@ import pytest
 
 from devcluster import exec_images
 from devcluster.pi_job import SAMPLES, pi_job
-from mpiop.api.v2beta1 import LAUNCHER, WORKER, MPIImplementation
-from mpiop.desired.launch import LAUNCH_ANNOTATION
-from testkit.e2e.kube import JSON, ApiError, is_true, wait_for
+from mpiop.api.v2beta1 import MPIImplementation
+from testkit.e2e.exec_launch import UID, finished, report, restrict_namespace, restricted_exec
+from testkit.e2e.kube import JSON, wait_for
 from testkit.e2e.mpi import assert_pi, assert_succeeded, finalize_hang, mpich_pi_command
 from testkit.e2e.session import E2E, REPORT, operator_process
+from testkit.e2e.training import assert_trained, ddp_job, script_config_map
 
-UID = 1000870000
-RESTRICTED = {"pod-security.kubernetes.io/enforce": "restricted",
-              "pod-security.kubernetes.io/enforce-version": "latest"}
-CONTAINER_SECURITY = {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]},
-                      "readOnlyRootFilesystem": True}
-POD_SECURITY = {"runAsUser": UID, "runAsGroup": UID, "runAsNonRoot": True,
-                "seccompProfile": {"type": "RuntimeDefault"}}
-# Open MPI 4's rsh launcher gives up on a UID with no passwd entry ("unknown-user", help-plm-rsh.txt), as
-# OpenShift's arbitrary UIDs are: the job mounts one (what nss_wrapper does in images made for OpenShift).
-PASSWD = f"root:x:0:0:root:/root:/bin/sh\nmpi:x:{UID}:{UID}:mpi:/tmp:/bin/sh\n"
 # mpirun's own start to every rank running: each rank process prints its start time, as seconds since the epoch.
 RANKS_UP = ('t0=$(date +%s.%N); {mpirun} -n 4 sh -c \'echo "rank-started $(date +%s.%N)"\'; '
             'echo "mpirun-started $t0"')
@@ -47,61 +39,17 @@ def exec_images_imported(e2e_session: E2E) -> tuple[str, str]:
 @pytest.fixture
 def restricted(bare: E2E, exec_images_imported: tuple[str, str]) -> Iterator[E2E]:
     """`bare`'s namespace enforcing the restricted standard, its operator told where kubectl comes from."""
-    bare.api.merge_patch(f"/api/v1/namespaces/{bare.ns}", {"metadata": {"labels": RESTRICTED}})
-    bare.api.create(f"/api/v1/namespaces/{bare.ns}/configmaps", {
-        "apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "passwd"}, "data": {"passwd": PASSWD}})
+    restrict_namespace(bare)
     with operator_process(bare, "--kubectl-image", exec_images_imported[1]):
         yield bare
 
 
 def exec_pi_job(name: str, image: str, launcher_script: str, implementation: MPIImplementation = "OpenMPI",
                 **spec: Any) -> JSON:
-    """pi's job shape under exec launch: the annotation, no sshd (workers wait: mpiop's default command), an
-    arbitrary UID (with the passwd entry Open MPI needs), read-only root filesystems with a writable /tmp for
-    Open MPI's session directory."""
+    """pi under exec launch in the restricted shape (testkit.e2e.exec_launch), the launcher running a script."""
     spec.setdefault("runPolicy", {"backoffLimit": 1})
-    manifest = pi_job(name, image, implementation=implementation, launcher_command=["sh", "-c", launcher_script],
-                      **spec)
-    manifest["metadata"]["annotations"] = {LAUNCH_ANNOTATION: "exec"}
-    for role in (LAUNCHER, WORKER):
-        pod_spec: dict[str, Any] = manifest["spec"]["mpiReplicaSpecs"][role]["template"]["spec"]
-        main = pod_spec["containers"][0]
-        if role == WORKER:
-            del main["command"]
-        main["securityContext"] = dict(CONTAINER_SECURITY)
-        main["volumeMounts"] = [{"name": "tmp", "mountPath": "/tmp"},
-                                {"name": "passwd", "mountPath": "/etc/passwd", "subPath": "passwd"}]
-        pod_spec["volumes"] = [{"name": "tmp", "emptyDir": {}}, {"name": "passwd", "configMap": {"name": "passwd"}}]
-        pod_spec["securityContext"] = dict(POD_SECURITY)
-    return manifest
-
-
-def finished(e2e: E2E, name: str, timeout: float = 240) -> JSON:
-    """wait_finished, whose timeout also shows the current launcher's log."""
-    def describe() -> str:
-        try:
-            return e2e.describe(name) + "\n  launcher log:\n" + e2e.launcher_log(name)
-        except ApiError as err:
-            return e2e.describe(name) + f"\n  launcher log: {err}"
-
-    def done() -> JSON | None:
-        job = e2e.job(name)
-        return job if is_true(job, "Succeeded") or is_true(job, "Failed") else None
-
-    result: JSON = wait_for(done, timeout, f"MPIJob {e2e.ns}/{name} to finish", describe=describe)
-    return result
-
-
-def report(e2e: E2E, name: str) -> None:
-    """What the test output shows of a finished exec job: conditions, pods (init containers too), Warning
-    Events, and the init container's log of the last launcher."""
-    print(e2e.describe(name))
-    for pod in e2e.api.pods(e2e.ns):
-        for status in (pod["status"].get("initContainerStatuses") or []):
-            print(f"  pod {pod['metadata']['name']} init {status['name']}: {status.get('state')}")
-    for event in e2e.api.events(e2e.ns):
-        if event.get("type") == "Warning":
-            print(f"  event {event['involvedObject']['name']}: {event.get('reason')}: {event.get('message')}")
+    return restricted_exec(pi_job(name, image, implementation=implementation,
+                                  launcher_command=["sh", "-c", launcher_script], **spec))
 
 
 def ranks_up_seconds(log: str) -> float:
@@ -193,3 +141,20 @@ def test_mpich_pi_without_sshd(restricted: E2E, exec_images_imported: tuple[str,
 
 def test_intel_mpi_pi_without_sshd(restricted: E2E, exec_images_imported: tuple[str, str]) -> None:
     hydra_pi(restricted, exec_images_imported[0], "Intel", f"exec mpiexec.hydra -n 4 /usr/local/bin/pi-intel {SAMPLES}")
+
+
+def test_pytorch_ddp_without_sshd(restricted: E2E, exec_images_imported: tuple[str, str]) -> None:
+    """DDP over gloo, 2 workers x 2 slots, `mpirun -n 4 python3 train_ddp.py` started through kubexec.sh: the same
+    checks as under SSH (forwarded presets, loss, parameters equal to the single-process reference)."""
+    e2e, image = restricted, exec_images_imported[0]
+    e2e.api.create(f"/api/v1/namespaces/{e2e.ns}/configmaps", script_config_map())
+    started = e2e.create_job(restricted_exec(ddp_job("ddp", image, mpirun=("mpirun.openmpi",),
+                                                     runPolicy={"backoffLimit": 1})))
+    job = finished(e2e, "ddp", timeout=600)
+    e2e.record("exec-pytorch-ddp", time.monotonic() - started)
+    report(e2e, "ddp")
+    log = e2e.launcher_log("ddp")
+    print(log)
+    assert_succeeded(job)
+    assert_trained(e2e, "ddp", log)
+

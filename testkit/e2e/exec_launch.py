@@ -1,0 +1,79 @@
+"""Jobs under exec launch in the shape OpenShift's restricted SCC gives them: the launch annotation, no sshd
+(workers wait: mpiop's default command), an arbitrary UID that is in no image's /etc/passwd, read-only root
+filesystems, no privilege escalation, all capabilities dropped, in a namespace enforcing the restricted Pod
+Security Standard."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from mpiop.api.v2beta1 import LAUNCHER, WORKER
+from mpiop.desired.launch import LAUNCH_ANNOTATION
+from testkit.e2e.kube import JSON, ApiError, is_true, wait_for
+from testkit.e2e.session import E2E
+
+UID = 1000870000
+RESTRICTED = {"pod-security.kubernetes.io/enforce": "restricted",
+              "pod-security.kubernetes.io/enforce-version": "latest"}
+CONTAINER_SECURITY = {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]},
+                      "readOnlyRootFilesystem": True}
+POD_SECURITY = {"runAsUser": UID, "runAsGroup": UID, "runAsNonRoot": True,
+                "seccompProfile": {"type": "RuntimeDefault"}}
+# Open MPI's rsh/ssh launcher gives up on a UID with no passwd entry ("unknown-user", help-plm-rsh.txt), as
+# OpenShift's arbitrary UIDs are: the job mounts one (what nss_wrapper does in images made for OpenShift).
+PASSWD = f"root:x:0:0:root:/root:/bin/sh\nmpi:x:{UID}:{UID}:mpi:/tmp:/bin/sh\n"
+
+
+def restrict_namespace(e2e: E2E) -> None:
+    """Enforce the restricted standard in the test's namespace and give it the passwd ConfigMap."""
+    e2e.api.merge_patch(f"/api/v1/namespaces/{e2e.ns}", {"metadata": {"labels": RESTRICTED}})
+    e2e.api.create(f"/api/v1/namespaces/{e2e.ns}/configmaps", {
+        "apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "passwd"}, "data": {"passwd": PASSWD}})
+
+
+def restricted_exec(manifest: JSON) -> JSON:
+    """`manifest` (an MPIJob) under exec launch as an arbitrary UID: its workers' own command dropped (they
+    wait), read-only root filesystems with a writable /tmp (Open MPI's session directory), the passwd entry."""
+    manifest["metadata"].setdefault("annotations", {})[LAUNCH_ANNOTATION] = "exec"
+    for role in (LAUNCHER, WORKER):
+        pod_spec: dict[str, Any] = manifest["spec"]["mpiReplicaSpecs"][role]["template"]["spec"]
+        main = pod_spec["containers"][0]
+        if role == WORKER:
+            main.pop("command", None)
+        main["securityContext"] = dict(CONTAINER_SECURITY)
+        main.setdefault("volumeMounts", []).extend([
+            {"name": "tmp", "mountPath": "/tmp"},
+            {"name": "passwd", "mountPath": "/etc/passwd", "subPath": "passwd"}])
+        pod_spec.setdefault("volumes", []).extend([
+            {"name": "tmp", "emptyDir": {}}, {"name": "passwd", "configMap": {"name": "passwd"}}])
+        pod_spec["securityContext"] = dict(POD_SECURITY)
+    return manifest
+
+
+def finished(e2e: E2E, name: str, timeout: float = 240) -> JSON:
+    """wait_finished, whose timeout also shows the current launcher's log."""
+    def done() -> JSON | None:
+        job = e2e.job(name)
+        return job if is_true(job, "Succeeded") or is_true(job, "Failed") else None
+
+    result: JSON = wait_for(done, timeout, f"MPIJob {e2e.ns}/{name} to finish", describe=lambda: describe(e2e, name))
+    return result
+
+
+def describe(e2e: E2E, name: str) -> str:
+    """The job, its pods and the current launcher's log."""
+    try:
+        return e2e.describe(name) + "\n  launcher log:\n" + e2e.launcher_log(name)
+    except ApiError as err:
+        return e2e.describe(name) + f"\n  launcher log: {err}"
+
+
+def report(e2e: E2E, name: str) -> None:
+    """What the test output shows of an exec job: conditions, pods (init containers too), Warning Events."""
+    print(e2e.describe(name))
+    for pod in e2e.api.pods(e2e.ns):
+        for status in (pod["status"].get("initContainerStatuses") or []):
+            print(f"  pod {pod['metadata']['name']} init {status['name']}: {status.get('state')}")
+    for event in e2e.api.events(e2e.ns):
+        if event.get("type") == "Warning":
+            print(f"  event {event['involvedObject']['name']}: {event.get('reason')}: {event.get('message')}")
