@@ -1,8 +1,8 @@
 """Exec launch on the real node: no sshd anywhere. Open MPI's, MPICH's and Intel MPI's pi and PyTorch DDP from an
 image with OpenSSH removed, as UID 1000870000 (in no /etc/passwd) on read-only root filesystems in a namespace
 enforcing the restricted Pod Security Standard (testkit.e2e.exec_launch); the launcher's token execs into its own
-job's worker and is refused another job's; and how long mpirun takes to have every rank running, exec vs SSH, on
-the same node."""
+job's worker and is refused another job's; a worker deleted mid-run restarts the job; and how long mpirun takes
+to have every rank running, exec vs SSH, on the same node."""
 
 from __future__ import annotations
 
@@ -16,9 +16,9 @@ import pytest
 from devcluster import exec_images
 from devcluster.pi_job import SAMPLES, pi_job
 from mpiop.api.v2beta1 import MPIImplementation
-from testkit.e2e.exec_launch import UID, finished, report, restrict_namespace, restricted_exec
+from testkit.e2e.exec_launch import UID, describe, finished, report, restrict_namespace, restricted_exec
 from testkit.e2e.kube import JSON, wait_for
-from testkit.e2e.mpi import assert_pi, assert_succeeded, finalize_hang, mpich_pi_command
+from testkit.e2e.mpi import assert_pi, assert_succeeded, delete_worker_mid_run, finalize_hang, mpich_pi_command
 from testkit.e2e.session import E2E, REPORT, operator_process
 from testkit.e2e.training import assert_trained, ddp_job, script_config_map
 
@@ -158,3 +158,13 @@ def test_pytorch_ddp_without_sshd(restricted: E2E, exec_images_imported: tuple[s
     assert_succeeded(job)
     assert_trained(e2e, "ddp", log)
 
+
+def test_worker_deleted_mid_run_restarts_the_job(restricted: E2E, exec_images_imported: tuple[str, str]) -> None:
+    """A worker deleted while its ranks run under exec: Restarting, then Succeeded, as under SSH."""
+    e2e, image = restricted, exec_images_imported[0]
+    message = delete_worker_mid_run(e2e, "restart", lambda command, env: restricted_exec(pi_job(
+        "restart", image, launcher_command=command, launcher_env=env, runPolicy={"backoffLimit": 3})),
+        wait_hosts=())
+    print(f"Restarting: {message}")
+    report(e2e, "restart")
+    print(describe(e2e, "restart"))

@@ -54,17 +54,19 @@ def assert_succeeded(job: JSON | None) -> None:
 
 
 def delete_worker_mid_run(e2e: E2E, name: str, make_job: Callable[[list[str], list[JSON]], JSON],
-                          while_running: Callable[[], object] = lambda: None) -> str:
+                          while_running: Callable[[], object] = lambda: None,
+                          wait_hosts: tuple[str, ...] = ("mpi-wait-hosts",)) -> str:
     """Run `make_job(launcher command, launcher env)`, delete worker 1 while the ranks run, and wait: Restarting,
     then Succeeded after a restart, with the second attempt's log. Returns the Restarting condition's message.
 
     The ranks sleep for as long as the ConfigMap says when the launcher starts: long in the first attempt,
-    zero in the next (changed before the worker is deleted). `while_running` is called as the ranks sleep."""
+    zero in the next (changed before the worker is deleted). `while_running` is called as the ranks sleep.
+    `wait_hosts` prefixes the launcher's command (exec launch needs none: its agent waits for the pods)."""
     control = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "pi-control"},
                "data": {"sleep": "600"}}
     e2e.api.create(f"/api/v1/namespaces/{e2e.ns}/configmaps", control)
     env = [{"name": "PI_SLEEP", "valueFrom": {"configMapKeyRef": {"name": "pi-control", "key": "sleep"}}}]
-    command = ["mpi-wait-hosts", "sh", "-c",
+    command = [*wait_hosts, "sh", "-c",
                'exec mpirun.openmpi --allow-run-as-root -n 4 /usr/local/bin/pi-openmpi 2000000 "$PI_SLEEP"']
     e2e.create_job(make_job(command, env))
     wait_for(lambda: "every rank sleeps 600 s" in log_or_empty(e2e, name), 180,
