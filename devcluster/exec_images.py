@@ -1,7 +1,8 @@
 """The e2e images of exec launch, derived from the MPI image without building another rootfs.
 
-- **mpi-nossh**: the MPI image with every file of Debian's openssh packages removed (a layer of OCI
-  whiteouts over the same base layer): no sshd, no ssh client, nothing a launch could fall back on.
+- **mpi-nossh** (per MPI suite): the MPI image with every file of Debian's openssh packages removed (a layer of
+  OCI whiteouts over the same base layer): no sshd, no ssh client, nothing a launch could fall back on; and a
+  variant without /bin/sh, for the error a worker without a shell must give under exec launch.
 - **kubectl**: the MPI image's base layer with this project's own kubectl (`.cache/kubernetes/<version>/bin`)
   in /usr/local/bin: what `--kubectl-image` must be, an image with sh, cp and kubectl on its PATH, with no
   registry pull.
@@ -19,9 +20,21 @@ from pathlib import Path, PurePosixPath
 
 from devcluster import images
 from devcluster.binaries import build_lock, kube_binary
-from devcluster.images import PATH_ENV, REGISTRY, Image, cache_key, images_dir, log, write_oci_archive
+from devcluster.images import (
+    BOOKWORM,
+    PATH_ENV,
+    REGISTRY,
+    Image,
+    MpiSuite,
+    cache_key,
+    images_dir,
+    log,
+    write_oci_archive,
+)
 
 OPENSSH_PACKAGES = ("openssh-server", "openssh-client", "openssh-sftp-server")
+# /bin/sh on a merged-/usr Debian: what an image made without a shell (distroless) lacks.
+NO_SHELL = ("usr/bin/sh",)
 CONFIG = {"Env": [PATH_ENV], "Cmd": ["/bin/bash"], "WorkingDir": "/"}
 RECIPE = "2"  # part of each key: a change of how these images are derived makes new ones
 
@@ -88,8 +101,8 @@ def _file_layer(source: Path, path: str, dest: Path) -> Path:
     return dest
 
 
-def _derived(name: str, key: str, build: Callable[[Path, Path], list[Path]]) -> Image:
-    """An image of the MPI archive's layer and more, from `build(mpi archive, scratch dir)` -> its layers."""
+def _derived(name: str, key: str, build: Callable[[Path, Path], list[Path]], suite: MpiSuite = BOOKWORM) -> Image:
+    """An image of `suite`'s MPI archive's layer and more, from `build(mpi archive, scratch dir)` -> its layers."""
     archive = images_dir() / f"{name}-{key}.tar"
     image = Image(f"{REGISTRY}/{name}:{key[:12]}", archive)
     if archive.is_file():
@@ -98,20 +111,21 @@ def _derived(name: str, key: str, build: Callable[[Path, Path], list[Path]]) -> 
         if archive.is_file():
             return image
         log(f"building {image.ref}")
-        write_oci_archive(archive, image.ref, build(images.mpi_image().archive, Path(tmp)), CONFIG)
+        write_oci_archive(archive, image.ref, build(images.mpi_image(suite).archive, Path(tmp)), CONFIG)
         log(f"built {image.ref} ({archive.stat().st_size >> 20} MiB)")
     return image
 
 
-def mpi_nossh_image() -> Image:
-    """The MPI image with OpenSSH gone."""
-    mpi = images.mpi_image()
+def mpi_nossh_image(suite: MpiSuite = BOOKWORM, without: tuple[str, ...] = ()) -> Image:
+    """`suite`'s MPI image with OpenSSH gone, and the files `without` names (e.g. NO_SHELL)."""
+    mpi = images.mpi_image(suite)
+    name = f"{suite.name}-nossh" + ("-" + "-".join(PurePosixPath(p).name for p in without) if without else "")
 
     def build(archive: Path, tmp: Path) -> list[Path]:
         base = _single_layer(archive, tmp / "base.tar")
-        return [base, whiteout_layer(openssh_files(base), tmp / "no-openssh.tar")]
+        return [base, whiteout_layer([*openssh_files(base), *without], tmp / "no-openssh.tar")]
 
-    return _derived("mpi-nossh", cache_key("mpi-nossh", RECIPE, mpi.archive.name, *OPENSSH_PACKAGES), build)
+    return _derived(name, cache_key(name, RECIPE, mpi.archive.name, *OPENSSH_PACKAGES, *without), build, suite)
 
 
 def kubectl_image() -> Image:

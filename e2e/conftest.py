@@ -23,8 +23,9 @@ from typing import Any
 
 import pytest
 
-from devcluster import images
+from devcluster import exec_images, images
 from devcluster.node import Node
+from testkit.e2e.exec_launch import restrict_namespace
 from testkit.e2e.kube import Api, ApiError, is_true, wait_for
 from testkit.e2e.session import E2E, REPORT, REPORT_PATH, operator_process
 
@@ -118,6 +119,38 @@ def bare(e2e_session: E2E, suite: str, request: pytest.FixtureRequest) -> Iterat
 def e2e(bare: E2E) -> Iterator[E2E]:
     """A fresh namespace with the operator (a real `mpiop run` process) watching only it."""
     with operator_process(bare):
+        yield bare
+
+
+_imported: set[str] = set()  # derived images (exec launch's) imported into this session's node
+
+
+def _import_once(session: E2E, image: images.Image) -> str:
+    if image.ref not in _imported:
+        session.node.import_images([image])
+        _imported.add(image.ref)
+    return image.ref
+
+
+@pytest.fixture
+def exec_images_imported(e2e_session: E2E, suite: str) -> tuple[str, str]:
+    """(`suite`'s MPI image without OpenSSH, the kubectl image), derived from the MPI image and imported once."""
+    return (_import_once(e2e_session, exec_images.mpi_nossh_image(images.MPI_SUITES[suite])),
+            _import_once(e2e_session, exec_images.kubectl_image()))
+
+
+@pytest.fixture
+def noshell_image(e2e_session: E2E, suite: str) -> str:
+    """`suite`'s MPI image without OpenSSH and without /bin/sh, imported once."""
+    return _import_once(e2e_session, exec_images.mpi_nossh_image(images.MPI_SUITES[suite], exec_images.NO_SHELL))
+
+
+@pytest.fixture
+def restricted(bare: E2E, exec_images_imported: tuple[str, str]) -> Iterator[E2E]:
+    """`bare`'s namespace enforcing the restricted Pod Security Standard (testkit.e2e.exec_launch), its operator
+    told where kubectl comes from."""
+    restrict_namespace(bare)
+    with operator_process(bare, "--kubectl-image", exec_images_imported[1]):
         yield bare
 
 

@@ -8,48 +8,25 @@ from __future__ import annotations
 
 import re
 import time
-from collections.abc import Iterator
-from typing import Any
 
-import pytest
-
-from devcluster import exec_images
 from devcluster.pi_job import SAMPLES, pi_job
 from mpiop.api.v2beta1 import MPIImplementation
-from testkit.e2e.exec_launch import UID, describe, finished, report, restrict_namespace, restricted_exec
-from testkit.e2e.kube import JSON, wait_for
-from testkit.e2e.mpi import assert_pi, assert_succeeded, delete_worker_mid_run, finalize_hang, mpich_pi_command
-from testkit.e2e.session import E2E, REPORT, operator_process
+from testkit.e2e.exec_launch import UID, describe, exec_pi_job, finished, report, restricted_exec
+from testkit.e2e.kube import wait_for
+from testkit.e2e.mpi import (
+    assert_pi,
+    assert_succeeded,
+    delete_worker_mid_run,
+    finalize_hang,
+    mpich_pi_command,
+)
+from testkit.e2e.session import E2E, REPORT
 from testkit.e2e.training import assert_trained, ddp_job, script_config_map
 
 # mpirun's own start to every rank running: each rank process prints its start time, as seconds since the epoch.
 RANKS_UP = ('t0=$(date +%s.%N); {mpirun} -n 4 sh -c \'echo "rank-started $(date +%s.%N)"\'; '
             'echo "mpirun-started $t0"')
 STARTED = re.compile(r"^(rank|mpirun)-started (\d+\.\d+)$", re.M)
-
-
-@pytest.fixture(scope="module")
-def exec_images_imported(e2e_session: E2E) -> tuple[str, str]:
-    """(the MPI image without OpenSSH, the kubectl image), built from the MPI image and imported."""
-    nossh, kubectl = exec_images.mpi_nossh_image(), exec_images.kubectl_image()
-    e2e_session.node.import_images([nossh, kubectl])
-    return nossh.ref, kubectl.ref
-
-
-@pytest.fixture
-def restricted(bare: E2E, exec_images_imported: tuple[str, str]) -> Iterator[E2E]:
-    """`bare`'s namespace enforcing the restricted standard, its operator told where kubectl comes from."""
-    restrict_namespace(bare)
-    with operator_process(bare, "--kubectl-image", exec_images_imported[1]):
-        yield bare
-
-
-def exec_pi_job(name: str, image: str, launcher_script: str, implementation: MPIImplementation = "OpenMPI",
-                **spec: Any) -> JSON:
-    """pi under exec launch in the restricted shape (testkit.e2e.exec_launch), the launcher running a script."""
-    spec.setdefault("runPolicy", {"backoffLimit": 1})
-    return restricted_exec(pi_job(name, image, implementation=implementation,
-                                  launcher_command=["sh", "-c", launcher_script], **spec))
 
 
 def ranks_up_seconds(log: str) -> float:
@@ -77,8 +54,8 @@ def test_openmpi_pi_without_sshd_as_any_uid(restricted: E2E, exec_images_importe
     assert_succeeded(job)
     assert f"launcher uid {UID}, ssh: none" in log
     assert_pi(log, "pi")
-    REPORT["exec_ranks_up_seconds"] = round(ranks_up_seconds(log), 3)
-    print(f"exec: mpirun start -> 4 ranks running {ranks_up_seconds(log):.3f} s")
+    e2e.report("exec_ranks_up_seconds", round(ranks_up_seconds(log), 3))
+    print(f"exec [{e2e.suite}]: mpirun start -> 4 ranks running {ranks_up_seconds(log):.3f} s")
 
 
 def test_the_launchers_token_reaches_its_own_worker_only(restricted: E2E,
@@ -168,3 +145,4 @@ def test_worker_deleted_mid_run_restarts_the_job(restricted: E2E, exec_images_im
     print(f"Restarting: {message}")
     report(e2e, "restart")
     print(describe(e2e, "restart"))
+

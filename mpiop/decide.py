@@ -23,6 +23,8 @@
     disrupted?   -> a pod evicted or preempted: Restarting, backoffLimit not spent (policies/disruption)
     pod failed?  -> Restarting (pods deleted) or Failed (backoffLimit), clean-up (policies/failure)
     restarted in place (OnFailure)? -> counted against backoffLimit in Running, or Failed BackoffLimitExceeded
+    exec launcher's kubectl image not pulled? -> Running=False KubectlImageUnavailable, Failed after a grace
+                                                (policies/kubectl_image)
     attempt failed? -> its launcher's and failed pods' logs saved in <job>-attempt-<n> first (policies/evidence);
                     its node avoided by the next attempts if it failed for the node's reason (policies/node_exclusion)
     otherwise    -> Running when all pods run; create what is missing, the launcher when its creation
@@ -53,6 +55,7 @@ from mpiop.policies import (
     forward_env,
     gang,
     host_ports,
+    kubectl_image,
     launch_mode,
     launcher_creation,
     node_exclusion,
@@ -108,7 +111,8 @@ def _decide(plan: Plan, job: MPIJob, observed: Observed, now: dt.datetime, setti
         return
     if disruption.apply(plan, job, observed, now, settings.max_disruption_restarts):
         return
-    if failure.apply(plan, job, observed, now):
+    if failure.apply(plan, job, observed, now) or kubectl_image.apply(
+            plan, job, observed, now, settings.default_launch, settings.kubectl_image):
         return
     progress.mark_running(plan, job, observed, now)
     node_exclusion.explain_wait(plan, job, observed, now)

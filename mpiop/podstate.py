@@ -133,6 +133,21 @@ def container_failure(pod: Pod) -> ContainerFailure | None:
     return None
 
 
+# The kubelet's waiting reasons of a container whose image it cannot get: a pull that failed (and is retried with
+# a back-off), a reference it cannot parse, or a pull that imagePullPolicy Never forbids.
+IMAGE_PULL_FAILURES = frozenset({"ErrImagePull", "ImagePullBackOff", "InvalidImageName", "ErrImageNeverPull"})
+
+
+def image_pull_failure(pod: Pod, container: str) -> tuple[str, str] | None:
+    """(reason, message) while the kubelet cannot get the image of `container` (init containers too); else None."""
+    statuses = pod.get("status", {})
+    for status in (statuses.get("initContainerStatuses") or []) + (statuses.get("containerStatuses") or []):
+        waiting = (status.get("state") or {}).get("waiting") or {}
+        if status.get("name") == container and waiting.get("reason") in IMAGE_PULL_FAILURES:
+            return str(waiting["reason"]), str(waiting.get("message") or "")
+    return None
+
+
 def restart_policy(pod: Pod) -> str:
     return str((pod.get("spec") or {}).get("restartPolicy") or "Always")
 
@@ -301,11 +316,16 @@ def _slim_container(status: dict[str, Any]) -> dict[str, Any]:
 
 
 def _slim_state(state: Any) -> dict[str, Any]:
-    """A terminated run's exit; of waiting, only CrashLoopBackOff (a failed run that waits to run again)."""
+    """A terminated run's exit; of waiting, only CrashLoopBackOff (a failed run that waits to run again) and an
+    image the kubelet cannot get (with its message, which names the image and what the registry said)."""
     if not isinstance(state, dict):
         return {}
-    if (state.get("waiting") or {}).get("reason") == CRASH_LOOP:
+    waiting = state.get("waiting") or {}
+    if waiting.get("reason") == CRASH_LOOP:
         return {"waiting": {"reason": CRASH_LOOP}}
+    if waiting.get("reason") in IMAGE_PULL_FAILURES:
+        return {"waiting": {"reason": waiting["reason"],
+                            "message": str(waiting.get("message") or "")[-TERMINATION_MESSAGE_KEPT:]}}
     if "terminated" not in state:
         return {}
     terminated = state["terminated"] or {}

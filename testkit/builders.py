@@ -361,6 +361,13 @@ class PodBuilder:
             {"name": container, "state": {}, "lastState": _terminated(container, reason, exit_code)["state"]}]
         return self
 
+    def init_waiting(self, container: str, reason: str, message: str = "") -> Self:
+        """Pending with `container` (an init container) waiting, e.g. on an image the kubelet cannot pull."""
+        self._phase("Pending")
+        waiting = {"reason": reason, "message": message} if message else {"reason": reason}
+        self._status["initContainerStatuses"] = [{"name": container, "state": {"waiting": waiting}, "lastState": {}}]
+        return self
+
     def on_node(self, node: str) -> Self:
         self._pod["spec"] = {"nodeName": node}
         return self

@@ -26,6 +26,7 @@ DELIVERY_CONTAINER = "mpiop-kubectl-delivery"
 WORKER_WAIT_COMMAND = ["/bin/sh", "-c", "trap 'exit 0' TERM INT; while :; do sleep 3600 & wait $!; done"]
 # Seconds kubexec.sh waits for a pod to run before it execs (a launcher may start before its workers do).
 POD_WAIT_SECONDS = 120
+TERMINATION_LOG = "/dev/termination-log"  # the kubelet's default terminationMessagePath
 # Restricted Pod Security Standard for the init container; the launcher container's own securityContext wins.
 _HARDENED = {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}, "readOnlyRootFilesystem": True}
 
@@ -63,15 +64,36 @@ until [ "$(kubectl get pod "$pod" -o 'jsonpath={.status.phase}' 2>/dev/null)" = 
   sleep 1
   waited=$((waited + 1))
 done
-exec "$MPIOP_KUBECTL" --namespace "$MPIOP_NAMESPACE" --cache-dir "$MPIOP_KUBECTL_CACHE" \
-  exec -i "$pod" --container "$container" -- /bin/sh -c "$*"
+kubectl exec -i "$pod" --container "$container" -- /bin/sh -c "$*"
+code=$?
+# 126/127: the runtime could not start the command; 1: kubectl's own error. An image without /bin/sh says so
+# only in the runtime's words, amid mpirun's: say it plainly, naming the pod, for the job's failure report.
+case "$code" in
+  1|126|127)
+    why=$(kubectl exec "$pod" --container "$container" -- /bin/sh -c : 2>&1 </dev/null | tr '\n' ' ')
+    case "$why" in
+      *'"/bin/sh"'*)
+        said="kubexec.sh: pod $pod cannot run /bin/sh (container $container): exec launch starts every remote"
+        said="$said command with /bin/sh -c, so the image needs one"
+        echo "$said; the runtime said: $why" >&2
+        # Also the launcher's termination message: mpirun's help texts follow in the log, past its last lines.
+        if [ -w "$MPIOP_TERMINATION_LOG" ]; then echo "$said" > "$MPIOP_TERMINATION_LOG"; fi
+        exit 127 ;;
+    esac ;;
+esac
+exit "$code"
 """
 
 
-def _container_name(job: MPIJob, role: str) -> str:
+def _main_container(job: MPIJob, role: str) -> dict[str, Any]:
     replica = job.spec.launcher if role == names.LAUNCHER_ROLE else job.spec.worker
     containers = ((replica.template.get("spec") or {}).get("containers") if replica else None) or [{}]
-    return str(containers[0].get("name") or "")
+    main: dict[str, Any] = containers[0]
+    return main
+
+
+def _container_name(job: MPIJob, role: str) -> str:
+    return str(_main_container(job, role).get("name") or "")
 
 
 def agent_env(job: MPIJob, attempt: int) -> list[dict[str, str]]:
@@ -85,7 +107,12 @@ def agent_env(job: MPIJob, attempt: int) -> list[dict[str, str]]:
         {"name": "MPIOP_LAUNCHER_CONTAINER", "value": _container_name(job, names.LAUNCHER_ROLE)},
         {"name": "MPIOP_WORKER_CONTAINER", "value": _container_name(job, names.WORKER_ROLE)},
         {"name": "MPIOP_POD_WAIT_SECONDS", "value": str(POD_WAIT_SECONDS)},
+        {"name": "MPIOP_TERMINATION_LOG", "value": _termination_log(job)},
     ]
+
+
+def _termination_log(job: MPIJob) -> str:
+    return str(_main_container(job, names.LAUNCHER_ROLE).get("terminationMessagePath") or TERMINATION_LOG)
 
 
 def launcher_pod(pod: dict[str, Any], job: MPIJob, kubectl_image: str) -> None:

@@ -26,6 +26,7 @@ TAIL_LINES = 20
 TAIL_BYTES = 2048
 WORKER_LOST = "WorkerLost"  # mpirun lost the worker's daemon (ORTE/PRTE "lost communication")
 RANK_FAILED = "RankFailed"  # a rank on the worker died ("mpirun noticed that process rank N ...", Hydra)
+NO_SHELL = "NoShell"  # exec launch could not start mpirun's daemon: the worker's image has no /bin/sh
 _DETAIL_CHARS = 300
 
 # A named host in mpirun's error, and what it says happened there. Open MPI wraps its help texts, so a
@@ -35,6 +36,7 @@ _HOST_PATTERNS = (
     # "mpirun noticed that process rank N with PID P on node H exited on signal 9", "... exiting improperly"
     (re.compile(r"process rank \d+ with PID \S+\s+on\s+node\s+(?P<host>[\w.-]+)"), RANK_FAILED),
     (re.compile(r"PID \d+ RUNNING AT (?P<host>[\w.-]+)"), RANK_FAILED),  # Hydra's BAD TERMINATION
+    (re.compile(r"kubexec\.sh: pod (?P<host>[\w.-]+) cannot run /bin/sh"), NO_SHELL),  # exec launch (desired.kubexec)
 )
 # "Process name: [[51934,1],3]" (ORTE) or "[prterun-pi-launcher-17@1,3]" (PRTE): rank 3, mapped by the hostfile.
 _PROCESS_NAME = re.compile(r"Process name:\s*\[(?:\[\d+,\d+\]|[^\]\s]*@\d+),(?P<rank>\d+)\]")
@@ -187,6 +189,12 @@ def _lines_of(text: str, match: re.Match[str]) -> str:
     return " ".join(text[start:end if end >= 0 else len(text)].split()).strip(" =")
 
 
+def _termination_message(pod: podstate.Pod) -> str:
+    """The failed container's termination message and a newline, or "" (kubexec.sh writes its finding there)."""
+    found = podstate.container_failure(pod)
+    return f"{found.message}\n" if found is not None and found.message.strip() else ""
+
+
 def _where(job: MPIJob, pod: podstate.Pod) -> str:
     parts = [r for r in (rank_range(job, pod),) if r]
     if node := podstate.node_name(pod):
@@ -194,15 +202,16 @@ def _where(job: MPIJob, pod: podstate.Pod) -> str:
     return f" ({', '.join(parts)})" if parts else ""
 
 
-def _describe(job: MPIJob, pod: podstate.Pod) -> str:
-    """`pod (ranks, node) container c Reason exit N`, with the kubelet's message's last line, if any."""
+def _describe(job: MPIJob, pod: podstate.Pod, detail_told: str = "") -> str:
+    """`pod (ranks, node) container c Reason exit N`, with the kubelet's message's last line, if any (and not in
+    `detail_told`, already said)."""
     name = podstate.name(pod)
     text = name + _where(job, pod) + podstate.failure_summary(pod).removeprefix(name)
     found = podstate.container_failure(pod)
     detail = ""
     if found is not None and found.message.strip():
         detail = found.message.strip().splitlines()[-1].strip()
-    if detail:
+    if detail and detail not in detail_told:
         text += f": {detail[:_DETAIL_CHARS]}"
     return text
 
@@ -293,10 +302,10 @@ def report(job: MPIJob, observed: Observed, attempt: int) -> Report | None:
             what = f"{_describe(job, dead)}; then the launcher {_describe(job, launcher)}"
             return Report(podstate.name(dead), _reason(dead), what, _info(job, dead, _reason(dead), attempt),
                           tail_from, tail)
-        if (named := named_worker(job, observed, attempt, tail)) is not None:
+        if (named := named_worker(job, observed, attempt, _termination_message(launcher) + tail)) is not None:
             pod, reason, line = named
             what = (f"worker {podstate.name(pod)}{_where(job, pod)}, per the launcher's log: {line[:_DETAIL_CHARS]}; "
-                    f"then the launcher {_describe(job, launcher)}")
+                    f"then the launcher {_describe(job, launcher, line)}")
             return Report(podstate.name(pod), reason, what, _info(job, pod, reason, attempt), tail_from, tail)
     pod = failed[0]
     return Report(podstate.name(pod), _reason(pod), _describe(job, pod), _info(job, pod, _reason(pod), attempt),

@@ -7,7 +7,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from mpiop.api.v2beta1 import LAUNCHER, WORKER
+from devcluster.pi_job import pi_job
+from mpiop.api.v2beta1 import LAUNCHER, WORKER, MPIImplementation
 from mpiop.desired.launch import LAUNCH_ANNOTATION
 from testkit.e2e.kube import JSON, ApiError, is_true, wait_for
 from testkit.e2e.session import E2E
@@ -27,6 +28,11 @@ PASSWD = f"root:x:0:0:root:/root:/bin/sh\nmpi:x:{UID}:{UID}:mpi:/tmp:/bin/sh\n"
 def restrict_namespace(e2e: E2E) -> None:
     """Enforce the restricted standard in the test's namespace and give it the passwd ConfigMap."""
     e2e.api.merge_patch(f"/api/v1/namespaces/{e2e.ns}", {"metadata": {"labels": RESTRICTED}})
+    add_passwd(e2e)
+
+
+def add_passwd(e2e: E2E) -> None:
+    """The passwd ConfigMap restricted_exec's pods mount."""
     e2e.api.create(f"/api/v1/namespaces/{e2e.ns}/configmaps", {
         "apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "passwd"}, "data": {"passwd": PASSWD}})
 
@@ -48,6 +54,14 @@ def restricted_exec(manifest: JSON) -> JSON:
             {"name": "tmp", "emptyDir": {}}, {"name": "passwd", "configMap": {"name": "passwd"}}])
         pod_spec["securityContext"] = dict(POD_SECURITY)
     return manifest
+
+
+def exec_pi_job(name: str, image: str, launcher_script: str, implementation: MPIImplementation = "OpenMPI",
+                **spec: Any) -> JSON:
+    """pi under exec launch in the restricted shape (testkit.e2e.exec_launch), the launcher running a script."""
+    spec.setdefault("runPolicy", {"backoffLimit": 1})
+    return restricted_exec(pi_job(name, image, implementation=implementation,
+                                  launcher_command=["sh", "-c", launcher_script], **spec))
 
 
 def finished(e2e: E2E, name: str, timeout: float = 240) -> JSON:

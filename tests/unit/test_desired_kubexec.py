@@ -85,7 +85,9 @@ def agent(tmp_path: Path) -> tuple[Path, dict[str, str]]:
     env = {"PATH": os.environ["PATH"], "KUBECTL_LOG": str(tmp_path / "log"), "MPIOP_KUBECTL": str(kubectl),
            "MPIOP_KUBECTL_CACHE": str(tmp_path / "cache"), "MPIOP_NAMESPACE": "ml",
            "MPIOP_LAUNCHER_HOST": "pi-launcher", "MPIOP_LAUNCHER_POD": "pi-launcher-1",
-           "MPIOP_LAUNCHER_CONTAINER": "launcher", "MPIOP_WORKER_CONTAINER": "worker", "MPIOP_POD_WAIT_SECONDS": "2"}
+           "MPIOP_LAUNCHER_CONTAINER": "launcher", "MPIOP_WORKER_CONTAINER": "worker", "MPIOP_POD_WAIT_SECONDS": "2",
+           "MPIOP_TERMINATION_LOG": str(tmp_path / "termination-log")}
+    (tmp_path / "termination-log").write_text("")
     return script, env
 
 
@@ -104,6 +106,40 @@ def test_kubexec_maps_the_host_to_its_pod_and_passes_stdio_and_exit_code(agent: 
     calls = Path(env["KUBECTL_LOG"]).read_text().splitlines()
     assert calls[-1].startswith(f"--namespace ml --cache-dir {env['MPIOP_KUBECTL_CACHE']} exec -i {pod} "
                                 f"--container {container} -- /bin/sh -c ")
+
+
+@pytest.mark.parametrize(("runtime", "code"), [
+    ('OCI runtime exec failed: exec failed: unable to start container process: exec: "/bin/sh": stat /bin/sh: no '
+     "such file or directory: unknown\ncommand terminated with exit code 126", 126),
+    ('error: Internal error occurred: error executing command in container: failed to exec in container: failed to '
+     'start exec "f8": OCI runtime exec failed: exec failed: unable to start container process: exec: "/bin/sh": '
+     "executable file not found in $PATH: unknown", 1),
+], ids=["streamed-126", "internal-error-1"])
+def test_kubexec_says_plainly_when_the_pod_has_no_shell(agent: tuple[Path, dict[str, str]], runtime: str,
+                                                       code: int) -> None:
+    """kubectl's exec fails as the runtime cannot start /bin/sh: a line naming the pod and /bin/sh, exit 127."""
+    script, env = agent
+    kubectl = Path(env["MPIOP_KUBECTL"])
+    kubectl.write_text('#!/bin/sh\necho "$*" >> "$KUBECTL_LOG"\n'
+                       'case " $* " in *" get pod "*) echo Running; exit 0;; esac\n'
+                       f"cat >&2 <<'EOF'\n{runtime}\nEOF\nexit {code}\n")
+    done = subprocess.run([str(script), "pi-worker-1.pi.ml.svc", "orted", "-mca", "x"], env=env, capture_output=True,
+                          text=True, timeout=30, check=False)
+    assert done.returncode == 127
+    said = done.stderr.splitlines()[-1]
+    # The termination message (for the failure report, which keeps its last 512 characters): the line without the
+    # runtime's words.
+    assert Path(env["MPIOP_TERMINATION_LOG"]).read_text() == said.split("; the runtime said:")[0] + "\n"
+    assert said == ("kubexec.sh: pod pi-worker-1 cannot run /bin/sh (container worker): exec launch starts every "
+                    "remote command with /bin/sh -c, so the image needs one; the runtime said: "
+                    + runtime.replace("\n", " ") + " "), done.stderr
+
+
+def test_kubexec_passes_a_failing_commands_code_on_when_the_shell_is_there(agent: tuple[Path, dict[str, str]]) -> None:
+    script, env = agent
+    done = subprocess.run([str(script), "pi-worker-0", "exit 1"], env=env, capture_output=True, text=True,
+                          timeout=30, check=False)
+    assert (done.returncode, done.stderr) == (1, "")
 
 
 def test_kubexec_without_a_command_says_how_to_call_it(agent: tuple[Path, dict[str, str]]) -> None:

@@ -49,6 +49,13 @@ HYDRA = """\
 =   RANK 5 PID 57 RUNNING AT pi-worker-2
 =   KILLED BY SIGNAL: 9 (Killed)
 ==================================================================================="""
+RUNC_NO_SHELL = ('OCI runtime exec failed: exec failed: unable to start container process: exec: "/bin/sh": stat '
+                 '/bin/sh: no such file or directory: unknown command terminated with exit code 126 ')
+KUBEXEC_NO_SHELL = (
+    "kubexec.sh: pod pi-worker-1 cannot run /bin/sh (container worker): exec launch starts every remote command "
+    f"with /bin/sh -c, so the image needs one; the runtime said: {RUNC_NO_SHELL}\n"
+    "--------------------------------------------------------------------------\n"
+    "ORTE was unable to reliably start one or more daemons.")
 PROCESS_NAME = """\
 mpirun detected that one or more processes exited with non-zero status, thus causing
 the job to be terminated. The first process to do so was:
@@ -80,6 +87,11 @@ the job to be terminated. The first process to do so was:
          "main Error exit 137"),
         ([launcher().failed(exit_code=9), worker(2).running()], HYDRA, "pi-worker-2", "RankFailed", None),
         ([launcher().failed(exit_code=3), worker(1).running()], PROCESS_NAME, "pi-worker-1", "RankFailed", None),
+        ([launcher().failed(exit_code=1), worker(0).running(), worker(1).running()], KUBEXEC_NO_SHELL,
+         "pi-worker-1", "NoShell",
+         "worker pi-worker-1 (ranks 2-3, node n2), per the launcher's log: "
+         f"{KUBEXEC_NO_SHELL.splitlines()[0][:300]}; then the launcher pi-launcher (node n0) container main Error "
+         "exit 1"),
         ([launcher().failed(exit_code=1), worker(0).running()], "Primary job terminated normally", "pi-launcher",
          "Error", None),
         ([launcher().failed(reason="StartError", exit_code=128, message=(
@@ -96,7 +108,8 @@ the job to be terminated. The first process to do so was:
     ],
     ids=["launcher-alone", "worker-oomkilled-then-launcher", "worker-restarted-in-place", "orte-lost-daemon",
          "prte-lost-daemon", "mpirun-noticed-rank", "hydra-bad-termination", "process-name-rank",
-         "launcher-log-names-nobody", "malformed-command", "worker-alone", "worker-evicted"],
+         "exec-worker-without-shell", "launcher-log-names-nobody", "malformed-command", "worker-alone",
+         "worker-evicted"],
 )
 def test_who_is_blamed(pods: list[PodBuilder], tail: str, pod: str, reason: str, what: str | None) -> None:
     found = report(JOB, observed(*pods, tail=tail), 0)
@@ -189,6 +202,17 @@ def test_message_within_the_event_limit_keeps_the_end_of_the_tail() -> None:
 
 def test_no_failure_no_report() -> None:
     assert report(JOB, observed(launcher().running(), worker(0).running()), 0) is None
+
+
+def test_kubexecs_finding_in_the_launchers_termination_message_names_the_worker() -> None:
+    """mpirun's help texts push kubexec.sh's line out of the log's last lines; its termination message keeps it."""
+    line = KUBEXEC_NO_SHELL.splitlines()[0]
+    pods = [launcher().failed(exit_code=127, message=line + "\n"), worker(0).running(), worker(1).running()]
+    found = report(JOB, observed(*pods, tail=ORTE_LOST.replace("Remote daemon", "target node")), 0)
+    assert found is not None
+    assert (found.pod, found.reason) == ("pi-worker-1", "NoShell")
+    assert found.what == (f"worker pi-worker-1 (ranks 2-3, node n2), per the launcher's log: {line[:300]}; "
+                          "then the launcher pi-launcher (node n0) container main Error exit 127")  # said once
 
 
 def test_a_wrapped_help_text_still_names_the_worker() -> None:
