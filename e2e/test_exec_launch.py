@@ -9,18 +9,21 @@ from __future__ import annotations
 import re
 import time
 
+import pytest
+
 from devcluster.pi_job import SAMPLES, pi_job
 from mpiop.api.v2beta1 import MPIImplementation
-from testkit.e2e.exec_launch import UID, describe, exec_pi_job, finished, report, restricted_exec
+from testkit.e2e.exec_launch import UID, add_passwd, describe, exec_pi_job, finished, report, restricted_exec
 from testkit.e2e.kube import wait_for
 from testkit.e2e.mpi import (
+    PI_LINE,
     assert_pi,
     assert_succeeded,
     delete_worker_mid_run,
     finalize_hang,
     mpich_pi_command,
 )
-from testkit.e2e.session import E2E, REPORT
+from testkit.e2e.session import E2E, OPENMPI, REPORT, operator_process
 from testkit.e2e.training import assert_trained, ddp_job, script_config_map
 
 # mpirun's own start to every rank running: each rank process prints its start time, as seconds since the epoch.
@@ -38,8 +41,10 @@ def ranks_up_seconds(log: str) -> float:
     return max(ranks) - mpirun
 
 
+@pytest.mark.parametrize("suite", OPENMPI)
 def test_openmpi_pi_without_sshd_as_any_uid(restricted: E2E, exec_images_imported: tuple[str, str]) -> None:
-    """The job Succeeds with pi from 4 ranks on 2 workers, none of which has sshd or ssh."""
+    """The job Succeeds with pi from 4 ranks on 2 workers, none of which has sshd or ssh: Open MPI 4 (ORTE's rsh
+    agent) and 5 (PRRTE's ssh agent)."""
     e2e, image = restricted, exec_images_imported[0]
     script = ('echo "launcher uid $(id -u), ssh: $(command -v ssh sshd || echo none)"; '
               "/etc/mpi/kubexec.sh pi-worker-1 'echo kubexec reaches $(hostname)'; "
@@ -146,3 +151,27 @@ def test_worker_deleted_mid_run_restarts_the_job(restricted: E2E, exec_images_im
     report(e2e, "restart")
     print(describe(e2e, "restart"))
 
+
+def test_host_network_pi_without_sshd(bare: E2E, exec_images_imported: tuple[str, str]) -> None:
+    """Both templates on the host network under exec (in a namespace that allows it: the baseline and restricted
+    standards forbid the host network). Every pod has the node's hostname there, so each rank prints the
+    MPIOP_SSH_PORT of the pod it runs in (each host-network worker has its own): 2 ranks in each worker."""
+    add_passwd(bare)
+    image, kubectl = exec_images_imported
+    script = ("mpirun.openmpi -n 4 sh -c "
+              "'echo \"rank $OMPI_COMM_WORLD_RANK in the pod of port ${MPIOP_SSH_PORT:-none}\"'; "
+              f"exec mpirun.openmpi -n 4 /usr/local/bin/pi-openmpi {SAMPLES}")
+    manifest = exec_pi_job("hn", image, script)
+    for replica in manifest["spec"]["mpiReplicaSpecs"].values():
+        replica["template"]["spec"]["hostNetwork"] = True
+    with operator_process(bare, "--kubectl-image", kubectl):
+        bare.create_job(manifest)
+        job = finished(bare, "hn")
+        report(bare, "hn")
+        log = bare.launcher_log("hn")
+    print(log)
+    assert_succeeded(job)
+    pi = PI_LINE.search(log)
+    assert pi and abs(float(pi.group(1)) - 3.14159) < 0.01 and int(pi.group(3)) == 4, log
+    ports = re.findall(r"^rank \d+ in the pod of port (\S+)$", log, re.M)
+    assert sorted(ports.count(p) for p in set(ports)) == [2, 2] and "none" not in ports, log
