@@ -44,6 +44,7 @@ def apply(plan: Plan, job: MPIJob, observed: Observed, now: dt.datetime, default
         message = f"MPIJob {job.key} has failed: {why}; still not pulled after {minutes} minutes"
         mark_failed(plan, REASON, message[:1024], now)
         return True
+    plan.requeue_in((PULL_GRACE - waited).total_seconds())  # the pod may not change again before then
     running = plan.status.condition("Running")
     message = f"MPIJob {job.key} waits: {why}"[:1024]
     c.set_condition(plan.status, "Running", "False", REASON, message, now)

@@ -45,6 +45,7 @@ def test_an_unpulled_kubectl_image_makes_the_job_wait_saying_so(reason: str) -> 
     assert (running.status, running.reason, running.message) == ("False", REASON, expected)
     assert [(e.type, e.reason, e.message) for e in plan.events] == [("Warning", REASON, expected)]
     assert plan.status.condition("Failed") is None and not plan.delete
+    assert plan.requeue_after == PULL_GRACE.total_seconds() - 30  # decided again when the grace ends
 
 
 def test_the_event_is_sent_once_while_the_job_waits() -> None:
