@@ -363,7 +363,7 @@ class PodBuilder:
 
     def init_waiting(self, container: str, reason: str, message: str = "") -> Self:
         """Pending with `container` (an init container) waiting, e.g. on an image the kubelet cannot pull."""
-        self._phase("Pending")
+        self.phase("Pending")
         waiting = {"reason": reason, "message": message} if message else {"reason": reason}
         self._status["initContainerStatuses"] = [{"name": container, "state": {"waiting": waiting}, "lastState": {}}]
         return self
