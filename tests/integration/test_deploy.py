@@ -256,6 +256,19 @@ def test_exec_launch_chart_values_reach_the_operator(helm: str, values: tuple[st
     assert (settings.default_launch, settings.kubectl_image) == (launch, image)
 
 
+@pytest.mark.parametrize(("values", "expected"), [
+    ((), (10, 3, frozenset(), 8)),
+    (("maxDisruptionRestarts=0", "keptAttempts=5", "nodeFaultExitCodes={74,75}", "maxExcludedNodes=2"),
+     (0, 5, frozenset({74, 75}), 2)),
+], ids=["defaults", "set"])
+def test_restart_chart_values_reach_the_operator(helm: str, values: tuple[str, ...],
+                                                 expected: tuple[int, int, frozenset[int], int]) -> None:
+    """The disruption budget, kept attempts and node exclusion values, through the operator's own parser."""
+    settings = chart_config(helm, *values).settings()
+    assert (settings.max_disruption_restarts, settings.kept_attempts, settings.node_fault_exit_codes,
+            settings.max_excluded_nodes) == expected
+
+
 def test_helm_refuses_exec_by_default_without_its_rights(helm: str) -> None:
     result = subprocess.run([helm, "template", "mpiop", str(CHART), "--set", "execLaunch.default=exec"],
                             capture_output=True, text=True, check=False)
