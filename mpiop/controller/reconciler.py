@@ -31,6 +31,7 @@ from mpiop.controller import bulk_delete, deleted_pods
 from mpiop.controller.caches import Caches, pod_group_resource
 from mpiop.controller.events import EventRecorder
 from mpiop.controller.evidence import AttemptEvidence
+from mpiop.controller.logreads import LogReads
 from mpiop.controller.logtails import LogTails
 from mpiop.controller.refusals import Refusals
 from mpiop.controller.soft_writes import SoftWriteHold, only_soft_writes, status_change
@@ -79,10 +80,11 @@ class Reconciler:
         # Pod creations and deletions in flight, across all workers: with the client-side rate limiter off
         # (the default), this is what keeps a 256-worker job from taking every connection to the apiserver.
         self.write_limit = asyncio.Semaphore(write_concurrency)
-        self.log_tails = LogTails(client)
+        reads = LogReads(client)  # one read of each log, shared by the failure report and the evidence
+        self.log_tails = LogTails(reads)
         self.refusals = Refusals()
         self.soft_writes = SoftWriteHold()
-        self.evidence = AttemptEvidence(client, caches)
+        self.evidence = AttemptEvidence(client, caches, reads)
         # Whether the operator's role lacks `deletecollection` on pods (a role from before it was needed).
         self._collections_forbidden = False
 
@@ -113,7 +115,7 @@ class Reconciler:
         if wait is not None:
             return wait if plan.requeue_after is None else min(wait, plan.requeue_after)
         if plan.evidence is not None:  # before the status names it and the attempt's pods go
-            await self.evidence.save(job, plan.evidence)
+            await self.evidence.save(job, plan.evidence, observed)
         try:
             await self._write_status(job, plan, status.patch, now)
         except ApiError as error:
