@@ -343,6 +343,12 @@ class PodBuilder:
     def ready(self) -> Self:
         return self.phase("Running", ready=True)
 
+    def started(self, container: str = CONTAINER) -> Self:
+        """Ready, its container reported running (so its log can be read)."""
+        self.phase("Running", ready=True)
+        self._status["containerStatuses"] = [{"name": container, "state": {"running": {}}, "lastState": {}}]
+        return self
+
     def succeeded(self, container: str = CONTAINER) -> Self:
         self.phase("Succeeded", ready=False)
         self._status["containerStatuses"] = [_terminated(container, "Completed", 0)]

@@ -81,6 +81,27 @@ def test_a_launcher_that_ran_has_its_container_named() -> None:
                                       unreadable="the pod was never scheduled to a node")
 
 
+MPIRUN_LOST_WORKER_1 = ("ORTE has lost communication with a remote daemon.\n\n  HNP daemon   : [[51934,0],0] on node "
+                        "pi-launcher\n  Remote daemon: [[51934,0],2] on node pi-worker-1\n")
+
+
+@pytest.mark.parametrize("seen", ["launcher-first", "worker-first", "both"])
+def test_the_dead_worker_is_saved_whichever_failure_is_seen_first(seen: str) -> None:
+    """mpirun's error names the worker whose daemon it lost; seen before that worker's own failure, the worker
+    still looks alive, and its log is saved all the same."""
+    job = base().obj()
+    launcher = make_pod(job, "launcher")
+    worker = make_pod(job, "worker", 1)
+    launcher = on(launcher.failed(exit_code=1) if seen != "worker-first" else launcher.started())
+    worker = on(worker.failed(exit_code=131) if seen != "launcher-first" else worker.started())
+    pods = [launcher, on(make_pod(job, "worker", 0).ready()), worker]
+    observed = observe(job, [p.obj() for p in pods])
+    observed.log_tails["pi-launcher"] = MPIRUN_LOST_WORKER_1
+    found = decide(job, observed, at(100), Settings()).evidence
+    assert found is not None
+    assert [(s.pod, s.container) for s in found.logs] == [("pi-launcher", "main"), ("pi-worker-1", "main")]
+
+
 def test_the_final_failure_is_saved_too() -> None:
     job = base(backoff=0).obj()
     found = evidence_of(job, [make_pod(job, "launcher").failed(exit_code=2)])
