@@ -70,6 +70,9 @@ class Observed:
     # status.failure_report.log_request names (decisions never do I/O).
     log_tails: dict[str, str] = field(default_factory=dict)
     pod_group: JSON | None = None  # only with gang scheduling on
+    # Nodes found NotReady or deleted, with why (e.g. "deleted"): read by the controller, one GET each, for the
+    # nodes policies/node_exclusion.nodes_to_check names when an attempt fails (no Node informer).
+    node_faults: dict[str, str] = field(default_factory=dict)
     # The job's saved attempts' logs (`<job>-attempt-<n>` ConfigMaps): their metadata only.
     attempt_config_maps: list[JSON] = field(default_factory=list)
     # An exec-launched job's launcher access (desired.launcher_rbac): ServiceAccount, Role, RoleBinding.

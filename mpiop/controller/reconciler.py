@@ -33,6 +33,7 @@ from mpiop.controller.events import EventRecorder
 from mpiop.controller.evidence import AttemptEvidence
 from mpiop.controller.logreads import LogReads
 from mpiop.controller.logtails import LogTails
+from mpiop.controller.nodes import NodeChecks
 from mpiop.controller.refusals import Refusals
 from mpiop.controller.soft_writes import SoftWriteHold, only_soft_writes, status_change
 from mpiop.decide import decide
@@ -40,7 +41,7 @@ from mpiop.desired import objects
 from mpiop.desired.settings import DEFAULT_SETTINGS, Settings
 from mpiop.kube.client import JOBS, MPIJOBS, PODS, ApiError, KubeClient
 from mpiop.plan import Observed, Plan, Refusal
-from mpiop.policies import adoption, managed_by
+from mpiop.policies import adoption, managed_by, node_exclusion
 
 log = structlog.get_logger(__name__)
 JSON = dict[str, Any]
@@ -85,6 +86,7 @@ class Reconciler:
         self.refusals = Refusals()
         self.soft_writes = SoftWriteHold()
         self.evidence = AttemptEvidence(client, caches, reads)
+        self.nodes = NodeChecks(client)
         # Whether the operator's role lacks `deletecollection` on pods (a role from before it was needed).
         self._collections_forbidden = False
 
@@ -100,13 +102,11 @@ class Reconciler:
             return None
         now = self.clock()
         observed = await self._observe(job)
-        decision = functools.partial(decide, job, observed, now, self.settings)
-        if len(observed.pods) + job.spec.worker_replicas > DECIDE_ON_LOOP_UP_TO:
-            # A big job's decision takes tens of milliseconds of CPU: in a thread, the event loop (health,
-            # leases, watches, other jobs' writes) still gets the GIL every few milliseconds.
-            plan = await asyncio.to_thread(decision)
-        else:
-            plan = decision()
+        plan = await self._decide(job, observed, now)
+        checks = node_exclusion.nodes_to_check(plan, job, observed, self.settings)
+        if checks and (faults := await self.nodes.faults(checks)):  # an attempt fails here: were its nodes fine?
+            observed.node_faults.update(faults)
+            plan = await self._decide(job, observed, now)
         if plan.delete_job:
             await self._delete_job(job)
             return None
@@ -125,6 +125,14 @@ class Reconciler:
         if self.refusals.remember(job, await self._apply_objects(job, plan)):
             return 0.0  # decide again at once: the next pass reports (or clears) what the apiserver said
         return plan.requeue_after
+
+    async def _decide(self, job: MPIJob, observed: Observed, now: dt.datetime) -> Plan:
+        decision = functools.partial(decide, job, observed, now, self.settings)
+        if len(observed.pods) + job.spec.worker_replicas > DECIDE_ON_LOOP_UP_TO:
+            # A big job's decision takes tens of milliseconds of CPU: in a thread, the event loop (health,
+            # leases, watches, other jobs' writes) still gets the GIL every few milliseconds.
+            return await asyncio.to_thread(decision)
+        return decision()
 
     async def _observe(self, job: MPIJob) -> Observed:
         """What decide sees: the cached objects, the refusals of the last pass, and a failed container's log."""

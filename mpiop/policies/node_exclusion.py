@@ -5,7 +5,11 @@ When the pod blamed for a failed attempt was evicted for node pressure (the kube
 reason Evicted), deleted off a NotReady node by the taint manager (DeletionByTaintManager) or off a deleted node
 by the pod GC (DeletionByPodGC), or exited with a code the operator is told means a node fault
 (--node-fault-exit-codes), its node joins status.excludedNodes (the most recent --max-excluded-nodes), and every
-later pod gets a required `kubernetes.io/hostname NotIn` (desired/affinity). If that leaves no node to run on,
+later pod gets a required `kubernetes.io/hostname NotIn` (desired/affinity). So does the node of any of the
+attempt's pods that is NotReady or deleted when the attempt fails: mpiop watches no Node (at 10,000 nodes an
+informer would hold them all for a rare failure), so `nodes_to_check` names the few to read (the blamed pod's
+first, then failed or not Ready pods'), the controller GETs them and decides again with `Observed.node_faults`;
+the taint manager and the pod GC only act minutes later. If that leaves no node to run on,
 Running=False says so instead of the pods waiting silently. Annotation
 mpiop.kubeflow.org/exclude-failed-nodes: "false" turns it off for a job.
 """
@@ -15,7 +19,7 @@ from __future__ import annotations
 import datetime as dt
 
 from mpiop import podstate
-from mpiop.api.v2beta1 import MPIJob
+from mpiop.api.v2beta1 import FailureInfo, MPIJob
 from mpiop.desired.settings import Settings
 from mpiop.plan import Observed, Plan
 from mpiop.policies.failure import mark_failed
@@ -24,6 +28,7 @@ from mpiop.status import conditions as c
 ANNOTATION = "mpiop.kubeflow.org/exclude-failed-nodes"
 NODE_DISRUPTIONS = frozenset({"TerminationByKubelet", "DeletionByTaintManager", "DeletionByPodGC"})
 NODE_EXCLUDED_REASON = "NodeExcluded"
+MAX_NODE_CHECKS = 32  # node GETs when an attempt fails
 WAITING_REASON = "ExcludedNodesUnschedulable"
 
 
@@ -52,20 +57,57 @@ def node_fault(pod: podstate.Pod, fault_exit_codes: frozenset[int]) -> str | Non
     return None
 
 
-def apply(plan: Plan, job: MPIJob, observed: Observed, settings: Settings) -> None:
-    """Exclude the node of the pod blamed for an attempt this plan failed, if it failed for the node's reason."""
+def _new_failure(plan: Plan, job: MPIJob, settings: Settings) -> FailureInfo | None:
+    """The failure this plan records, if new and nodes may be excluded for it."""
     failure = plan.status.last_failure
     if (job.metadata.annotations.get(ANNOTATION) == "false" or settings.max_excluded_nodes < 1 or failure is None
-            or failure == job.status.last_failure or not failure.pod or not failure.node):
+            or failure == job.status.last_failure):
+        return None
+    return failure
+
+
+def _attempt_pods(plan: Plan, observed: Observed, failure: FailureInfo) -> list[podstate.Pod]:
+    """The failed attempt's pods on a node: the blamed one first, then failed or not Ready ones, then the rest."""
+    attempt = failure.attempt if failure.attempt is not None else plan.status.restart_count or 0
+    pods = [p for p in observed.pods_of_attempt(attempt) if podstate.node_name(p)]
+    return sorted(pods, key=lambda p: (podstate.name(p) != failure.pod, podstate.is_ready(p)))
+
+
+def nodes_to_check(plan: Plan, job: MPIJob, observed: Observed, settings: Settings) -> list[str]:
+    """The nodes of an attempt this plan fails whose state is to be read (at most MAX_NODE_CHECKS, not yet read
+    or excluded) before the plan stands; none when nothing fails here or exclusion is off."""
+    failure = _new_failure(plan, job, settings)
+    if failure is None:
+        return []
+    skip = set(observed.node_faults) | set(plan.status.excluded_nodes or [])
+    nodes: list[str] = []
+    for pod in _attempt_pods(plan, observed, failure):
+        node = podstate.node_name(pod)
+        if node and node not in skip and node not in nodes:
+            nodes.append(node)
+    return nodes[:MAX_NODE_CHECKS]
+
+
+def apply(plan: Plan, job: MPIJob, observed: Observed, settings: Settings) -> None:
+    """Exclude the node of the pod blamed for an attempt this plan failed, if it failed for the node's reason,
+    and the node of any of the attempt's pods that was found NotReady or deleted."""
+    failure = _new_failure(plan, job, settings)
+    if failure is None:
         return
-    pod = observed.pod(failure.pod)
-    why = node_fault(pod, settings.node_fault_exit_codes) if pod is not None else None
-    if why is None:
-        return
-    nodes = [n for n in plan.status.excluded_nodes or [] if n != failure.node] + [failure.node]
-    plan.status.excluded_nodes = nodes[-settings.max_excluded_nodes:]
-    plan.event("Warning", NODE_EXCLUDED_REASON, f"node {failure.node} is excluded from MPIJob {job.key}'s next "
-               f"attempts: {failure.pod} failed there ({why}); excluded: {', '.join(plan.status.excluded_nodes)}")
+    faults: dict[str, str] = {}  # node -> what happened there
+    blamed = observed.pod(failure.pod) if failure.pod and failure.node else None
+    why = node_fault(blamed, settings.node_fault_exit_codes) if blamed is not None else None
+    if why is not None and failure.node:
+        faults[failure.node] = f"{failure.pod} failed there ({why})"
+    for pod in _attempt_pods(plan, observed, failure):
+        node = podstate.node_name(pod)
+        if node and node in observed.node_faults and node not in faults:
+            faults[node] = f"{podstate.name(pod)} ran there (node {observed.node_faults[node]})"
+    for node, what in faults.items():
+        nodes = [n for n in plan.status.excluded_nodes or [] if n != node] + [node]
+        plan.status.excluded_nodes = nodes[-settings.max_excluded_nodes:]
+        plan.event("Warning", NODE_EXCLUDED_REASON, f"node {node} is excluded from MPIJob {job.key}'s next "
+                   f"attempts: {what}; excluded: {', '.join(plan.status.excluded_nodes)}")
 
 
 def explain_wait(plan: Plan, job: MPIJob, observed: Observed, now: dt.datetime) -> None:

@@ -1,6 +1,7 @@
 """Node exclusion on the simulated cluster (KWOK nodes, the real kube-scheduler): a worker that fails on a node
 with a --node-fault-exit-codes code sends every pod of the next attempt to other nodes; once the exclusions
-leave too few nodes, the job says it waits for that reason.
+leave too few nodes, the job says it waits for that reason. A worker's node that went NotReady, or was deleted,
+when the attempt failed (the launcher failing first, as mpirun does when it loses a worker) is excluded too.
 
 Own cluster of 3 fake 8-GPU nodes; each worker asks for 8 GPUs, so a node holds one worker and the two workers
 of an attempt need two nodes: after one exclusion they just fit, after two they cannot.
@@ -13,8 +14,8 @@ from typing import Any
 
 import pytest
 
-from devcluster.simulated import EXIT_CODE_ANNOTATION, FINISH_LABEL, SimulatedCluster
-from mpiop.kube.client import PODS, KubeClient
+from devcluster.simulated import EXIT_CODE_ANNOTATION, FINISH_LABEL, KWOK_NODE_ANNOTATION, SimulatedCluster
+from mpiop.kube.client import MPIJOBS, NODES, PODS, KubeClient
 from testkit.operator import Cluster, eventually, mpijob, running_operator
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(240)]
@@ -32,10 +33,10 @@ async def _status(cluster: Cluster, name: str) -> dict[str, Any]:
     return dict((job or {}).get("status") or {})
 
 
-async def _placed(cluster: Cluster, attempt: int, launcher: str) -> dict[str, str] | None:
+async def _placed(cluster: Cluster, attempt: int, launcher: str, job: str = "nx") -> dict[str, str] | None:
     """pod -> node of the attempt's three pods, once all are Running."""
     pods = await cluster.pods()
-    wanted = [launcher, "nx-worker-0", "nx-worker-1"]
+    wanted = [launcher, f"{job}-worker-0", f"{job}-worker-1"]
     if not all(n in pods and pods[n]["metadata"]["labels"].get("mpiop.kubeflow.org/attempt") == str(attempt)
                and pods[n].get("status", {}).get("phase") == "Running" for n in wanted):
         return None
@@ -93,3 +94,50 @@ async def test_a_node_fault_moves_the_next_attempt_off_the_node(simulated: Simul
         wide = simulated.kubectl("get", "mpijob", "nx", "-n", cluster.ns, "-o", "wide")
         print(wide)
         assert "EXCLUDED NODES" in wide and bad in wide
+
+
+async def _launcher_fails(sim_kube: KubeClient, cluster: Cluster, launcher: str, restarts: int) -> None:
+    """mpirun exits 1 after losing a worker; no worker failed (nor has a log here to name it)."""
+    await sim_kube.patch(PODS, cluster.ns, launcher, {"metadata": {"labels": {FINISH_LABEL: "Failed"}}})
+
+    async def restarted() -> bool:
+        return (await _status(cluster, "nr")).get("restartCount") == restarts
+
+    await eventually(restarted, 60, f"restart {restarts}")
+
+
+async def test_a_not_ready_or_deleted_node_is_excluded(simulated: SimulatedCluster, sim_kube: KubeClient) -> None:
+    cluster = Cluster(sim_kube, "default")
+    await sim_kube.delete_if_present(MPIJOBS, cluster.ns, "nx")  # its waiting pods would take a node
+
+    async def nx_gone() -> bool:
+        return not any(n.startswith("nx-") for n in await cluster.pods())
+
+    await eventually(nx_gone, 60, "the first test's job gone")
+    async with running_operator(str(simulated.kubeconfig), "default"):
+        await cluster.create_job(mpijob("nr", workers=2, gpus=8, run_policy={"backoffLimit": 5}))
+        first = await eventually(lambda: _placed(cluster, 0, "nr-launcher", "nr"), 60, "attempt 1 Running")
+        print("\nattempt 1:", first)
+        silent = first["nr-worker-1"]
+        # Its kubelet stops: KWOK no longer manages it, and its Ready condition says so.
+        await sim_kube.patch(NODES, None, silent, {"metadata": {"annotations": {KWOK_NODE_ANNOTATION: None}}})
+        await sim_kube.patch(NODES, None, silent, {"status": {"conditions": [
+            {"type": "Ready", "status": "False", "reason": "KubeletNotReady", "message": "kubelet stopped"}]}},
+            subresource="status")
+        await _launcher_fails(sim_kube, cluster, "nr-launcher", 1)
+        assert (await _status(cluster, "nr"))["excludedNodes"] == [silent]
+
+        second = await eventually(lambda: _placed(cluster, 1, "nr-launcher-1", "nr"), 60, "attempt 2 Running")
+        print("attempt 2:", second, f"(excluded: {silent})")
+        assert silent not in second.values()
+        gone = second["nr-worker-0"]
+        await sim_kube.delete(NODES, None, gone)
+        await _launcher_fails(sim_kube, cluster, "nr-launcher-1", 2)
+        assert (await _status(cluster, "nr"))["excludedNodes"] == [silent, gone]
+        events = simulated.kubectl("get", "events", "-n", cluster.ns, "--field-selector",
+                                   "reason=NodeExcluded,involvedObject.name=nr", "-o",
+                                   "custom-columns=MESSAGE:.message", "--no-headers")
+        print(events)
+        assert "nr-worker-1 ran there (node NotReady (Ready=False, KubeletNotReady))" in events
+        # The pod GC may delete the worker off the deleted node first (DeletionByPodGC): excluded either way.
+        assert f"node {gone} is excluded" in events and ("(node deleted)" in events or "DeletionByPodGC" in events)

@@ -4,7 +4,8 @@ The ServiceAccount, ClusterRole(+Binding) and leader-election Role(+Binding) are
 token is minted for the ServiceAccount (TokenRequest) and the operator runs in-process on that token alone,
 leader election included, through a whole job life: creation, suspended and resumed twice as Kueue would
 (the second Suspended Event bumps the first one's count), two failed attempts (whose launchers' logs are read
-for the failure report and saved, the second's ConfigMap replacing the first's under --kept-attempts 1) and
+for the failure report and saved, the second's ConfigMap replacing the first's under --kept-attempts 1; the
+first launcher's node is gone, so it is read and excluded) and
 restarts, Running, success, clean-up of the workers, deletion by ttlSecondsAfterFinished, and the lease's
 release at shutdown; beside it, a job kubeflow's operator left with a failed worker is taken over and
 restarted (its objects claimed, its launcher Job deleted). Every request it sends is recorded as the (verb,
@@ -24,7 +25,7 @@ import pytest
 
 from devcluster.controlplane import ControlPlane
 from mpiop.controller.manager import Manager, ManagerConfig
-from mpiop.kube.client import JOBS, MPIJOBS, ApiError, KubeClient
+from mpiop.kube.client import JOBS, MPIJOBS, PODS, ApiError, KubeClient
 from mpiop.leader import LEASES, ElectionConfig, LeaderElector
 from mpiop.process import supervise
 from testkit import kubeflow
@@ -40,6 +41,7 @@ RBAC_KINDS = ("ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "Ro
 # apiserver, on in OpenShift and some hardened clusters) lets only users who may update an owner's
 # finalizers set blockOwnerDeletion on the objects they create, which mpiop does.
 ADMISSION_ONLY = {("update", "kubeflow.org", "mpijobs/finalizers")}
+GONE_NODE = "rbac-gone-node"
 
 
 @dataclass
@@ -69,12 +71,18 @@ async def fail_attempt(cluster: Cluster, name: str, attempt: int = 0) -> str:
     attempt's launcher."""
     launcher = f"{name}-launcher-{attempt}" if attempt else f"{name}-launcher"
     await eventually(lambda: cluster.pod(launcher), what=f"{launcher}")
+    if attempt == 0:  # on a node that is gone: read when the attempt fails (`nodes get`), then excluded
+        await cluster.kube.request("POST", PODS.path(cluster.ns, launcher, "binding"), body={
+            "apiVersion": "v1", "kind": "Binding", "metadata": {"name": launcher},
+            "target": {"apiVersion": "v1", "kind": "Node", "name": GONE_NODE}})
     await cluster.set_phase(launcher, "Failed", exit_code=1)
 
     async def restarted() -> bool:
         return ((await cluster.job(name) or {}).get("status") or {}).get("restartCount") == attempt + 1
 
     await eventually(restarted, what=f"{name} restarted after attempt {attempt + 1}")
+    if attempt == 0:
+        assert ((await cluster.job(name) or {}).get("status") or {}).get("excludedNodes") == [GONE_NODE]
     return f"{name}-launcher-{attempt + 1}"
 
 

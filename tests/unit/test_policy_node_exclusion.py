@@ -7,10 +7,12 @@ from typing import Any
 import pytest
 
 from mpiop.api.v2beta1 import MPIJob
+from mpiop.controller import nodes
 from mpiop.decide import decide
 from mpiop.desired import affinity, pods
 from mpiop.desired.settings import Settings
 from mpiop.plan import Plan
+from mpiop.policies import node_exclusion
 from testkit.builders import MPIJobBuilder, PodBuilder, at, make_mpijob, make_pod, observe
 
 CODES = frozenset({74})
@@ -123,3 +125,58 @@ def test_no_exclusion_leaves_the_template_alone() -> None:
     spec: dict[str, Any] = {"containers": []}
     affinity.exclude_nodes(spec, [])
     assert spec == {"containers": []}
+
+
+def _failing_attempt(job: MPIJob) -> list[PodBuilder]:
+    """The launcher failed (mpirun lost worker 1); worker 1's node went away or NotReady, so it looks alive or
+    not Ready, but did not fail."""
+    return [make_pod(job, "launcher").failed(exit_code=1).on_node("n0"),
+            make_pod(job, "worker", 0).ready().on_node("n1"), make_pod(job, "worker", 1).running().on_node("n2")]
+
+
+def test_the_nodes_of_a_failing_attempt_are_named_for_reading_not_ready_first() -> None:
+    job = base(["n9"]).obj()
+    observed = observe(job, [p.obj() for p in _failing_attempt(job)])
+    plan = decide(job, observed, at(100), Settings(max_excluded_nodes=2))
+    assert node_exclusion.nodes_to_check(plan, job, observed, Settings(max_excluded_nodes=2)) == ["n0", "n2", "n1"]
+    observed.node_faults["n2"] = "deleted"
+    assert node_exclusion.nodes_to_check(plan, job, observed, Settings()) == ["n0", "n1"], "read already"
+    off = Settings(max_excluded_nodes=0)
+    assert node_exclusion.nodes_to_check(decide(job, observed, at(100), off), job, observed, off) == []
+    running = observe(job, [p.obj() for p in _failing_attempt(job)[1:]])
+    assert node_exclusion.nodes_to_check(decide(job, running, at(100)), job, running, Settings()) == [], \
+        "no attempt fails: nothing is read"
+
+
+@pytest.mark.parametrize(
+    ("faults", "excluded", "message"),
+    [({"n2": "deleted"}, ["n2"], "pi-worker-1 ran there (node deleted)"),
+     ({"n2": "NotReady (Ready=Unknown, NodeStatusUnknown)"}, ["n2"],
+      "pi-worker-1 ran there (node NotReady (Ready=Unknown, NodeStatusUnknown))"),
+     ({}, None, None)],
+    ids=["deleted", "not-ready", "all-fine"],
+)
+def test_a_node_found_not_ready_or_deleted_is_excluded(faults: dict[str, str], excluded: list[str] | None,
+                                                       message: str | None) -> None:
+    job = base().obj()
+    observed = observe(job, [p.obj() for p in _failing_attempt(job)])
+    observed.node_faults.update(faults)
+    plan = decide(job, observed, at(100))
+    assert plan.status.restart_count == 1
+    assert plan.status.excluded_nodes == excluded
+    events = [e.message for e in plan.events if e.reason == "NodeExcluded"]
+    assert events == ([f"node n2 is excluded from MPIJob ns/pi's next attempts: {message}; excluded: n2"]
+                      if message else [])
+
+
+@pytest.mark.parametrize(
+    ("node", "fault"),
+    [({"status": {"conditions": [{"type": "Ready", "status": "True"}]}}, None),
+     ({"status": {"conditions": [{"type": "Ready", "status": "Unknown", "reason": "NodeStatusUnknown"}]}},
+      "NotReady (Ready=Unknown, NodeStatusUnknown)"),
+     ({"status": {"conditions": [{"type": "Ready", "status": "False"}]}}, "NotReady (Ready=False)"),
+     ({"status": {}}, None)],
+    ids=["ready", "unknown", "false", "no-condition-yet"],
+)
+def test_what_makes_a_node_not_ready(node: dict[str, Any], fault: str | None) -> None:
+    assert nodes.fault(node) == fault

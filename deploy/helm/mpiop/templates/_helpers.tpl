@@ -56,6 +56,13 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
 - apiGroups: [""]
   resources: [pods/log]
   verbs: [get]
+{{- if eq .Values.watchNamespace "" }}
+# When an attempt fails, whether its pods' nodes are NotReady or deleted (then excluded). Cluster-scoped: a
+# namespaced Role cannot grant it, so under watchNamespace nodes are not read and only pod conditions count.
+- apiGroups: [""]
+  resources: [nodes]
+  verbs: [get]
+{{- end }}
 # configmaps: the hostfile is patched; all three: labelled when a job is taken over from kubeflow's operator.
 - apiGroups: [""]
   resources: [configmaps, secrets, services]
