@@ -71,7 +71,7 @@ def test_crash_looping_worker_fails_with_backoff_limit_exceeded(e2e: E2E) -> Non
     message = failed.get("message", "")
     assert failed.get("reason") == "BackoffLimitExceeded", message
     blamed = (r": wcrash-worker-1 \(ranks 2-3, node [\w.-]+\) container worker Error exit 255; the attempt's logs are "
-              r"kept in ConfigMap wcrash-attempt-1\n")
+              r"kept in ConfigMap wcrash-attempt-0\n")
     assert re.search(blamed, message), message
     assert message.endswith("\nLast lines of wcrash-worker-1/worker:\nsshd: no hostkeys available -- exiting."), message
 

@@ -1,5 +1,5 @@
 """A failed attempt's evidence on a real node: a worker dies mid-run, the job restarts and then Succeeds, and
-ConfigMap `<job>-attempt-1` still holds mpirun's error from the first launcher and the dead worker's last
+ConfigMap `<job>-attempt-0` still holds mpirun's error from the first launcher and the dead worker's last
 lines (both pods are gone by then): sshd's, killed under its ranks."""
 
 from __future__ import annotations
@@ -29,9 +29,9 @@ def test_a_worker_killed_mid_run_leaves_its_and_mpiruns_last_words(e2e: E2E) -> 
     e2e.record("worker-killed-evidence-then-succeeded", time.monotonic() - started)
     assert is_true(job, "Succeeded"), f"{e2e.describe('ev')}\nlauncher log:\n{e2e.launcher_log('ev')}"
     assert (job.get("status") or {}).get("restartCount") == 1
-    saved = e2e.api.get(f"/api/v1/namespaces/{e2e.ns}/configmaps/ev-attempt-1")
+    saved = e2e.api.get(f"/api/v1/namespaces/{e2e.ns}/configmaps/ev-attempt-0")
     data = saved["data"]
-    print("\n$ kubectl describe configmap ev-attempt-1 (the last lines of each key)")
+    print("\n$ kubectl describe configmap ev-attempt-0 (the last lines of each key)")
     for key in sorted(data):
         print(f"--- {key} ---\n" + "\n".join(data[key].splitlines()[-12:]))
     assert "ev-launcher.launcher.log" in data and "ev-worker-1.worker.log" in data, sorted(data)

@@ -55,9 +55,11 @@ def config_map_name(job: MPIJob) -> str:
 
 
 def attempt_config_map_name(job: MPIJob, attempt: int) -> str:
-    """`<job>-attempt-<n>`: the logs of the job's n-th attempt (n from 1; its pods carry ATTEMPT_LABEL n-1, the
-    restartCount they ran under), saved when it failed. A ConfigMap with ATTEMPT_LABEL is one of these."""
-    return f"{job.metadata.name}-attempt-{attempt + 1}"
+    """`<job>-attempt-<n>`: the logs of attempt n, saved when it failed. n is what everything else of that attempt
+    carries: the restartCount it ran under, its pods' ATTEMPT_LABEL, its launcher's name `<job>-launcher-<n>` (n >
+    0) and status.lastFailure.attempt; the first attempt's is `<job>-attempt-0`. A ConfigMap with ATTEMPT_LABEL is
+    one of these."""
+    return f"{job.metadata.name}-attempt-{attempt}"
 
 
 def ssh_secret_name(job: MPIJob) -> str:

@@ -54,22 +54,22 @@ async def test_each_failed_attempt_leaves_its_logs_the_last_two_kept(control_pla
             await eventually(restarted, what=f"restart {attempt + 1}")
             restarting = await cluster.condition("ev", "Restarting")
             assert restarting is not None
-            assert f"; the attempt's logs are kept in ConfigMap ev-attempt-{attempt + 1}" in restarting["message"]
-            saved = (await _attempt_maps(cluster)).get(f"ev-attempt-{attempt + 1}")
+            assert f"; the attempt's logs are kept in ConfigMap ev-attempt-{attempt}" in restarting["message"]
+            saved = (await _attempt_maps(cluster)).get(f"ev-attempt-{attempt}")
             assert saved is not None, "saved before the restart was written"
             if attempt == 0:
                 first = saved
-                print("ev-attempt-1:", {k: v[:120] for k, v in saved["data"].items()})
+                print("ev-attempt-0:", {k: v[:120] for k, v in saved["data"].items()})
 
         maps = await _attempt_maps(cluster)
-        assert sorted(maps) == ["ev-attempt-2", "ev-attempt-3"], "--kept-attempts 2: the first is gone"
+        assert sorted(maps) == ["ev-attempt-1", "ev-attempt-2"], "--kept-attempts 2: the first is gone"
 
         async def event_names_it() -> bool:  # Events are sent in the background, just after the status
             events = await cluster.kube.list(EVENTS, cluster.ns)
-            return any("ConfigMap ev-attempt-1" in e["message"] for e in events["items"]
+            return any("ConfigMap ev-attempt-0" in e["message"] for e in events["items"]
                        if e["reason"] == "MPIJobRestarting")
 
-        await eventually(event_names_it, what="the MPIJobRestarting Event naming ev-attempt-1")
+        await eventually(event_names_it, what="the MPIJobRestarting Event naming ev-attempt-0")
 
     meta = first["metadata"]
     assert meta["labels"]["training.kubeflow.org/job-name"] == "ev"
@@ -121,7 +121,7 @@ async def test_a_node_that_does_not_answer_delays_the_restart_by_one_bound(opera
 
         await eventually(restarted, timeout=4 * READ_SECONDS, what="the restart")
         took = time.monotonic() - failed
-        data = (await _attempt_maps(cluster))["slow-attempt-1"]["data"]
+        data = (await _attempt_maps(cluster))["slow-attempt-0"]["data"]
         saved = [data["slow-launcher.main.log"], data["slow-worker-0.main.log"]]
         print(f"\nrestart {took:.1f} s after the failure ({len(held)} log reads reached the node); logs: {saved}")
         for text in saved:  # ours, or the apiserver's own 10 s TLS handshake timeout when it comes first

@@ -83,7 +83,7 @@ async def test_oom_killed_worker(control_plane: ControlPlane, cluster: Cluster, 
     restarting = await eventually(lambda: cluster.condition("oom", "Restarting"), what="Restarting")
     message = (f"MPIJob {cluster.ns}/oom is restarting (restart 1 of backoffLimit 6): "
                "oom-worker-1 (ranks 4-7, node node-c) container main OOMKilled exit 137; the attempt's logs are kept "
-               "in ConfigMap oom-attempt-1")
+               "in ConfigMap oom-attempt-0")
     print(f"\ncondition Restarting: {restarting['message']}")
     assert restarting["message"] == message
     assert await eventually(lambda: _events(cluster, "MPIJobRestarting"), what="the Event") == [message]
@@ -112,7 +112,7 @@ async def test_launcher_failing_because_a_worker_died(control_plane: ControlPlan
     message = (f"MPIJob {cluster.ns}/dead is restarting (restart 1 of backoffLimit 6): dead-worker-0 (rank 0, node "
                "node-b) container main OOMKilled exit 137; then the launcher dead-launcher (node node-a) container "
                "main Error exit 1; the failed launcher dead-launcher is kept for `kubectl logs`; the attempt's logs "
-               "are kept in ConfigMap dead-attempt-1")
+               "are kept in ConfigMap dead-attempt-0")
     assert restarting["message"] == message
     assert await eventually(lambda: _events(cluster, "MPIJobRestarting"), what="the Event") == [message]
     # The failed launcher stays (for `kubectl logs`) while the next attempt's runs under its own name.
@@ -139,7 +139,7 @@ async def test_malformed_command(control_plane: ControlPlane, cluster: Cluster, 
     assert restarting["message"] == (
         f"MPIJob {cluster.ns}/mal is restarting (restart 1 of backoffLimit 1): mal-launcher (node node-a) container "
         f"main StartError exit 128: {START_ERROR}; the failed launcher mal-launcher is kept for `kubectl logs`; "
-        "the attempt's logs are kept in ConfigMap mal-attempt-1")
+        "the attempt's logs are kept in ConfigMap mal-attempt-0")
 
     await eventually(lambda: _deletions_confirmed(cluster), what="the attempt's pods deleted")
     await _running(cluster, {"mal-launcher-1": "node-a", "mal-worker-0": "node-b"})
@@ -149,7 +149,7 @@ async def test_malformed_command(control_plane: ControlPlane, cluster: Cluster, 
     print(f"condition Failed: {failed['message']}")
     message = (f"MPIJob {cluster.ns}/mal has failed (backoffLimit 1 reached after 1 restarts): mal-launcher-1 (node "
                f"node-a) container main StartError exit 128: {START_ERROR}; the attempt's logs are kept in ConfigMap "
-               "mal-attempt-2")
+               "mal-attempt-1")
     assert failed["message"] == message
     assert await eventually(lambda: _events(cluster, "MPIJobFailed"), what="the Event") == [message]
     describe = control_plane.kubectl("describe", "mpijob", "mal", "-n", cluster.ns)
@@ -195,7 +195,7 @@ async def test_crash_looping_launcher_under_on_failure(control_plane: ControlPla
     assert failed["reason"] == "BackoffLimitExceeded"
     message = (f"MPIJob {cluster.ns}/loop has failed (backoffLimit 1 exceeded: 2 failures after 0 restarts, 2 of "
                "them restarted in place): loop-launcher (node node-a) container main Error exit 1; the attempt's logs "
-               "are kept in ConfigMap loop-attempt-1")
+               "are kept in ConfigMap loop-attempt-0")
     assert failed["message"] == message, "no kubelet here to read the previous run's log from"
     assert await eventually(lambda: _events(cluster, "BackoffLimitExceeded"), what="the Event") == [message]
     job = await cluster.job("loop")

@@ -82,7 +82,7 @@ def test_failure_restart_running_failure_failed() -> None:
     assert world.conditions == ["Created=True", "Running=False", "Restarting=True"]
     message = ("MPIJob ns/pi is restarting (restart 1 of backoffLimit 1): "
                "pi-worker-1 (rank 1) container main OOMKilled exit 137; the attempt's logs are kept in ConfigMap "
-               "pi-attempt-1")
+               "pi-attempt-0")
     assert [(e.type, e.message) for e in plan.events] == [("Warning", message)]
     assert sorted(names_of(plan.delete)) == ["pi-launcher", "pi-worker-0", "pi-worker-1"]
     assert plan.create == []
@@ -109,7 +109,7 @@ def test_failure_restart_running_failure_failed() -> None:
     assert failed is not None
     assert failed.message == ("MPIJob ns/pi has failed (backoffLimit 1 reached after 1 restarts): "
                               "pi-launcher-1 container main Error exit 1; the attempt's logs are kept in ConfigMap "
-                              "pi-attempt-2")
+                              "pi-attempt-1")
     assert world.job.status.completion_time == at(9)
     assert world.job.status.restart_count == 1
     assert names_of(plan.delete) == ["pi-worker-0", "pi-worker-1"], "the failed launcher stays for its log"
@@ -283,7 +283,7 @@ def test_worker_deleted_then_launcher_exits_0_restarts_then_succeeds() -> None:
     assert [e.message for e in plan.events] == [
         "MPIJob ns/pi is restarting (restart 1 of backoffLimit 6): worker pi-worker-1 (rank 1) was deleted "
         "while the launcher ran; the launcher pi-launcher exited 0 without all its ranks; "
-        "the attempt's logs are kept in ConfigMap pi-attempt-1"]
+        "the attempt's logs are kept in ConfigMap pi-attempt-0"]
     assert world.job.status.last_failure is not None
     assert (world.job.status.last_failure.pod, world.job.status.last_failure.reason) == ("pi-worker-1", "WorkerLost")
     assert sorted(names_of(plan.delete)) == ["pi-launcher", "pi-worker-0"]
@@ -326,7 +326,7 @@ def test_worker_deleted_and_made_again_before_the_launcher_exits_0_restarts() ->
     assert [e.message for e in plan.events] == [
         "MPIJob ns/pi is restarting (restart 1 of backoffLimit 6): worker pi-worker-1 (rank 1) was made again "
         "(its predecessor lost) while the launcher ran; the launcher pi-launcher exited 0 without all its ranks; "
-        "the attempt's logs are kept in ConfigMap pi-attempt-1"]
+        "the attempt's logs are kept in ConfigMap pi-attempt-0"]
 
 
 def test_finished_job_makes_nothing() -> None:

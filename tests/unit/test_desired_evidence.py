@@ -21,7 +21,7 @@ def test_small_logs_are_kept_whole_and_the_map_is_the_jobs() -> None:
     assert made["data"] == {"failure": "MPIJob ns/pi is restarting", "pi-launcher.main.log": "a\nb\n",
                             "pi-worker-1.log": "(not readable: gone)"}
     meta = made["metadata"]
-    assert (meta["name"], meta["namespace"]) == ("pi-attempt-1", "ns")
+    assert (meta["name"], meta["namespace"]) == ("pi-attempt-0", "ns")
     assert meta["labels"] == {"training.kubeflow.org/operator-name": "mpi-operator",
                               "training.kubeflow.org/job-name": "pi", "mpiop.kubeflow.org/attempt": "0"}
     assert [(r["kind"], r["name"], r["controller"]) for r in meta["ownerReferences"]] == [("MPIJob", "pi", True)]

@@ -58,7 +58,7 @@ def test_disruption_restarts_without_spending_backoff_limit(which: str, pod: Pod
     assert (plan.status.restart_count, plan.status.disruption_restarts) == (1, 1)
     assert not plan.status.finished  # backoffLimit 0: an ordinary failure would have failed the job
     message = ("MPIJob ns/pi is restarting after a disruption (restart 1, disruption 1; not counted against "
-               f"backoffLimit 0): {summary}; the attempt's logs are kept in ConfigMap pi-attempt-1")
+               f"backoffLimit 0): {summary}; the attempt's logs are kept in ConfigMap pi-attempt-0")
     restarting = plan.status.condition("Restarting")
     assert restarting is not None
     assert (restarting.status, restarting.reason, restarting.message) == ("True", "MPIJobRestarting", message)

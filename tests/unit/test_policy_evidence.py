@@ -17,7 +17,7 @@ def base(backoff: int = 6, restarts: int = 0) -> MPIJobBuilder:
 
 
 def attempt_config_map(job: MPIJob, attempt: int) -> dict[str, object]:
-    return {"metadata": {"name": f"pi-attempt-{attempt + 1}", "namespace": "ns",
+    return {"metadata": {"name": f"pi-attempt-{attempt}", "namespace": "ns",
                          "labels": {"mpiop.kubeflow.org/attempt": str(attempt)}}}
 
 
@@ -65,9 +65,9 @@ def test_a_failed_attempt_saves_the_launcher_and_each_failed_pod(pods: list[PodB
     job = base().obj()
     found = evidence_of(job, pods)
     assert found is not None
-    assert (found.name, found.attempt, found.logs, found.drop) == ("pi-attempt-1", 0, logs, [])
+    assert (found.name, found.attempt, found.logs, found.drop) == ("pi-attempt-0", 0, logs, [])
     assert found.summary.startswith("MPIJob ns/pi is restarting")
-    assert "; the attempt's logs are kept in ConfigMap pi-attempt-1" in found.summary
+    assert "; the attempt's logs are kept in ConfigMap pi-attempt-0" in found.summary
 
 
 def test_a_launcher_that_ran_has_its_container_named() -> None:
@@ -111,14 +111,14 @@ def test_the_final_failure_is_saved_too() -> None:
 
 @pytest.mark.parametrize(
     ("restarts", "kept", "keep", "drop"),
-    [(3, [0, 1, 2], 3, ["pi-attempt-1"]), (3, [2, 0, 1], 1, ["pi-attempt-3", "pi-attempt-2", "pi-attempt-1"]),
-     (1, [0], 3, []), (3, [3, 2, 1], 2, ["pi-attempt-2"])],
+    [(3, [0, 1, 2], 3, ["pi-attempt-0"]), (3, [2, 0, 1], 1, ["pi-attempt-2", "pi-attempt-1", "pi-attempt-0"]),
+     (1, [0], 3, []), (3, [3, 2, 1], 2, ["pi-attempt-1"])],
     ids=["fourth-drops-first", "keep-one", "room-left", "retried-pass-keeps-its-own"],
 )
 def test_only_the_last_attempts_are_kept(restarts: int, kept: list[int], keep: int, drop: list[str]) -> None:
     job = base(restarts=restarts).obj()
     found = evidence_of(job, [make_pod(job, "worker", 0, restarts).failed(exit_code=1)], kept, keep)
-    assert found is not None and found.name == f"pi-attempt-{restarts + 1}"
+    assert found is not None and found.name == f"pi-attempt-{restarts}"
     assert found.drop == drop
 
 
@@ -128,3 +128,17 @@ def test_an_old_attempts_failure_seen_again_saves_nothing() -> None:
     pods = [make_pod(job, "worker", 0, 0).failed(exit_code=1), make_pod(job, "launcher", 0, 1).running()]
     observed = Observed(pods=[p.obj() for p in pods])
     assert decide(job, observed, at(100)).evidence is None
+
+
+def test_the_config_maps_number_is_the_attempts_everywhere() -> None:
+    """Restart 1's attempt: its pods' label, its launcher's name, lastFailure.attempt and the ConfigMap all say 1."""
+    job = base(restarts=1).obj()
+    pods = [make_pod(job, "launcher", 0, 1).failed(exit_code=1), make_pod(job, "worker", 0, 1).ready()]
+    observed = observe(job, [p.obj() for p in pods])
+    plan = decide(job, observed, at(100))
+    assert plan.evidence is not None and plan.status.last_failure is not None
+    launcher = observed.pods[0]
+    assert (plan.evidence.name, plan.evidence.attempt, plan.status.last_failure.attempt) == ("pi-attempt-1", 1, 1)
+    assert (launcher["metadata"]["name"], launcher["metadata"]["labels"]["mpiop.kubeflow.org/attempt"]) == (
+        "pi-launcher-1", "1")
+    assert plan.evidence.logs[0].pod == "pi-launcher-1"

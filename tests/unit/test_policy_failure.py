@@ -10,7 +10,7 @@ from mpiop.plan import Observed, Plan
 from mpiop.policies import failure
 from testkit.builders import MPIJobBuilder, PodBuilder, at, make_mpijob, make_pod
 
-SAVED = "; the attempt's logs are kept in ConfigMap pi-attempt-"  # then the attempt's number (from 1)
+SAVED = "; the attempt's logs are kept in ConfigMap pi-attempt-"  # then the attempt's number (restartCount)
 
 
 def run(job: MPIJob, pods: list[PodBuilder], now: float = 100) -> tuple[bool, Plan]:
@@ -44,13 +44,13 @@ def test_no_failure_does_nothing() -> None:
     [
         (make_pod(base().obj(), "launcher").failed(exit_code=1),
          "pi-launcher container main Error exit 1; the failed launcher pi-launcher is kept for `kubectl logs`"
-         f"{SAVED}1",
+         f"{SAVED}0",
          ["pi-worker-0", "pi-worker-1"]),
         (make_pod(base().obj(), "worker", 1).failed(reason="OOMKilled", exit_code=137),
-         f"pi-worker-1 (rank 1) container main OOMKilled exit 137{SAVED}1",
+         f"pi-worker-1 (rank 1) container main OOMKilled exit 137{SAVED}0",
          ["pi-launcher", "pi-worker-0", "pi-worker-1"]),
         (make_pod(base().obj(), "worker", 0).evicted("The node was low on resource: memory."),
-         f"pi-worker-0 (rank 0) Evicted: The node was low on resource: memory.{SAVED}1",
+         f"pi-worker-0 (rank 0) Evicted: The node was low on resource: memory.{SAVED}0",
          ["pi-launcher", "pi-worker-0", "pi-worker-1"]),
     ],
     ids=["launcher-error", "worker-oomkilled", "worker-evicted"],
@@ -123,7 +123,7 @@ def test_backoff_limit_boundaries(backoff: int | None, attempt: int, fails: bool
         assert failed is not None
         assert failed.reason == "MPIJobFailed"
         assert failed.message == (f"MPIJob ns/pi has failed (backoffLimit {limit} reached after {attempt} restarts): "
-                                  f"pi-worker-1 (rank 1) container main Error exit 1{SAVED}{attempt + 1}")
+                                  f"pi-worker-1 (rank 1) container main Error exit 1{SAVED}{attempt}")
         assert plan.status.conditions[-1].type == "Failed"
         assert plan.delete == [], "clean-up is cleanPodPolicy's business"
         assert [(e.type, e.reason) for e in plan.events] == [("Warning", "MPIJobFailed")]
@@ -162,7 +162,7 @@ def test_exit_code_policy(policy: RestartPolicy, exit_code: int, permanent: bool
         failed = plan.status.condition("Failed")
         assert failed is not None
         assert failed.message == ("MPIJob ns/pi has failed (permanent exit code (restartPolicy ExitCode) reached "
-                                  f"after 0 restarts): pi-launcher container main Error exit {exit_code}{SAVED}1")
+                                  f"after 0 restarts): pi-launcher container main Error exit {exit_code}{SAVED}0")
 
 
 def test_exit_code_policy_is_per_replica() -> None:
@@ -239,7 +239,7 @@ def test_restart_names_the_dead_worker_carries_the_tail_and_keeps_the_launcher()
         "MPIJob ns/pi is restarting (restart 1 of backoffLimit 6): worker pi-worker-1 (rank 1, node n2), per the "
         "launcher's log: mpirun noticed that process rank 1 with PID 0 on node pi-worker-1 exited on signal 9 "
         "(Killed).; then the launcher pi-launcher (node n0) container main Error exit 137; the failed launcher "
-        f"pi-launcher is kept for `kubectl logs`{SAVED}1\nLast lines of pi-launcher/main:\n")
+        f"pi-launcher is kept for `kubectl logs`{SAVED}0\nLast lines of pi-launcher/main:\n")
     assert restarting.message.endswith(tail)
     [event] = plan.events
     assert len(event.message) <= 1024 and event.message.endswith(tail[-200:])

@@ -77,7 +77,7 @@ def test_in_place_failures_against_backoff_limit(pod: str, limit: int, failures:
         assert condition is not None and condition.reason == "BackoffLimitExceeded"
         assert condition.message == (f"MPIJob ns/pi has failed (backoffLimit {limit} exceeded: {failures} failures "
                                      f"after 0 restarts, {failures} of them restarted in place): {summary}; the "
-                                     "attempt's logs are kept in ConfigMap pi-attempt-1")
+                                     "attempt's logs are kept in ConfigMap pi-attempt-0")
         assert [(e.type, e.reason) for e in plan.events] == [("Warning", "BackoffLimitExceeded")]
         assert plan.status.last_failure is not None
         assert (plan.status.last_failure.pod, plan.status.last_failure.exit_code) == (pod, 1)
@@ -153,7 +153,7 @@ def test_report_blames_the_dead_worker_and_reads_the_previous_log() -> None:
     assert condition.message == (
         "MPIJob ns/pi has failed (backoffLimit 1 exceeded: 3 failures after 0 restarts, 3 of them restarted in "
         "place): pi-worker-0 (rank 0, node n1) container main Error exit 255; then the launcher pi-launcher "
-        "(node n1) container main Error exit 1; the attempt's logs are kept in ConfigMap pi-attempt-1\n"
+        "(node n1) container main Error exit 1; the attempt's logs are kept in ConfigMap pi-attempt-0\n"
         "Last lines of pi-launcher/main:\n"
         "ssh: connect to host pi-worker-0 port 22: Connection refused")
 
