@@ -121,6 +121,18 @@ def test_the_next_attempts_pods_avoid_the_nodes_with_the_templates_own_affinity(
     assert required_terms(pods.launcher_pod(job, 1)["spec"]) == [{"matchExpressions": [NOT_IN]}]
 
 
+def test_kueue_tas_gate_and_node_selector_stay_beside_the_exclusion() -> None:
+    """What Kueue's TAS puts in the template (its scheduling gate, a flavor's nodeSelector) reaches the pod with
+    the exclusion beside it: the scheduler needs both, and Kueue's ungater adds the domain's nodeSelector later."""
+    gate = [{"name": "kueue.x-k8s.io/topology"}]
+    flavor = {"cloud.provider.com/topology-block": "b1"}
+    job = base(["n2"]).pod_spec("Worker", nodeSelector=flavor, schedulingGates=gate).obj()
+    spec = pods.worker_pod(job, 0, 1)["spec"]
+    assert (spec["nodeSelector"], spec["schedulingGates"]) == (flavor, gate)
+    assert required_terms(spec) == [{"matchExpressions": [
+        {"key": "kubernetes.io/hostname", "operator": "NotIn", "values": ["n2"]}]}]
+
+
 def test_no_exclusion_leaves_the_template_alone() -> None:
     spec: dict[str, Any] = {"containers": []}
     affinity.exclude_nodes(spec, [])
