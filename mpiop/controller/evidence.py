@@ -3,11 +3,13 @@
 The logs come from the shared reads (logreads), most already started by the failure report's: each is bounded
 from its start, and a node that does not answer, a pod already gone or a container that never ran is recorded
 as `(not readable: ...)`, so a restart is delayed by at most one bound. Saving is best effort: a refused
-ConfigMap is logged and the restart goes on.
+ConfigMap is logged and the restart goes on. Older attempts' ConfigMaps are deleted after the pass, off the
+restart's path.
 """
 
 from __future__ import annotations
 
+import aiohttp
 import structlog
 
 from mpiop.api.v2beta1 import MPIJob
@@ -27,7 +29,7 @@ class AttemptEvidence:
         self.reads = reads
 
     async def save(self, job: MPIJob, wanted: Evidence, observed: Observed) -> None:
-        """Read the logs, create the ConfigMap (an existing one is kept: a retried pass), delete older ones."""
+        """Read the logs and create the ConfigMap (an existing one is kept: a retried pass)."""
         reads = await self.reads.read_all(job.metadata.namespace,
                                           [(s, uid_of(observed, s.pod)) for s in wanted.logs])
         logs = [(evidence.log_key(s.pod, s.container), r.evidence()) for s, r in zip(wanted.logs, reads, strict=True)]
@@ -40,10 +42,18 @@ class AttemptEvidence:
             if not error.already_exists:
                 log.warning("the failed attempt's logs could not be saved", config_map=wanted.name,
                             code=error.status, error=error.message[:200])
+
+    async def drop(self, job: MPIJob, wanted: Evidence) -> None:
+        """Delete the attempts' ConfigMaps past --kept-attempts (best effort: the next failure asks again)."""
         for name in wanted.drop:
             try:
                 await self.client.delete(CONFIGMAPS, job.metadata.namespace, name)
             except ApiError as error:
                 if not error.not_found:
-                    raise
+                    log.warning("an old attempt's logs could not be deleted", config_map=name, code=error.status,
+                                error=error.message[:200])
+                    continue
+            except (OSError, RuntimeError, aiohttp.ClientError) as error:  # after the pass: nobody to raise to
+                log.warning("an old attempt's logs could not be deleted", config_map=name, error=str(error)[:200])
+                continue
             self.caches.config_maps.observe_delete(f"{job.metadata.namespace}/{name}")

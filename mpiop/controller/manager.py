@@ -189,6 +189,7 @@ class Manager:
             log.info("stopping: finishing in-flight reconciles")
             await self.queue.shut_down_with_drain()
             await asyncio.gather(*workers, return_exceptions=True)
+            await self.reconciler.finish_background()
             await self.recorder.close()
         finally:
             self.working = False

@@ -87,6 +87,7 @@ class Reconciler:
         self.soft_writes = SoftWriteHold()
         self.evidence = AttemptEvidence(client, caches, reads)
         self.nodes = NodeChecks(client)
+        self._tasks: set[asyncio.Task[None]] = set()  # work a pass left running (_background)
         # Whether the operator's role lacks `deletecollection` on pods (a role from before it was needed).
         self._collections_forbidden = False
 
@@ -102,11 +103,7 @@ class Reconciler:
             return None
         now = self.clock()
         observed = await self._observe(job)
-        plan = await self._decide(job, observed, now)
-        checks = node_exclusion.nodes_to_check(plan, job, observed, self.settings)
-        if checks and (faults := await self.nodes.faults(checks)):  # an attempt fails here: were its nodes fine?
-            observed.node_faults.update(faults)
-            plan = await self._decide(job, observed, now)
+        plan = await self._settle_failure(job, observed, now, await self._decide(job, observed, now))
         if plan.delete_job:
             await self._delete_job(job)
             return None
@@ -114,17 +111,45 @@ class Reconciler:
         wait = self.soft_writes.wait(key, only_soft_writes(plan, status, observed.config_map), time.monotonic())
         if wait is not None:
             return wait if plan.requeue_after is None else min(wait, plan.requeue_after)
-        if plan.evidence is not None:  # before the status names it and the attempt's pods go
-            await self.evidence.save(job, plan.evidence, observed)
         try:
             await self._write_status(job, plan, status.patch, now)
         except ApiError as error:
             if error.not_found:  # deleted since the cache saw it: nothing of it is to be made any more
                 return None
             raise
-        if self.refusals.remember(job, await self._apply_objects(job, plan)):
+        refusals = await self._apply_objects(job, plan)
+        if plan.evidence is not None and plan.evidence.drop:  # older attempts' logs: off the restart's path
+            self._background(self.evidence.drop(job, plan.evidence))
+        if self.refusals.remember(job, refusals):
             return 0.0  # decide again at once: the next pass reports (or clears) what the apiserver said
         return plan.requeue_after
+
+    async def _settle_failure(self, job: MPIJob, observed: Observed, now: dt.datetime, plan: Plan) -> Plan:
+        """A pass that fails an attempt: its logs are saved (before the status names them and its pods go) while
+        its nodes are read; if one is NotReady or deleted, the plan is decided again with that known."""
+        checks = node_exclusion.nodes_to_check(plan, job, observed, self.settings)
+        if plan.evidence is None and not checks:
+            return plan
+        saving = [self.evidence.save(job, plan.evidence, observed)] if plan.evidence is not None else []
+        faults, *_ = await asyncio.gather(self.nodes.faults(checks), *saving)
+        if not faults:
+            return plan
+        observed.node_faults.update(faults)
+        return await self._decide(job, observed, now)  # the same evidence: it does not depend on the nodes
+
+    def _background(self, work: Coroutine[Any, Any, None]) -> None:
+        """Run `work` after the pass without holding the job's next pass back; kept until done."""
+        task = asyncio.create_task(work)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def finish_background(self, timeout: float = 10.0) -> None:
+        """Wait (up to `timeout`) for what passes left running, at a graceful stop; cancel the rest."""
+        if self._tasks:
+            _, late = await asyncio.wait(list(self._tasks), timeout=timeout)
+            for task in late:
+                task.cancel()
+            await asyncio.gather(*late, return_exceptions=True)
 
     async def _decide(self, job: MPIJob, observed: Observed, now: dt.datetime) -> Plan:
         decision = functools.partial(decide, job, observed, now, self.settings)

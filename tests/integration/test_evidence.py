@@ -61,8 +61,10 @@ async def test_each_failed_attempt_leaves_its_logs_the_last_two_kept(control_pla
                 first = saved
                 print("ev-attempt-0:", {k: v[:120] for k, v in saved["data"].items()})
 
-        maps = await _attempt_maps(cluster)
-        assert sorted(maps) == ["ev-attempt-1", "ev-attempt-2"], "--kept-attempts 2: the first is gone"
+        async def first_gone() -> bool:  # deleted just after the restart, off its path
+            return sorted(await _attempt_maps(cluster)) == ["ev-attempt-1", "ev-attempt-2"]
+
+        await eventually(first_gone, what="--kept-attempts 2: only the last two attempts' ConfigMaps")
 
         async def event_names_it() -> bool:  # Events are sent in the background, just after the status
             events = await cluster.kube.list(EVENTS, cluster.ns)
