@@ -45,3 +45,30 @@ def test_a_worker_killed_mid_run_leaves_its_and_mpiruns_last_words(e2e: E2E) -> 
     assert "Received signal 3; terminating." in data["ev-worker-1.worker.log"]  # sshd's last words
     assert data["failure"].startswith(f"MPIJob {e2e.ns}/ev is restarting (restart 1 of backoffLimit 1): "
                                       "ev-worker-1 (ranks 2-3, node "), data["failure"]
+
+
+# Attempt 1 only: 5 s in, rank 3 kills its Open MPI daemon (its parent), not the pod: the worker stays Running,
+# mpirun fails at once, and only mpirun's error names the worker whose daemon it lost.
+DAEMON_DIES = ('if [ "$OMPI_COMM_WORLD_RANK" = 3 ]; then (sleep 5; kill -KILL $$PPID) & fi; '
+               'exec /usr/local/bin/pi-openmpi 2000000 30')
+LAUNCHER_FIRST = (f'if [ "$POD_NAME" = lf-launcher ]; then exec mpi-wait-hosts mpirun.openmpi --allow-run-as-root '
+                  f"-n 4 sh -c '{DAEMON_DIES}'; fi; "
+                  f"exec mpi-wait-hosts mpirun.openmpi --allow-run-as-root -n 4 /usr/local/bin/pi-openmpi {SAMPLES}")
+
+
+def test_the_worker_mpirun_names_is_saved_though_it_did_not_fail(e2e: E2E) -> None:
+    """The launcher's failure comes first and the worker never fails: its log is saved all the same, since the
+    failure blames it."""
+    pod_name = [{"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}}]
+    e2e.create_job(pi_job("lf", e2e.image, launcher_command=["sh", "-c", LAUNCHER_FIRST], launcher_env=pod_name,
+                          runPolicy={"backoffLimit": 1}))
+    job = e2e.wait_finished("lf", timeout=300)
+    assert is_true(job, "Succeeded"), f"{e2e.describe('lf')}\nlauncher log:\n{e2e.launcher_log('lf')}"
+    data = e2e.api.get(f"/api/v1/namespaces/{e2e.ns}/configmaps/lf-attempt-0")["data"]
+    print("\n$ kubectl describe configmap lf-attempt-0 (the last lines of each key)")
+    for key in sorted(data):
+        print(f"--- {key} ---\n" + "\n".join(data[key].splitlines()[-8:]))
+    assert data["failure"].startswith(f"MPIJob {e2e.ns}/lf is restarting (restart 1 of backoffLimit 1): worker "
+                                      "lf-worker-1 (ranks 2-3, node "), data["failure"]
+    assert sorted(data) == ["failure", "lf-launcher.launcher.log", "lf-worker-1.worker.log"], sorted(data)
+    assert not data["lf-worker-1.worker.log"].startswith("(not readable"), data["lf-worker-1.worker.log"]
