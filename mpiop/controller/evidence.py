@@ -14,7 +14,7 @@ import structlog
 
 from mpiop.api.v2beta1 import MPIJob
 from mpiop.controller.caches import Caches
-from mpiop.controller.logreads import LogReads, uid_of
+from mpiop.controller.logreads import LogReads, run_of
 from mpiop.desired import evidence
 from mpiop.kube.client import CONFIGMAPS, ApiError, KubeClient
 from mpiop.plan import Evidence, Observed
@@ -31,7 +31,7 @@ class AttemptEvidence:
     async def save(self, job: MPIJob, wanted: Evidence, observed: Observed) -> None:
         """Read the logs and create the ConfigMap (an existing one is kept: a retried pass)."""
         reads = await self.reads.read_all(job.metadata.namespace,
-                                          [(s, uid_of(observed, s.pod)) for s in wanted.logs])
+                                          [(s, run_of(observed, s.pod)) for s in wanted.logs])
         logs = [(evidence.log_key(s.pod, s.container), r.evidence()) for s, r in zip(wanted.logs, reads, strict=True)]
         body = evidence.config_map(job, wanted.attempt, wanted.summary, logs)
         try:

@@ -1,4 +1,4 @@
-"""Container logs read through `pods/log`, each (pod uid, container, run) once, shared by the failure report's
+"""Container logs read through `pods/log`, each run of a container once, shared by the failure report's
 tail (logtails) and the failed attempt's saved evidence (evidence).
 
 A read is bounded by READ_SECONDS from the moment it starts, and its answer (or why there is none) is kept, so
@@ -26,10 +26,17 @@ READ_BYTES = 1024 * 1024  # asked of the kubelet; the last KEPT_BYTES of it are 
 KEPT_BYTES = LOG_BYTES
 
 
-def uid_of(observed: Observed, pod: str) -> str:
-    """The uid of the observed pod of that name: a log read is the pod's, not the name's (names recur)."""
+def run_of(observed: Observed, pod: str) -> str:
+    """Which run of which pod a log read is of: the observed pod's uid (names recur across attempts), its phase (a
+    log read while it ran lacks how it ended) and its containers' restart counts (a container restarted in place
+    since has a newer previous run)."""
     found = observed.pod(pod)
-    return str(found["metadata"].get("uid") or "") if found is not None else ""
+    if found is None:
+        return ""
+    status = found.get("status") or {}
+    restarts = [int(c.get("restartCount") or 0) for key in ("initContainerStatuses", "containerStatuses")
+                for c in status.get(key) or []]
+    return f"{found['metadata'].get('uid') or ''}/{status.get('phase')}/{','.join(map(str, restarts))}"
 
 
 @dataclass(frozen=True)
@@ -51,9 +58,9 @@ class LogReads:
         self.max_entries = max_entries  # at most KEPT_BYTES each
         self._reads: OrderedDict[tuple[str, str, str, bool], asyncio.Task[LogRead]] = OrderedDict()
 
-    def start(self, namespace: str, source: LogSource, uid: str) -> asyncio.Task[LogRead]:
-        """The read of `source` (of the pod with this uid): the one started before, or a new one."""
-        key = (uid or f"{namespace}/{source.pod}", source.container or "", source.unreadable, source.previous)
+    def start(self, namespace: str, source: LogSource, run: str) -> asyncio.Task[LogRead]:
+        """The read of `source` (of this run of the pod, `run_of`): the one started before, or a new one."""
+        key = (run or f"{namespace}/{source.pod}", source.container or "", source.unreadable, source.previous)
         task = self._reads.get(key)
         if task is None:
             task = asyncio.create_task(self._read(namespace, source))
@@ -63,8 +70,8 @@ class LogReads:
         return task
 
     async def read_all(self, namespace: str, sources: list[tuple[LogSource, str]]) -> list[LogRead]:
-        """Each (source, pod uid)'s read, started now or before; each is bounded from its own start."""
-        return list(await asyncio.gather(*(self.start(namespace, s, uid) for s, uid in sources)))
+        """Each (source, pod run)'s read, started now or before; each is bounded from its own start."""
+        return list(await asyncio.gather(*(self.start(namespace, s, run) for s, run in sources)))
 
     async def _read(self, namespace: str, source: LogSource) -> LogRead:
         if source.unreadable or source.container is None:

@@ -13,7 +13,7 @@ import structlog
 
 from mpiop import podstate
 from mpiop.api.v2beta1 import MPIJob
-from mpiop.controller.logreads import LogReads, uid_of
+from mpiop.controller.logreads import LogReads, run_of
 from mpiop.plan import LogSource, Observed
 from mpiop.policies import evidence
 from mpiop.status import failure_report
@@ -37,9 +37,9 @@ class LogTails:
         namespace = job.metadata.namespace
         if not request.previous:
             for source in evidence.log_sources(job, observed, attempt):
-                self.reads.start(namespace, source, uid_of(observed, source.pod))
+                self.reads.start(namespace, source, run_of(observed, source.pod))
         wanted = LogSource(request.pod, request.container, request.previous)
-        read = await self.reads.start(namespace, wanted, str(pod["metadata"].get("uid") or ""))
+        read = await self.reads.start(namespace, wanted, run_of(observed, request.pod))
         if read.unreadable:
             log.info("no log tail for the failure report", pod=request.pod, container=request.container,
                      error=read.unreadable[:200], node=podstate.node_name(pod))
