@@ -5,7 +5,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 
-.PHONY: help venv binaries test-binaries lint test unit integration dev-cluster dev-cluster-down crds podtemplate-schema run clean bench
+.PHONY: help venv binaries test-binaries lint test unit integration dev-cluster dev-cluster-down crds podtemplate-schema run clean bench bench-node
 
 help:
 	@echo "make run          mpiop against KUBECONFIG, else on a local node (as root: runs an Open MPI pi job first)"
@@ -14,6 +14,8 @@ help:
 	@echo "make dev-cluster  start the local control plane in the background"
 	@echo "make crds         regenerate crds/ from the pydantic models"
 	@echo "make podtemplate-schema  refresh the PodTemplateSpec schema snapshot from a local kube-apiserver"
+	@echo "make bench        mpiop at scale on a simulated cluster (no root): a table, then one JSON line"
+	@echo "make bench-node   time to first rank of a 2-worker Open MPI job on the real e2e node (root; not in make bench)"
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -79,6 +81,13 @@ podtemplate-schema: binaries
 # BENCH_ARGS=--quick for a small run, --help for the knobs.
 bench: binaries
 	$(BIN)/python -m bench $(BENCH_ARGS)
+
+# Time to first rank on the real node of the e2e suite (root, like `make e2e`): a 2-worker Open MPI job from
+# create to each milestone, median (min-max) of 10 runs after a warm-up; a table, then one JSON line.
+# BENCH_NODE_ARGS=--help for the knobs. Queues behind any other bench (the lock) and e2e node on the machine.
+bench-node: binaries
+	bash hack/install-e2e-deps.sh
+	flock /tmp/mpiop-bench.lock $(BIN)/python -m bench.node $(BENCH_NODE_ARGS)
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache

@@ -13,21 +13,14 @@ from __future__ import annotations
 
 import json
 import os
-import re
-import secrets
-import subprocess
-import sys
-import time
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
 from devcluster import exec_images, images
-from devcluster.node import Node
 from testkit.e2e.exec_launch import restrict_namespace
-from testkit.e2e.kube import Api, ApiError, is_true, wait_for
-from testkit.e2e.session import E2E, REPORT, REPORT_PATH, operator_process
+from testkit.e2e.session import E2E, REPORT, REPORT_PATH, fresh_namespace, node_session, operator_process
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
@@ -66,32 +59,8 @@ def pytest_terminal_summary(terminalreporter: Any) -> None:
 def e2e_session() -> Iterator[E2E]:
     if os.geteuid() != 0:
         pytest.fail("the e2e node needs root (containerd, mounts, cgroups, a bridge); run `make e2e` as root")
-    mpi = images.mpi_image()
-    node = Node(extra_images=[mpi])
-    node.start()
-    REPORT["node"] = {k: round(v, 1) for k, v in node.timings.items()}
-    try:
-        assert node.control_plane is not None
-        REPORT["control_plane"] = node.control_plane.describe()
-        api = Api(node.control_plane.server, node.control_plane.ssl_context())
-        crd = subprocess.run([sys.executable, "-m", "mpiop", "crd"], capture_output=True, text=True, check=True).stdout
-        node.kubectl("apply", "--server-side", "-f", "-", input_text=crd)
-        wait_for(lambda: is_true(api.get_or_none("/apis/apiextensions.k8s.io/v1/customresourcedefinitions/"
-                                                 "mpijobs.kubeflow.org"), "Established"), 60, "the CRD")
-        yield E2E(node, api, mpi.ref, mpi_images={images.BOOKWORM.name: mpi.ref})
-    finally:
-        node.stop()
-
-
-def _mpi_image(session: E2E, suite: str) -> str:
-    """The ref of `suite`'s MPI image, built (cached) and imported into the node the first time it is asked for."""
-    if suite not in session.mpi_images:
-        image = images.mpi_image(images.MPI_SUITES[suite])
-        begin = time.monotonic()
-        session.node.import_images([image])
-        REPORT["node"][f"import {suite}"] = round(time.monotonic() - begin, 1)
-        session.mpi_images[suite] = image.ref
-    return session.mpi_images[suite]
+    with node_session() as session:
+        yield session
 
 
 @pytest.fixture
@@ -103,16 +72,8 @@ def suite() -> str:
 @pytest.fixture
 def bare(e2e_session: E2E, suite: str, request: pytest.FixtureRequest) -> Iterator[E2E]:
     """A fresh namespace, deleted afterwards (with its pods), and no operator."""
-    short = re.sub(r"[^a-z0-9-]", "-", request.node.name.removeprefix("test_").replace("_", "-"))[:40].strip("-")
-    ns = f"{short}-{secrets.token_hex(2)}"
-    api = e2e_session.api
-    api.create("/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}})
-    try:
-        wait_for(lambda: api.get_or_none(f"/api/v1/namespaces/{ns}/serviceaccounts/default"), 30,
-                 f"the default ServiceAccount of {ns}")
-        yield E2E(e2e_session.node, api, _mpi_image(e2e_session, suite), ns, suite, e2e_session.mpi_images)
-    finally:
-        _delete_namespace(api, ns)
+    with fresh_namespace(e2e_session, request.node.name.removeprefix("test_").replace("_", "-"), suite) as ns:
+        yield ns
 
 
 @pytest.fixture
@@ -152,15 +113,3 @@ def restricted(bare: E2E, exec_images_imported: tuple[str, str]) -> Iterator[E2E
     restrict_namespace(bare)
     with operator_process(bare, "--kubectl-image", exec_images_imported[1]):
         yield bare
-
-
-def _delete_namespace(api: Api, ns: str) -> None:
-    """Delete the namespace and wait (bounded) until its pods are gone, so the next test has the CPUs."""
-    try:
-        api.delete(f"/api/v1/namespaces/{ns}")
-        for pod in api.pods(ns):
-            api.delete(f"/api/v1/namespaces/{ns}/pods/{pod['metadata']['name']}", grace_seconds=0)
-        wait_for(lambda: not api.pods(ns), 60, f"the pods of {ns} to go")
-    except (ApiError, AssertionError) as err:
-        print(f"cleaning up {ns}: {err}", file=sys.stderr)
-

@@ -5,6 +5,10 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
+import secrets
+import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -18,7 +22,7 @@ from devcluster.binaries import cache_dir
 from devcluster.node import Node
 from mpiop import names
 from mpiop.api.v2beta1 import MPIJob
-from testkit.e2e.kube import MPIJOBS, Api, is_true, wait_for
+from testkit.e2e.kube import MPIJOBS, Api, ApiError, is_true, wait_for
 from testkit.process import ROOT, OperatorProcess
 
 REPORT: dict[str, Any] = {"node": {}, "scenarios": {}}
@@ -111,3 +115,62 @@ def operator_process(bare: E2E, *flags: str) -> Iterator[OperatorProcess]:
         yield operator
     finally:
         operator.stop()
+
+
+@contextlib.contextmanager
+def node_session() -> Iterator[E2E]:
+    """The node up (bookworm's MPI image imported), the CRD established: what every e2e scenario and the bench's
+    node phase run on. The node is stopped afterwards; its bring-up times land in REPORT."""
+    mpi = images.mpi_image()
+    node = Node(extra_images=[mpi])
+    node.start()
+    REPORT["node"] = {k: round(v, 1) for k, v in node.timings.items()}
+    try:
+        assert node.control_plane is not None
+        REPORT["control_plane"] = node.control_plane.describe()
+        api = Api(node.control_plane.server, node.control_plane.ssl_context())
+        crd = subprocess.run([sys.executable, "-m", "mpiop", "crd"], capture_output=True, text=True, check=True).stdout
+        node.kubectl("apply", "--server-side", "-f", "-", input_text=crd)
+        wait_for(lambda: is_true(api.get_or_none("/apis/apiextensions.k8s.io/v1/customresourcedefinitions/"
+                                                 "mpijobs.kubeflow.org"), "Established"), 60, "the CRD")
+        yield E2E(node, api, mpi.ref, mpi_images={images.BOOKWORM.name: mpi.ref})
+    finally:
+        node.stop()
+
+
+def suite_image(session: E2E, suite: str) -> str:
+    """The ref of `suite`'s MPI image, built (cached) and imported into the node the first time it is asked for."""
+    if suite not in session.mpi_images:
+        image = images.mpi_image(images.MPI_SUITES[suite])
+        begin = time.monotonic()
+        session.node.import_images([image])
+        REPORT["node"][f"import {suite}"] = round(time.monotonic() - begin, 1)
+        session.mpi_images[suite] = image.ref
+    return session.mpi_images[suite]
+
+
+@contextlib.contextmanager
+def fresh_namespace(session: E2E, prefix: str, suite: str = images.BOOKWORM.name) -> Iterator[E2E]:
+    """A new namespace `<prefix>-<4 hex>` with its default ServiceAccount, on `suite`'s image; deleted afterwards
+    with its pods."""
+    short = re.sub(r"[^a-z0-9-]", "-", prefix)[:40].strip("-")
+    ns = f"{short}-{secrets.token_hex(2)}"
+    api = session.api
+    api.create("/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}})
+    try:
+        wait_for(lambda: api.get_or_none(f"/api/v1/namespaces/{ns}/serviceaccounts/default"), 30,
+                 f"the default ServiceAccount of {ns}")
+        yield E2E(session.node, api, suite_image(session, suite), ns, suite, session.mpi_images)
+    finally:
+        _delete_namespace(api, ns)
+
+
+def _delete_namespace(api: Api, ns: str) -> None:
+    """Delete the namespace and wait (bounded) until its pods are gone, so the next test has the CPUs."""
+    try:
+        api.delete(f"/api/v1/namespaces/{ns}")
+        for pod in api.pods(ns):
+            api.delete(f"/api/v1/namespaces/{ns}/pods/{pod['metadata']['name']}", grace_seconds=0)
+        wait_for(lambda: not api.pods(ns), 60, f"the pods of {ns} to go")
+    except (ApiError, AssertionError) as err:
+        print(f"cleaning up {ns}: {err}", file=sys.stderr)
