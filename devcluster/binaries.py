@@ -10,6 +10,7 @@ the cache, which the first caller fills with ``go build`` from a small wrapper m
 from __future__ import annotations
 
 import fcntl
+import hashlib
 import json
 import os
 import re
@@ -227,8 +228,17 @@ def go_install(package: str, version: str, bin_dir: Path, binary: str, *, what: 
         return bin_dir / binary
 
 
+def etcd_ldflags(version: str = ETCD_VERSION) -> str:
+    """`etcd --version` names the release it was built from: its Git SHA is the tag (the Go module proxy
+    serves no commit hash), not "Not provided (use ./build instead of go build)"."""
+    return f"-s -w -X go.etcd.io/etcd/api/v3/version.GitSHA={version}"
+
+
 def etcd_dir(version: str = ETCD_VERSION) -> Path:
-    return cache_dir() / "etcd" / version
+    """The build's directory, named by the version and its link flags: a build with other flags (an older
+    checkout's, maybe in use) stays where it is."""
+    flags = hashlib.sha256(etcd_ldflags(version).encode()).hexdigest()[:8]
+    return cache_dir() / "etcd" / f"{version}-{flags}"
 
 
 def build_etcd(version: str = ETCD_VERSION) -> Path:
@@ -238,7 +248,7 @@ def build_etcd(version: str = ETCD_VERSION) -> Path:
         write_wrapper_module(workdir, "mpiop.local/etcdbin", f"{ETCD_PACKAGE} {version}", [ETCD_PACKAGE])
 
     return _build_in_wrapper(etcd_dir(version), {"etcd": ETCD_PACKAGE}, what=f"etcd {version}",
-                             ldflags="-s -w", write_module=write_module) / "etcd"
+                             ldflags=etcd_ldflags(version), write_module=write_module) / "etcd"
 
 
 # KWOK's own default Stages of the pinned release (node-initialize, node heartbeat with a Lease, pod-ready,

@@ -270,7 +270,7 @@ class ControlPlane:
         return list(self.pids_by_name().values())
 
     def describe(self) -> dict[str, Any]:
-        """What runs: etcd's and kube-apiserver's `--version` lines and the apiserver's flags other than
+        """What runs: etcd's and kube-apiserver's `--version` (etcd's Git SHA too) and the apiserver's flags other than
         addresses and files (every setting not named there is the apiserver's production default)."""
         argv = {c.name: c.argv for c in self.components}
         described: dict[str, Any] = {}
@@ -278,7 +278,8 @@ class ControlPlane:
             if name in argv:
                 out = subprocess.run([argv[name][0], "--version"], capture_output=True, text=True, timeout=30,
                                      check=False).stdout
-                described[name] = out.splitlines()[0].strip() if out else "unknown"
+                # etcd: "etcd Version: 3.6.16, Git SHA: v3.6.16"; the apiserver: "Kubernetes v1.34.4".
+                described[name] = ", ".join(line.strip() for line in out.splitlines()[:2]) if out else "unknown"
         described["apiserver_flags"] = [f for f in argv.get("kube-apiserver", [])[1:]
                                         if f.split("=", 1)[0] not in _PLUMBING_FLAGS]
         return described

@@ -50,19 +50,27 @@ def _fake_binary(path, text: str):  # type: ignore[no-untyped-def]
 
 def test_etcd_on_path_is_never_used_even_when_a_build_is_needed(tmp_path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
     _fake_binary(tmp_path / "path" / "etcd", "etcd Version: 3.4.23")
-    cached = _fake_binary(tmp_path / "cache" / "etcd" / ETCD_VERSION / "bin" / "etcd", "etcd Version: 3.6.16")
     monkeypatch.delenv("KUBEBUILDER_ASSETS", raising=False)
     monkeypatch.setenv("PATH", str(tmp_path / "path"))
     monkeypatch.setenv("MPIOP_CACHE_DIR", str(tmp_path / "cache"))
+    cached = _fake_binary(binaries.etcd_dir() / "bin" / "etcd", "etcd Version: 3.6.16")
     assert binaries.etcd_binary() == cached
 
 
 def test_etcd_from_kubebuilder_assets_wins_over_the_cache(tmp_path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
     assets = _fake_binary(tmp_path / "assets" / "etcd", "etcd Version: 3.5.0")
-    _fake_binary(tmp_path / "cache" / "etcd" / ETCD_VERSION / "bin" / "etcd", "etcd Version: 3.6.16")
     monkeypatch.setenv("KUBEBUILDER_ASSETS", str(tmp_path / "assets"))
     monkeypatch.setenv("MPIOP_CACHE_DIR", str(tmp_path / "cache"))
+    _fake_binary(binaries.etcd_dir() / "bin" / "etcd", "etcd Version: 3.6.16")
     assert binaries.etcd_binary() == assets
+
+
+def test_etcd_is_built_with_its_release_as_git_sha_into_a_directory_of_its_own(tmp_path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    monkeypatch.setenv("MPIOP_CACHE_DIR", str(tmp_path))
+    assert f"-X go.etcd.io/etcd/api/v3/version.GitSHA={ETCD_VERSION}" in binaries.etcd_ldflags()
+    # A build without the flag (an older checkout's, at etcd/<version>) is neither reused nor replaced.
+    assert binaries.etcd_dir().parent == tmp_path / "etcd"
+    assert binaries.etcd_dir().name.startswith(f"{ETCD_VERSION}-")
 
 
 @pytest.mark.parametrize(
