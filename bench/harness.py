@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any, cast
 
 from devcluster.simulated import finished_pod_status
-from mpiop import names, ssh
+from mpiop import names, podstate, ssh
 from mpiop.api.v2beta1 import LAUNCHER, WORKER, CleanPodPolicy, MPIJob
 from mpiop.decide import decide
 from mpiop.desired import objects, pods
@@ -166,6 +166,10 @@ def owned_objects(job_json: JSON, discover_hosts: bool = True) -> list[JSON]:
     made += [pods.worker_pod(job, i, 0) for i in range(job.spec.worker_replicas)]
     made.append(pods.launcher_pod(job, 0))
     return made
+
+
+def is_launcher(obj: JSON) -> bool:
+    return obj.get("kind") == "Pod" and podstate.role(obj) == names.LAUNCHER_ROLE
 
 
 def first_status(job_json: JSON) -> JSON:

@@ -20,6 +20,7 @@ from bench.harness import (
     finish_pod,
     first_status,
     fresh_namespace,
+    is_launcher,
     launcher_of,
     owned_objects,
     percentile,
@@ -70,7 +71,11 @@ async def create_jobs_directly(kube: KubeClient, namespace: str, manifests: list
             objects = build(job)
             if made is not None:
                 made[job["metadata"]["name"]] = (job, objects)
-            await asyncio.gather(*(one(o) for o in objects))
+            # mpiop's order (Plan.creates): the launcher only once its workers exist, which its lost-worker
+            # rule relies on (a worker younger than the launcher replaced one it lost).
+            launchers = [o for o in objects if is_launcher(o)]
+            await asyncio.gather(*(one(o) for o in objects if not is_launcher(o)))
+            await asyncio.gather(*(one(o) for o in launchers))
 
     workers = [asyncio.create_task(worker()) for _ in range(reconcile_workers)]
     await asyncio.gather(*(submit(m) for m in manifests))
