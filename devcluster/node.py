@@ -23,7 +23,6 @@ are built in, so nothing is loaded; every image is built locally and imported (s
 
 from __future__ import annotations
 
-import fcntl
 import json
 import os
 import shutil
@@ -46,13 +45,17 @@ from devcluster.nodehost import (
     CNI_BIN,
     GATEWAY,
     KUBELET_ROOT,
+    LOCK_WAIT_SECONDS,
+    MACHINE_LOCK,
     NODE_NAME,
     POD_SUBNET,
     STATE,
+    MachineBusyError,
     ip,
     make_cgroups,
     record_sysctls,
     reset_host,
+    take_machine_lock,
 )
 from devcluster.nodehost import log as _log
 from devcluster.nodeparts import coredns_binary, cri_binary, kube_proxy_binary
@@ -60,34 +63,6 @@ from devcluster.nodeparts import coredns_binary, cri_binary, kube_proxy_binary
 
 class NodeError(RuntimeError):
     """The node could not be brought up (or torn down)."""
-
-
-MACHINE_LOCK = Path("/run/mpiop-e2e.lock")
-LOCK_WAIT_SECONDS = 3600.0
-
-
-def take_machine_lock(path: Path, wait: float, poll: float = 2.0) -> IO[str]:
-    """Hold `path`'s flock, waiting up to `wait` s for another e2e node on this machine to finish.
-
-    The node owns machine-wide state (a bridge, iptables chains, cgroups), so two cannot run at once; a
-    second `make e2e` (another worktree, another CI job) queues behind the first instead of failing.
-    """
-    handle = path.open("w")
-    deadline = time.monotonic() + wait
-    said = False
-    while True:
-        try:
-            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            return handle
-        except BlockingIOError:
-            if time.monotonic() >= deadline:
-                handle.close()
-                raise NodeError(f"another mpiop e2e node still runs on this machine after {wait:.0f} s "
-                                f"({path} is held)") from None
-            if not said:
-                _log(f"another mpiop e2e node runs on this machine ({path} is held); waiting up to {wait:.0f} s")
-                said = True
-            time.sleep(poll)
 
 
 @dataclass
@@ -142,7 +117,10 @@ class Node:
              f"({', '.join(f'{k} {v:.1f}s' for k, v in self.timings.items() if k != 'total')})")
 
     def _take_lock(self) -> None:
-        self._lock = take_machine_lock(MACHINE_LOCK, wait=LOCK_WAIT_SECONDS)
+        try:
+            self._lock = take_machine_lock(MACHINE_LOCK, wait=LOCK_WAIT_SECONDS)
+        except MachineBusyError as busy:
+            raise NodeError(str(busy)) from None
 
     def _step(self, name: str, action: Callable[[], None]) -> None:
         begin = time.monotonic()

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import fcntl
 import json
 import os
 import shutil
@@ -16,6 +17,7 @@ import sys
 import time
 from collections.abc import Iterator, Sequence
 from pathlib import Path
+from typing import IO
 
 from devcluster import binaries
 
@@ -219,3 +221,35 @@ def make_cgroups() -> None:
         for name in ("cpuset.cpus", "cpuset.mems"):
             if (hierarchy / name).is_file() and not (ours / name).read_text().strip():
                 (ours / name).write_text((hierarchy / name).read_text())
+
+
+class MachineBusyError(RuntimeError):
+    """Another e2e node still held the machine when the wait ended."""
+
+
+MACHINE_LOCK = Path("/run/mpiop-e2e.lock")
+LOCK_WAIT_SECONDS = 3600.0
+
+
+def take_machine_lock(path: Path, wait: float, poll: float = 2.0) -> IO[str]:
+    """Hold `path`'s flock, waiting up to `wait` s for another e2e node on this machine to finish.
+
+    The node owns machine-wide state (a bridge, iptables chains, cgroups), so two cannot run at once; a
+    second `make e2e` (another worktree, another CI job) queues behind the first instead of failing.
+    """
+    handle = path.open("w")
+    deadline = time.monotonic() + wait
+    said = False
+    while True:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return handle
+        except BlockingIOError:
+            if time.monotonic() >= deadline:
+                handle.close()
+                raise MachineBusyError(f"another mpiop e2e node still runs on this machine after {wait:.0f} s "
+                                f"({path} is held)") from None
+            if not said:
+                log(f"another mpiop e2e node runs on this machine ({path} is held); waiting up to {wait:.0f} s")
+                said = True
+            time.sleep(poll)

@@ -73,12 +73,12 @@ def test_machine_lock_waits_for_the_holder_then_takes_it(tmp_path: Path) -> None
 
     import pytest
 
-    from devcluster.node import NodeError, take_machine_lock
+    from devcluster.nodehost import MachineBusyError, take_machine_lock
 
     lock = tmp_path / "e2e.lock"
     holder = lock.open("w")
     fcntl.flock(holder, fcntl.LOCK_EX)
-    with pytest.raises(NodeError, match="still runs"):
+    with pytest.raises(MachineBusyError, match="still runs"):
         take_machine_lock(lock, wait=0.2, poll=0.05)
 
     threading.Timer(0.3, holder.close).start()
