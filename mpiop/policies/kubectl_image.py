@@ -16,7 +16,7 @@ from mpiop import podstate
 from mpiop.api.v2beta1 import MPIJob
 from mpiop.desired import launch
 from mpiop.desired.kubexec import DELIVERY_CONTAINER
-from mpiop.plan import Observed, Plan
+from mpiop.plan import MESSAGE_LIMIT, Observed, Plan
 from mpiop.policies.failure import mark_failed
 from mpiop.status import conditions as c
 
@@ -42,11 +42,11 @@ def apply(plan: Plan, job: MPIJob, observed: Observed, now: dt.datetime, default
     if waited >= PULL_GRACE:
         minutes = int(PULL_GRACE.total_seconds() // 60)
         message = f"MPIJob {job.key} has failed: {why}; still not pulled after {minutes} minutes"
-        mark_failed(plan, REASON, message[:1024], now)
+        mark_failed(plan, REASON, message[:MESSAGE_LIMIT], now)
         return True
     plan.requeue_in((PULL_GRACE - waited).total_seconds())  # the pod may not change again before then
     running = plan.status.condition("Running")
-    message = f"MPIJob {job.key} waits: {why}"[:1024]
+    message = f"MPIJob {job.key} waits: {why}"[:MESSAGE_LIMIT]
     c.set_condition(plan.status, "Running", "False", REASON, message, now)
     if running is None or running.reason != REASON:
         plan.event("Warning", REASON, message)

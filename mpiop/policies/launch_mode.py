@@ -11,7 +11,7 @@ import datetime as dt
 
 from mpiop.api.v2beta1 import MPIJob
 from mpiop.desired import launch
-from mpiop.plan import Plan
+from mpiop.plan import MESSAGE_LIMIT, Plan
 from mpiop.policies.failure import mark_failed
 from mpiop.status import conditions as c
 
@@ -22,5 +22,5 @@ def apply(plan: Plan, job: MPIJob, now: dt.datetime, default: launch.LaunchMode 
     error = launch.annotation_error(job) or launch.exec_template_error(job, default)
     if error is None:
         return False
-    mark_failed(plan, c.VALIDATION_ERROR_REASON, f"MPIJob {job.key} has failed: {error}"[:1024], now)
+    mark_failed(plan, c.VALIDATION_ERROR_REASON, f"MPIJob {job.key} has failed: {error}"[:MESSAGE_LIMIT], now)
     return True
