@@ -130,7 +130,9 @@ async def test_a_not_ready_or_deleted_node_is_excluded(simulated: SimulatedClust
         second = await eventually(lambda: _placed(cluster, 1, "nr-launcher-1", "nr"), 60, "attempt 2 Running")
         print("attempt 2:", second, f"(excluded: {silent})")
         assert silent not in second.values()
-        gone = second["nr-worker-0"]
+        # The deleted node must not be the launcher's: KWOK could not fail a launcher on a node that is gone,
+        # and the pod GC takes 40-60 s to delete it, past this test's wait.
+        gone = next(second[w] for w in ("nr-worker-0", "nr-worker-1") if second[w] != second["nr-launcher-1"])
         await sim_kube.delete(NODES, None, gone)
         await _launcher_fails(sim_kube, cluster, "nr-launcher-1", 2)
         assert (await _status(cluster, "nr"))["excludedNodes"] == [silent, gone]
