@@ -10,21 +10,29 @@ from devcluster.pi_job import SAMPLES, pi_job
 from testkit.e2e.kube import is_true
 from testkit.e2e.session import E2E
 
-# Attempt 1 only (the launcher's own pod name tells): 5 s in, rank 3 sends SIGQUIT to its worker's sshd (PID 1;
-# SIGTERM would make it exit 0, a Succeeded pod), so the worker container fails and takes the ranks and the Open
-# MPI daemon with it. mpirun's exit is held 3 s, as a wrapper script's clean-up would, so that mpiop sees the
-# worker fail first. (`$$` is the kubelet's escape for `$`.)
+POD_NAME = [{"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}}]
+MPIRUN = "mpi-wait-hosts mpirun.openmpi --allow-run-as-root -n 4"
+
+
+def first_attempt_runs(launcher_pod: str, ranks: str, hold_exit: bool = False) -> str:
+    """The launcher's script: attempt 1 (the launcher's own pod name tells) runs `ranks` under mpirun, holding
+    mpirun's exit 3 s if asked, as a wrapper script's clean-up would; every later attempt runs the pi job."""
+    run = f"{MPIRUN} sh -c '{ranks}'"
+    first = f"{run}; code=$$?; sleep 3; exit $$code" if hold_exit else f"exec {run}"
+    return f'if [ "$POD_NAME" = {launcher_pod} ]; then {first}; fi; exec {MPIRUN} /usr/local/bin/pi-openmpi {SAMPLES}'
+
+
+# 5 s in, rank 3 sends SIGQUIT to its worker's sshd (PID 1; SIGTERM would make it exit 0, a Succeeded pod), so
+# the worker container fails and takes the ranks and the Open MPI daemon with it. mpirun's exit is held, so that
+# mpiop sees the worker fail first. (`$$` is the kubelet's escape for `$`.)
 WORKER_DIES = ('if [ "$OMPI_COMM_WORLD_RANK" = 3 ]; then (sleep 5; kill -QUIT 1) & fi; '
                'exec /usr/local/bin/pi-openmpi 2000000 30')
-LAUNCHER = (f'if [ "$POD_NAME" = ev-launcher ]; then mpi-wait-hosts mpirun.openmpi --allow-run-as-root -n 4 '
-            f"sh -c '{WORKER_DIES}'; code=$$?; sleep 3; exit $$code; fi; "
-            f"exec mpi-wait-hosts mpirun.openmpi --allow-run-as-root -n 4 /usr/local/bin/pi-openmpi {SAMPLES}")
 
 
 def test_a_worker_killed_mid_run_leaves_its_and_mpiruns_last_words(e2e: E2E) -> None:
-    pod_name = [{"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}}]
-    started = e2e.create_job(pi_job("ev", e2e.image, launcher_command=["sh", "-c", LAUNCHER],
-                                    launcher_env=pod_name, runPolicy={"backoffLimit": 1}))
+    script = first_attempt_runs("ev-launcher", WORKER_DIES, hold_exit=True)
+    started = e2e.create_job(pi_job("ev", e2e.image, launcher_command=["sh", "-c", script],
+                                    launcher_env=POD_NAME, runPolicy={"backoffLimit": 1}))
     job = e2e.wait_finished("ev", timeout=300)
     e2e.record("worker-killed-evidence-then-succeeded", time.monotonic() - started)
     assert is_true(job, "Succeeded"), f"{e2e.describe('ev')}\nlauncher log:\n{e2e.launcher_log('ev')}"
@@ -47,20 +55,17 @@ def test_a_worker_killed_mid_run_leaves_its_and_mpiruns_last_words(e2e: E2E) -> 
                                       "ev-worker-1 (ranks 2-3, node "), data["failure"]
 
 
-# Attempt 1 only: 5 s in, rank 3 kills its Open MPI daemon (its parent), not the pod: the worker stays Running,
-# mpirun fails at once, and only mpirun's error names the worker whose daemon it lost.
+# 5 s in, rank 3 kills its Open MPI daemon (its parent), not the pod: the worker stays Running, mpirun fails at
+# once, and only mpirun's error names the worker whose daemon it lost.
 DAEMON_DIES = ('if [ "$OMPI_COMM_WORLD_RANK" = 3 ]; then (sleep 5; kill -KILL $$PPID) & fi; '
                'exec /usr/local/bin/pi-openmpi 2000000 30')
-LAUNCHER_FIRST = (f'if [ "$POD_NAME" = lf-launcher ]; then exec mpi-wait-hosts mpirun.openmpi --allow-run-as-root '
-                  f"-n 4 sh -c '{DAEMON_DIES}'; fi; "
-                  f"exec mpi-wait-hosts mpirun.openmpi --allow-run-as-root -n 4 /usr/local/bin/pi-openmpi {SAMPLES}")
 
 
 def test_the_worker_mpirun_names_is_saved_though_it_did_not_fail(e2e: E2E) -> None:
     """The launcher's failure comes first and the worker never fails: its log is saved all the same, since the
     failure blames it."""
-    pod_name = [{"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}}]
-    e2e.create_job(pi_job("lf", e2e.image, launcher_command=["sh", "-c", LAUNCHER_FIRST], launcher_env=pod_name,
+    script = first_attempt_runs("lf-launcher", DAEMON_DIES)
+    e2e.create_job(pi_job("lf", e2e.image, launcher_command=["sh", "-c", script], launcher_env=POD_NAME,
                           runPolicy={"backoffLimit": 1}))
     job = e2e.wait_finished("lf", timeout=300)
     assert is_true(job, "Succeeded"), f"{e2e.describe('lf')}\nlauncher log:\n{e2e.launcher_log('lf')}"
