@@ -21,6 +21,11 @@ ATTEMPT_LABEL = "mpiop.kubeflow.org/attempt"
 # On a launcher pod: how many workers the job wanted when it was made (what its mpirun starts ranks on). A
 # worker below that index made after the launcher replaces one mpirun lost; one at or above it is a scale-up.
 LAUNCHED_WORKERS_LABEL = "mpiop.kubeflow.org/launched-workers"
+# On a worker pod, the uid of its attempt's launcher when mpiop made the worker below that launcher's worker
+# count: it replaces a worker that launcher's mpirun had. Decided when mpiop makes the pod, not read off
+# creationTimestamps (whole seconds, stamped by whichever apiserver served the create). The uid, not "true": a
+# launcher deleted and made again (a host port that moved) starts on the workers made before it.
+REPLACEMENT_LABEL = "mpiop.kubeflow.org/replacement"
 
 OPERATOR_NAME = "mpi-operator"
 OWNED_SELECTOR = f"{OPERATOR_NAME_LABEL}={OPERATOR_NAME}"

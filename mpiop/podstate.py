@@ -86,6 +86,19 @@ def is_kept_launcher(pod: Pod, current_attempt: int) -> bool:
             and not is_terminating(pod))
 
 
+def launched_workers(launcher: Pod) -> int | None:
+    """The worker count a launcher started its ranks on (names.LAUNCHED_WORKERS_LABEL); None on a launcher made
+    before mpiop recorded it."""
+    count = labels(launcher).get(names.LAUNCHED_WORKERS_LABEL, "")
+    return int(count) if count.isdigit() else None
+
+
+def replaces_under(worker: Pod, launcher: Pod) -> bool:
+    """The worker was made while `launcher` existed, in place of one that launcher started with."""
+    uid = str(launcher.get("metadata", {}).get("uid") or "")
+    return bool(uid) and labels(worker).get(names.REPLACEMENT_LABEL) == uid
+
+
 def replica_index(pod: Pod) -> int | None:
     try:
         return int(labels(pod)[names.REPLICA_INDEX_LABEL])

@@ -300,6 +300,10 @@ def make_mpijob(name: str, namespace: str = "default") -> MPIJobBuilder:
     return MPIJobBuilder(name, namespace)
 
 
+def _pod_uid(name: str, attempt: int) -> str:
+    return f"uid-{name}-{attempt}"
+
+
 class PodBuilder:
     """A trimmed Pod of `job` as the cache holds it: Pending until told otherwise."""
 
@@ -307,11 +311,12 @@ class PodBuilder:
         if role not in (names.LAUNCHER_ROLE, names.WORKER_ROLE):
             raise ValueError(f"role must be {names.LAUNCHER_ROLE!r} or {names.WORKER_ROLE!r}, not {role!r}")
         name = names.launcher_name(job, attempt) if role == names.LAUNCHER_ROLE else names.worker_name(job, index)
+        self._job, self._attempt = job, attempt
         self._pod: JSON = {
             "metadata": {
                 "name": name,
                 "namespace": job.metadata.namespace,
-                "uid": f"uid-{name}-{attempt}",
+                "uid": _pod_uid(name, attempt),
                 "labels": (names.launcher_labels(job, attempt) if role == names.LAUNCHER_ROLE
                            else names.role_labels(job, role, names.worker_label_index(job, index), attempt)),
                 "ownerReferences": [{"kind": "MPIJob", "name": job.metadata.name, "uid": job.metadata.uid,
@@ -406,6 +411,12 @@ class PodBuilder:
         labels.pop(names.LAUNCHED_WORKERS_LABEL, None)
         if count is not None:
             labels[names.LAUNCHED_WORKERS_LABEL] = str(count)
+        return self
+
+    def replacement(self) -> Self:
+        """A worker mpiop made again while its attempt's launcher (as make_pod builds it) ran."""
+        launcher_uid = _pod_uid(names.launcher_name(self._job, self._attempt), self._attempt)
+        self._pod["metadata"]["labels"][names.REPLACEMENT_LABEL] = launcher_uid
         return self
 
     def created(self, when: dt.datetime = T0) -> Self:

@@ -45,8 +45,11 @@ class World:
             self.secret = objects.ssh_secret(self.job, b"private", b"public")
         for obj in plan.create + plan.update:
             if obj["kind"] == "Pod":
-                assert obj["metadata"]["name"] not in self.pods, "a pod is made only once its predecessor is gone"
-                self.pods[obj["metadata"]["name"]] = podstate.trim(copy.deepcopy(obj))
+                name = obj["metadata"]["name"]
+                assert name not in self.pods, "a pod is made only once its predecessor is gone"
+                made = copy.deepcopy(obj)
+                made["metadata"]["uid"] = f"uid-{name}-{len(self.plans)}"  # the apiserver's, new for each pod
+                self.pods[name] = podstate.trim(made)
             elif obj["kind"] == "ConfigMap":
                 self.config_map = copy.deepcopy(obj)
             elif obj["kind"] == "Service":

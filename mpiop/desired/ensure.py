@@ -93,14 +93,20 @@ def job_pods(plan: Plan, job: MPIJob, observed: Observed, launcher_may_start: bo
         plan.delete_pods(moved + ([launcher] if launcher is not None else []))
     budget = MAX_POD_CREATES_PER_PASS
     prefix = names.worker_name(job, 0)[:-1]
+    launcher = observed.launcher(job, attempt)
+    launcher_uid = str(launcher["metadata"].get("uid") or "") if launcher is not None else ""
+    replaces_below = (podstate.launched_workers(launcher) or 0) if launcher is not None and launcher_uid else 0
     for index in range(count):
         if observed.pod(f"{prefix}{index}") is None:
             if budget == 0:
                 plan.requeue_in(0)  # the rest next pass
                 return
-            plan.creates.workers.append(pods.worker_pod(job, index, attempt, cluster_domain, ports, settings))
+            worker = pods.worker_pod(job, index, attempt, cluster_domain, ports, settings)
+            if index < replaces_below:
+                worker["metadata"]["labels"][names.REPLACEMENT_LABEL] = launcher_uid
+            plan.creates.workers.append(worker)
             budget -= 1
-    if observed.launcher(job, attempt) is None and launcher_may_start \
+    if launcher is None and launcher_may_start \
             and not _old_workers_remain(job, observed, attempt) \
             and ssh_config.is_current(job, ports, observed.config_map, cluster_domain):
         plan.creates.launcher.append(pods.launcher_pod(job, attempt, cluster_domain, ports, settings))

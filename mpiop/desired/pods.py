@@ -142,7 +142,7 @@ def worker_pod(job: MPIJob, index: int, attempt: int, cluster_domain: str = "",
 
 def launcher_pod(job: MPIJob, attempt: int, cluster_domain: str = "",
                  ports: hostnetwork.Ports = hostnetwork.NO_PORTS,
-               settings: Settings = DEFAULT_SETTINGS) -> dict[str, Any]:
+                 settings: Settings = DEFAULT_SETTINGS) -> dict[str, Any]:
     replica = job.spec.launcher
     assert replica is not None, "launcher_pod needs a Launcher replica spec"
     exec_launch = launch.uses_exec(job, settings.default_launch)

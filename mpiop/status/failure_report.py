@@ -244,16 +244,14 @@ def disruption_report(job: MPIJob, pod: podstate.Pod, reason: str, message: str,
 def lost_worker(job: MPIJob, observed: Observed, attempt: int,
                 launcher: podstate.Pod) -> tuple[str, podstate.Pod | None, str] | None:
     """The lowest worker the launcher started with and the job still wants that failed, is being deleted, is gone,
-    or was made again after the launcher: (its name, the pod, how it was lost). mpiop deletes such a worker only
-    once the attempt has ended (a restart, a suspend, cleanPodPolicy after success), so while the attempt runs that
-    deletion was someone else's; and the launcher is made only after its workers, so a worker of those younger
-    than the launcher replaces one it lost. Workers a scale-up adds while the launcher runs are at or above the
-    count the launcher carries (names.LAUNCHED_WORKERS_LABEL); a launcher without it (made by an older mpiop)
-    is judged only by failed, deleted or gone workers."""
+    or was made again while the launcher ran: (its name, the pod, how it was lost). mpiop deletes such a worker
+    only once the attempt has ended (a restart, a suspend, cleanPodPolicy after success), so while the attempt runs
+    that deletion was someone else's; and a worker mpiop makes again under the launcher carries its uid
+    (names.REPLACEMENT_LABEL). Workers a scale-up adds while the launcher runs are at or above the count the
+    launcher carries (names.LAUNCHED_WORKERS_LABEL); a launcher without it (made by an older mpiop) is judged only
+    by failed, deleted or gone workers."""
     workers = observed.workers(job, attempt)
-    launched_with = (launcher["metadata"].get("labels") or {}).get(names.LAUNCHED_WORKERS_LABEL, "")
-    started = int(launched_with) if launched_with.isdigit() else None
-    launched = str(launcher["metadata"].get("creationTimestamp") or "") if started is not None else ""
+    started = podstate.launched_workers(launcher)
     wanted = job.spec.worker_replicas if started is None else min(job.spec.worker_replicas, started)
     for index in range(wanted):
         pod = workers.get(index)
@@ -263,7 +261,7 @@ def lost_worker(job: MPIJob, observed: Observed, attempt: int,
             return podstate.name(pod), pod, "was deleted"
         if podstate.phase(pod) == "Failed":
             return podstate.name(pod), pod, "failed"
-        if launched and str(pod["metadata"].get("creationTimestamp") or "") > launched:
+        if podstate.replaces_under(pod, launcher):
             return podstate.name(pod), pod, "was made again (its predecessor lost)"
     return None
 

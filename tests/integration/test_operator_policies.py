@@ -7,8 +7,8 @@ import asyncio
 import pytest
 
 from devcluster.controlplane import ControlPlane
-from mpiop.kube.client import CONFIGMAPS, MPIJOBS, SECRETS, SERVICES, Resource
-from testkit.operator import Cluster, Operator, eventually, mpijob, running_operator
+from mpiop.kube.client import CONFIGMAPS, MPIJOBS, PODS, SECRETS, SERVICES, Resource
+from testkit.operator import JSON, Cluster, Operator, eventually, mpijob, running_operator
 
 
 async def _pods(cluster: Cluster, names: set[str]) -> bool:
@@ -41,6 +41,32 @@ async def test_launcher_failure_restarts_then_fails_at_backoff_limit(cluster: Cl
     assert failed["reason"] == "MPIJobFailed"
     assert "bo-launcher-1 container main Error exit 7" in failed["message"]
     assert "backoffLimit 1" in failed["message"]
+
+
+async def test_a_worker_made_again_under_the_launcher_makes_its_exit_0_no_success(cluster: Cluster,
+                                                                                  operator: Operator) -> None:
+    """Someone deletes a worker while mpirun runs; mpiop makes it again at once, labelled with the launcher's uid
+    (as the apiserver gave it). The launcher then exits 0 (prterun may, having lost the worker's daemon): the
+    attempt restarts, blaming the worker, whatever the creation timestamps say."""
+    await cluster.create_job(mpijob("rw", workers=2))
+    await _start(cluster, "rw", 2)
+    launcher, lost = await cluster.pod("rw-launcher"), await cluster.pod("rw-worker-1")
+    assert launcher is not None and lost is not None
+    assert "mpiop.kubeflow.org/replacement" not in lost["metadata"]["labels"]
+    await cluster.kube.delete(PODS, cluster.ns, "rw-worker-1")
+
+    async def made_again() -> JSON | None:
+        pod = await cluster.pod("rw-worker-1")
+        return pod if pod is not None and pod["metadata"]["uid"] != lost["metadata"]["uid"] else None
+
+    worker = await eventually(made_again, what="rw-worker-1 made again")
+    assert worker["metadata"]["labels"]["mpiop.kubeflow.org/replacement"] == launcher["metadata"]["uid"]
+    await cluster.set_phase("rw-worker-1", "Running", ready=True)
+    await cluster.set_phase("rw-launcher", "Succeeded", exit_code=0)
+    restarting = await eventually(lambda: cluster.condition("rw", "Restarting"), what="Restarting")
+    assert "worker rw-worker-1 (rank 1) was made again (its predecessor lost) while the launcher ran" \
+        in restarting["message"], restarting["message"]
+    assert await cluster.condition("rw", "Succeeded") is None
 
 
 async def test_oom_killed_worker_restarts_the_job(cluster: Cluster, operator: Operator) -> None:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import copy
 
-from mpiop import podstate
+from mpiop import names, podstate
 from mpiop.decide import decide
 from mpiop.plan import Observed
 from testkit.builders import at, make_mpijob, make_pod
@@ -307,17 +307,14 @@ def test_worker_deleted_and_made_again_before_the_launcher_exits_0_restarts() ->
     world = World(make_mpijob("pi", "ns").workers(2).obj())
     world.reconcile(0)
     world.set_all(running)
-    for name in world.pods:  # as the apiserver stamps them: the launcher is made with (after) its workers
-        world.pods[name] = podstate.trim({**world.pods[name], "metadata": {
-            **world.pods[name]["metadata"], "creationTimestamp": "2026-01-01T00:00:00Z"}})
     world.reconcile(1)
+    assert names.REPLACEMENT_LABEL not in podstate.labels(world.pods["pi-worker-1"])
 
     del world.pods["pi-worker-1"]  # deleted by someone, already gone
     plan = world.reconcile(2)
     assert names_of(plan.create) == ["Pod/pi-worker-1"]
-    remade = world.pods["pi-worker-1"]
-    world.pods["pi-worker-1"] = podstate.trim({**remade, "metadata": {
-        **remade["metadata"], "creationTimestamp": "2026-01-01T00:00:02Z"}})
+    launcher_uid = world.pods["pi-launcher"]["metadata"]["uid"]
+    assert podstate.labels(world.pods["pi-worker-1"])[names.REPLACEMENT_LABEL] == launcher_uid
     world.set("pi-worker-1", running)
 
     world.set("pi-launcher", lambda b: b.succeeded())

@@ -85,6 +85,18 @@ def test_missing_worker_is_made_again() -> None:
     plan = run(job, observe(job, pods))
     assert created(plan) == ["Pod/pi-worker-1"]
     assert plan.delete == []
+    # It replaces a worker the launcher started with: it carries the launcher's uid (status/failure_report).
+    assert plan.create[0]["metadata"]["labels"][names.REPLACEMENT_LABEL] == pods[2]["metadata"]["uid"]
+
+
+def test_a_worker_made_under_a_launcher_without_its_count_is_no_replacement() -> None:
+    """A launcher made before mpiop recorded its worker count: which workers it started with is not known."""
+    job = make_mpijob("pi").workers(2).obj()
+    pods = [make_pod(job, "worker", 0).running().obj(),
+            make_pod(job, "launcher").launched_workers(None).running().obj()]
+    plan = run(job, observe(job, pods))
+    assert created(plan) == ["Pod/pi-worker-1"]
+    assert names.REPLACEMENT_LABEL not in plan.create[0]["metadata"]["labels"]
 
 
 def test_wait_for_workers_ready_ignores_ready_pods_of_an_old_attempt() -> None:
@@ -166,11 +178,12 @@ def test_scale_down_deletes_extra_workers() -> None:
 def test_scale_up_creates_only_new_workers() -> None:
     job = make_mpijob("pi").workers(3).obj()
     pods = [make_pod(job, "worker", i).running().obj() for i in range(2)]
-    pods.append(make_pod(job, "launcher").running().obj())
+    pods.append(make_pod(job, "launcher").launched_workers(2).running().obj())
     observed = observe(job, pods)
     observed.config_map = objects.config_map(make_mpijob("pi").workers(2).obj(), [0, 1])
     plan = run(job, observed)
     assert created(plan) == ["Pod/pi-worker-2"]
+    assert names.REPLACEMENT_LABEL not in plan.create[0]["metadata"]["labels"], "a scale-up replaces nothing"
     assert [o["metadata"]["name"] for o in plan.update] == ["pi-config"]
     assert "pi-worker-2" in plan.update[0]["data"]["hostfile"]
 

@@ -6,6 +6,7 @@ from collections.abc import Callable
 
 import pytest
 
+from mpiop import names
 from mpiop.api.v2beta1 import JobStatus, MPIJob
 from mpiop.plan import Observed, Plan
 from mpiop.policies import failure, success
@@ -80,11 +81,17 @@ LOST_WORKER_CASES = {
     "worker 0 gone": (2, {0: None, 1: _running}, False, "Restarting", "worker pi-worker-0 was gone while"),
     "worker 1 failed": (2, {0: _running, 1: _failed}, False, "Restarting",
                         "worker pi-worker-1 (rank 1, node n1) container main Error exit 137 while the launcher ran"),
-    "worker 1 made again after the launcher (the deleted one gone)": (
-        2, {0: _running, 1: lambda b: _running(b).created(at(5))}, False, "Restarting",
+    "worker 1 made again under the launcher (the deleted one gone)": (
+        2, {0: _running, 1: lambda b: _running(b).replacement()}, False, "Restarting",
         "worker pi-worker-1 (rank 1, node n1) was made again (its predecessor lost) while the launcher ran"),
     "workers made with the launcher": (2, {0: lambda b: _running(b).created(at(0)), 1: _running}, False,
                                       "Succeeded", None),
+    # Stamped by another apiserver whose clock is ahead, or in the next second: not made under the launcher.
+    "a worker a second younger than the launcher, made before it": (
+        2, {0: _running, 1: lambda b: _running(b).created(at(1))}, False, "Succeeded", None),
+    "a worker made under an earlier launcher of the same name (deleted, made again)": (
+        2, {0: _running, 1: lambda b: _running(b).label(names.REPLACEMENT_LABEL, "uid-of-a-launcher-gone")}, False,
+        "Succeeded", None),
     "scale-down: worker 2 (index >= replicas) being deleted": (
         2, {0: _running, 1: _running, 2: _deleted}, False, "Succeeded", None),
     "scale-down: worker 2 gone": (2, {0: _running, 1: _running, 2: None}, False, "Succeeded", None),
@@ -138,9 +145,11 @@ def test_lost_worker_report_is_for_a_succeeded_launcher_only() -> None:
 LAUNCHED_WITH_CASES = {
     "scale-up: worker 2 made after the launcher": (3, 2, {0: _running, 1: _running,
                                                          2: lambda b: _running(b).created(at(5))}, "Succeeded"),
+    "scale-up: worker 2 made under the launcher": (3, 2, {0: _running, 1: _running,
+                                                         2: lambda b: _running(b).replacement()}, "Succeeded"),
     "scale-up: worker 2 not made yet": (3, 2, {0: _running, 1: _running}, "Succeeded"),
     "scale-up: worker 1 made again below the launcher's count": (
-        3, 2, {0: _running, 1: lambda b: _running(b).created(at(5)), 2: _running}, "Restarting"),
+        3, 2, {0: _running, 1: lambda b: _running(b).replacement(), 2: _running}, "Restarting"),
     "an older launcher without the count: a worker made after it": (
         2, None, {0: _running, 1: lambda b: _running(b).created(at(5))}, "Succeeded"),
     "an older launcher without the count: a worker being deleted": (2, None, {0: _running, 1: _deleted},
