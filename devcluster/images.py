@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from devcluster import intelmpi
+from devcluster import image_cache, intelmpi
 from devcluster.binaries import build_lock, cache_dir, project_root
 
 # Bump when the way images are made changes in a way the inputs below do not show.
@@ -302,6 +302,8 @@ def _customized_image(name: str, packages: Sequence[str], script: str, inputs: S
         pack_rootfs(rootfs, layer)
         write_oci_archive(archive, image.ref, [layer], config)
         log(f"built {image.ref} ({archive.stat().st_size >> 20} MiB) in {archive}")
+        for old in image_cache.prune_older(out_dir, name):
+            log(f"deleted the older archive {old.name}")
     return image
 
 
