@@ -1,6 +1,7 @@
 """Time to first rank on the real node (`make bench-node`, root): a 2-worker Open MPI pi job through a real
 `mpiop run`, and the seconds from its `create` to each milestone, median (min-max) of `--runs` runs after one
-warm-up run.
+warm-up run. `--suite mpi-trixie` runs it on trixie's image (Open MPI 5, PRRTE's prterun) instead of bookworm's
+(Open MPI 4.1).
 
 Where each milestone comes from (one machine, one clock):
 - pods created / scheduled / containers started: a watch on the namespace's pods, the moment the last of the
@@ -30,6 +31,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from devcluster import images
 from devcluster.pi_job import SAMPLES, pi_job
 from testkit.e2e.kube import MPIJOBS, PODS, is_true, wait_for
 from testkit.e2e.session import E2E, fresh_namespace, node_session, operator_process
@@ -208,11 +210,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--trace-wait", action="store_true",
                         help="trace the launcher's wait for its hosts (bash -x, timestamped) into its log")
     parser.add_argument("--operator-arg", action="append", default=[], help="an extra flag for `mpiop run`")
+    parser.add_argument("--suite", choices=sorted(images.MPI_SUITES), default=images.BOOKWORM.name,
+                        help=f"the MPI image: {', '.join(images.MPI_SUITES)} (default {images.BOOKWORM.name})")
     args = parser.parse_args(argv)
     if os.geteuid() != 0:
         parser.error("the node needs root (containerd, mounts, cgroups, a bridge)")
     runs: list[dict[str, float]] = []
-    with node_session() as session, fresh_namespace(session, "ttfr") as e2e, operator_process(e2e, *args.operator_arg):
+    with node_session() as session, fresh_namespace(session, "ttfr", args.suite) as e2e, \
+            operator_process(e2e, *args.operator_arg):
         for i in range(args.runs + 1):
             marks = one_run(e2e, f"ttfr-{i}", wait=TRACED_WAIT if args.trace_wait else WAIT)
             print(f"run {i}{' (warm-up)' if i == 0 else ''}: " + ", ".join(f"{k} {v:.2f}" for k, v in marks.items()),
@@ -221,7 +226,8 @@ def main(argv: list[str] | None = None) -> int:
                 runs.append(marks)
     figures = summary(runs)
     print(table(figures))
-    print(json.dumps({"phase": "node", "runs": len(runs), "load": os.getloadavg()[0], "milestones": figures}))
+    print(json.dumps({"phase": "node", "suite": args.suite, "runs": len(runs), "load": os.getloadavg()[0],
+                      "milestones": figures}))
     return 0
 
 
