@@ -27,19 +27,23 @@ from mpiop.kube.client import MPIJOBS, NAMESPACES, KubeClient
 
 WARM_UP_NAMESPACE = "bench-warm-up"
 
+# The one burst target is against the lifecycle floor, which makes the same writes as mpiop; the floor makes
+# fewer (no Running or Succeeded status, Events, discover_hosts.sh or deletion), so the ratios to it are shown
+# without a target.
 SERIES = {
     "floor_s": ("floor: every pod exists (s)", ""),
-    "burst_s": ("burst: every pod exists (s)", "<= 1.1 x floor"),
-    "burst_running_s": ("burst: every job Running (s)", "<= 1.15 x floor"),
+    "burst_s": ("burst: every pod exists (s)", ""),
+    "burst_running_s": ("burst: every job Running (s)", ""),
     "burst_succeeded_s": ("burst: every job Succeeded (s)", ""),
-    "burst_over_floor": ("burst / floor: every pod exists", "<= 1.1"),
-    "burst_running_over_floor": ("burst every job Running / floor every pod Running", "<= 1.15"),
+    "burst_over_floor": ("burst / floor: every pod exists", ""),
+    "burst_running_over_floor": ("burst every job Running / floor every pod Running", ""),
     "lifecycle_s": ("lifecycle floor: every pod exists (s)", ""),
     "lifecycle_running_s": ("lifecycle floor: every job Running (s)", ""),
     "lifecycle_over_floor": ("lifecycle floor / floor: every pod exists", ""),
     "lifecycle_running_over_floor": ("lifecycle floor every job Running / floor every pod Running", ""),
-    "burst_running_over_lifecycle": ("burst every job Running / lifecycle floor every job Running", ""),
-    "api_requests_per_job": ("burst: operator API requests per job", "<= 16"),
+    "burst_running_over_lifecycle": ("burst every job Running / lifecycle floor every job Running", "<= 1.05"),
+    # W + 12: the pods, Secret, ConfigMap, Service, 3 status writes, 3 Events, discover_hosts.sh, one deletion.
+    "api_requests_per_job": ("burst: operator API requests per job", ""),
 }
 
 
