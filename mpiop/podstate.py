@@ -19,6 +19,10 @@ def name(pod: Pod) -> str:
     return str(pod["metadata"]["name"])
 
 
+def uid(pod: Pod) -> str:
+    return str(pod.get("metadata", {}).get("uid") or "")
+
+
 def labels(pod: Pod) -> dict[str, str]:
     return pod["metadata"].get("labels") or {}
 
@@ -95,8 +99,7 @@ def launched_workers(launcher: Pod) -> int | None:
 
 def replaces_under(worker: Pod, launcher: Pod) -> bool:
     """The worker was made while `launcher` existed, in place of one that launcher started with."""
-    uid = str(launcher.get("metadata", {}).get("uid") or "")
-    return bool(uid) and labels(worker).get(names.REPLACEMENT_LABEL) == uid
+    return bool(uid(launcher)) and labels(worker).get(names.REPLACEMENT_LABEL) == uid(launcher)
 
 
 def replica_index(pod: Pod) -> int | None:

@@ -87,22 +87,22 @@ def job_pods(plan: Plan, job: MPIJob, observed: Observed, launcher_may_start: bo
     states = list(zip(observed.states, observed.pods, strict=True))
     plan.delete_pods([p for s, p in states if _stale(job, observed, s, p, attempt, count)])
     moved = [p for s, p in states if s.attempt == attempt and _moved(job, p, ports)] if ports.by_key else []
+    launcher = observed.launcher(job, attempt)
     if moved:
         # The launcher mounted the old port (its ssh would wait on it): it starts again with the new config.
-        launcher = observed.launcher(job, attempt)
         plan.delete_pods(moved + ([launcher] if launcher is not None else []))
     budget = MAX_POD_CREATES_PER_PASS
     prefix = names.worker_name(job, 0)[:-1]
-    launcher = observed.launcher(job, attempt)
-    launcher_uid = str(launcher["metadata"].get("uid") or "") if launcher is not None else ""
-    replaces_below = (podstate.launched_workers(launcher) or 0) if launcher is not None and launcher_uid else 0
+    # A worker made while the launcher exists, below the count it started its ranks on, replaces one of those.
+    replaces_below, launcher_uid = ((podstate.launched_workers(launcher) or 0, podstate.uid(launcher))
+                                    if launcher is not None else (0, ""))
     for index in range(count):
         if observed.pod(f"{prefix}{index}") is None:
             if budget == 0:
                 plan.requeue_in(0)  # the rest next pass
                 return
             worker = pods.worker_pod(job, index, attempt, cluster_domain, ports, settings)
-            if index < replaces_below:
+            if index < replaces_below and launcher_uid:
                 worker["metadata"]["labels"][names.REPLACEMENT_LABEL] = launcher_uid
             plan.creates.workers.append(worker)
             budget -= 1
