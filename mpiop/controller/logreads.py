@@ -16,6 +16,7 @@ from dataclasses import dataclass
 
 import aiohttp
 
+from mpiop import podstate
 from mpiop.desired.evidence import LOG_BYTES, tail_bytes
 from mpiop.kube.client import PODS, ApiError, KubeClient
 from mpiop.plan import LogSource, Observed
@@ -36,7 +37,7 @@ def run_of(observed: Observed, pod: str) -> str:
     status = found.get("status") or {}
     restarts = [int(c.get("restartCount") or 0) for key in ("initContainerStatuses", "containerStatuses")
                 for c in status.get(key) or []]
-    return f"{found['metadata'].get('uid') or ''}/{status.get('phase')}/{','.join(map(str, restarts))}"
+    return f"{podstate.uid(found)}/{status.get('phase')}/{','.join(map(str, restarts))}"
 
 
 @dataclass(frozen=True)
