@@ -81,12 +81,12 @@ def add_run_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--namespace", default=None,
                         help="watch one namespace (default: all namespaces)")
     # Reconciles wait on the apiserver, not the CPU: at 8, a sustained 5 jobs/s on a loaded apiserver (0.3 s a
-    # request) queued 500 keys behind 8 busy workers at 5% CPU (docs/bench.md). Coroutines are cheap; the
-    # 32 pod writes in flight and the apiserver's fairness bound the load.
+    # request) queued 500 keys behind 8 busy workers at 5% CPU. Coroutines are cheap; the 32 pod writes in
+    # flight and the apiserver's fairness bound the load.
     parser.add_argument("--workers", type=int, default=32, help="reconcile workers (default 32)")
     # Off by default, as in controller-runtime since v0.21: mpiop bounds itself by concurrency (workers, 32 pod
     # writes in flight, --kube-api-burst connections) and the apiserver's Priority and Fairness does the rest. At
-    # 50 QPS a 200-job burst took twice the apiserver's own time (docs/bench.md).
+    # 50 QPS a 200-job burst took 5x the apiserver's own time (docs/bench.md, the qps50 phase).
     parser.add_argument("--kube-api-qps", type=float, default=0.0,
                         help="client-side QPS limit to the apiserver; 0 turns the limiter off (default 0)")
     parser.add_argument("--kube-api-burst", type=int, default=100,

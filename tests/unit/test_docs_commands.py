@@ -42,3 +42,10 @@ def test_every_mpiop_subcommand_a_doc_names_answers_help() -> None:
         shown = subprocess.run([sys.executable, "-m", "mpiop", sub, "--help"], capture_output=True, text=True,
                                timeout=60, check=False)
         assert shown.returncode == 0, f"`mpiop {sub}` named in the docs: {shown.stderr}"
+
+
+def test_the_bench_doc_is_method_and_current_results() -> None:
+    """docs/bench.md says how mpiop is measured and what it measures now, in at most 1,500 words; each figure's
+    history is in git."""
+    words = len((ROOT / "docs" / "bench.md").read_text().split())
+    assert words <= 1500, f"docs/bench.md has {words} words"
