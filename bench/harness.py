@@ -30,7 +30,7 @@ from mpiop.kube.client import (
 from mpiop.kube.informer import Informer
 from mpiop.plan import Observed
 from testkit import namespaces
-from testkit.builders import make_mpijob
+from testkit.mpijobs import make_mpijob
 from testkit.namespaces import create_namespace
 
 JSON = dict[str, Any]

@@ -16,7 +16,7 @@ import structlog.testing
 from mpiop.api.v2beta1 import LAUNCHER, WORKER
 from mpiop.controller.manager import Manager, ManagerConfig
 from mpiop.kube.client import MPIJOBS, PODS, KubeClient
-from testkit.builders import make_mpijob
+from testkit.mpijobs import make_mpijob
 
 T = TypeVar("T")
 JSON = dict[str, Any]

@@ -14,7 +14,8 @@ from mpiop.desired import objects
 from mpiop.desired.settings import Settings
 from mpiop.plan import Observed, Plan
 from mpiop.podstate import Pod
-from testkit.builders import PodBuilder, at, make_pod
+from testkit.mpijobs import at
+from testkit.pods import PodBuilder, make_pod
 
 Change = Callable[[PodBuilder], PodBuilder]
 

@@ -18,7 +18,7 @@ from devcluster.controlplane import ControlPlane, ControlPlaneError
 from devcluster.install import install_crd
 from mpiop.api import podtemplate
 from mpiop.kube.client import MPIJOBS, ApiError, KubeClient
-from testkit.builders import make_mpijob
+from testkit.mpijobs import make_mpijob
 
 pytestmark = pytest.mark.integration
 

@@ -7,7 +7,7 @@ from typing import Any
 from mpiop.controller.events import COMBINED_PREFIX, SIMILAR_THRESHOLD, EventRecorder
 from mpiop.kube.client import EVENTS, KubeClient
 from mpiop.plan import Event
-from testkit.builders import at, make_mpijob
+from testkit.mpijobs import at, make_mpijob
 
 JSON = dict[str, Any]
 

@@ -22,6 +22,7 @@ from mpiop.controller.manager import Manager, ManagerConfig
 from mpiop.desired import podgroup
 from mpiop.desired.podgroup import GangScheduler
 from mpiop.kube.client import CRDS, MPIJOBS, KubeClient
+from testkit.mpijobs import make_mpijob
 from testkit.operator import Cluster, eventually, mpijob, running_operator
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(180)]
@@ -168,8 +169,6 @@ async def test_volcano_pod_groups_are_accepted_whole_and_its_crd_is_required(
 
 async def test_scheduler_plugins_crd_keeps_every_field_mpiop_writes(kube: KubeClient, cluster: Cluster,
                                                                     scheduler_plugins_crd: None) -> None:
-    from testkit.builders import make_mpijob
-
     job = make_mpijob("full", cluster.ns).workers(3).gpus(2).scheduling_policy(
         minAvailable=2, scheduleTimeoutSeconds=30, minResources={"cpu": "1500m", "memory": "1Gi"}).obj()
     body = podgroup.pod_group(job, PLUGINS)

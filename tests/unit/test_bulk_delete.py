@@ -7,7 +7,8 @@ import pytest
 from mpiop import podstate
 from mpiop.controller.bulk_delete import ACTIVE_FIELD_SELECTOR, Collection, collection_for
 from mpiop.policies import cleanup
-from testkit.builders import make_mpijob, make_pod
+from testkit.mpijobs import make_mpijob
+from testkit.pods import make_pod
 
 JOB = make_mpijob("pi").workers(3).obj()
 LABELS = "training.kubeflow.org/job-name=pi,training.kubeflow.org/operator-name=mpi-operator"

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from mpiop.controller.logreads import run_of
 from mpiop.plan import Observed
-from testkit.builders import make_mpijob, make_pod
+from testkit.mpijobs import make_mpijob
+from testkit.pods import make_pod
 
 JOB = make_mpijob("pi", "ns").workers(1).obj()
 

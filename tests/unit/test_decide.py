@@ -11,7 +11,8 @@ import copy
 from mpiop import names, podstate
 from mpiop.decide import decide
 from mpiop.plan import Observed
-from testkit.builders import at, make_mpijob, make_pod
+from testkit.mpijobs import at, make_mpijob
+from testkit.pods import make_pod
 from testkit.world import World, names_of, running
 
 

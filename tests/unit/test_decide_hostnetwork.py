@@ -9,7 +9,7 @@ from mpiop.desired import hostnetwork as hn
 from mpiop.desired import ssh_config
 from mpiop.desired.pods import WORKER_DEFAULT_COMMAND, launcher_pod, worker_pod
 from mpiop.policies import host_ports
-from testkit.builders import make_mpijob
+from testkit.mpijobs import make_mpijob
 from testkit.world import World, names_of, running
 
 JSON = dict[str, Any]

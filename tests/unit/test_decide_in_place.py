@@ -12,7 +12,7 @@ from prometheus_client import REGISTRY
 from mpiop import metrics, podstate
 from mpiop.api.v2beta1 import ReplicaType
 from mpiop.status import failure_report
-from testkit.builders import MPIJobBuilder, at, make_mpijob
+from testkit.mpijobs import MPIJobBuilder, at, make_mpijob
 from testkit.restarts import crash_looping, crashed, healed, rerunning
 from testkit.world import World, names_of, running
 

@@ -15,7 +15,8 @@ from mpiop.desired.hostnetwork import NO_PORTS
 from mpiop.desired.settings import Settings
 from mpiop.plan import Observed, Plan
 from mpiop.policies import host_ports, launcher_creation
-from testkit.builders import PodBuilder, make_mpijob, make_pod, observe
+from testkit.mpijobs import make_mpijob
+from testkit.pods import PodBuilder, make_pod, observe
 
 
 def run(job: MPIJob, observed: Observed, cluster_domain: str = "") -> Plan:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from mpiop.desired.env import HOSTFILE_PATH, SSH_RETRY_ARGS, launcher_env, merge_env, worker_env
-from testkit.builders import MPIJobBuilder, make_mpijob
+from testkit.mpijobs import MPIJobBuilder, make_mpijob
 
 
 def as_dict(env: list[dict[str, str]]) -> dict[str, str]:

@@ -6,7 +6,7 @@ import pytest
 
 from mpiop.controller.caches import trim_config_map
 from mpiop.desired import evidence, objects
-from testkit.builders import make_mpijob
+from testkit.mpijobs import make_mpijob
 
 JOB = make_mpijob("pi", "ns").obj()
 

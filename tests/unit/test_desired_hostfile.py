@@ -6,7 +6,7 @@ import pytest
 
 from mpiop.api.v2beta1 import MPIImplementation
 from mpiop.desired.hostfile import discover_hosts, host_line, hostfile
-from testkit.builders import MPIJobBuilder, make_mpijob
+from testkit.mpijobs import MPIJobBuilder, make_mpijob
 
 
 @pytest.mark.parametrize(

@@ -11,7 +11,7 @@ from mpiop.api.v2beta1 import MPIImplementation
 from mpiop.desired import hostnetwork as hn
 from mpiop.desired.env import SSH_RETRY_ARGS, launcher_env
 from mpiop.policies import host_ports
-from testkit.builders import MPIJobBuilder, make_mpijob
+from testkit.mpijobs import MPIJobBuilder, make_mpijob
 
 # -- the range -------------------------------------------------------------------------------------------------
 

@@ -13,7 +13,7 @@ from mpiop.api.v2beta1 import MPIImplementation
 from mpiop.desired import kubexec, objects
 from mpiop.desired.pods import launcher_pod, worker_pod
 from mpiop.desired.settings import Settings
-from testkit.builders import make_mpijob
+from testkit.mpijobs import make_mpijob
 
 EXEC = Settings(default_launch="exec", kubectl_image="example.org/kubectl:v1.34.4")
 AGENT = "/etc/mpi/kubexec.sh"

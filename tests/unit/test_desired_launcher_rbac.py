@@ -8,7 +8,7 @@ from mpiop.desired import ensure, hostnetwork, launcher_rbac
 from mpiop.desired.launch import LAUNCH_ANNOTATION
 from mpiop.desired.settings import Settings
 from mpiop.plan import Observed, Plan
-from testkit.builders import MPIJobBuilder, make_mpijob
+from testkit.mpijobs import MPIJobBuilder, make_mpijob
 
 EXEC = Settings(default_launch="exec")
 

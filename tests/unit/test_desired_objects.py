@@ -6,7 +6,7 @@ import base64
 
 from mpiop import names
 from mpiop.desired import objects
-from testkit.builders import make_mpijob
+from testkit.mpijobs import make_mpijob
 
 
 def test_ssh_secret() -> None:

@@ -10,7 +10,7 @@ from mpiop.api.v2beta1 import LAUNCHER, WORKER
 from mpiop.desired import podgroup
 from mpiop.desired.podgroup import GangScheduler, gang_scheduler
 from mpiop.desired.quantity import Quantity
-from testkit.builders import MPIJobBuilder, make_mpijob
+from testkit.mpijobs import MPIJobBuilder, make_mpijob
 
 VOLCANO = GangScheduler("volcano")
 PLUGINS = GangScheduler("scheduler-plugins-scheduler")

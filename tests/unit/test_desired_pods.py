@@ -9,7 +9,7 @@ import pytest
 from mpiop import names
 from mpiop.api.v2beta1 import ReplicaSpec, RestartPolicy
 from mpiop.desired.pods import WORKER_DEFAULT_COMMAND, launcher_pod, pod_restart_policy, worker_pod
-from testkit.builders import MPIJobBuilder, make_mpijob
+from testkit.mpijobs import MPIJobBuilder, make_mpijob
 
 SSH_ITEMS = [
     {"key": "ssh-privatekey", "path": "id_rsa"},

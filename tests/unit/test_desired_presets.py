@@ -6,7 +6,7 @@ import pytest
 
 from mpiop.desired.env import FORWARD_ENV_ANNOTATION, forward_env_errors, forwarded_names, framework_env
 from mpiop.desired.presets import DEFAULT_MASTER_PORT, PRESET_NAMES, first_host, presets, world_size
-from testkit.builders import MPIJobBuilder, make_mpijob
+from testkit.mpijobs import MPIJobBuilder, make_mpijob
 
 PRESETS_LIST = "MASTER_ADDR;MASTER_PORT;WORLD_SIZE;NPROC_PER_NODE;LOCAL_WORLD_SIZE"
 

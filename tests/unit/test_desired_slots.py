@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 
 from mpiop.desired.slots import gpus_per_pod, slots_per_worker
-from testkit.builders import MPIJobBuilder, make_mpijob
+from testkit.mpijobs import MPIJobBuilder, make_mpijob
 
 
 @pytest.mark.parametrize(

@@ -6,7 +6,7 @@ from mpiop.desired import hostnetwork as hn
 from mpiop.desired import ssh_config
 from mpiop.desired.objects import config_map
 from mpiop.policies import host_ports
-from testkit.builders import MPIJobBuilder, make_mpijob
+from testkit.mpijobs import MPIJobBuilder, make_mpijob
 
 
 def table(builder: MPIJobBuilder, attempt: int = 0) -> hn.Ports:

@@ -13,7 +13,7 @@ from prometheus_client import REGISTRY
 from mpiop.controller.events import EventRecorder
 from mpiop.kube.client import ApiError, Resource
 from mpiop.plan import MESSAGE_LIMIT, Event
-from testkit.builders import at, make_mpijob
+from testkit.mpijobs import at, make_mpijob
 
 JSON = dict[str, Any]
 JOB = make_mpijob("pi").obj()

@@ -13,8 +13,9 @@ from mpiop import names, podstate
 from mpiop.decide import decide
 from mpiop.desired import objects, pods
 from mpiop.plan import Observed
-from testkit.builders import at, make_mpijob, make_pod, observe
 from testkit.kubeflow import load, of_kind
+from testkit.mpijobs import at, make_mpijob
+from testkit.pods import make_pod, observe
 
 
 @pytest.mark.parametrize(

@@ -6,7 +6,7 @@ from prometheus_client import REGISTRY
 
 from mpiop import metrics
 from mpiop.api.v2beta1 import FailureInfo
-from testkit.builders import at, make_mpijob
+from testkit.mpijobs import at, make_mpijob
 
 
 def value(name: str, **labels: str) -> float:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from mpiop import names
-from testkit.builders import make_mpijob
+from testkit.mpijobs import make_mpijob
 
 
 def test_names_of_owned_objects() -> None:

@@ -9,7 +9,8 @@ import pytest
 
 from mpiop import names, podstate
 from mpiop.desired import pods
-from testkit.builders import PodBuilder, make_mpijob, make_pod
+from testkit.mpijobs import make_mpijob
+from testkit.pods import PodBuilder, make_pod
 
 JOB = make_mpijob("pi").workers(3).obj()
 

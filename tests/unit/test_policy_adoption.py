@@ -14,8 +14,8 @@ from mpiop.desired.hostnetwork import SSH_PORT_LABEL, PortRange
 from mpiop.desired.settings import Settings
 from mpiop.plan import Observed, Plan
 from mpiop.policies import adoption
-from testkit.builders import at
 from testkit.kubeflow import as_cached
+from testkit.mpijobs import at
 
 NOW = at(0)
 

@@ -8,7 +8,8 @@ from mpiop import podstate
 from mpiop.api.v2beta1 import CleanPodPolicy
 from mpiop.plan import Observed, Plan
 from mpiop.policies import cleanup
-from testkit.builders import make_mpijob, make_pod
+from testkit.mpijobs import make_mpijob
+from testkit.pods import make_pod
 
 JOB = make_mpijob("pi").workers(5).obj()
 PODS = [

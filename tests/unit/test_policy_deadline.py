@@ -6,7 +6,7 @@ import pytest
 
 from mpiop.plan import Plan
 from mpiop.policies import deadline
-from testkit.builders import MPIJobBuilder, at, make_mpijob
+from testkit.mpijobs import MPIJobBuilder, at, make_mpijob
 
 
 @pytest.mark.parametrize(

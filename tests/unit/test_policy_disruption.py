@@ -8,7 +8,8 @@ from mpiop import podstate
 from mpiop.api.v2beta1 import MPIJob
 from mpiop.plan import Observed, Plan
 from mpiop.policies import disruption, failure
-from testkit.builders import MPIJobBuilder, PodBuilder, at, make_mpijob, make_pod
+from testkit.mpijobs import MPIJobBuilder, at, make_mpijob
+from testkit.pods import PodBuilder, make_pod
 
 CAP = 2
 

@@ -8,7 +8,8 @@ from mpiop.api.v2beta1 import MPIJob
 from mpiop.decide import decide
 from mpiop.desired.settings import Settings
 from mpiop.plan import Evidence, LogSource, Observed
-from testkit.builders import MPIJobBuilder, PodBuilder, at, make_mpijob, make_pod, observe
+from testkit.mpijobs import MPIJobBuilder, at, make_mpijob
+from testkit.pods import PodBuilder, make_pod, observe
 
 
 def base(backoff: int = 6, restarts: int = 0) -> MPIJobBuilder:

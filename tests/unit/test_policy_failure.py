@@ -8,7 +8,8 @@ from mpiop import podstate
 from mpiop.api.v2beta1 import MPIJob, RestartPolicy
 from mpiop.plan import Observed, Plan
 from mpiop.policies import failure
-from testkit.builders import MPIJobBuilder, PodBuilder, at, make_mpijob, make_pod
+from testkit.mpijobs import MPIJobBuilder, at, make_mpijob
+from testkit.pods import PodBuilder, make_pod
 
 SAVED = "; the attempt's logs are kept in ConfigMap pi-attempt-"  # then the attempt's number (restartCount)
 

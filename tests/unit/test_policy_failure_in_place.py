@@ -15,7 +15,8 @@ from mpiop.api.v2beta1 import MPIJob
 from mpiop.plan import Observed, Plan
 from mpiop.policies import failure
 from mpiop.status import failure_report
-from testkit.builders import MPIJobBuilder, at, make_mpijob, make_pod
+from testkit.mpijobs import MPIJobBuilder, at, make_mpijob
+from testkit.pods import make_pod
 from testkit.restarts import crash_looping, crashed, healed, rerunning
 
 Status = Callable[[int], dict[str, Any]]

@@ -6,7 +6,8 @@ from mpiop.decide import decide
 from mpiop.desired.env import FORWARD_ENV_ANNOTATION
 from mpiop.plan import Plan
 from mpiop.policies import forward_env
-from testkit.builders import at, make_mpijob, observe
+from testkit.mpijobs import at, make_mpijob
+from testkit.pods import observe
 
 
 def test_bad_entries_fail_the_job_before_any_object() -> None:

@@ -10,7 +10,8 @@ from mpiop.desired.podgroup import GangScheduler
 from mpiop.desired.settings import Settings
 from mpiop.plan import Observed, Plan
 from mpiop.policies import gang
-from testkit.builders import at, make_mpijob, make_pod, observe
+from testkit.mpijobs import at, make_mpijob
+from testkit.pods import make_pod, observe
 
 PLUGINS = GangScheduler("scheduler-plugins-scheduler")
 VOLCANO = GangScheduler("volcano")

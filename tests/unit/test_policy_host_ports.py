@@ -11,7 +11,8 @@ from mpiop.desired import hostnetwork as hn
 from mpiop.desired import ssh_config
 from mpiop.desired.objects import config_map
 from mpiop.policies import host_ports
-from testkit.builders import MPIJobBuilder, make_mpijob, make_pod
+from testkit.mpijobs import MPIJobBuilder, make_mpijob
+from testkit.pods import make_pod
 
 JSON = dict[str, Any]
 

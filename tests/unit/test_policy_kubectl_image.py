@@ -13,7 +13,8 @@ from mpiop.desired.launch import LAUNCH_ANNOTATION
 from mpiop.desired.settings import Settings
 from mpiop.plan import Plan
 from mpiop.policies.kubectl_image import PULL_GRACE, REASON
-from testkit.builders import MPIJobBuilder, PodBuilder, at, make_mpijob, make_pod, observe
+from testkit.mpijobs import MPIJobBuilder, at, make_mpijob
+from testkit.pods import PodBuilder, make_pod, observe
 
 IMAGE = "registry.example/kubectl:missing"
 PULL_ERROR = f'failed to pull and unpack image "{IMAGE}": not found'

@@ -10,7 +10,8 @@ from mpiop.desired.launch import LAUNCH_ANNOTATION, LaunchMode
 from mpiop.desired.settings import Settings
 from mpiop.plan import Plan
 from mpiop.policies import launch_mode
-from testkit.builders import at, make_mpijob, observe
+from testkit.mpijobs import at, make_mpijob
+from testkit.pods import observe
 
 
 @pytest.mark.parametrize(("annotation", "default", "mode"), [

@@ -6,7 +6,8 @@ from __future__ import annotations
 import pytest
 
 from mpiop.policies import launcher_creation
-from testkit.builders import make_mpijob, make_pod, observe
+from testkit.mpijobs import make_mpijob
+from testkit.pods import make_pod, observe
 
 
 def test_at_startup_allows_the_launcher_before_any_worker_exists() -> None:

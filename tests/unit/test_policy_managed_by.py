@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from mpiop.policies.managed_by import is_ours
-from testkit.builders import make_mpijob
+from testkit.mpijobs import make_mpijob
 
 
 @pytest.mark.parametrize(

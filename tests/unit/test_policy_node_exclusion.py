@@ -13,7 +13,8 @@ from mpiop.desired import affinity, pods
 from mpiop.desired.settings import Settings
 from mpiop.plan import Plan
 from mpiop.policies import node_exclusion
-from testkit.builders import MPIJobBuilder, PodBuilder, at, make_mpijob, make_pod, observe
+from testkit.mpijobs import MPIJobBuilder, at, make_mpijob
+from testkit.pods import PodBuilder, make_pod, observe
 
 CODES = frozenset({74})
 

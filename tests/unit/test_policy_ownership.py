@@ -5,7 +5,8 @@ from __future__ import annotations
 from mpiop.decide import decide
 from mpiop.plan import Observed, Plan, Refusal
 from mpiop.policies import ownership
-from testkit.builders import at, make_mpijob, make_pod, observe
+from testkit.mpijobs import at, make_mpijob
+from testkit.pods import make_pod, observe
 
 
 def _taken(kind: str, name: str) -> Refusal:

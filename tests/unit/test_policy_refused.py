@@ -7,7 +7,7 @@ import pytest
 
 from mpiop.plan import Observed, Plan, Refusal
 from mpiop.policies import refused
-from testkit.builders import at, make_mpijob
+from testkit.mpijobs import at, make_mpijob
 
 SA = 'pods "pi-worker-0" is forbidden: error looking up service account ns/train: serviceaccount "train" not found'
 PRIORITY_CLASS = 'pods "pi-launcher" is forbidden: no PriorityClass with name high was found'

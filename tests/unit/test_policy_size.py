@@ -5,7 +5,7 @@ from __future__ import annotations
 from mpiop.api.v2beta1 import MAX_WORKER_REPLICAS
 from mpiop.decide import decide
 from mpiop.plan import Observed
-from testkit.builders import at, make_mpijob
+from testkit.mpijobs import at, make_mpijob
 
 
 def test_too_many_workers_fail_with_validation_error_and_nothing_is_built() -> None:

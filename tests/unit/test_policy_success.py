@@ -11,7 +11,8 @@ from mpiop.api.v2beta1 import JobStatus, MPIJob
 from mpiop.plan import Observed, Plan
 from mpiop.policies import failure, success
 from mpiop.status import failure_report
-from testkit.builders import PodBuilder, at, make_mpijob, make_pod
+from testkit.mpijobs import at, make_mpijob
+from testkit.pods import PodBuilder, make_pod
 
 
 def plan_for(job: MPIJob) -> Plan:

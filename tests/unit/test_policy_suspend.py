@@ -8,7 +8,8 @@ from mpiop import podstate
 from mpiop.api.v2beta1 import MPIJob
 from mpiop.plan import Observed, Plan
 from mpiop.policies import suspend
-from testkit.builders import at, make_mpijob, make_pod
+from testkit.mpijobs import at, make_mpijob
+from testkit.pods import make_pod
 
 
 def run(job: MPIJob, observed: Observed, now: float = 50) -> tuple[bool, Plan]:

@@ -7,7 +7,7 @@ import pytest
 from mpiop.api.v2beta1 import ConditionType
 from mpiop.plan import Plan
 from mpiop.policies import ttl
-from testkit.builders import MPIJobBuilder, at, make_mpijob
+from testkit.mpijobs import MPIJobBuilder, at, make_mpijob
 
 
 def finished(kind: ConditionType = "Succeeded", ttl_seconds: int = 100) -> MPIJobBuilder:

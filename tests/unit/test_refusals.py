@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from mpiop.controller.refusals import Refusals
 from mpiop.plan import Refusal
-from testkit.builders import make_mpijob
+from testkit.mpijobs import make_mpijob
 
 JOB = make_mpijob("pi", "ns").obj()
 QUOTA = Refusal("Pod", "pi-worker-0", 403, "Forbidden", "exceeded quota: used 1")

@@ -8,7 +8,8 @@ from mpiop.api.v2beta1 import ReplicaStatus
 from mpiop.controller.soft_writes import only_soft_writes, status_change
 from mpiop.decide import decide
 from mpiop.plan import Event, Plan
-from testkit.builders import at, make_mpijob, make_pod, observe
+from testkit.mpijobs import at, make_mpijob
+from testkit.pods import make_pod, observe
 
 JOB = make_mpijob("pi", "ns").workers(2).obj()
 

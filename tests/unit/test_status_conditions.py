@@ -6,7 +6,7 @@ import pytest
 
 from mpiop.api.v2beta1 import ConditionStatus, ConditionType, JobStatus
 from mpiop.status.conditions import set_condition, set_false_if_true
-from testkit.builders import at
+from testkit.mpijobs import at
 
 Step = tuple[ConditionType, ConditionStatus]
 

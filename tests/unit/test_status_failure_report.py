@@ -8,7 +8,8 @@ from mpiop.api.v2beta1 import MPIJob
 from mpiop.plan import Observed
 from mpiop.status import failure_report
 from mpiop.status.failure_report import LogRequest, bound_tail, log_request, report
-from testkit.builders import MPIJobBuilder, PodBuilder, make_mpijob, make_pod
+from testkit.mpijobs import MPIJobBuilder, make_mpijob
+from testkit.pods import PodBuilder, make_pod
 
 JOB = make_mpijob("pi", "ns").workers(3).slots(2).obj()
 

@@ -7,7 +7,8 @@ import pytest
 from mpiop.api.v2beta1 import JobStatus, MPIJob, ReplicaStatus
 from mpiop.plan import Observed, Plan
 from mpiop.status import progress
-from testkit.builders import PodBuilder, at, make_mpijob, make_pod
+from testkit.mpijobs import at, make_mpijob
+from testkit.pods import PodBuilder, make_pod
 
 JOB = make_mpijob("pi", "ns").workers(2).obj()
 
