@@ -4,44 +4,45 @@ behind the one the operator watches). The lag is injected at the client's edge: 
 
 from __future__ import annotations
 
-from typing import Any, ClassVar
+from typing import Any
 
 from devcluster.controlplane import ControlPlane
+from mpiop.kube.access import ClusterAccess
 from mpiop.kube.client import PODS, KubeClient, Resource
 from testkit.operator import Cluster, drive_to_success, mpijob, running_operator
+from testkit.rbac import Request, recorder
 
 LAGGING = "lag-worker-1"
 
 
 class LaggingCacheClient(KubeClient):
-    """The apiserver deletes what it matched; its answer says it did not list LAGGING."""
-
-    deletions: ClassVar[list[str]] = []  # "collection", or the name of a pod deleted by name
+    """The apiserver deletes what it matched; its answer says it did not list LAGGING (an answer no request hook
+    can change, hence the subclass)."""
 
     async def delete_collection(self, resource: Resource, namespace: str, **selectors: Any) -> set[str]:
-        self.deletions.append("collection")
         return await super().delete_collection(resource, namespace, **selectors) - {LAGGING}
-
-    async def delete(self, resource: Resource, namespace: str | None, name: str, **options: Any) -> Any:
-        self.deletions.append(name)
-        return await super().delete(resource, namespace, name, **options)
 
 
 async def test_a_pod_the_collection_did_not_list_is_deleted_by_name(control_plane: ControlPlane,
                                                                    cluster: Cluster) -> None:
     name = "lag"
-    LaggingCacheClient.deletions.clear()
-    async with running_operator(str(control_plane.kubeconfig), cluster.ns, client_class=LaggingCacheClient):
+    requests: list[Request] = []
+    async with running_operator(str(control_plane.kubeconfig), cluster.ns, client_class=LaggingCacheClient,
+                                on_request=recorder(requests)):
         await cluster.create_job(mpijob(name, workers=3))
         await drive_to_success(cluster, name, workers=3)
-    print(f"\npod deletions: {LaggingCacheClient.deletions}")
-    assert LaggingCacheClient.deletions == ["collection", LAGGING]  # then the one it did not list, by name
+    deletions = [(verb, pod) for verb, _, resource, pod in requests
+                 if resource == "pods" and verb in ("delete", "deletecollection")]
+    print(f"\npod deletions: {deletions}")
+    assert deletions == [("deletecollection", ""), ("delete", LAGGING)]  # then the one it did not list, by name
 
 
 class AnswerRecordingClient(KubeClient):
-    """Keeps the decoded answer of every DELETE it sends."""
+    """Keeps the decoded answer of every DELETE it sends (a request hook sees no answers)."""
 
-    answers: ClassVar[list[dict[str, Any]]] = []
+    def __init__(self, access: ClusterAccess) -> None:
+        super().__init__(access)
+        self.answers: list[dict[str, Any]] = []
 
     async def request(self, method: str, path: str, **options: Any) -> dict[str, Any]:
         answer = await super().request(method, path, **options)
@@ -62,12 +63,11 @@ async def test_a_collection_deletes_what_its_labels_match_and_answers_their_meta
         await kube.create(PODS, namespace, pod(name, {"group": "a"}))
     await kube.create(PODS, namespace, pod("b-0", {"group": "b"}))
     client = AnswerRecordingClient(kube.access)
-    AnswerRecordingClient.answers.clear()
     try:
         deleted = await client.delete_collection(PODS, namespace, label_selector="group=a")
     finally:
         await client.close()
-    [answer] = AnswerRecordingClient.answers
+    [answer] = client.answers
     print(f"\ndeleted {sorted(deleted)}; answer kind {answer.get('kind')}, item keys "
           f"{sorted({k for item in answer['items'] for k in item})}")
     assert deleted == {"a-0", "a-1", "a-2"}
