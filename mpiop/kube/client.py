@@ -19,7 +19,7 @@ import contextlib
 import time
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Self, cast
+from typing import Any, Self, TypedDict, Unpack, cast
 
 import aiohttp
 
@@ -173,6 +173,17 @@ JSON_MEDIA_TYPE = "application/json"
 METADATA_LIST_MEDIA_TYPE = "application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1, application/json"
 
 
+class ClientOptions(TypedDict, total=False):
+    """KubeClient's keyword arguments (their defaults are the constructor's), for connect() to pass on."""
+
+    qps: float
+    burst: int
+    observer: RequestObserver | None
+    field_manager: str
+    write_guard: WriteGuard | None
+    on_request: RequestHook | None
+
+
 class KubeClient:
     """Raw JSON requests against one apiserver."""
 
@@ -193,13 +204,9 @@ class KubeClient:
 
     @classmethod
     async def connect(cls, kubeconfig: str | None = None, *, context: str | None = None,
-                      qps: float = 50.0, burst: int = 100, observer: RequestObserver | None = None,
-                      field_manager: str = "mpiop", write_guard: WriteGuard | None = None,
-                      on_request: RequestHook | None = None) -> Self:
+                      **options: Unpack[ClientOptions]) -> Self:
         """From a kubeconfig ($KUBECONFIG, ~/.kube/config), else the in-cluster ServiceAccount."""
-        access = await load_access(kubeconfig, context)
-        return cls(access, qps=qps, burst=burst, observer=observer, field_manager=field_manager,
-                   write_guard=write_guard, on_request=on_request)
+        return cls(await load_access(kubeconfig, context), **options)
 
     @property
     def session(self) -> aiohttp.ClientSession:
