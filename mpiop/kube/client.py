@@ -8,13 +8,12 @@ The session does not consult the environment per request (aiohttp's `trust_env` 
 ~/.netrc in a thread for every request); an HTTPS_PROXY/NO_PROXY from the environment is resolved once,
 when connecting, for the one apiserver this client talks to.
 
-Every request but watches passes a client-side token bucket (``--kube-api-qps`` / ``--kube-api-burst``),
-like client-go's default rate limiter; it is off by default (qps 0).
+Every request but watches passes a client-side token bucket (``ratelimit.py``: ``--kube-api-qps`` /
+``--kube-api-burst``), like client-go's default rate limiter; ``mpiop run`` has it off by default (qps 0).
 """
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import time
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
@@ -26,6 +25,7 @@ import aiohttp
 from mpiop import __version__
 from mpiop.kube.access import ClusterAccess, load_access
 from mpiop.kube.codec import ListSplitter, decode, decode_event, encode
+from mpiop.kube.ratelimit import TokenBucket
 
 JSON = dict[str, Any]
 RequestObserver = Callable[[str, str, int, float], None]
@@ -108,30 +108,6 @@ class ApiError(Exception):
     def invalid(self) -> bool:
         """The apiserver refused the object itself (422 Invalid, or 400 BadRequest): retrying won't help."""
         return self.status in (400, 422)
-
-
-class TokenBucket:
-    """client-go's token bucket: `burst` requests at once, refilled at `qps` per second."""
-
-    def __init__(self, qps: float, burst: int) -> None:
-        self.qps = qps
-        self.capacity = float(max(burst, 1))
-        self.tokens = self.capacity
-        self.updated = time.monotonic()
-        self._lock = asyncio.Lock()
-
-    async def acquire(self) -> None:
-        if self.qps <= 0:
-            return
-        async with self._lock:
-            now = time.monotonic()
-            self.tokens = min(self.capacity, self.tokens + (now - self.updated) * self.qps)
-            self.updated = now
-            if self.tokens < 1:
-                await asyncio.sleep((1 - self.tokens) / self.qps)
-                self.tokens = 1.0
-                self.updated = time.monotonic()
-            self.tokens -= 1
 
 
 def _resource_of(path: str) -> str:

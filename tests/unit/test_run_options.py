@@ -9,7 +9,7 @@ import pytest
 
 from mpiop.desired.hostnetwork import PortRange
 from mpiop.desired.launch import DEFAULT_KUBECTL_IMAGE
-from mpiop.kube.client import TokenBucket
+from mpiop.kube.ratelimit import TokenBucket
 from mpiop.process import add_run_arguments, config_from_args
 
 
