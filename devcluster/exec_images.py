@@ -18,19 +18,18 @@ import tempfile
 from collections.abc import Callable
 from pathlib import Path, PurePosixPath
 
-from devcluster import images
+from devcluster import images, oci
 from devcluster.binaries import build_lock, kube_binary
 from devcluster.images import (
     BOOKWORM,
     PATH_ENV,
     REGISTRY,
-    Image,
     MpiSuite,
     cache_key,
     images_dir,
     log,
-    write_oci_archive,
 )
+from devcluster.oci import Image, write_oci_archive
 
 OPENSSH_PACKAGES = ("openssh-server", "openssh-client", "openssh-sftp-server")
 # /bin/sh on a merged-/usr Debian: what an image made without a shell (distroless) lacks.
@@ -137,4 +136,4 @@ def kubectl_image() -> Image:
         return [_single_layer(archive, tmp / "base.tar"),
                 _file_layer(kubectl, "usr/local/bin/kubectl", tmp / "kubectl.tar")]
 
-    return _derived("kubectl", cache_key("kubectl", RECIPE, mpi.archive.name, images.sha256_file(kubectl)), build)
+    return _derived("kubectl", cache_key("kubectl", RECIPE, mpi.archive.name, oci.sha256_file(kubectl)), build)

@@ -37,7 +37,7 @@ from typing import IO
 
 import yaml
 
-from devcluster import binaries, images, nodeparts
+from devcluster import binaries, images, nodeparts, oci
 from devcluster.binaries import cache_dir
 from devcluster.controlplane import Component, ControlPlane, ControlPlaneError, free_port
 from devcluster.nodehost import (
@@ -76,7 +76,7 @@ class Node:
     """
 
     workdir: Path | None = None
-    extra_images: Sequence[images.Image] = ()
+    extra_images: Sequence[oci.Image] = ()
     keep_images: bool = True
     control_plane: ControlPlane | None = None
     components: list[Component] = field(default_factory=list)
@@ -150,7 +150,7 @@ class Node:
             paths["kube-proxy"] = kube_proxy_binary()
 
         self._step("binaries", resolve)
-        pause: list[images.Image] = []
+        pause: list[oci.Image] = []
         self._step("images", lambda: pause.append(images.pause_image()))
         record_sysctls()
         deadline = time.monotonic() + timeout
@@ -214,7 +214,7 @@ class Node:
             raise NodeError(f"cri {' '.join(args)}: {result.stderr.strip()}")
         return result.stdout
 
-    def _start_containerd(self, pause: images.Image, deadline: float) -> None:
+    def _start_containerd(self, pause: oci.Image, deadline: float) -> None:
         assert self.workdir is not None
         config = self.workdir / "containerd.toml"
         config.write_text(nodeparts.containerd_config(self.containerd_root, pause.ref))
@@ -233,7 +233,7 @@ class Node:
             _log(f"removing leftover sandboxes:\n{leftovers}")
             self.cri("rm-all")
 
-    def import_images(self, wanted: Sequence[images.Image]) -> None:
+    def import_images(self, wanted: Sequence[oci.Image]) -> None:
         present = {}
         for line in self.ctr("images", "ls").splitlines()[1:]:
             fields = line.split()

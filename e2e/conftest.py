@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from devcluster import exec_images, images
+from devcluster import exec_images, images, oci
 from testkit.e2e.exec_launch import restrict_namespace
 from testkit.e2e.session import E2E, REPORT, REPORT_PATH, fresh_namespace, node_session, operator_process
 
@@ -86,7 +86,7 @@ def e2e(bare: E2E) -> Iterator[E2E]:
 _imported: set[str] = set()  # derived images (exec launch's) imported into this session's node
 
 
-def _import_once(session: E2E, image: images.Image) -> str:
+def _import_once(session: E2E, image: oci.Image) -> str:
     if image.ref not in _imported:
         session.node.import_images([image])
         _imported.add(image.ref)

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import yaml
 
-from devcluster import images
+from devcluster import images, oci
 from devcluster.binaries import project_root
 from devcluster.pi_job import pi_job
 from testkit.e2e.kube import is_true, wait_for
@@ -20,7 +20,7 @@ from testkit.e2e.session import E2E
 NAMESPACE = "mpiop-system"
 
 
-def _overlay(directory: Path, image: images.Image) -> Path:
+def _overlay(directory: Path, image: oci.Image) -> Path:
     """deploy/base with the locally built image (never pulled): the only change to what users apply."""
     root = project_root()
     assert root is not None

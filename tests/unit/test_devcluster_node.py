@@ -8,7 +8,7 @@ import tarfile
 import tomllib
 from pathlib import Path
 
-from devcluster import images, nodehost, nodeparts
+from devcluster import nodehost, nodeparts, oci
 
 
 def test_oci_archive_layout(tmp_path: Path) -> None:
@@ -18,7 +18,7 @@ def test_oci_archive_layout(tmp_path: Path) -> None:
         payload.write_text("hi")
         tar.add(payload, arcname="hello")
     out = tmp_path / "image.tar"
-    images.write_oci_archive(out, "mpiop.local/test:abc", [layer], {"Cmd": ["/hello"]})
+    oci.write_oci_archive(out, "mpiop.local/test:abc", [layer], {"Cmd": ["/hello"]})
 
     with tarfile.open(out) as tar:
         names = set(tar.getnames())
@@ -36,7 +36,7 @@ def test_oci_archive_layout(tmp_path: Path) -> None:
                                    "digest": f"sha256:{layer_digest}", "size": layer.stat().st_size}]
     assert config["rootfs"]["diff_ids"] == [f"sha256:{layer_digest}"]
     assert config["config"] == {"Cmd": ["/hello"]}
-    assert images.Image("mpiop.local/test:abc", out).manifest_digest == entry["digest"]
+    assert oci.Image("mpiop.local/test:abc", out).manifest_digest == entry["digest"]
 
 
 def test_containerd_config_respects_this_machine(tmp_path: Path) -> None:
