@@ -112,7 +112,7 @@ def _decide(plan: Plan, job: MPIJob, observed: Observed, now: dt.datetime, setti
     if disruption.apply(plan, job, observed, now, settings.max_disruption_restarts):
         return
     if failure.apply(plan, job, observed, now) or kubectl_image.apply(
-            plan, job, observed, now, settings.default_launch, settings.kubectl_image):
+            plan, job, observed, now, settings):
         return
     progress.mark_running(plan, job, observed, now)
     node_exclusion.explain_wait(plan, job, observed, now)

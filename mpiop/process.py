@@ -128,6 +128,9 @@ def add_run_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--kubectl-image", default=DEFAULT_KUBECTL_IMAGE,
                         help="image an exec launcher's init container copies kubectl from "
                              f"(default {DEFAULT_KUBECTL_IMAGE})")
+    parser.add_argument("--kubectl-image-grace-seconds", type=_at_least(0), default=300, metavar="SECONDS",
+                        help="an exec job whose launcher cannot pull --kubectl-image waits this long after the "
+                             "launcher was made (a registry can come back), then fails (default 300)")
     parser.add_argument("--resync-seconds", type=float, default=300.0, help="re-reconcile every job this often")
     parser.add_argument("--field-manager", default="mpiop",
                         help="name recorded in managedFields for this process's writes (default mpiop)")
@@ -158,7 +161,8 @@ def config_from_args(args: argparse.Namespace) -> ManagerConfig:
                          lifecycle_events=args.lifecycle_events, discover_hosts=args.discover_hosts,
                          max_disruption_restarts=args.max_disruption_restarts, kept_attempts=args.kept_attempts,
                          node_fault_exit_codes=args.node_fault_exit_codes, max_excluded_nodes=args.max_excluded_nodes,
-                         default_launch=args.default_launch, kubectl_image=args.kubectl_image)
+                         default_launch=args.default_launch, kubectl_image=args.kubectl_image,
+                         kubectl_image_grace_seconds=args.kubectl_image_grace_seconds)
 
 
 def election_from_args(args: argparse.Namespace) -> ElectionConfig | None:

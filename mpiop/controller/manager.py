@@ -75,6 +75,7 @@ class ManagerConfig:
     max_excluded_nodes: int = 8  # nodes a job's next attempts avoid at most
     default_launch: LaunchMode = "ssh"  # for jobs without the launch annotation
     kubectl_image: str = DEFAULT_KUBECTL_IMAGE
+    kubectl_image_grace_seconds: int = 300  # an exec job fails when its launcher's kubectl is unpulled this long
 
     def settings(self) -> Settings:
         """The flags that shape a job's objects, as decide reads them."""
@@ -82,7 +83,8 @@ class ManagerConfig:
                         gang_scheduler=self.gang_scheduler, discover_hosts=self.discover_hosts,
                         max_disruption_restarts=self.max_disruption_restarts, kept_attempts=self.kept_attempts,
                         node_fault_exit_codes=self.node_fault_exit_codes, max_excluded_nodes=self.max_excluded_nodes,
-                        default_launch=self.default_launch, kubectl_image=self.kubectl_image)
+                        default_launch=self.default_launch, kubectl_image=self.kubectl_image,
+                        kubectl_image_grace_seconds=self.kubectl_image_grace_seconds)
 
     def unsent_event_reasons(self) -> frozenset[str]:
         """Events only logged, never sent: every job's three lifecycle Events under --no-lifecycle-events."""

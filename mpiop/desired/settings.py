@@ -24,6 +24,8 @@ class Settings:
     max_excluded_nodes: int = 8  # --max-excluded-nodes: how many nodes a job's next attempts avoid at most
     default_launch: LaunchMode = "ssh"  # --default-launch: for jobs without the launch annotation
     kubectl_image: str = DEFAULT_KUBECTL_IMAGE  # --kubectl-image: where exec launchers get kubectl from
+    # --kubectl-image-grace-seconds: how long an exec job waits for that image to be pulled before it fails
+    kubectl_image_grace_seconds: int = 300
 
 
 DEFAULT_SETTINGS = Settings()

@@ -245,15 +245,16 @@ def test_lean_chart_values_reach_the_operator(helm: str, values: tuple[str, ...]
     assert (config.lifecycle_events, config.discover_hosts) == (lifecycle_events, discover_hosts)
 
 
-@pytest.mark.parametrize(("values", "launch", "image"), [
-    ((), "ssh", DEFAULT_KUBECTL_IMAGE),
-    (("execLaunch.enabled=true", "execLaunch.default=exec", "execLaunch.kubectlImage=example.org/kubectl:v1"),
-     "exec", "example.org/kubectl:v1"),
+@pytest.mark.parametrize(("values", "launch", "image", "grace"), [
+    ((), "ssh", DEFAULT_KUBECTL_IMAGE, 300),
+    (("execLaunch.enabled=true", "execLaunch.default=exec", "execLaunch.kubectlImage=example.org/kubectl:v1",
+      "execLaunch.kubectlImageGraceSeconds=900"), "exec", "example.org/kubectl:v1", 900),
 ], ids=["ssh", "exec"])
 def test_exec_launch_chart_values_reach_the_operator(helm: str, values: tuple[str, ...], launch: str,
-                                                     image: str) -> None:
+                                                     image: str, grace: int) -> None:
     settings = chart_config(helm, *values).settings()
-    assert (settings.default_launch, settings.kubectl_image) == (launch, image)
+    assert (settings.default_launch, settings.kubectl_image, settings.kubectl_image_grace_seconds) == (
+        launch, image, grace)
 
 
 @pytest.mark.parametrize(("values", "expected"), [

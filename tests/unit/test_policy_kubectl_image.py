@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from mpiop import podstate
@@ -12,13 +14,14 @@ from mpiop.desired.kubexec import DELIVERY_CONTAINER
 from mpiop.desired.launch import LAUNCH_ANNOTATION
 from mpiop.desired.settings import Settings
 from mpiop.plan import Plan
-from mpiop.policies.kubectl_image import PULL_GRACE, REASON
+from mpiop.policies.kubectl_image import REASON
 from testkit.mpijobs import MPIJobBuilder, at, make_mpijob
 from testkit.pods import PodBuilder, make_pod, observe
 
 IMAGE = "registry.example/kubectl:missing"
 PULL_ERROR = f'failed to pull and unpack image "{IMAGE}": not found'
 SETTINGS = Settings(default_launch="exec", kubectl_image=IMAGE)
+GRACE = SETTINGS.kubectl_image_grace_seconds
 
 
 def base(annotation: str | None = None) -> MPIJobBuilder:
@@ -46,7 +49,7 @@ def test_an_unpulled_kubectl_image_makes_the_job_wait_saying_so(reason: str) -> 
     assert (running.status, running.reason, running.message) == ("False", REASON, expected)
     assert [(e.type, e.reason, e.message) for e in plan.events] == [("Warning", REASON, expected)]
     assert plan.status.condition("Failed") is None and not plan.delete
-    assert plan.requeue_after == PULL_GRACE.total_seconds() - 30  # decided again when the grace ends
+    assert plan.requeue_after == GRACE - 30  # decided again when the grace ends
 
 
 def test_the_event_is_sent_once_while_the_job_waits() -> None:
@@ -59,17 +62,32 @@ def test_the_event_is_sent_once_while_the_job_waits() -> None:
     assert running is not None and running.reason == REASON and "ImagePullBackOff" in (running.message or "")
 
 
-def test_still_unpulled_after_the_grace_fails_the_job_and_deletes_its_pods() -> None:
+@pytest.mark.parametrize(("grace", "said"), [
+    (GRACE, "5 minutes"),  # the default, --kubectl-image-grace-seconds 300
+    (60, "1 minute"),
+    (90, "90 seconds"),
+    (0, "0 seconds"),      # no grace: the first pull failure fails the job
+], ids=["default", "one-minute", "seconds", "none"])
+def test_still_unpulled_after_the_grace_fails_the_job_and_deletes_its_pods(grace: int, said: str) -> None:
     job = base().obj()
-    plan = decided(job, unpulled(job), PULL_GRACE.total_seconds())
+    plan = decided(job, unpulled(job), grace, replace(SETTINGS, kubectl_image_grace_seconds=grace))
     failed = plan.status.condition("Failed")
     assert failed is not None and (failed.status, failed.reason) == ("True", REASON)
     assert failed.message == (f"MPIJob ns/pi has failed: the launcher pi-launcher cannot get kubectl: image "
                               f"{IMAGE!r} (the operator's --kubectl-image) is not pulled: ImagePullBackOff: "
-                              f"{PULL_ERROR}; still not pulled after 5 minutes")
+                              f"{PULL_ERROR}; still not pulled after {said} (the operator's "
+                              "--kubectl-image-grace-seconds)")
     assert ("Warning", REASON) in [(e.type, e.reason) for e in plan.events]
-    assert plan.status.completion_time == at(PULL_GRACE.total_seconds())
+    assert plan.status.completion_time == at(grace)
     assert {podstate.name(p) for p in plan.delete} >= {"pi-worker-0", "pi-worker-1"}
+
+
+@pytest.mark.parametrize("grace", [31, 90, 3600])
+def test_the_job_waits_for_the_grace_it_is_given(grace: int) -> None:
+    job = base().obj()
+    plan = decided(job, unpulled(job), 30, replace(SETTINGS, kubectl_image_grace_seconds=grace))
+    assert plan.status.condition("Failed") is None
+    assert plan.requeue_after == grace - 30
 
 
 @pytest.mark.parametrize(("launcher", "annotation"), [
@@ -86,7 +104,7 @@ def test_nothing_else_is_taken_for_it(launcher: str, annotation: str | None) -> 
         pod = pod.init_waiting("main", "ImagePullBackOff", PULL_ERROR)
     else:
         pod = unpulled(job)
-    plan = decided(job, pod, PULL_GRACE.total_seconds() * 2)
+    plan = decided(job, pod, GRACE * 2)
     assert plan.status.condition("Failed") is None
     assert REASON not in [e.reason for e in plan.events]
     running = plan.status.condition("Running")

@@ -138,6 +138,20 @@ def test_launch_flags_reach_the_settings(argv: tuple[str, ...], launch: str, ima
     assert (settings.default_launch, settings.kubectl_image) == (launch, image)
 
 
+@pytest.mark.parametrize(("argv", "grace"), [((), 300), (("--kubectl-image-grace-seconds", "0"), 0),
+                                             (("--kubectl-image-grace-seconds=900",), 900)],
+                         ids=["default", "none", "fifteen-minutes"])
+def test_kubectl_image_grace_flag(argv: tuple[str, ...], grace: int) -> None:
+    assert config_from_args(parse(*argv)).settings().kubectl_image_grace_seconds == grace
+
+
+@pytest.mark.parametrize("bad", ["-1", "5m", "1.5"])
+def test_kubectl_image_grace_refuses_what_is_not_seconds(bad: str, capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        parse("--kubectl-image-grace-seconds", bad)
+    assert "--kubectl-image-grace-seconds: not a whole number >= 0" in capsys.readouterr().err
+
+
 def test_an_unknown_default_launch_names_the_flag(capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit):
         parse("--default-launch", "rsh")
