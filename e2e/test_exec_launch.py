@@ -14,7 +14,7 @@ import pytest
 from devcluster.pi_job import SAMPLES, pi_job
 from mpiop.api.v2beta1 import MPIImplementation
 from testkit.e2e.exec_launch import UID, add_passwd, describe, exec_pi_job, finished, report, restricted_exec
-from testkit.e2e.kube import wait_for
+from testkit.e2e.kube import JSON, wait_for
 from testkit.e2e.mpi import (
     PI_LINE,
     assert_pi,
@@ -39,6 +39,18 @@ def ranks_up_seconds(log: str) -> float:
     [mpirun] = [float(t) for kind, t in starts if kind == "mpirun"]
     assert len(ranks) == 4, log
     return max(ranks) - mpirun
+
+
+def succeeded_launcher_log(e2e: E2E, manifest: JSON) -> str:
+    """Run the job to its end, print what it shows and its launcher's log; the log, once it Succeeded."""
+    name = manifest["metadata"]["name"]
+    e2e.create_job(manifest)
+    job = finished(e2e, name)
+    report(e2e, name)
+    log = e2e.launcher_log(name)
+    print(log)
+    assert_succeeded(job)
+    return log
 
 
 @pytest.mark.parametrize("suite", OPENMPI)
@@ -73,15 +85,49 @@ def test_the_launchers_token_reaches_its_own_worker_only(restricted: E2E,
     script = ('/etc/mpi/kubexec.sh mine-worker-0 \'echo "own worker: exec into $(hostname) as uid $(id -u)"\'; '
               '"$MPIOP_KUBECTL" --cache-dir "$MPIOP_KUBECTL_CACHE" exec other-worker-0 -- true 2>&1 '
               '| sed "s/^/other job worker: /"; true')
-    e2e.create_job(exec_pi_job("mine", image, script))
-    job = finished(e2e, "mine")
-    report(e2e, "mine")
-    log = e2e.launcher_log("mine")
-    print(log)
-    assert_succeeded(job)
+    log = succeeded_launcher_log(e2e, exec_pi_job("mine", image, script))
     assert f"own worker: exec into mine-worker-0 as uid {UID}" in log
     forbidden = next(line for line in log.splitlines() if line.startswith("other job worker:"))
     assert "Forbidden" in forbidden and f"system:serviceaccount:{e2e.ns}:mine-launcher" in forbidden, log
+
+
+# In the launcher: stdin through the agent, then an agent TERMed while its remote `sleep 300` runs. Counts the
+# launcher's `kubectl exec` processes (from /proc: the image has no ps) before and after, for up to 10 s.
+SIGNALS = r"""
+kubectls() {
+  for c in /proc/[0-9]*/cmdline; do tr '\0' ' ' < "$c" 2>/dev/null; echo; done | grep -c "^$MPIOP_KUBECTL .* exec "
+}
+echo hi | /etc/mpi/kubexec.sh sig-worker-0 'read -r line; echo "stdin reached $(hostname): $line"'
+/etc/mpi/kubexec.sh sig-worker-0 'echo remote sleep runs; exec sleep 300' > /tmp/agent.out 2>&1 &
+agent=$!
+n=0
+until grep -q 'remote sleep runs' /tmp/agent.out || [ $n -ge 600 ]; do sleep 0.1; n=$((n + 1)); done
+cat /tmp/agent.out
+echo "kubectl exec processes before TERM: $(kubectls)"
+t0=$(date +%s.%N)
+kill -TERM "$agent"
+wait "$agent"
+code=$?
+echo "agent exit after TERM: $code in $(awk "BEGIN { printf \"%.2f\", $(date +%s.%N) - $t0 }") s"
+n=0
+while [ "$(kubectls)" -gt 0 ] && [ $n -lt 100 ]; do sleep 0.1; n=$((n + 1)); done
+echo "kubectl exec processes after TERM: $(kubectls) (after $n waits of 0.1 s)"
+/etc/mpi/kubexec.sh sig-worker-0 \
+  'echo "worker sleeps left: $(grep -la "^sleep.300" /proc/[0-9]*/cmdline 2>/dev/null | wc -l)"' < /dev/null
+"""
+
+
+@pytest.mark.parametrize("suite", OPENMPI)
+def test_a_stopped_agent_stops_its_kubectl_and_stdin_passes(restricted: E2E,
+                                                            exec_images_imported: tuple[str, str]) -> None:
+    """kubexec.sh passes its stdin to the remote command, and a TERM to it (mpirun aborting stops its launch
+    agents so) ends its kubectl: the agent exits with kubectl's code and no kubectl is left in the launcher."""
+    e2e, image = restricted, exec_images_imported[0]
+    log = succeeded_launcher_log(e2e, exec_pi_job("sig", image, SIGNALS))
+    assert "stdin reached sig-worker-0: hi" in log, log
+    assert "remote sleep runs" in log and "kubectl exec processes before TERM: 1" in log, log
+    assert re.search(r"^agent exit after TERM: 143 in ", log, re.M), log
+    assert re.search(r"^kubectl exec processes after TERM: 0 ", log, re.M), log
 
 
 def test_ssh_launch_ranks_up_for_comparison(e2e: E2E) -> None:

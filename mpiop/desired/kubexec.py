@@ -64,8 +64,26 @@ until [ "$(kubectl get pod "$pod" -o 'jsonpath={.status.phase}' 2>/dev/null)" = 
   sleep 1
   waited=$((waited + 1))
 done
-kubectl exec -i "$pod" --container "$container" -- /bin/sh -c "$*"
-code=$?
+# kubectl runs in the background so that a TERM, INT or HUP sent to this agent (mpirun aborting, PRRTE or Hydra
+# stopping its launch agents) reaches it, as TERM: a background command starts with INT ignored. Its stdin is
+# this agent's, through fd 3: sh gives a background command /dev/null before its own `<&0` would apply.
+kubectl_pid=
+signals=0
+trap 'signals=$((signals + 1)); [ -z "$kubectl_pid" ] || kill -TERM "$kubectl_pid" 2>/dev/null' TERM INT HUP
+exec 3<&0
+"$MPIOP_KUBECTL" --namespace "$MPIOP_NAMESPACE" --cache-dir "$MPIOP_KUBECTL_CACHE" \
+  exec -i "$pod" --container "$container" -- /bin/sh -c "$*" <&3 3<&- &
+kubectl_pid=$!
+exec 3<&-
+[ "$signals" -eq 0 ] || kill -TERM "$kubectl_pid" 2>/dev/null  # a signal came before its pid was known
+while :; do
+  seen=$signals
+  wait "$kubectl_pid"
+  code=$?
+  # Over 128 with a trap taken meanwhile: the signal ended the wait, not kubectl; wait for kubectl's own code.
+  [ "$code" -gt 128 ] && [ "$seen" -ne "$signals" ] || break
+done
+trap - TERM INT HUP
 # 126/127: the runtime could not start the command; 1: kubectl's own error. An image without /bin/sh says so
 # only in the runtime's words, amid mpirun's: say it plainly, naming the pod, for the job's failure report.
 case "$code" in

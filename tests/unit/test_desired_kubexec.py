@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
+import signal
 import subprocess
+import time
 from pathlib import Path
 from typing import Any
 
@@ -140,6 +143,42 @@ def test_kubexec_passes_a_failing_commands_code_on_when_the_shell_is_there(agent
     done = subprocess.run([str(script), "pi-worker-0", "exit 1"], env=env, capture_output=True, text=True,
                           timeout=30, check=False)
     assert (done.returncode, done.stderr) == (1, "")
+
+
+def test_kubexec_passes_its_stdin_to_the_remote_command(agent: tuple[Path, dict[str, str]]) -> None:
+    """Hydra's proxies and Open MPI's daemons read the agent's stdin: it reaches kubectl, not /dev/null."""
+    script, env = agent
+    done = subprocess.run([str(script), "pi-worker-0", "cat; echo end"], env=env, input="hi\nthere\n",
+                          capture_output=True, text=True, timeout=30, check=False)
+    assert (done.returncode, done.stdout, done.stderr) == (0, "hi\nthere\nend\n", "")
+
+
+@pytest.mark.parametrize("sent", [signal.SIGTERM, signal.SIGINT, signal.SIGHUP], ids=["TERM", "INT", "HUP"])
+def test_kubexec_passes_a_signal_on_to_kubectl(agent: tuple[Path, dict[str, str]], sent: signal.Signals) -> None:
+    """mpirun stopping its agent stops kubectl too (as TERM: sh starts a background command with INT ignored);
+    the agent exits with kubectl's code, never leaving it behind."""
+    script, env = agent
+    kubectl = Path(env["MPIOP_KUBECTL"])
+    started = kubectl.with_name("kubectl-pid")
+    kubectl.write_text('#!/bin/sh\ncase " $* " in *" get pod "*) echo Running; exit 0;; esac\n'
+                       f'echo $$ > {started}\nfor last; do :; done\nexec /bin/sh -c "$last"\n')
+    agent_process = subprocess.Popen([str(script), "pi-worker-0", "exec sleep 300"], env=env,
+                                     stdin=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 10
+        while not started.exists() or not started.read_text().strip():
+            assert time.monotonic() < deadline and agent_process.poll() is None, "kubectl never started"
+            time.sleep(0.05)
+        time.sleep(0.2)  # the agent is in its wait, kubectl's command runs
+        agent_process.send_signal(sent)
+        assert agent_process.wait(timeout=10) == 128 + signal.SIGTERM
+        with pytest.raises(ProcessLookupError):
+            os.kill(int(started.read_text()), 0)
+    finally:  # a failure leaves nothing running either
+        agent_process.kill()
+        if started.exists() and started.read_text().strip():
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(int(started.read_text()), signal.SIGKILL)
 
 
 def test_kubexec_without_a_command_says_how_to_call_it(agent: tuple[Path, dict[str, str]]) -> None:
