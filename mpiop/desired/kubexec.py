@@ -70,7 +70,7 @@ done
 kubectl_pid=
 signals=0
 trap 'signals=$((signals + 1)); [ -z "$kubectl_pid" ] || kill -TERM "$kubectl_pid" 2>/dev/null' TERM INT HUP
-exec 3<&0
+if ( exec 3<&0 ) 2>/dev/null; then exec 3<&0; else exec 3</dev/null; fi  # a closed stdin reads as empty
 "$MPIOP_KUBECTL" --namespace "$MPIOP_NAMESPACE" --cache-dir "$MPIOP_KUBECTL_CACHE" \
   exec -i "$pod" --container "$container" -- /bin/sh -c "$*" <&3 3<&- &
 kubectl_pid=$!

@@ -153,6 +153,14 @@ def test_kubexec_passes_its_stdin_to_the_remote_command(agent: tuple[Path, dict[
     assert (done.returncode, done.stdout, done.stderr) == (0, "hi\nthere\nend\n", "")
 
 
+def test_kubexec_runs_with_its_stdin_closed(agent: tuple[Path, dict[str, str]]) -> None:
+    """A caller may close the agent's stdin: the remote command reads nothing, rather than the agent failing."""
+    script, env = agent
+    done = subprocess.run(["/bin/sh", "-c", f'exec {script} pi-worker-0 "cat; echo end" <&-'], env=env,
+                          capture_output=True, text=True, timeout=30, check=False)
+    assert (done.returncode, done.stdout, done.stderr) == (0, "end\n", "")
+
+
 @pytest.mark.parametrize("sent", [signal.SIGTERM, signal.SIGINT, signal.SIGHUP], ids=["TERM", "INT", "HUP"])
 def test_kubexec_passes_a_signal_on_to_kubectl(agent: tuple[Path, dict[str, str]], sent: signal.Signals) -> None:
     """mpirun stopping its agent stops kubectl too (as TERM: sh starts a background command with INT ignored);
