@@ -18,8 +18,8 @@ from typing import Any
 
 import pytest
 
-from devcluster import exec_images, images, oci
-from testkit.e2e.exec_launch import restrict_namespace
+from devcluster import exec_images, images
+from testkit.e2e.exec_launch import import_exec_images, import_once, restrict_namespace
 from testkit.e2e.session import E2E, REPORT, REPORT_PATH, fresh_namespace, node_session, operator_process
 
 
@@ -83,27 +83,16 @@ def e2e(bare: E2E) -> Iterator[E2E]:
         yield bare
 
 
-_imported: set[str] = set()  # derived images (exec launch's) imported into this session's node
-
-
-def _import_once(session: E2E, image: oci.Image) -> str:
-    if image.ref not in _imported:
-        session.node.import_images([image])
-        _imported.add(image.ref)
-    return image.ref
-
-
 @pytest.fixture
 def exec_images_imported(e2e_session: E2E, suite: str) -> tuple[str, str]:
     """(`suite`'s MPI image without OpenSSH, the kubectl image), derived from the MPI image and imported once."""
-    return (_import_once(e2e_session, exec_images.mpi_nossh_image(images.MPI_SUITES[suite])),
-            _import_once(e2e_session, exec_images.kubectl_image()))
+    return import_exec_images(e2e_session, suite)
 
 
 @pytest.fixture
 def noshell_image(e2e_session: E2E, suite: str) -> str:
     """`suite`'s MPI image without OpenSSH and without /bin/sh, imported once."""
-    return _import_once(e2e_session, exec_images.mpi_nossh_image(images.MPI_SUITES[suite], exec_images.NO_SHELL))
+    return import_once(e2e_session, exec_images.mpi_nossh_image(images.MPI_SUITES[suite], exec_images.NO_SHELL))
 
 
 @pytest.fixture

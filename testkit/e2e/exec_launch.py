@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from devcluster import exec_images, images, oci
 from devcluster.pi_job import pi_job
 from mpiop.api.v2beta1 import LAUNCHER, WORKER, MPIImplementation
 from mpiop.desired.launch import LAUNCH_ANNOTATION
@@ -23,6 +24,23 @@ POD_SECURITY = {"runAsUser": UID, "runAsGroup": UID, "runAsNonRoot": True,
 # Open MPI's rsh/ssh launcher gives up on a UID with no passwd entry ("unknown-user", help-plm-rsh.txt), as
 # OpenShift's arbitrary UIDs are: the job mounts one (what nss_wrapper does in images made for OpenShift).
 PASSWD = f"root:x:0:0:root:/root:/bin/sh\nmpi:x:{UID}:{UID}:mpi:/tmp:/bin/sh\n"
+
+
+_imported: set[str] = set()  # derived images (exec launch's) imported into this process's node
+
+
+def import_once(session: E2E, image: oci.Image) -> str:
+    """`image` (built and cached on first use) imported into the session's node once; its ref."""
+    if image.ref not in _imported:
+        session.node.import_images([image])
+        _imported.add(image.ref)
+    return image.ref
+
+
+def import_exec_images(session: E2E, suite: str) -> tuple[str, str]:
+    """(`suite`'s MPI image without OpenSSH, the kubectl image for `--kubectl-image`), imported once."""
+    return (import_once(session, exec_images.mpi_nossh_image(images.MPI_SUITES[suite])),
+            import_once(session, exec_images.kubectl_image()))
 
 
 def restrict_namespace(e2e: E2E) -> None:
