@@ -15,7 +15,7 @@ help:
 	@echo "make crds         regenerate crds/ from the pydantic models"
 	@echo "make podtemplate-schema  refresh the PodTemplateSpec schema snapshot from a local kube-apiserver"
 	@echo "make bench        mpiop at scale on a simulated cluster (no root): a table, then one JSON line"
-	@echo "make bench-node   time to first rank of a 2-worker Open MPI job on the real e2e node (root; not in make bench)"
+	@echo "make bench-node   time to first and last rank of a 2-worker Open MPI job, ssh or exec launch, on the real e2e node (root; not in make bench)"
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)

@@ -298,7 +298,7 @@ def main(argv: list[str] | None = None) -> int:
     print(table(figures))
     print(table(headline, "headline"))
     print(json.dumps({"phase": "node", "launch": args.launch, "suite": args.suite, "runs": len(runs),
-                      "load_start": load_start, "load": os.getloadavg()[0], "intervals": headline,
+                      "load_start": round(load_start, 2), "load": round(os.getloadavg()[0], 2), "intervals": headline,
                       "milestones": figures}))
     return 0
 
