@@ -1,7 +1,9 @@
 """Node exclusion on the simulated cluster (KWOK nodes, the real kube-scheduler): a worker that fails on a node
 with a --node-fault-exit-codes code sends every pod of the next attempt to other nodes; once the exclusions
 leave too few nodes, the job says it waits for that reason. A worker's node that went NotReady, or was deleted,
-when the attempt failed (the launcher failing first, as mpirun does when it loses a worker) is excluded too.
+when the attempt failed (the launcher failing first, as mpirun does when it loses a worker) is excluded too. Under
+gang scheduling (scheduler-plugins' Coscheduling, running beside the default scheduler) the next attempt's gang is
+placed whole off the excluded node.
 
 Own cluster of 3 fake 8-GPU nodes; each worker asks for 8 GPUs, so a node holds one worker and the two workers
 of an attempt need two nodes: after one exclusion they just fit, after two they cannot.
@@ -14,7 +16,10 @@ from typing import Any
 
 import pytest
 
+from devcluster.coscheduler import DEFAULT_SCHEDULER_NAME
 from devcluster.simulated import EXIT_CODE_ANNOTATION, FINISH_LABEL, KWOK_NODE_ANNOTATION, SimulatedCluster
+from mpiop.controller.caches import pod_group_resource
+from mpiop.desired.podgroup import GangScheduler
 from mpiop.kube.client import MPIJOBS, NODES, PODS, KubeClient
 from testkit.operator import Cluster, eventually, mpijob, running_operator
 
@@ -24,7 +29,7 @@ NODE_FAULT = 74
 
 @pytest.fixture(scope="module")
 def simulated() -> Iterator[SimulatedCluster]:
-    with SimulatedCluster(nodes=3) as cluster:
+    with SimulatedCluster(nodes=3, coscheduler=DEFAULT_SCHEDULER_NAME, coscheduler_permit_wait_seconds=5) as cluster:
         yield cluster
 
 
@@ -43,15 +48,46 @@ async def _placed(cluster: Cluster, attempt: int, launcher: str, job: str = "nx"
     return {n: pods[n]["spec"]["nodeName"] for n in wanted}
 
 
-async def _fail_on_its_node(sim_kube: KubeClient, cluster: Cluster, pod: str, restarts: int) -> None:
+async def _fail_on_its_node(sim_kube: KubeClient, cluster: Cluster, pod: str, restarts: int, job: str = "nx") -> None:
     """KWOK's finish Stage ends the pod's containers with the node-fault exit code."""
     await sim_kube.patch(PODS, cluster.ns, pod, {"metadata": {
         "annotations": {EXIT_CODE_ANNOTATION: str(NODE_FAULT)}, "labels": {FINISH_LABEL: "Failed"}}})
 
     async def restarted() -> bool:
-        return (await _status(cluster, "nx")).get("restartCount") == restarts
+        return (await _status(cluster, job)).get("restartCount") == restarts
 
     await eventually(restarted, 60, f"restart {restarts}")
+
+
+async def test_a_gang_restarts_whole_off_the_faulty_node(simulated: SimulatedCluster, sim_kube: KubeClient) -> None:
+    """Coscheduling places the next attempt's gang (launcher and both 8-GPU workers) on the two other nodes: the
+    PodGroup is the job's and stays, the pods carry the exclusion."""
+    cluster = Cluster(sim_kube, "default")
+    gang = GangScheduler(DEFAULT_SCHEDULER_NAME)
+    async with running_operator(str(simulated.kubeconfig), "default", gang_scheduler=gang,
+                                node_fault_exit_codes=frozenset({NODE_FAULT})):
+        await cluster.create_job(mpijob("gx", workers=2, gpus=8, run_policy={"backoffLimit": 5}))
+        try:
+            first = await eventually(lambda: _placed(cluster, 0, "gx-launcher", "gx"), 60, "attempt 1 Running")
+            group = await sim_kube.get(pod_group_resource(gang), cluster.ns, "gx")
+            print("\ngang attempt 1:", first, f"(PodGroup gx minMember {group['spec']['minMember']})")
+            bad = first["gx-worker-1"]
+            await _fail_on_its_node(sim_kube, cluster, "gx-worker-1", 1, "gx")
+            second = await eventually(lambda: _placed(cluster, 1, "gx-launcher-1", "gx"), 60, "attempt 2 Running")
+            print("gang attempt 2:", second, f"(excluded: {bad})")
+            assert bad not in second.values(), f"attempt 2 ran on the excluded node {bad}"
+            assert len({second["gx-worker-0"], second["gx-worker-1"]}) == 2
+            pods = await cluster.pods()
+            assert {pods[n]["spec"]["schedulerName"] for n in second} == {DEFAULT_SCHEDULER_NAME}
+            again = await sim_kube.get(pod_group_resource(gang), cluster.ns, "gx")
+            assert again["metadata"]["uid"] == group["metadata"]["uid"]
+        finally:
+            await sim_kube.delete_if_present(MPIJOBS, cluster.ns, "gx")
+
+            async def gx_gone() -> bool:
+                return not any(n.startswith("gx-") for n in await cluster.pods())
+
+            await eventually(gx_gone, 60, "gx's pods gone")
 
 
 async def test_a_node_fault_moves_the_next_attempt_off_the_node(simulated: SimulatedCluster,
