@@ -67,6 +67,8 @@ done
 # kubectl runs in the background so that a TERM, INT or HUP sent to this agent (mpirun aborting, PRRTE or Hydra
 # stopping its launch agents) reaches it, as TERM: a background command starts with INT ignored. Its stdin is
 # this agent's, through fd 3: sh gives a background command /dev/null before its own `<&0` would apply.
+# Spelled out, not through the kubectl function: a function in the background is a subshell, and $! would be
+# that shell, which a TERM would end without reaching kubectl.
 kubectl_pid=
 signals=0
 trap 'signals=$((signals + 1)); [ -z "$kubectl_pid" ] || kill -TERM "$kubectl_pid" 2>/dev/null' TERM INT HUP
