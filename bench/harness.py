@@ -45,7 +45,7 @@ def _trim_pod(pod: JSON) -> JSON:
             "node": (pod.get("spec") or {}).get("nodeName"), "phase": status.get("phase")}
 
 
-def _trim_job(job: JSON) -> JSON:
+def _trim_mpijob(job: JSON) -> JSON:
     meta = job.get("metadata", {})
     conditions = ((job.get("status") or {}).get("conditions")) or []
     return {"metadata": {k: meta.get(k) for k in ("name", "namespace", "resourceVersion")},
@@ -57,7 +57,7 @@ class Tracker:
 
     def __init__(self, kube: KubeClient, namespace: str, *, pods: bool = True) -> None:
         self.namespace = namespace
-        self.informers: list[Informer] = [Informer(kube, MPIJOBS, namespace, trim=_trim_job, page_size=1000)]
+        self.informers: list[Informer] = [Informer(kube, MPIJOBS, namespace, trim=_trim_mpijob, page_size=1000)]
         if pods:
             self.informers.append(Informer(kube, PODS, namespace, trim=_trim_pod, page_size=1000))
             self.informers[1].handlers.append(self._on_pod)

@@ -97,20 +97,20 @@ def job_phase(job: Mapping[str, Any]) -> str:
 
 
 @dataclass
-class JobSource:
+class MPIJobSource:
     """Where the per-job gauges come from: the jobs cache, whether a job (namespace, name) has a launcher pod,
     and whether to report at all."""
 
-    jobs: Callable[[], Iterable[Mapping[str, Any]]]
+    mpijobs: Callable[[], Iterable[Mapping[str, Any]]]
     has_launcher: Callable[[str, str], bool]
     active: Callable[[], bool] = lambda: True
 
 
-class JobCollector(Collector):
+class MPIJobCollector(Collector):
     """`mpi_operator_job_info{launcher,namespace}` and `mpiop_jobs{phase}`, computed on scrape."""
 
     def __init__(self) -> None:
-        self.source: JobSource | None = None
+        self.source: MPIJobSource | None = None
 
     def describe(self) -> Iterable[Metric]:
         return [self._info(), self._phases()]
@@ -128,7 +128,7 @@ class JobCollector(Collector):
         source = self.source
         if source is not None and source.active():
             counts = dict.fromkeys(PHASES, 0)
-            for job in list(source.jobs()):
+            for job in list(source.mpijobs()):
                 counts[job_phase(job)] += 1
                 meta = job.get("metadata") or {}
                 launcher = f"{meta.get('name')}-launcher"
@@ -140,5 +140,5 @@ class JobCollector(Collector):
         yield phases
 
 
-JOBS = JobCollector()
-REGISTRY.register(JOBS)
+MPIJOB_GAUGES = MPIJobCollector()
+REGISTRY.register(MPIJOB_GAUGES)

@@ -64,8 +64,8 @@ class Observed:
     service: JSON | None = None
     # kubeflow/mpi-operator's launcher `Job` (`<job>-launcher`) controlled by this job, and the pods of any such
     # Job (kubeflow labels them with the job's name): present only for jobs taken over from kubeflow's operator.
-    launcher_job: JSON | None = None
-    launcher_job_pods: list[Pod] = field(default_factory=list)
+    launcher_batch_job: JSON | None = None
+    launcher_batch_job_pods: list[Pod] = field(default_factory=list)
     # The last lines of a failed container's log, by pod name: read by the controller for the pod that
     # status.failure_report.log_request names (decisions never do I/O).
     log_tails: dict[str, str] = field(default_factory=dict)
@@ -212,7 +212,7 @@ class Plan:
     create_ssh_secret: bool = False
     delete_job: bool = False
     # kubeflow's launcher Job of an adopted job, to delete (with its pods) when its run is over.
-    delete_launcher_job: JSON | None = None
+    delete_launcher_batch_job: JSON | None = None
     events: list[Event] = field(default_factory=list)
     pod_group: PodGroupWrite | None = None
     evidence: Evidence | None = None

@@ -13,15 +13,15 @@ from typing import Any
 
 from mpiop import podstate
 from mpiop.api.v2beta1 import MPIJob
-from mpiop.controller.caches import trim_config_map, trim_launcher_job, trim_secret, trim_service
-from mpiop.kube.client import CONFIGMAPS, JOBS, MPIJOBS, PODS, SECRETS, SERVICES, ApiError, KubeClient, Resource
+from mpiop.controller.caches import trim_config_map, trim_launcher_batch_job, trim_secret, trim_service
+from mpiop.kube.client import BATCH_JOBS, CONFIGMAPS, MPIJOBS, PODS, SECRETS, SERVICES, ApiError, KubeClient, Resource
 from mpiop.plan import Observed
 
 JSON = dict[str, Any]
 FIXTURES = Path(__file__).parent / "fixtures" / "kubeflow-mpi-operator-v0.8.2"
 MOMENTS = ("kf-pi-ok.0-created", "kf-pi-ok.1-running", "kf-pi-ok.2-finished",
            "kf-pi-fail.0-created", "kf-pi-fail.1-running", "kf-pi-fail.2-finished")
-RESOURCES: dict[str, Resource] = {"MPIJob": MPIJOBS, "Job": JOBS, "Pod": PODS, "ConfigMap": CONFIGMAPS,
+RESOURCES: dict[str, Resource] = {"MPIJob": MPIJOBS, "Job": BATCH_JOBS, "Pod": PODS, "ConfigMap": CONFIGMAPS,
                                   "Secret": SECRETS, "Service": SERVICES}
 
 
@@ -41,14 +41,14 @@ def as_cached(moment: str) -> tuple[MPIJob, Observed]:
     items = load(moment)
     job = MPIJob.model_validate(of_kind(items, "MPIJob")[0])
     pods = [podstate.trim(p) for p in of_kind(items, "Pod")]
-    launcher_jobs = of_kind(items, "Job")
+    launcher_batch_jobs = of_kind(items, "Job")
     return job, Observed(
         pods=[p for p in pods if not _job_owned(p)],
         config_map=trim_config_map(of_kind(items, "ConfigMap")[0]),
         secret=trim_secret(of_kind(items, "Secret")[0]),
         service=trim_service(of_kind(items, "Service")[0]),
-        launcher_job=trim_launcher_job(launcher_jobs[0]) if launcher_jobs else None,
-        launcher_job_pods=[p for p in pods if _job_owned(p)],
+        launcher_batch_job=trim_launcher_batch_job(launcher_batch_jobs[0]) if launcher_batch_jobs else None,
+        launcher_batch_job_pods=[p for p in pods if _job_owned(p)],
     )
 
 
@@ -75,7 +75,7 @@ def _fresh(obj: JSON, namespace: str, owner_uids: dict[str, str]) -> JSON:
     return obj
 
 
-def _fresh_launcher_job(obj: JSON, namespace: str, owner_uids: dict[str, str]) -> JSON:
+def _fresh_launcher_batch_job(obj: JSON, namespace: str, owner_uids: dict[str, str]) -> JSON:
     """The apiserver generates a Job's selector and controller-uid labels: the old uid's are dropped."""
     job = _fresh(obj, namespace, owner_uids)
     job["spec"].pop("selector", None)
@@ -123,7 +123,7 @@ async def recreate(kube: KubeClient, namespace: str, moment: str, *, pod_status:
                 made = await _write_status(kube, PODS, namespace, obj["metadata"]["name"], _pod_status(obj))
             created[f"{kind}/{obj['metadata']['name']}"] = made
     for obj in of_kind(items, "Job"):
-        made = await kube.create(JOBS, namespace, _fresh_launcher_job(obj, namespace, uids))
+        made = await kube.create(BATCH_JOBS, namespace, _fresh_launcher_batch_job(obj, namespace, uids))
         created[f"Job/{obj['metadata']['name']}"] = made
     return created
 
@@ -141,7 +141,7 @@ def launcher_pod_status(moment: str) -> JSON:
     return _pod_status(pod)
 
 
-async def launcher_job_pod(kube: KubeClient, namespace: str, job_name: str = "pi-launcher",
+async def launcher_batch_job_pod(kube: KubeClient, namespace: str, job_name: str = "pi-launcher",
                            timeout: float = 30.0) -> JSON:
     """The pod the Job controller made for kubeflow's launcher Job."""
     for _ in range(int(timeout * 10)):

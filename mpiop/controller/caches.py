@@ -20,8 +20,8 @@ from mpiop.api.v2beta1 import KIND, MPIJob
 from mpiop.desired import podgroup
 from mpiop.desired.podgroup import GangScheduler
 from mpiop.kube.client import (
+    BATCH_JOBS,
     CONFIGMAPS,
-    JOBS,
     MPIJOBS,
     PODS,
     ROLE_BINDINGS,
@@ -61,7 +61,7 @@ def _controlled_by_mpijob(obj: JSON) -> bool:
     return any(r.get("kind") == KIND and r.get("controller") for r in obj["metadata"].get("ownerReferences") or [])
 
 
-def _controlled_by_job(obj: JSON) -> bool:
+def _controlled_by_batch_job(obj: JSON) -> bool:
     return any(r.get("kind") == "Job" for r in obj["metadata"].get("ownerReferences") or [])
 
 
@@ -158,13 +158,13 @@ async def pod_group_api_missing(client: KubeClient, scheduler: GangScheduler) ->
             f"({'Volcano' if scheduler.volcano else 'scheduler-plugins'}) first")
 
 
-def trim_job(obj: JSON) -> JSON:
-    """Jobs are kept whole but for managedFields, which nobody here reads."""
+def trim_mpijob(obj: JSON) -> JSON:
+    """MPIJobs are kept whole but for managedFields, which nobody here reads."""
     obj.get("metadata", {}).pop("managedFields", None)
     return obj
 
 
-def trim_launcher_job(obj: JSON) -> JSON:
+def trim_launcher_batch_job(obj: JSON) -> JSON:
     """Whether kubeflow's launcher Job runs, succeeded or failed: its conditions and counts."""
     status = obj.get("status") or {}
     kept: JSON = {k: status[k] for k in ("active", "succeeded", "failed", "completionTime") if k in status}
@@ -175,12 +175,12 @@ def trim_launcher_job(obj: JSON) -> JSON:
 
 @dataclass
 class Caches:
-    jobs: Informer
+    mpijobs: Informer
     pods: Informer
     config_maps: Informer
     secrets: Informer
     services: Informer
-    launcher_jobs: Informer
+    launcher_batch_jobs: Informer
     # Exec launch (desired.launcher_rbac): each such job's launcher ServiceAccount, Role and RoleBinding.
     service_accounts: Informer
     roles: Informer
@@ -198,8 +198,8 @@ class Caches:
                             on_watch_restart=on_watch_restart)
 
         return cls(
-            jobs=Informer(client, MPIJOBS, namespace, trim=trim_job, watch_timeout_seconds=watch_timeout_seconds,
-                          on_watch_restart=on_watch_restart),
+            mpijobs=Informer(client, MPIJOBS, namespace, trim=trim_mpijob,
+                             watch_timeout_seconds=watch_timeout_seconds, on_watch_restart=on_watch_restart),
             pods=owned(PODS, podstate.trim, **{JOB_LABEL_INDEX: _by_job_label}),
             config_maps=owned(CONFIGMAPS, trim_config_map),
             secrets=owned(SECRETS, trim_secret),
@@ -208,9 +208,10 @@ class Caches:
             roles=owned(ROLES, trim_role),
             role_bindings=owned(ROLE_BINDINGS, trim_metadata_only),
             # kubeflow labels its launcher Job `app: <job>` only.
-            launcher_jobs=Informer(client, JOBS, namespace, label_selector=names.APP_LABEL, trim=trim_launcher_job,
-                                   accept=_controlled_by_mpijob, indexers={OWNER_INDEX: _by_owner},
-                                   watch_timeout_seconds=watch_timeout_seconds, on_watch_restart=on_watch_restart),
+            launcher_batch_jobs=Informer(client, BATCH_JOBS, namespace, label_selector=names.APP_LABEL,
+                                         trim=trim_launcher_batch_job, accept=_controlled_by_mpijob,
+                                         indexers={OWNER_INDEX: _by_owner}, watch_timeout_seconds=watch_timeout_seconds,
+                                         on_watch_restart=on_watch_restart),
             pod_groups=None if gang_scheduler is None else Informer(
                 client, pod_group_resource(gang_scheduler), namespace, trim=trim_pod_group,
                 accept=_controlled_by_mpijob, indexers={OWNER_INDEX: _by_owner},
@@ -218,12 +219,12 @@ class Caches:
         )
 
     def all(self) -> list[Informer]:
-        return [self.jobs, *self.owned()]
+        return [self.mpijobs, *self.owned()]
 
     def owned(self) -> list[Informer]:
         extra = [self.pod_groups] if self.pod_groups is not None else []
-        return [self.pods, self.config_maps, self.secrets, self.services, self.launcher_jobs, self.service_accounts,
-                self.roles, self.role_bindings, *extra]
+        return [self.pods, self.config_maps, self.secrets, self.services, self.launcher_batch_jobs,
+                self.service_accounts, self.roles, self.role_bindings, *extra]
 
     def owned_filters(self) -> list[tuple[Informer, UnchangedFilter]]:
         """Each owned kind's informer with the filter for its trim: which updates need no reconcile."""
@@ -244,8 +245,9 @@ class Caches:
                                  if names.ATTEMPT_LABEL in (m["metadata"].get("labels") or {})],
             secret=one(self.secrets, names.ssh_secret_name(job)),
             service=one(self.services, names.service_name(job)),
-            launcher_job=one(self.launcher_jobs, names.launcher_name(job)),
-            launcher_job_pods=[p for p in self.pods.by_index(OWNER_INDEX, job.key) if _controlled_by_job(p)],
+            launcher_batch_job=one(self.launcher_batch_jobs, names.launcher_name(job)),
+            launcher_batch_job_pods=[p for p in self.pods.by_index(OWNER_INDEX, job.key)
+                                     if _controlled_by_batch_job(p)],
             service_account=one(self.service_accounts, names.launcher_account_name(job)),
             role=one(self.roles, names.launcher_account_name(job)),
             role_binding=one(self.role_bindings, names.launcher_account_name(job)),
@@ -259,7 +261,7 @@ class Caches:
 
     def informer_for(self, kind: str) -> Informer:
         informers = {"Pod": self.pods, "ConfigMap": self.config_maps, "Secret": self.secrets,
-                     "Service": self.services, "Job": self.launcher_jobs, KIND: self.jobs,
+                     "Service": self.services, "Job": self.launcher_batch_jobs, KIND: self.mpijobs,
                      "ServiceAccount": self.service_accounts, "Role": self.roles, "RoleBinding": self.role_bindings}
         if self.pod_groups is not None:
             informers[podgroup.KIND] = self.pod_groups

@@ -110,12 +110,12 @@ class Manager:
         self.working = False  # workers running: this process reconciles (leads, or has no election)
         self._ids = itertools.count(1)
         metrics.QUEUE_DEPTH.set_function(lambda: len(self.queue))
-        metrics.JOBS.source = metrics.JobSource(
-            jobs=lambda: self.caches.jobs.cached_objects(),
+        metrics.MPIJOB_GAUGES.source = metrics.MPIJobSource(
+            mpijobs=lambda: self.caches.mpijobs.cached_objects(),
             has_launcher=self._has_launcher,
             active=lambda: self.working,
         )
-        self.caches.jobs.handlers.append(self._on_job)
+        self.caches.mpijobs.handlers.append(self._on_job)
         for informer, unchanged in self.caches.owned_filters():
             informer.handlers.append(functools.partial(self._on_owned, unchanged))
         for informer in self.caches.all():
@@ -126,7 +126,7 @@ class Manager:
         kubeflow launcher Job."""
         return (any(podstate.role(p) == names.LAUNCHER_ROLE
                     for p in self.caches.pods.by_index(OWNER_INDEX, f"{namespace}/{job}"))
-                or self.caches.launcher_jobs.get(f"{namespace}/{job}-launcher") is not None)
+                or self.caches.launcher_batch_jobs.get(f"{namespace}/{job}-launcher") is not None)
 
     def _on_job(self, old: JSON | None, new: JSON | None) -> None:
         self.queue.add(object_key(new if new is not None else old))  # type: ignore[arg-type]
@@ -175,7 +175,7 @@ class Manager:
                 return
             self.synced.set()
             log.info("caches synced", seconds=round(time.monotonic() - started, 3),
-                     jobs=self.caches.jobs.count(), pods=self.caches.pods.count())
+                     jobs=self.caches.mpijobs.count(), pods=self.caches.pods.count())
             if leading is not None and not leading.is_set():
                 log.info("standing by until elected leader")
                 if not await _until(asyncio.ensure_future(leading.wait()), stop):
@@ -204,7 +204,7 @@ class Manager:
     async def _resync(self) -> None:
         while True:
             await asyncio.sleep(self.config.resync_seconds)
-            for key in list(self.caches.jobs.cached_keys()):
+            for key in list(self.caches.mpijobs.cached_keys()):
                 self.queue.add(key)
 
     async def _work(self) -> None:

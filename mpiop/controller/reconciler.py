@@ -39,7 +39,7 @@ from mpiop.controller.soft_writes import SoftWriteHold, only_soft_writes, status
 from mpiop.decide import decide
 from mpiop.desired import objects
 from mpiop.desired.settings import DEFAULT_SETTINGS, Settings
-from mpiop.kube.client import JOBS, MPIJOBS, PODS, ApiError, KubeClient
+from mpiop.kube.client import BATCH_JOBS, MPIJOBS, PODS, ApiError, KubeClient
 from mpiop.plan import Observed, Plan, Refusal
 from mpiop.policies import adoption, managed_by, node_exclusion
 
@@ -93,7 +93,7 @@ class Reconciler:
 
     async def reconcile(self, key: str) -> float | None:
         """One level-triggered pass; returns seconds after which to look again, if a timer matters."""
-        raw = self.caches.jobs.get(key)
+        raw = self.caches.mpijobs.get(key)
         if raw is None:
             self.soft_writes.forget(key)
             self.refusals.forget(key)
@@ -173,7 +173,7 @@ class Reconciler:
         body = {"metadata": {"resourceVersion": job.metadata.resource_version}, "status": patch}
         updated = await self.client.patch(MPIJOBS, job.metadata.namespace, job.metadata.name, body,
                                           subresource="status")
-        self.caches.jobs.observe_write(updated)
+        self.caches.mpijobs.observe_write(updated)
         job.metadata.resource_version = updated["metadata"]["resourceVersion"]
         metrics.count_transitions(job, plan.status, now)
         for event in plan.events:
@@ -200,8 +200,8 @@ class Reconciler:
                                               {k: obj[k] for k in UPDATED_FIELDS if k in obj})
             informer.observe_write(updated)
         await self._delete_pods(job, plan.delete)
-        if plan.delete_launcher_job is not None:
-            await self._delete_launcher_job(plan.delete_launcher_job)
+        if plan.delete_launcher_batch_job is not None:
+            await self._delete_launcher_batch_job(plan.delete_launcher_batch_job)
         return refusals
 
     async def _create_all(self, job: MPIJob, objs: list[JSON]) -> list[Refusal]:
@@ -241,11 +241,11 @@ class Reconciler:
         log.info("claimed an object kubeflow's operator made", kind=kind, name=name)
         return True
 
-    async def _delete_launcher_job(self, launcher_job: JSON) -> None:
+    async def _delete_launcher_batch_job(self, launcher_batch_job: JSON) -> None:
         """kubeflow's launcher Job of an adopted job, with its pods (the garbage collector deletes them)."""
-        meta = launcher_job["metadata"]
-        await self.client.delete_if_present(JOBS, meta["namespace"], meta["name"], uid=meta.get("uid"))
-        self.caches.launcher_jobs.observe_delete(f"{meta['namespace']}/{meta['name']}")
+        meta = launcher_batch_job["metadata"]
+        await self.client.delete_if_present(BATCH_JOBS, meta["namespace"], meta["name"], uid=meta.get("uid"))
+        self.caches.launcher_batch_jobs.observe_delete(f"{meta['namespace']}/{meta['name']}")
         log.info("deleted kubeflow's launcher Job", name=meta["name"])
 
     async def _write_pod_group(self, job: MPIJob, plan: Plan) -> Refusal | None:

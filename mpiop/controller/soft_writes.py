@@ -43,7 +43,7 @@ def status_change(old: JobStatus, new: JobStatus) -> StatusChange:
 def only_soft_writes(plan: Plan, status: StatusChange, config_map: JSON | None = None) -> bool:
     """Whether this plan's writes are all soft (and there is at least one)."""
     if (plan.create or plan.delete or plan.events or plan.create_ssh_secret or plan.delete_job
-            or plan.delete_launcher_job is not None or plan.pod_group is not None):
+            or plan.delete_launcher_batch_job is not None or plan.pod_group is not None):
         return False
     cached = (config_map or {}).get("data") or {}
     for obj in plan.update:

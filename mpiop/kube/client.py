@@ -73,7 +73,7 @@ EVENTS = Resource("", "v1", "events", "Event")
 NAMESPACES = Resource("", "v1", "namespaces", "Namespace", namespaced=False)
 NODES = Resource("", "v1", "nodes", "Node", namespaced=False)
 MPIJOBS = Resource("kubeflow.org", "v2beta1", "mpijobs", "MPIJob")
-JOBS = Resource("batch", "v1", "jobs", "Job")
+BATCH_JOBS = Resource("batch", "v1", "jobs", "Job")
 CRDS = Resource("apiextensions.k8s.io", "v1", "customresourcedefinitions", "CustomResourceDefinition",
                 namespaced=False)
 

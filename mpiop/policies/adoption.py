@@ -42,38 +42,38 @@ def finished_under_kubeflow(job: MPIJob) -> bool:
     return job.status.finished and job.status.last_reconcile_time is None
 
 
-def _true_condition(launcher_job: JSON, condition_type: str) -> JSON | None:
-    conditions = (launcher_job.get("status") or {}).get("conditions") or []
+def _true_condition(launcher_batch_job: JSON, condition_type: str) -> JSON | None:
+    conditions = (launcher_batch_job.get("status") or {}).get("conditions") or []
     return next((c for c in conditions if c.get("type") == condition_type and c.get("status") == "True"), None)
 
 
-def _pods_of(launcher_job: JSON, observed: Observed) -> list[podstate.Pod]:
-    uid = launcher_job["metadata"].get("uid")
-    return [p for p in observed.launcher_job_pods
+def _pods_of(launcher_batch_job: JSON, observed: Observed) -> list[podstate.Pod]:
+    uid = launcher_batch_job["metadata"].get("uid")
+    return [p for p in observed.launcher_batch_job_pods
             if any(r.get("uid") == uid for r in p["metadata"].get("ownerReferences") or [])]
 
 
 def apply(plan: Plan, job: MPIJob, observed: Observed, now: dt.datetime,
           settings: Settings = DEFAULT_SETTINGS) -> bool:
     """Run a job whose launcher is kubeflow's Job (True), or leave it to mpiop's own flow (False)."""
-    launcher_job = observed.launcher_job
-    if launcher_job is None and not observed.launcher_job_pods:
+    launcher_batch_job = observed.launcher_batch_job
+    if launcher_batch_job is None and not observed.launcher_batch_job_pods:
         return False
-    if launcher_job is None or (plan.status.restart_count or 0) != 0:
+    if launcher_batch_job is None or (plan.status.restart_count or 0) != 0:
         # An earlier attempt's launcher: it goes; this attempt's launcher Pod waits until its pods are gone.
         retire(plan, observed)
         ensure.job_pods(plan, job, observed, False, host_ports.for_plan(plan, job, observed, settings), settings)
         return True
     if job.status.last_reconcile_time is None:
         plan.event("Normal", ADOPTED_REASON, f"MPIJob {job.key} is taken over from kubeflow/mpi-operator: its "
-                                             f"launcher Job {launcher_job['metadata']['name']} runs on.")
-    pods = _pods_of(launcher_job, observed)
-    if _true_condition(launcher_job, "Complete") or any(podstate.phase(p) == "Succeeded" for p in pods):
+                                             f"launcher Job {launcher_batch_job['metadata']['name']} runs on.")
+    pods = _pods_of(launcher_batch_job, observed)
+    if _true_condition(launcher_batch_job, "Complete") or any(podstate.phase(p) == "Succeeded" for p in pods):
         success.mark_succeeded(plan, job, now)
         return True
-    job_failed = _true_condition(launcher_job, "Failed")
+    job_failed = _true_condition(launcher_batch_job, "Failed")
     if job_failed is not None:
-        summary = (f"launcher Job {launcher_job['metadata']['name']} {job_failed.get('reason') or 'Failed'}: "
+        summary = (f"launcher Job {launcher_batch_job['metadata']['name']} {job_failed.get('reason') or 'Failed'}: "
                    f"{job_failed.get('message') or ''}").rstrip(": ")
         failure.attempt_failed(plan, job, observed, now, summary)
     elif not failure.apply(plan, job, observed, now):
@@ -88,17 +88,17 @@ def apply(plan: Plan, job: MPIJob, observed: Observed, now: dt.datetime,
 
 def retire(plan: Plan, observed: Observed) -> None:
     """Delete kubeflow's launcher Job (its pods go with it), unless it is already going."""
-    launcher_job = observed.launcher_job
-    if launcher_job is not None and not launcher_job["metadata"].get("deletionTimestamp"):
-        plan.delete_launcher_job = launcher_job
+    launcher_batch_job = observed.launcher_batch_job
+    if launcher_batch_job is not None and not launcher_batch_job["metadata"].get("deletionTimestamp"):
+        plan.delete_launcher_batch_job = launcher_batch_job
 
 
 def cleanup(plan: Plan, job: MPIJob, observed: Observed) -> None:
     """cleanPodPolicy for a finished job's launcher Job, as for a launcher Pod."""
-    if observed.launcher_job is None:
+    if observed.launcher_batch_job is None:
         return
     policy = job.spec.run_policy.effective_clean_pod_policy
-    running = any(podstate.is_active(p) for p in _pods_of(observed.launcher_job, observed))
+    running = any(podstate.is_active(p) for p in _pods_of(observed.launcher_batch_job, observed))
     if policy == "All" or (policy == "Running" and running):
         retire(plan, observed)
 

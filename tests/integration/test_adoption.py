@@ -13,7 +13,7 @@ from typing import Any
 
 from devcluster.controlplane import ControlPlane
 from mpiop import metrics, names
-from mpiop.kube.client import CONFIGMAPS, JOBS, SECRETS, SERVICES
+from mpiop.kube.client import BATCH_JOBS, CONFIGMAPS, SECRETS, SERVICES
 from testkit import kubeflow
 from testkit.operator import Cluster, Operator, eventually, mpijob, running_operator
 
@@ -25,13 +25,13 @@ def pod_writes(operator: Operator) -> list[tuple[str, str, int]]:
     return [c for c in operator.requests.calls if c[1] == "pods" and c[0] in ("POST", "DELETE")]
 
 
-async def launcher_job(cluster: Cluster) -> JSON | None:
-    return await cluster.kube.get_or_none(JOBS, cluster.ns, "pi-launcher")
+async def launcher_batch_job(cluster: Cluster) -> JSON | None:
+    return await cluster.kube.get_or_none(BATCH_JOBS, cluster.ns, "pi-launcher")
 
 
 async def start_kubeflows_launcher(cluster: Cluster, moment: str) -> str:
     """The Job controller's pod for kubeflow's launcher Job, given the fixture's status (Running, Ready)."""
-    pod = await kubeflow.launcher_job_pod(cluster.kube, cluster.ns)
+    pod = await kubeflow.launcher_batch_job_pod(cluster.kube, cluster.ns)
     name: str = pod["metadata"]["name"]
     await kubeflow.set_pod_status(cluster.kube, cluster.ns, name, kubeflow.launcher_pod_status(moment))
     return name
@@ -50,13 +50,13 @@ async def test_a_running_kubeflow_job_is_adopted_and_completed_without_a_pod_del
     assert set(before) == {launcher, "pi-worker-0", "pi-worker-1"}
     # A Job of someone else's, labelled `app` too: never cached.
     other_pod = {"spec": {"restartPolicy": "Never", "containers": [{"name": "c", "image": "x"}]}}
-    await cluster.kube.create(JOBS, cluster.ns, {"metadata": {"name": "other", "labels": {"app": "other"}},
+    await cluster.kube.create(BATCH_JOBS, cluster.ns, {"metadata": {"name": "other", "labels": {"app": "other"}},
                                                  "spec": {"suspend": True, "template": other_pod}})
 
     async with running_operator(str(control_plane.kubeconfig), cluster.ns) as operator:
         await eventually(lambda: mpiop_wrote_status(cluster), what="mpiop's first status write")
-        assert list(operator.manager.caches.launcher_jobs.cached_keys()) == [f"{cluster.ns}/pi-launcher"]
-        info = next(m for m in metrics.JOBS.collect() if m.name == "mpi_operator_job_info")
+        assert list(operator.manager.caches.launcher_batch_jobs.cached_keys()) == [f"{cluster.ns}/pi-launcher"]
+        info = next(m for m in metrics.MPIJOB_GAUGES.collect() if m.name == "mpi_operator_job_info")
         assert [s.labels for s in info.samples] == [{"launcher": "pi-launcher", "namespace": cluster.ns}]
 
         async def adopted_events() -> list[str]:  # Events are sent in the background, just after the status
@@ -101,7 +101,7 @@ async def test_a_running_kubeflow_job_is_adopted_and_completed_without_a_pod_del
         ("Created", "True"), ("Running", "False"), ("Succeeded", "True")]
     assert job["status"]["conditions"][0]["lastTransitionTime"] == KUBEFLOW_CREATED
     assert job["status"]["replicaStatuses"]["Launcher"]["succeeded"] == 1
-    assert await launcher_job(cluster) is not None, "the completed Job stays (its pod's log readable)"
+    assert await launcher_batch_job(cluster) is not None, "the completed Job stays (its pod's log readable)"
     table = control_plane.kubectl("get", "mpijob", "pi", "-n", cluster.ns)
     print(table)
     assert table.splitlines()[1].split()[1] == "Succeeded"
@@ -121,7 +121,7 @@ async def test_a_kubeflow_job_with_a_failed_worker_is_restarted_by_mpiop(
             return pods.get("pi-launcher-1") if old_launcher not in pods else None  # attempt 1's launcher
 
         launcher = await eventually(own_launcher, timeout=60, what="mpiop's launcher Pod, kubeflow's gone")
-        assert await launcher_job(cluster) is None, "kubeflow's launcher Job is deleted on the restart"
+        assert await launcher_batch_job(cluster) is None, "kubeflow's launcher Job is deleted on the restart"
         assert launcher["metadata"]["labels"][names.ATTEMPT_LABEL] == "1"
         assert launcher["metadata"]["ownerReferences"][0]["kind"] == "MPIJob"
         wanted = ["pi-launcher-1", "pi-worker-0", "pi-worker-1"]

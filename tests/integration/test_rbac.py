@@ -25,7 +25,7 @@ import pytest
 
 from devcluster.controlplane import ControlPlane
 from mpiop.controller.manager import Manager, ManagerConfig
-from mpiop.kube.client import JOBS, MPIJOBS, PODS, ApiError, KubeClient
+from mpiop.kube.client import BATCH_JOBS, MPIJOBS, PODS, ApiError, KubeClient
 from mpiop.leader import LEASES, ElectionConfig, LeaderElector
 from mpiop.process import supervise
 from testkit import kubeflow
@@ -141,7 +141,7 @@ async def lifecycle(kube: KubeClient, token_kubeconfig: str, mpijob_crd: None) -
             await eventually(deleted, timeout=30, what="the job deleted by its TTL")
 
             async def kubeflows_launcher_deleted() -> bool:
-                return not (await kube.list(JOBS, namespace))["items"]
+                return not (await kube.list(BATCH_JOBS, namespace))["items"]
 
             await eventually(kubeflows_launcher_deleted, what="the adopted job restarted, kubeflow's launcher Job gone")
         except AssertionError as error:

@@ -43,7 +43,7 @@ async def test_an_informer_that_raises_after_sync_fails_healthz_and_exits_1(
             def bug(old: JSON | None, new: JSON | None) -> None:
                 raise RuntimeError("injected: a change handler's bug")
 
-            manager.caches.jobs.handlers.append(bug)
+            manager.caches.mpijobs.handlers.append(bug)
             await cluster.create_job(mpijob("trigger", workers=1))
             code = await asyncio.wait_for(run, 30)
         assert code == 1, "mpiop run exits with this code"

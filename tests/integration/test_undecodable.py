@@ -107,7 +107,7 @@ async def test_the_poison_job_appears_after_start_and_is_taken_up_once_fixed(
     await eventually(lambda: cluster.condition("first", "Created"), what="first Created")
     await create_poison(cluster.kube, cluster.ns, "poison")
     await eventually(lambda: undecodable_event(cluster.kube, cluster.ns, "poison"), what="Undecodable Event")
-    jobs = operator.manager.caches.jobs
+    jobs = operator.manager.caches.mpijobs
     assert f"{cluster.ns}/poison" in jobs.undecodable() and jobs.get(f"{cluster.ns}/poison") is None
     await cluster.create_job(mpijob("second", workers=1))
     await eventually(lambda: cluster.condition("second", "Created"), what="a job created after the poison one")

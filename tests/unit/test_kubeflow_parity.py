@@ -93,5 +93,5 @@ def test_a_whole_job_lists_its_conditions_in_kubeflows_order() -> None:
     assert ours[-1][0] == "Succeeded"
 
 
-def test_observed_workers_default_to_no_launcher_job() -> None:
-    assert Observed().launcher_job is None and Observed().launcher_job_pods == []
+def test_observed_workers_default_to_no_launcher_batch_job() -> None:
+    assert Observed().launcher_batch_job is None and Observed().launcher_batch_job_pods == []

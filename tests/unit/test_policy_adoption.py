@@ -36,14 +36,14 @@ def with_finished_launcher(job: MPIJob, observed: Observed, moment: str = "kf-pi
     """The launcher Job and its pod as they were at `moment` (kubeflow's operator stopped before it saw it)."""
     _, later = as_cached(moment)
     return Observed(pods=observed.pods, config_map=observed.config_map, secret=observed.secret,
-                    service=observed.service, launcher_job=later.launcher_job,
-                    launcher_job_pods=later.launcher_job_pods)
+                    service=observed.service, launcher_batch_job=later.launcher_batch_job,
+                    launcher_batch_job_pods=later.launcher_batch_job_pods)
 
 
 def test_a_running_kubeflow_job_runs_on_untouched() -> None:
     job, observed = as_cached("kf-pi-ok.1-running")
     plan = decide(job, observed, NOW)
-    assert nothing_made(plan) and plan.delete == [] and plan.delete_launcher_job is None
+    assert nothing_made(plan) and plan.delete == [] and plan.delete_launcher_batch_job is None
     # kubeflow's conditions are continued as they are, reasons and times included.
     assert plan.status.conditions == job.status.conditions
     assert [(c.type, c.reason) for c in plan.status.conditions] == [
@@ -63,7 +63,7 @@ def test_a_kubeflow_job_just_created_gets_no_second_launcher() -> None:
     assert not plan.status.is_true("Running")
 
 
-def test_the_launcher_jobs_success_is_the_jobs_success() -> None:
+def test_the_launcher_batch_jobs_success_is_the_jobs_success() -> None:
     job, observed = as_cached("kf-pi-ok.1-running")
     plan = decide(job, with_finished_launcher(job, observed), NOW)
     assert conditions(plan) == ["Created=True", "Running=False", "Succeeded=True"]
@@ -71,7 +71,7 @@ def test_the_launcher_jobs_success_is_the_jobs_success() -> None:
     assert plan.status.replica_statuses["Launcher"].succeeded == 1
     # cleanPodPolicy Running: the workers go; the Job (its pod done, its log readable) stays.
     assert deleted(plan) == ["pi-worker-0", "pi-worker-1"]
-    assert plan.delete_launcher_job is None
+    assert plan.delete_launcher_batch_job is None
     assert plan.requeue_after == 60  # ttlSecondsAfterFinished
     assert nothing_made(plan)
 
@@ -83,7 +83,7 @@ def test_a_job_kubeflow_finished_stays_as_it_is(moment: str) -> None:
     plan = decide(job, observed, job.status.completion_time + dt.timedelta(hours=1))  # long past its TTL
     assert plan.status == job.status
     assert (plan.create, plan.update, plan.delete, plan.events) == ([], [], [], [])
-    assert not plan.delete_job and plan.delete_launcher_job is None and plan.requeue_after is None
+    assert not plan.delete_job and plan.delete_launcher_batch_job is None and plan.requeue_after is None
 
 
 def test_a_failed_worker_restarts_the_job_and_retires_kubeflows_launcher() -> None:
@@ -95,18 +95,20 @@ def test_a_failed_worker_restarts_the_job_and_retires_kubeflows_launcher() -> No
     assert restarting is not None
     assert "pi-worker-0 (rank 0) container mpi-worker Error exit 1" in (restarting.message or "")
     assert deleted(plan) == ["pi-worker-0", "pi-worker-1"]
-    assert plan.delete_launcher_job is not None and plan.delete_launcher_job["metadata"]["name"] == "pi-launcher"
+    assert plan.delete_launcher_batch_job is not None
+    assert plan.delete_launcher_batch_job["metadata"]["name"] == "pi-launcher"
     assert nothing_made(plan)
 
 
-def _restarted(observed: Observed, *, launcher_job: bool, launcher_pods: bool, workers: bool) -> Observed:
+def _restarted(observed: Observed, *, launcher_batch_job: bool, launcher_pods: bool, workers: bool) -> Observed:
     return Observed(pods=observed.pods if workers else [], config_map=observed.config_map, secret=observed.secret,
-                    service=observed.service, launcher_job=observed.launcher_job if launcher_job else None,
-                    launcher_job_pods=observed.launcher_job_pods if launcher_pods else [])
+                    service=observed.service,
+                    launcher_batch_job=observed.launcher_batch_job if launcher_batch_job else None,
+                    launcher_batch_job_pods=observed.launcher_batch_job_pods if launcher_pods else [])
 
 
 @pytest.mark.parametrize(
-    ("launcher_job", "launcher_pods", "workers", "retired", "made"),
+    ("launcher_batch_job", "launcher_pods", "workers", "retired", "made"),
     [
         (True, True, True, True, []),
         (False, True, True, False, []),
@@ -115,26 +117,26 @@ def _restarted(observed: Observed, *, launcher_job: bool, launcher_pods: bool, w
     ],
     ids=["job-still-there", "its-pod-going", "workers-gone", "all-gone-own-launcher"],
 )
-def test_after_the_restart_mpiops_launcher_waits_for_kubeflows(launcher_job: bool, launcher_pods: bool,
+def test_after_the_restart_mpiops_launcher_waits_for_kubeflows(launcher_batch_job: bool, launcher_pods: bool,
                                                                workers: bool, retired: bool, made: list[str]) -> None:
     job, observed = as_cached("kf-pi-fail.2-finished")
     restarted = job.model_copy(update={"status": decide(job, observed, NOW).status})
     restarted.status.last_reconcile_time = NOW
-    plan = decide(restarted, _restarted(observed, launcher_job=launcher_job, launcher_pods=launcher_pods,
+    plan = decide(restarted, _restarted(observed, launcher_batch_job=launcher_batch_job, launcher_pods=launcher_pods,
                                         workers=workers), at(1))
-    assert (plan.delete_launcher_job is not None) == retired
+    assert (plan.delete_launcher_batch_job is not None) == retired
     assert [o["metadata"]["name"] for o in plan.create] == made
     assert all(o["metadata"]["labels"]["mpiop.kubeflow.org/attempt"] == "1" for o in plan.create)
 
 
-def test_a_failed_launcher_job_is_a_failed_attempt() -> None:
+def test_a_failed_launcher_batch_job_is_a_failed_attempt() -> None:
     job, observed = as_cached("kf-pi-ok.1-running")
     job.spec.run_policy.backoff_limit = 0
-    failed_job = copy.deepcopy(observed.launcher_job)
+    failed_job = copy.deepcopy(observed.launcher_batch_job)
     assert failed_job is not None
     failed_job["status"]["conditions"] = [{"type": "Failed", "status": "True", "reason": "BackoffLimitExceeded",
                                            "message": "Job has reached the specified backoff limit"}]
-    observed.launcher_job = failed_job
+    observed.launcher_batch_job = failed_job
     plan = decide(job, observed, NOW)
     assert conditions(plan) == ["Created=True", "Running=False", "Failed=True"]
     failed = plan.status.condition("Failed")
@@ -144,7 +146,7 @@ def test_a_failed_launcher_job_is_a_failed_attempt() -> None:
     assert "backoffLimit 0" in message
     # Failed: cleanPodPolicy Running deletes the running workers and the Job whose pod still runs.
     assert deleted(plan) == ["pi-worker-0", "pi-worker-1"]
-    assert plan.delete_launcher_job is failed_job
+    assert plan.delete_launcher_batch_job is failed_job
 
 
 def test_suspending_an_adopted_job_deletes_kubeflows_launcher_too() -> None:
@@ -153,7 +155,7 @@ def test_suspending_an_adopted_job_deletes_kubeflows_launcher_too() -> None:
     plan = decide(job, observed, NOW)
     assert plan.status.is_true("Suspended")
     assert deleted(plan) == ["pi-worker-0", "pi-worker-1"]
-    assert plan.delete_launcher_job is not None
+    assert plan.delete_launcher_batch_job is not None
 
 
 @pytest.mark.parametrize(
@@ -164,22 +166,22 @@ def test_suspending_an_adopted_job_deletes_kubeflows_launcher_too() -> None:
         ("None", "kf-pi-ok.2-finished", False), ("None", "kf-pi-ok.1-running", False),
     ],
 )
-def test_clean_pod_policy_applies_to_the_launcher_job(policy: CleanPodPolicy, moment: str, retired: bool) -> None:
+def test_clean_pod_policy_applies_to_the_launcher_batch_job(policy: CleanPodPolicy, moment: str, retired: bool) -> None:
     job, _ = as_cached("kf-pi-ok.1-running")
     _, observed = as_cached(moment)
     job.spec.run_policy.clean_pod_policy = policy
     plan = Plan(status=job.status)
     adoption.cleanup(plan, job, observed)
-    assert (plan.delete_launcher_job is not None) == retired
+    assert (plan.delete_launcher_batch_job is not None) == retired
 
 
-def test_a_launcher_job_being_deleted_is_not_deleted_again() -> None:
+def test_a_launcher_batch_job_being_deleted_is_not_deleted_again() -> None:
     job, observed = as_cached("kf-pi-ok.1-running")
-    assert observed.launcher_job is not None
-    observed.launcher_job["metadata"]["deletionTimestamp"] = "2026-11-23T03:17:00Z"
+    assert observed.launcher_batch_job is not None
+    observed.launcher_batch_job["metadata"]["deletionTimestamp"] = "2026-11-23T03:17:00Z"
     plan = Plan(status=job.status)
     adoption.retire(plan, observed)
-    assert plan.delete_launcher_job is None
+    assert plan.delete_launcher_batch_job is None
 
 
 def test_claiming_tests_the_owner_then_adds_our_labels_to_kubeflows() -> None:
