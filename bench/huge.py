@@ -74,7 +74,7 @@ def decide_figures(workers: int, repeats: int = 5) -> dict[str, float]:
     while True:
         seconds, plan = _timed(functools.partial(decide, job, observed, NOW))
         passes.append(seconds)
-        made = [_running(o) for o in plan.creates.pods()]
+        made = [_running(o) for o in plan.creation_steps.pods()]
         if not made:
             break
         pods += made

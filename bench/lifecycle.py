@@ -98,9 +98,9 @@ class BareOperator:
                                         subresource="status")
         for event in plan.events:
             self.recorder.record(job, event, now)
-        for obj in plan.update:
+        for obj in plan.objects_to_update:
             await self.kube.patch(CONFIGMAPS, self.namespace, obj["metadata"]["name"], {"data": obj["data"]})
-        collection = bulk_delete.collection_for(job, plan.delete, seen.pods)
+        collection = bulk_delete.collection_for(job, plan.pods_to_delete, seen.pods)
         if collection is not None:
             await self.kube.delete_collection(PODS, self.namespace, label_selector=collection.label_selector,
                                               field_selector=collection.field_selector)

@@ -71,7 +71,7 @@ async def create_jobs_directly(kube: KubeClient, namespace: str, manifests: list
             objects = build(job)
             if made is not None:
                 made[job["metadata"]["name"]] = (job, objects)
-            # mpiop's order (Plan.creates): the launcher only once its workers exist, which its lost-worker
+            # mpiop's order (Plan.creation_steps): the launcher only once its workers exist, which its lost-worker
             # rule relies on (a worker younger than the launcher replaced one it lost).
             launchers = [o for o in objects if is_launcher(o)]
             await asyncio.gather(*(one(o) for o in objects if not is_launcher(o)))

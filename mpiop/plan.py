@@ -175,7 +175,7 @@ class Evidence:
 
 
 @dataclass
-class Creates:
+class CreationSteps:
     """The objects to create, in steps carried out in this order, each only once the one before succeeded whole
     (kubeflow's order): so no pod mounts a squatter's key or hostfile, and no launcher calls a squatter's pod.
 
@@ -205,23 +205,26 @@ class Creates:
 
 @dataclass
 class Plan:
+    """The writes one reconcile carries out. A bool says what to do (`create_ssh_secret`, `delete_mpijob`); a
+    collection names what it is done to (`objects_to_update`, `pods_to_delete`, ...)."""
+
     status: JobStatus
-    creates: Creates = field(default_factory=Creates)
-    update: list[JSON] = field(default_factory=list)
-    delete: list[Pod] = field(default_factory=list)
-    create_ssh_secret: bool = False
-    delete_job: bool = False
+    creation_steps: CreationSteps = field(default_factory=CreationSteps)
+    objects_to_update: list[JSON] = field(default_factory=list)
+    pods_to_delete: list[Pod] = field(default_factory=list)
+    create_ssh_secret: bool = False  # with a key pair made at write time
+    delete_mpijob: bool = False
     # kubeflow's launcher Job of an adopted job, to delete (with its pods) when its run is over.
-    delete_launcher_batch_job: JSON | None = None
+    launcher_batch_job_to_delete: JSON | None = None
     events: list[Event] = field(default_factory=list)
     pod_group: PodGroupWrite | None = None
     evidence: Evidence | None = None
     requeue_after: float | None = None
 
     @property
-    def create(self) -> list[JSON]:
-        """Every object to create, in the order they are created (read-only: plan them in `creates`)."""
-        return self.creates.all()
+    def objects_to_create(self) -> list[JSON]:
+        """Every object to create, in the order they are created (read-only: plan them in `creation_steps`)."""
+        return self.creation_steps.all()
 
     def requeue_in(self, seconds: float) -> None:
         seconds = max(seconds, 0.0)
@@ -232,8 +235,8 @@ class Plan:
 
     def delete_pods(self, pods: list[Pod]) -> None:
         """Delete these pods (once each; ones already going are left alone)."""
-        planned = {podstate.name(p) for p in self.delete}
+        planned = {podstate.name(p) for p in self.pods_to_delete}
         for pod in pods:
             if not podstate.is_terminating(pod) and podstate.name(pod) not in planned:
-                self.delete.append(pod)
+                self.pods_to_delete.append(pod)
                 planned.add(podstate.name(pod))

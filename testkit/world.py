@@ -44,7 +44,7 @@ class World:
         self.job = self.job.model_copy(update={"status": status})
         if plan.create_ssh_secret:
             self.secret = objects.ssh_secret(self.job, b"private", b"public")
-        for obj in plan.create + plan.update:
+        for obj in plan.objects_to_create + plan.objects_to_update:
             if obj["kind"] == "Pod":
                 name = obj["metadata"]["name"]
                 assert name not in self.pods, "a pod is made only once its predecessor is gone"
@@ -55,11 +55,11 @@ class World:
                 self.config_map = copy.deepcopy(obj)
             elif obj["kind"] == "Service":
                 self.service = copy.deepcopy(obj)
-        for pod in plan.delete:  # cached pods are replaced, never changed in place (podstate.TrimmedPod)
+        for pod in plan.pods_to_delete:  # cached pods are replaced, never changed in place (podstate.TrimmedPod)
             cached = self.pods[podstate.name(pod)]
             deleting = {**cached["metadata"], "deletionTimestamp": format_time(at(now))}
             self.pods[podstate.name(pod)] = podstate.trim({**cached, "metadata": deleting})
-        self.job_deleted = self.job_deleted or plan.delete_job
+        self.job_deleted = self.job_deleted or plan.delete_mpijob
         return plan
 
     def set(self, name: str, change: Change) -> None:

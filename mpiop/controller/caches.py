@@ -189,7 +189,7 @@ class Caches:
     pod_groups: Informer | None = None
 
     @classmethod
-    def create(cls, client: KubeClient, namespace: str | None, watch_timeout_seconds: int = 300,
+    def build(cls, client: KubeClient, namespace: str | None, watch_timeout_seconds: int = 300,
                on_watch_restart: Callable[[str], None] | None = None,
                gang_scheduler: GangScheduler | None = None) -> Caches:
         def owned(resource: Any, trim: Callable[[JSON], JSON], **more: Indexer) -> Informer:

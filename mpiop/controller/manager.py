@@ -96,7 +96,7 @@ class Manager:
         self.client = client
         self.config = config
         self.supervisor = supervisor if supervisor is not None else Supervisor()
-        self.caches = Caches.create(client, config.namespace, config.watch_timeout_seconds,
+        self.caches = Caches.build(client, config.namespace, config.watch_timeout_seconds,
                                     on_watch_restart=metrics.observe_watch_restart,
                                     gang_scheduler=config.gang_scheduler)
         self.queue: WorkQueue[str] = WorkQueue(

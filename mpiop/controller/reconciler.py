@@ -4,7 +4,7 @@ Writes are idempotent and only what differs: names are deterministic, the status
 changed, and every answer to our own writes is fed back into the caches so the next pass does not act on what
 it just did. Creations that do not succeed (refused, or AlreadyExists by an object the job does not control)
 are what the next decision observes, like pods: it fails the job or shows why and retries. Creations go in
-the plan's steps (plan.Creates), each only once the one before succeeded whole (refusals: refusals.py).
+the plan's steps (plan.CreationSteps), each only once the one before succeeded whole (refusals: refusals.py).
 Writes run through a few coroutines at a time (not one task per pod), so a 10,000-pod pass never stalls the
 event loop.
 
@@ -104,7 +104,7 @@ class Reconciler:
         now = self.clock()
         observed = await self._observe(job)
         plan = await self._settle_failure(job, observed, now, await self._decide(job, observed, now))
-        if plan.delete_job:
+        if plan.delete_mpijob:
             await self._delete_job(job)
             return None
         status = status_change(job.status, plan.status)
@@ -182,7 +182,7 @@ class Reconciler:
     # -- objects -----------------------------------------------------------------------------------
     async def _apply_objects(self, job: MPIJob, plan: Plan) -> list[Refusal]:
         """Carry out the creation steps (stopping at one with refusals), updates and deletions."""
-        supporting = plan.creates.supporting
+        supporting = plan.creation_steps.supporting
         if plan.create_ssh_secret:
             private, public = ssh.generate_key_pair(comment=f"mpiop@{job.key}")
             supporting = [objects.ssh_secret(job, private, public), *supporting]
@@ -190,18 +190,18 @@ class Reconciler:
         if not refusals and plan.pod_group is not None:  # its pods are not created without it
             refused_group = await self._write_pod_group(job, plan)
             refusals = [refused_group] if refused_group is not None else []
-        for step in plan.creates.pod_steps():
+        for step in plan.creation_steps.pod_steps():
             if refusals:
                 break
             refusals = await self._create_all(job, step)
-        for obj in plan.update:
+        for obj in plan.objects_to_update:
             informer = self.caches.informer_for(obj["kind"])
             updated = await self.client.patch(informer.resource, job.metadata.namespace, obj["metadata"]["name"],
                                               {k: obj[k] for k in UPDATED_FIELDS if k in obj})
             informer.observe_write(updated)
-        await self._delete_pods(job, plan.delete)
-        if plan.delete_launcher_batch_job is not None:
-            await self._delete_launcher_batch_job(plan.delete_launcher_batch_job)
+        await self._delete_pods(job, plan.pods_to_delete)
+        if plan.launcher_batch_job_to_delete is not None:
+            await self._delete_launcher_batch_job(plan.launcher_batch_job_to_delete)
         return refusals
 
     async def _create_all(self, job: MPIJob, objs: list[JSON]) -> list[Refusal]:

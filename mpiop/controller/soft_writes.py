@@ -42,17 +42,17 @@ def status_change(old: JobStatus, new: JobStatus) -> StatusChange:
 
 def only_soft_writes(plan: Plan, status: StatusChange, config_map: JSON | None = None) -> bool:
     """Whether this plan's writes are all soft (and there is at least one)."""
-    if (plan.create or plan.delete or plan.events or plan.create_ssh_secret or plan.delete_job
-            or plan.delete_launcher_batch_job is not None or plan.pod_group is not None):
+    if (plan.objects_to_create or plan.pods_to_delete or plan.events or plan.create_ssh_secret or plan.delete_mpijob
+            or plan.launcher_batch_job_to_delete is not None or plan.pod_group is not None):
         return False
     cached = (config_map or {}).get("data") or {}
-    for obj in plan.update:
+    for obj in plan.objects_to_update:
         if obj["kind"] != "ConfigMap":  # a Role's rules (exec launch) are a transition
             return False
         changed = {k for k in obj["data"].keys() | cached.keys() if obj["data"].get(k) != cached.get(k)}
         if not changed <= {names.DISCOVER_HOSTS_NAME}:
             return False
-    return status.fields <= {"replicaStatuses"} and bool(status.fields or plan.update)
+    return status.fields <= {"replicaStatuses"} and bool(status.fields or plan.objects_to_update)
 
 
 @dataclass

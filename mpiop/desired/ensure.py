@@ -8,7 +8,7 @@ name) only once no earlier worker remains. When the launcher comes is the launch
 made again on its new port, and the launcher also waits until the ConfigMap names every host-network pod's
 current port. At most MAX_POD_CREATES_PER_PASS pods are planned per pass (then the job is looked at again at
 once), and the launcher only once every worker is planned, so a 10,000-worker job never holds the event loop
-for a whole build of its pods. The plan keeps workers and launcher as separate creation steps (plan.Creates):
+for a whole build of its pods. The plan keeps workers and launcher as separate creation steps (plan.CreationSteps):
 the launcher is created only once its workers were, as a worker name taken by someone else's pod must keep it
 from starting.
 """
@@ -52,29 +52,29 @@ def supporting_objects(plan: Plan, job: MPIJob, observed: Observed, ports: hostn
     elif observed.secret is None:
         plan.create_ssh_secret = True
     if observed.service is None:
-        plan.creates.supporting.append(objects.service(job))
+        plan.creation_steps.supporting.append(objects.service(job))
 
     workers = observed.worker_states(job, attempt)
     count = job.spec.worker_replicas
     running = [i for i, s in workers.items() if i < count and s.running]
     wanted = objects.config_map(job, running, settings.cluster_domain, ports, settings.discover_hosts, exec_launch)
     if observed.config_map is None:
-        plan.creates.supporting.append(wanted)
+        plan.creation_steps.supporting.append(wanted)
     elif observed.config_map.get("data") != wanted["data"]:
-        plan.update.append(wanted)
+        plan.objects_to_update.append(wanted)
 
 
 def launcher_access(plan: Plan, job: MPIJob, observed: Observed, attempt: int) -> None:
     """An exec launcher's ServiceAccount, Role and RoleBinding; the Role's pod names follow the attempt."""
     if observed.service_account is None:
-        plan.creates.supporting.append(launcher_rbac.service_account(job))
+        plan.creation_steps.supporting.append(launcher_rbac.service_account(job))
     wanted = launcher_rbac.role(job, attempt)
     if observed.role is None:
-        plan.creates.supporting.append(wanted)
+        plan.creation_steps.supporting.append(wanted)
     elif observed.role.get("rules") != wanted["rules"]:
-        plan.update.append(wanted)
+        plan.objects_to_update.append(wanted)
     if observed.role_binding is None:
-        plan.creates.supporting.append(launcher_rbac.role_binding(job))
+        plan.creation_steps.supporting.append(launcher_rbac.role_binding(job))
 
 
 def job_pods(plan: Plan, job: MPIJob, observed: Observed, launcher_may_start: bool,
@@ -104,12 +104,12 @@ def job_pods(plan: Plan, job: MPIJob, observed: Observed, launcher_may_start: bo
             worker = pods.worker_pod(job, index, attempt, cluster_domain, ports, settings)
             if index < replaces_below and launcher_uid:
                 worker["metadata"]["labels"][names.REPLACEMENT_LABEL] = launcher_uid
-            plan.creates.workers.append(worker)
+            plan.creation_steps.workers.append(worker)
             budget -= 1
     if launcher is None and launcher_may_start \
             and not _old_workers_remain(job, observed, attempt) \
             and ssh_config.is_current(job, ports, observed.config_map, cluster_domain):
-        plan.creates.launcher.append(pods.launcher_pod(job, attempt, cluster_domain, ports, settings))
+        plan.creation_steps.launcher.append(pods.launcher_pod(job, attempt, cluster_domain, ports, settings))
 
 
 def _old_workers_remain(job: MPIJob, observed: Observed, attempt: int) -> bool:

@@ -90,7 +90,7 @@ def retire(plan: Plan, observed: Observed) -> None:
     """Delete kubeflow's launcher Job (its pods go with it), unless it is already going."""
     launcher_batch_job = observed.launcher_batch_job
     if launcher_batch_job is not None and not launcher_batch_job["metadata"].get("deletionTimestamp"):
-        plan.delete_launcher_batch_job = launcher_batch_job
+        plan.launcher_batch_job_to_delete = launcher_batch_job
 
 
 def cleanup(plan: Plan, job: MPIJob, observed: Observed) -> None:

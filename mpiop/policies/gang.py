@@ -46,7 +46,7 @@ def apply(plan: Plan, job: MPIJob, observed: Observed, now: dt.datetime, schedul
         wanted = podgroup.pod_group(job, scheduler)
     except ValueError as error:  # a quantity that is not one: retrying cannot help
         mark_failed(plan, c.VALIDATION_ERROR_REASON, f"MPIJob {job.key} has failed: {error}", now)
-        plan.creates.drop_pods()
+        plan.creation_steps.drop_pods()
         return
     if existing is None:
         plan.pod_group = PodGroupWrite("create", name, wanted)
@@ -54,7 +54,7 @@ def apply(plan: Plan, job: MPIJob, observed: Observed, now: dt.datetime, schedul
         plan.pod_group = PodGroupWrite("patch", name, patch)
     if plan.pod_group is not None and (warning := podgroup.min_member_warning(job)):
         plan.event("Warning", "MinAvailableLowered", warning)
-    for pod in plan.creates.pods():
+    for pod in plan.creation_steps.pods():
         podgroup.join_pod(pod, job, scheduler)
     _report(plan, job, observed, wanted, scheduler, now)
 

@@ -15,6 +15,6 @@ def apply(plan: Plan, job: MPIJob, now: dt.datetime) -> None:
         return
     remaining = ttl - (now - finished_at).total_seconds()
     if remaining <= 0:
-        plan.delete_job = True
+        plan.delete_mpijob = True
     else:
         plan.requeue_in(remaining)

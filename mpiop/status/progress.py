@@ -53,10 +53,10 @@ def after(observed: Observed, plan: Plan) -> Observed:
     The status written before the plan's creations and deletions then already counts them (as kubeflow's,
     written after its creations, does), instead of costing a second status write when the caches catch up.
     """
-    going = {podstate.name(p) for p in plan.delete}
+    going = {podstate.name(p) for p in plan.pods_to_delete}
     pods = [{**p, "metadata": {**p["metadata"], "deletionTimestamp": "planned"}} if podstate.name(p) in going else p
             for p in observed.pods]
-    pods += [{"metadata": o["metadata"], "status": {"phase": "Pending"}} for o in plan.creates.pods()]
+    pods += [{"metadata": o["metadata"], "status": {"phase": "Pending"}} for o in plan.creation_steps.pods()]
     return replace(observed, pods=pods)
 
 

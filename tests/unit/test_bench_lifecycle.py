@@ -24,9 +24,9 @@ def test_once_every_pod_runs_the_plan_is_running_its_event_and_the_hostfile() ->
     plan = decide(MPIJob.model_validate(raw), observed(owned_objects(raw)), NOW)
     assert plan.status.is_true("Running")
     assert [e.reason for e in plan.events] == ["MPIJobRunning"]
-    assert [o["kind"] for o in plan.update] == ["ConfigMap"]  # discover_hosts.sh lists the 8 workers
-    assert plan.update[0]["data"]["discover_hosts.sh"].count("life-0-worker-") == 8
-    assert (plan.create, plan.delete, plan.create_ssh_secret) == ([], [], False)
+    assert [o["kind"] for o in plan.objects_to_update] == ["ConfigMap"]  # discover_hosts.sh lists the 8 workers
+    assert plan.objects_to_update[0]["data"]["discover_hosts.sh"].count("life-0-worker-") == 8
+    assert (plan.objects_to_create, plan.pods_to_delete, plan.create_ssh_secret) == ([], [], False)
 
 
 def test_once_the_launcher_succeeded_the_plan_is_succeeded_and_the_workers_go() -> None:
@@ -36,7 +36,7 @@ def test_once_the_launcher_succeeded_the_plan_is_succeeded_and_the_workers_go() 
     plan = decide(MPIJob.model_validate({**raw, "status": running}), observed(made, launcher_phase="Succeeded"), NOW)
     assert plan.status.is_true("Succeeded")
     assert [e.reason for e in plan.events] == ["MPIJobSucceeded"]
-    assert sorted(p["metadata"]["name"] for p in plan.delete) == [f"life-0-worker-{i}" for i in range(8)]
+    assert sorted(p["metadata"]["name"] for p in plan.pods_to_delete) == [f"life-0-worker-{i}" for i in range(8)]
 
 
 def test_it_follows_the_operators_flags_the_bench_was_given() -> None:
@@ -46,4 +46,4 @@ def test_it_follows_the_operators_flags_the_bench_was_given() -> None:
     raw = created_job(2)
     made = owned_objects(raw, discover_hosts=False)
     plan = decide(MPIJob.model_validate(raw), observed(made), NOW, lean.settings())
-    assert plan.status.is_true("Running") and plan.update == []  # discover_hosts.sh stays the fixed script
+    assert plan.status.is_true("Running") and plan.objects_to_update == []  # discover_hosts.sh stays the fixed script

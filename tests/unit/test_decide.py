@@ -21,7 +21,7 @@ def test_fresh_running_succeeded_cleanup_ttl() -> None:
 
     plan = world.reconcile(0)
     assert plan.create_ssh_secret
-    assert names_of(plan.create) == ["Service/pi", "ConfigMap/pi-config", "Pod/pi-worker-0",
+    assert names_of(plan.objects_to_create) == ["Service/pi", "ConfigMap/pi-config", "Pod/pi-worker-0",
                                      "Pod/pi-worker-1", "Pod/pi-launcher"]
     assert world.config_map is not None
     assert world.config_map["data"]["hostfile"] == (
@@ -33,40 +33,40 @@ def test_fresh_running_succeeded_cleanup_ttl() -> None:
     assert (worker_counts.active, worker_counts.ready) == (2, 0), "the planned pods count: no second write"
 
     plan = world.reconcile(1)
-    assert (plan.create, plan.update, plan.delete, plan.events) == ([], [], [], [])
+    assert (plan.objects_to_create, plan.objects_to_update, plan.pods_to_delete, plan.events) == ([], [], [], [])
     assert world.job.status.replica_statuses["Worker"].active == 2
 
     world.set_all(running)
     plan = world.reconcile(2)
     assert world.state == "Running"
     assert [e.reason for e in plan.events] == ["MPIJobRunning"]
-    assert names_of(plan.update) == ["ConfigMap/pi-config"]
+    assert names_of(plan.objects_to_update) == ["ConfigMap/pi-config"]
     assert world.config_map["data"]["discover_hosts.sh"] == (
         "#!/bin/sh\necho pi-worker-0.pi.ns.svc.cluster.local:1\necho pi-worker-1.pi.ns.svc.cluster.local:1\n")
 
     plan = world.reconcile(3)
-    assert (plan.create, plan.update, plan.delete, plan.events) == ([], [], [], [])
+    assert (plan.objects_to_create, plan.objects_to_update, plan.pods_to_delete, plan.events) == ([], [], [], [])
 
     world.set("pi-launcher", lambda b: b.succeeded())
     plan = world.reconcile(10)
     assert world.conditions == ["Created=True", "Running=False", "Succeeded=True"]
     assert world.job.status.completion_time == at(10)
     assert [e.reason for e in plan.events] == ["MPIJobSucceeded"]
-    assert names_of(plan.delete) == ["pi-worker-0", "pi-worker-1"], "cleanPodPolicy Running (the default)"
+    assert names_of(plan.pods_to_delete) == ["pi-worker-0", "pi-worker-1"], "cleanPodPolicy Running (the default)"
     assert plan.requeue_after == 60
-    assert plan.create == []
+    assert plan.objects_to_create == []
     assert world.job.status.replica_statuses["Launcher"].succeeded == 1
     assert world.job.status.replica_statuses["Worker"].active == 0, "the planned deletions count already"
 
     world.gone()
     plan = world.reconcile(20)
-    assert (plan.create, plan.delete, plan.events) == ([], [], [])
+    assert (plan.objects_to_create, plan.pods_to_delete, plan.events) == ([], [], [])
     assert plan.requeue_after == 50
-    assert not plan.delete_job
+    assert not plan.delete_mpijob
     assert world.live_pods() == {"pi-launcher": 0}
 
     plan = world.reconcile(70)
-    assert plan.delete_job
+    assert plan.delete_mpijob
     assert world.state == "Succeeded"
 
 
@@ -85,17 +85,17 @@ def test_failure_restart_running_failure_failed() -> None:
                "pi-worker-1 (rank 1) container main OOMKilled exit 137; the attempt's logs are kept in ConfigMap "
                "pi-attempt-0")
     assert [(e.type, e.message) for e in plan.events] == [("Warning", message)]
-    assert sorted(names_of(plan.delete)) == ["pi-launcher", "pi-worker-0", "pi-worker-1"]
-    assert plan.create == []
+    assert sorted(names_of(plan.pods_to_delete)) == ["pi-launcher", "pi-worker-0", "pi-worker-1"]
+    assert plan.objects_to_create == []
 
     # The old attempt's pods are going; the OOMKilled one is seen again and not counted twice.
     plan = world.reconcile(6)
     assert world.job.status.restart_count == 1
-    assert (plan.create, plan.delete, plan.events) == ([], [], [])
+    assert (plan.objects_to_create, plan.pods_to_delete, plan.events) == ([], [], [])
 
     world.gone()
     plan = world.reconcile(7)
-    assert names_of(plan.create) == ["Pod/pi-worker-0", "Pod/pi-worker-1", "Pod/pi-launcher-1"]
+    assert names_of(plan.objects_to_create) == ["Pod/pi-worker-0", "Pod/pi-worker-1", "Pod/pi-launcher-1"]
     assert world.live_pods() == {"pi-launcher-1": 1, "pi-worker-0": 1, "pi-worker-1": 1}
 
     world.set_all(running)
@@ -113,12 +113,12 @@ def test_failure_restart_running_failure_failed() -> None:
                               "pi-attempt-1")
     assert world.job.status.completion_time == at(9)
     assert world.job.status.restart_count == 1
-    assert names_of(plan.delete) == ["pi-worker-0", "pi-worker-1"], "the failed launcher stays for its log"
+    assert names_of(plan.pods_to_delete) == ["pi-worker-0", "pi-worker-1"], "the failed launcher stays for its log"
     assert [e.reason for e in plan.events] == ["MPIJobFailed"]
 
     world.gone()
     plan = world.reconcile(10)
-    assert (plan.create, plan.delete, plan.events) == ([], [], [])
+    assert (plan.objects_to_create, plan.pods_to_delete, plan.events) == ([], [], [])
     assert world.state == "Failed"
     assert world.job.status.replica_statuses["Launcher"].failed == 1
 
@@ -150,7 +150,7 @@ def test_exit_code_permanent_fails_at_once() -> None:
     plan = world.reconcile(2)
     assert world.state == "Failed"
     assert world.job.status.restart_count is None
-    assert sorted(names_of(plan.delete)) == ["pi-launcher", "pi-worker-0"], "cleanPodPolicy All"
+    assert sorted(names_of(plan.pods_to_delete)) == ["pi-launcher", "pi-worker-0"], "cleanPodPolicy All"
 
 
 def test_exit_code_retryable_restarts() -> None:
@@ -167,15 +167,15 @@ def test_exit_code_retryable_restarts() -> None:
 def test_wait_for_workers_ready() -> None:
     world = World(make_mpijob("pi").workers(2).wait_for_workers_ready().obj())
     plan = world.reconcile(0)
-    assert names_of(plan.create)[-2:] == ["Pod/pi-worker-0", "Pod/pi-worker-1"]
+    assert names_of(plan.objects_to_create)[-2:] == ["Pod/pi-worker-0", "Pod/pi-worker-1"]
     world.set_all(running)
     plan = world.reconcile(1)
-    assert plan.create == []
+    assert plan.objects_to_create == []
     world.set("pi-worker-0", lambda b: b.ready())
-    assert world.reconcile(2).create == []
+    assert world.reconcile(2).objects_to_create == []
     world.set("pi-worker-1", lambda b: b.ready())
     plan = world.reconcile(3)
-    assert names_of(plan.create) == ["Pod/pi-launcher"]
+    assert names_of(plan.objects_to_create) == ["Pod/pi-launcher"]
     assert world.state == "Created"
     world.set("pi-launcher", running)
     world.reconcile(4)
@@ -187,7 +187,7 @@ def test_suspend_and_resume() -> None:
     plan = world.reconcile(0)
     assert world.conditions == ["Created=True", "Suspended=True"]
     # The supporting objects are made while suspended (as kubeflow does); no pod is.
-    assert names_of(plan.create) == ["Service/pi", "ConfigMap/pi-config"]
+    assert names_of(plan.objects_to_create) == ["Service/pi", "ConfigMap/pi-config"]
     assert plan.create_ssh_secret
     assert world.job.status.start_time is None
     assert plan.requeue_after is None, "no deadline runs while suspended"
@@ -196,7 +196,7 @@ def test_suspend_and_resume() -> None:
     plan = world.reconcile(5)
     assert world.conditions == ["Suspended=False", "Created=True"]
     assert world.job.status.start_time == at(5)
-    assert names_of(plan.create) == ["Pod/pi-worker-0", "Pod/pi-launcher"]
+    assert names_of(plan.objects_to_create) == ["Pod/pi-worker-0", "Pod/pi-launcher"]
     assert plan.requeue_after == 100
     world.set_all(running)
     world.reconcile(6)
@@ -205,7 +205,7 @@ def test_suspend_and_resume() -> None:
     world.job.spec.run_policy.suspend = True
     plan = world.reconcile(10)
     assert world.conditions == ["Created=True", "Running=False", "Suspended=True"]
-    assert sorted(names_of(plan.delete)) == ["pi-launcher", "pi-worker-0"]
+    assert sorted(names_of(plan.pods_to_delete)) == ["pi-launcher", "pi-worker-0"]
     assert world.job.status.start_time is None
 
     # Killed on their way out, the pods go Failed before they are gone; then the job is resumed.
@@ -214,12 +214,12 @@ def test_suspend_and_resume() -> None:
     plan = world.reconcile(20)
     assert world.job.status.restart_count is None, "pods deleted by a suspend are not failures"
     assert world.state == "Created"
-    assert plan.create == [], "not before the old pods are gone"
+    assert plan.objects_to_create == [], "not before the old pods are gone"
     assert world.job.status.start_time == at(20)
 
     world.gone()
     plan = world.reconcile(21)
-    assert names_of(plan.create) == ["Pod/pi-worker-0", "Pod/pi-launcher"]
+    assert names_of(plan.objects_to_create) == ["Pod/pi-worker-0", "Pod/pi-launcher"]
     world.set_all(running)
     world.reconcile(22)
     assert world.state == "Running"
@@ -236,7 +236,7 @@ def test_deadline_exceeded() -> None:
     failed = world.job.status.condition("Failed")
     assert failed is not None
     assert failed.reason == "DeadlineExceeded"
-    assert sorted(names_of(plan.delete)) == ["pi-launcher", "pi-worker-0"]
+    assert sorted(names_of(plan.pods_to_delete)) == ["pi-launcher", "pi-worker-0"]
     assert world.job.status.completion_time == at(30)
 
 
@@ -247,20 +247,20 @@ def test_scale_down_while_running_is_not_a_failure() -> None:
     world.reconcile(1)
     world.job.spec.mpi_replica_specs["Worker"].replicas = 2
     plan = world.reconcile(2)
-    assert names_of(plan.delete) == ["pi-worker-2"]
-    assert names_of(plan.update) == ["ConfigMap/pi-config"]
-    assert "pi-worker-2" not in plan.update[0]["data"]["hostfile"]
-    assert "pi-worker-2" not in plan.update[0]["data"]["discover_hosts.sh"]
+    assert names_of(plan.pods_to_delete) == ["pi-worker-2"]
+    assert names_of(plan.objects_to_update) == ["ConfigMap/pi-config"]
+    assert "pi-worker-2" not in plan.objects_to_update[0]["data"]["hostfile"]
+    assert "pi-worker-2" not in plan.objects_to_update[0]["data"]["discover_hosts.sh"]
 
     world.set("pi-worker-2", lambda b: b.failed(exit_code=255))
     plan = world.reconcile(3)
     assert world.job.status.restart_count is None
     assert world.state == "Running"
-    assert (plan.create, plan.delete, plan.events) == ([], [], [])
+    assert (plan.objects_to_create, plan.pods_to_delete, plan.events) == ([], [], [])
 
     world.gone()
     plan = world.reconcile(4)
-    assert (plan.create, plan.update, plan.delete) == ([], [], [])
+    assert (plan.objects_to_create, plan.objects_to_update, plan.pods_to_delete) == ([], [], [])
     assert world.live_pods() == {"pi-launcher": 0, "pi-worker-0": 0, "pi-worker-1": 0}
 
 
@@ -275,7 +275,8 @@ def test_worker_deleted_then_launcher_exits_0_restarts_then_succeeds() -> None:
     deleted = podstate.marked_terminating(world.pods["pi-worker-1"], "2026-01-01T00:00:02Z")  # kubectl delete
     world.pods["pi-worker-1"] = podstate.trim(deleted)
     plan = world.reconcile(2)
-    assert (plan.create, plan.delete, plan.events) == ([], [], []), "mpirun's to notice while it runs"
+    assert (plan.objects_to_create, plan.pods_to_delete, plan.events) == ([], [], []), (
+        "mpirun's to notice while it runs")
     assert world.state == "Running"
 
     world.set("pi-launcher", lambda b: b.succeeded())
@@ -287,20 +288,21 @@ def test_worker_deleted_then_launcher_exits_0_restarts_then_succeeds() -> None:
         "the attempt's logs are kept in ConfigMap pi-attempt-0"]
     assert world.job.status.last_failure is not None
     assert (world.job.status.last_failure.pod, world.job.status.last_failure.reason) == ("pi-worker-1", "WorkerLost")
-    assert sorted(names_of(plan.delete)) == ["pi-launcher", "pi-worker-0"]
+    assert sorted(names_of(plan.pods_to_delete)) == ["pi-launcher", "pi-worker-0"]
 
     world.gone()
     plan = world.reconcile(4)
-    assert names_of(plan.create) == ["Pod/pi-worker-0", "Pod/pi-worker-1", "Pod/pi-launcher-1"]
+    assert names_of(plan.objects_to_create) == ["Pod/pi-worker-0", "Pod/pi-worker-1", "Pod/pi-launcher-1"]
     world.set_all(running)
     world.reconcile(5)
     world.set("pi-launcher-1", lambda b: b.succeeded())
     plan = world.reconcile(6)
     assert world.state == "Succeeded"
-    assert names_of(plan.delete) == ["pi-worker-0", "pi-worker-1"], "cleanPodPolicy's deletions come after success"
+    assert names_of(plan.pods_to_delete) == ["pi-worker-0", "pi-worker-1"], (
+        "cleanPodPolicy's deletions come after success")
     plan = world.reconcile(7)
     assert (world.state, world.job.status.restart_count) == ("Succeeded", 1)
-    assert (plan.create, plan.delete, plan.events) == ([], [], [])
+    assert (plan.objects_to_create, plan.pods_to_delete, plan.events) == ([], [], [])
 
 
 def test_worker_deleted_and_made_again_before_the_launcher_exits_0_restarts() -> None:
@@ -313,7 +315,7 @@ def test_worker_deleted_and_made_again_before_the_launcher_exits_0_restarts() ->
 
     del world.pods["pi-worker-1"]  # deleted by someone, already gone
     plan = world.reconcile(2)
-    assert names_of(plan.create) == ["Pod/pi-worker-1"]
+    assert names_of(plan.objects_to_create) == ["Pod/pi-worker-1"]
     launcher_uid = world.pods["pi-launcher"]["metadata"]["uid"]
     assert podstate.labels(world.pods["pi-worker-1"])[names.REPLACEMENT_LABEL] == launcher_uid
     world.set("pi-worker-1", running)
@@ -331,7 +333,8 @@ def test_finished_job_makes_nothing() -> None:
     job = (make_mpijob("pi").workers(2).clean_pod_policy("None")
            .condition("Created").condition("Succeeded").status(completion_time=at(0)).obj())
     plan = decide(job, Observed(), at(5))
-    assert (plan.create, plan.update, plan.delete, plan.create_ssh_secret, plan.events) == ([], [], [], False, [])
+    assert (plan.objects_to_create, plan.objects_to_update, plan.pods_to_delete, plan.create_ssh_secret,
+            plan.events) == ([], [], [], False, [])
     assert plan.status.conditions == job.status.conditions
     assert plan.requeue_after is None
 

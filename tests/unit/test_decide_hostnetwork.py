@@ -25,7 +25,7 @@ def env_of(pod: JSON) -> dict[str, Any]:
 
 
 def created(plan: Any, name: str) -> JSON:
-    pod: JSON = next(o for o in plan.create if o["metadata"]["name"] == name)
+    pod: JSON = next(o for o in plan.objects_to_create if o["metadata"]["name"] == name)
     return pod
 
 
@@ -82,7 +82,8 @@ def test_ports_config_first_conflict_then_restart() -> None:
     world = World(make_mpijob("pi", "ns").host_network().obj())
 
     plan = world.reconcile(0)
-    assert names_of(plan.create) == ["Service/pi", "ConfigMap/pi-config", "Pod/pi-worker-0", "Pod/pi-worker-1"], (
+    assert names_of(plan.objects_to_create) == [
+        "Service/pi", "ConfigMap/pi-config", "Pod/pi-worker-0", "Pod/pi-worker-1"], (
         "the launcher waits until the ConfigMap with the ports exists")
     ports = config_ports(world)
     for name in ("pi-worker-0", "pi-worker-1"):
@@ -90,7 +91,7 @@ def test_ports_config_first_conflict_then_restart() -> None:
     assert len(set(ports.values())) == 3
 
     plan = world.reconcile(1)
-    assert names_of(plan.create) == ["Pod/pi-launcher"]
+    assert names_of(plan.objects_to_create) == ["Pod/pi-launcher"]
     assert "-F /etc/mpi/ssh_config" in env_of(created(plan, "pi-launcher"))["OMPI_MCA_plm_rsh_args"]
 
     # worker-1's port is taken on every node: it is made again on the next port of its sequence, and so is the
@@ -98,18 +99,18 @@ def test_ports_config_first_conflict_then_restart() -> None:
     world.set("pi-worker-0", running)
     world.set("pi-worker-1", lambda b: b.unschedulable())
     plan = world.reconcile(2)
-    assert names_of(plan.delete) == ["pi-worker-1", "pi-launcher"]
+    assert names_of(plan.pods_to_delete) == ["pi-worker-1", "pi-launcher"]
     assert world.job.status.restart_count is None, "not a restart"
     moved = config_ports(world)
     assert moved["pi-worker-0"] == ports["pi-worker-0"] and moved[hn.MASTER] == ports[hn.MASTER]
     assert moved["pi-worker-1"] not in ports.values()
     plan = world.reconcile(3)
-    assert plan.create == [], "made again only once the old pod is gone"
+    assert plan.objects_to_create == [], "made again only once the old pod is gone"
     world.gone()
     plan = world.reconcile(4)
-    assert names_of(plan.create) == ["Pod/pi-worker-1", "Pod/pi-launcher"]
+    assert names_of(plan.objects_to_create) == ["Pod/pi-worker-1", "Pod/pi-launcher"]
     assert env_of(created(plan, "pi-worker-1"))["MPIOP_SSH_PORT"] == str(moved["pi-worker-1"])
-    assert plan.update == [], "the ConfigMap already said so"
+    assert plan.objects_to_update == [], "the ConfigMap already said so"
 
     # A failed worker restarts the job: the new attempt's pods get new ports, the launcher once the config says so.
     world.set("pi-worker-1", lambda b: b.failed(exit_code=137))
@@ -117,12 +118,12 @@ def test_ports_config_first_conflict_then_restart() -> None:
     assert world.job.status.restart_count == 1
     world.gone()
     plan = world.reconcile(6)
-    assert names_of(plan.create) == ["Pod/pi-worker-0", "Pod/pi-worker-1"]
-    assert names_of(plan.update) == ["ConfigMap/pi-config"]
+    assert names_of(plan.objects_to_create) == ["Pod/pi-worker-0", "Pod/pi-worker-1"]
+    assert names_of(plan.objects_to_update) == ["ConfigMap/pi-config"]
     fresh = config_ports(world)
     assert fresh and fresh != moved
     plan = world.reconcile(7)
-    assert names_of(plan.create) == ["Pod/pi-launcher-1"], "each attempt's launcher has its own name"
+    assert names_of(plan.objects_to_create) == ["Pod/pi-launcher-1"], "each attempt's launcher has its own name"
     assert podstate.attempt(world.pods["pi-launcher-1"]) == 1
 
 
@@ -135,18 +136,18 @@ def test_a_working_launcher_keeps_its_port_under_each_attempts_name() -> None:
     assert env_of(created(plan, "pi-launcher"))["MPIOP_SSH_PORT"] == str(ports["pi-launcher"])
     world.set_all(running)
     plan = world.reconcile(2)
-    assert plan.delete == [] and config_ports(world) == ports, "the running launcher holds its port"
+    assert plan.pods_to_delete == [] and config_ports(world) == ports, "the running launcher holds its port"
     world.set("pi-worker-0", lambda b: b.failed(exit_code=137))
     world.reconcile(3)
     world.gone()
     world.reconcile(4)
     plan = world.reconcile(5)
-    assert names_of(plan.create) == ["Pod/pi-launcher-1"]
+    assert names_of(plan.objects_to_create) == ["Pod/pi-launcher-1"]
     fresh = config_ports(world)
     assert env_of(created(plan, "pi-launcher-1"))["MPIOP_SSH_PORT"] == str(fresh["pi-launcher"])
     assert fresh["pi-launcher"] != ports["pi-launcher"], "the new attempt's port"
     plan = world.reconcile(6)
-    assert plan.delete == [] and plan.create == [] and config_ports(world) == fresh
+    assert plan.pods_to_delete == [] and plan.objects_to_create == [] and config_ports(world) == fresh
 
 
 def test_the_kept_launcher_of_an_old_attempt_does_not_move_the_new_one() -> None:
@@ -162,4 +163,4 @@ def test_the_kept_launcher_of_an_old_attempt_does_not_move_the_new_one() -> None
     world.reconcile(4)
     assert world.live_pods() == {"pi-launcher": 0, "pi-launcher-1": 1, "pi-worker-0": 1, "pi-worker-1": 1}
     plan = world.reconcile(5)
-    assert plan.delete == [] and plan.create == []
+    assert plan.pods_to_delete == [] and plan.objects_to_create == []

@@ -44,14 +44,16 @@ def test_restarts_in_place_up_to_backoff_limit_then_failed(replica: ReplicaType,
         kubelet(world, pod, crashed(failures))
         plan = world.reconcile(now)
         assert [e.reason for e in plan.events] == ["ContainerRestarted"]
-        assert (plan.create, plan.delete) == ([], []), "nothing else restarts: mpirun reruns on the same workers"
+        assert (plan.objects_to_create, plan.pods_to_delete) == ([], []), (
+            "nothing else restarts: mpirun reruns on the same workers")
         assert world.state == "Running"
         message = world.job.status.condition("Running").message  # type: ignore[union-attr]
         assert message is not None and message.endswith(f"; failure {failures} of backoffLimit {limit}")
 
         kubelet(world, pod, rerunning(failures))
         plan = world.reconcile(now + 1)
-        assert (plan.events, plan.create, plan.delete) == ([], [], []), "the same failure is counted once"
+        assert (plan.events, plan.objects_to_create, plan.pods_to_delete) == ([], [], []), (
+            "the same failure is counted once")
 
     kubelet(world, pod, crashed(limit + 1))
     plan = world.reconcile(100)
@@ -63,13 +65,13 @@ def test_restarts_in_place_up_to_backoff_limit_then_failed(replica: ReplicaType,
     assert [e.reason for e in plan.events] == ["BackoffLimitExceeded"]
     assert world.job.status.completion_time == at(100)
     assert world.job.status.restart_count is None, "no whole-job restart"
-    assert pod in names_of(plan.delete), "cleanPodPolicy Running: the crash-looping pod goes too"
+    assert pod in names_of(plan.pods_to_delete), "cleanPodPolicy Running: the crash-looping pod goes too"
 
     world.gone()
     plan = world.reconcile(110)
-    assert (plan.create, plan.events) == ([], [])
+    assert (plan.objects_to_create, plan.events) == ([], [])
     assert plan.requeue_after == 50, "TTL counts from completionTime"
-    assert world.reconcile(160).delete_job
+    assert world.reconcile(160).delete_mpijob
 
 
 def test_launcher_that_healed_succeeds() -> None:
@@ -100,7 +102,7 @@ def test_deadline_holds_for_a_crash_looping_launcher() -> None:
     plan = world.reconcile(31)
     assert world.state == "Failed"
     assert world.job.status.condition("Failed").reason == "DeadlineExceeded"  # type: ignore[union-attr]
-    assert "pi-launcher" in names_of(plan.delete)
+    assert "pi-launcher" in names_of(plan.pods_to_delete)
 
 
 def test_failed_counter_moves_once() -> None:

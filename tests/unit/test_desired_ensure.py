@@ -30,11 +30,11 @@ def run(job: MPIJob, observed: Observed, cluster_domain: str = "") -> Plan:
 
 
 def created(plan: Plan) -> list[str]:
-    return [f"{o['kind']}/{o['metadata']['name']}" for o in plan.create]
+    return [f"{o['kind']}/{o['metadata']['name']}" for o in plan.objects_to_create]
 
 
 def deleted(plan: Plan) -> list[str]:
-    return [podstate.name(p) for p in plan.delete]
+    return [podstate.name(p) for p in plan.pods_to_delete]
 
 
 def test_fresh_job_creates_everything() -> None:
@@ -43,18 +43,18 @@ def test_fresh_job_creates_everything() -> None:
     assert plan.create_ssh_secret is True
     assert created(plan) == ["Service/pi", "ConfigMap/pi-config", "Pod/pi-worker-0",
                              "Pod/pi-worker-1", "Pod/pi-launcher"]
-    assert plan.update == []
-    assert plan.delete == []
-    config_map = plan.create[1]
+    assert plan.objects_to_update == []
+    assert plan.pods_to_delete == []
+    config_map = plan.objects_to_create[1]
     assert config_map["data"] == objects.config_map_data(job, [])
     assert config_map["data"]["discover_hosts.sh"] == "#!/bin/sh\n"
-    assert {o["metadata"]["labels"].get(names.ATTEMPT_LABEL) for o in plan.create[2:]} == {"0"}
+    assert {o["metadata"]["labels"].get(names.ATTEMPT_LABEL) for o in plan.objects_to_create[2:]} == {"0"}
 
 
 def test_fresh_job_uses_cluster_domain() -> None:
     job = make_mpijob("pi", "ns").workers(1).obj()
     plan = run(job, Observed(), "cluster.local")
-    assert plan.create[1]["data"]["hostfile"] == "pi-worker-0.pi.ns.svc.cluster.local slots=1\n"
+    assert plan.objects_to_create[1]["data"]["hostfile"] == "pi-worker-0.pi.ns.svc.cluster.local slots=1\n"
 
 
 def test_settled_job_plans_nothing() -> None:
@@ -62,14 +62,15 @@ def test_settled_job_plans_nothing() -> None:
     pods = [make_pod(job, "worker", 0).running().obj(), make_pod(job, "worker", 1).running().obj(),
             make_pod(job, "launcher").running().obj()]
     plan = run(job, observe(job, pods))
-    assert (plan.create, plan.update, plan.delete, plan.create_ssh_secret) == ([], [], [], False)
+    assert (plan.objects_to_create, plan.objects_to_update, plan.pods_to_delete,
+            plan.create_ssh_secret) == ([], [], [], False)
 
 
 def test_restart_attempt_pods_are_made_with_the_current_attempt() -> None:
     job = make_mpijob("pi").workers(1).status(restart_count=2).obj()
     plan = run(job, observe(job))
     assert created(plan) == ["Pod/pi-worker-0", "Pod/pi-launcher-2"]
-    assert [o["metadata"]["labels"][names.ATTEMPT_LABEL] for o in plan.create] == ["2", "2"]
+    assert [o["metadata"]["labels"][names.ATTEMPT_LABEL] for o in plan.objects_to_create] == ["2", "2"]
 
 
 def test_existing_objects_not_recreated() -> None:
@@ -85,9 +86,9 @@ def test_missing_worker_is_made_again() -> None:
             make_pod(job, "launcher").running().obj()]
     plan = run(job, observe(job, pods))
     assert created(plan) == ["Pod/pi-worker-1"]
-    assert plan.delete == []
+    assert plan.pods_to_delete == []
     # It replaces a worker the launcher started with: it carries the launcher's uid (status/failure_report).
-    assert plan.create[0]["metadata"]["labels"][names.REPLACEMENT_LABEL] == pods[2]["metadata"]["uid"]
+    assert plan.objects_to_create[0]["metadata"]["labels"][names.REPLACEMENT_LABEL] == pods[2]["metadata"]["uid"]
 
 
 def test_a_worker_made_under_a_launcher_without_its_count_is_no_replacement() -> None:
@@ -97,7 +98,7 @@ def test_a_worker_made_under_a_launcher_without_its_count_is_no_replacement() ->
             make_pod(job, "launcher").launched_workers(None).running().obj()]
     plan = run(job, observe(job, pods))
     assert created(plan) == ["Pod/pi-worker-1"]
-    assert names.REPLACEMENT_LABEL not in plan.create[0]["metadata"]["labels"]
+    assert names.REPLACEMENT_LABEL not in plan.objects_to_create[0]["metadata"]["labels"]
 
 
 def test_wait_for_workers_ready_ignores_ready_pods_of_an_old_attempt() -> None:
@@ -112,7 +113,7 @@ def test_at_startup_the_launcher_is_planned_with_its_workers_as_the_step_after_t
     job = make_mpijob("pi").workers(2).launcher_creation_policy("AtStartup").obj()
     plan = run(job, observe(job))
     assert created(plan) == ["Pod/pi-worker-0", "Pod/pi-worker-1", "Pod/pi-launcher"]
-    assert [[o["metadata"]["name"] for o in step] for step in plan.creates.pod_steps()] == [
+    assert [[o["metadata"]["name"] for o in step] for step in plan.creation_steps.pod_steps()] == [
         ["pi-worker-0", "pi-worker-1"], ["pi-launcher"]]
 
 
@@ -128,9 +129,9 @@ def test_stale_attempt_pods_deleted_and_not_recreated_until_gone() -> None:
     going = [make_pod(job, "worker", 0, 0).running().terminating().obj(),
              make_pod(job, "launcher", 0, 0).running().terminating().obj()]
     plan = run(job, observe(job, going))
-    assert plan.delete == []
+    assert plan.pods_to_delete == []
     assert created(plan) == ["Pod/pi-worker-1"]
-    assert plan.create[0]["metadata"]["labels"][names.ATTEMPT_LABEL] == "1"
+    assert plan.objects_to_create[0]["metadata"]["labels"][names.ATTEMPT_LABEL] == "1"
 
     # Gone: made again, in the new attempt (whose launcher has its own name).
     plan = run(job, observe(job))
@@ -169,7 +170,7 @@ def test_scale_down_deletes_extra_workers() -> None:
     plan = run(job, observed)
     assert deleted(plan) == ["pi-worker-2", "pi-worker-3"]
     assert created(plan) == []
-    [config_map] = plan.update
+    [config_map] = plan.objects_to_update
     assert config_map["data"] == {
         "hostfile": "pi-worker-0.pi.ns.svc slots=1\npi-worker-1.pi.ns.svc slots=1\n",
         "discover_hosts.sh": "#!/bin/sh\necho pi-worker-0.pi.ns.svc:1\necho pi-worker-1.pi.ns.svc:1\n",
@@ -184,9 +185,9 @@ def test_scale_up_creates_only_new_workers() -> None:
     observed.config_map = objects.config_map(make_mpijob("pi").workers(2).obj(), [0, 1])
     plan = run(job, observed)
     assert created(plan) == ["Pod/pi-worker-2"]
-    assert names.REPLACEMENT_LABEL not in plan.create[0]["metadata"]["labels"], "a scale-up replaces nothing"
-    assert [o["metadata"]["name"] for o in plan.update] == ["pi-config"]
-    assert "pi-worker-2" in plan.update[0]["data"]["hostfile"]
+    assert names.REPLACEMENT_LABEL not in plan.objects_to_create[0]["metadata"]["labels"], "a scale-up replaces nothing"
+    assert [o["metadata"]["name"] for o in plan.objects_to_update] == ["pi-config"]
+    assert "pi-worker-2" in plan.objects_to_update[0]["data"]["hostfile"]
 
 
 @pytest.mark.parametrize(
@@ -208,11 +209,11 @@ def test_config_map_updated_only_when_discover_hosts_changes(listed: list[int], 
     observed.config_map = {"metadata": {"name": "pi-config", "resourceVersion": "7"},
                            "data": objects.config_map_data(job, listed)}
     plan = run(job, observed)
-    assert bool(plan.update) is updated
+    assert bool(plan.objects_to_update) is updated
     if updated:
-        data: dict[str, Any] = plan.update[0]["data"]
+        data: dict[str, Any] = plan.objects_to_update[0]["data"]
         assert data == objects.config_map_data(job, running)
-    assert plan.create == []
+    assert plan.objects_to_create == []
 
 
 @pytest.mark.parametrize(("cached_script", "written"),
@@ -229,7 +230,7 @@ def test_discover_hosts_off_never_follows_the_workers(cached_script: str | None,
         observed.config_map = {"metadata": {"name": "pi-config", "resourceVersion": "7"}, "data": data}
     plan = Plan(status=job.status.model_copy(deep=True))
     ensure.supporting_objects(plan, job, observed, NO_PORTS, Settings(discover_hosts=False))
-    writes = [o["data"] for o in plan.create + plan.update if o["kind"] == "ConfigMap"]
+    writes = [o["data"] for o in plan.objects_to_create + plan.objects_to_update if o["kind"] == "ConfigMap"]
     assert writes == ([objects.config_map_data(job, [], discover_hosts=False)] if written else [])
     assert not writes or writes[0][names.DISCOVER_HOSTS_NAME] == hostfile.DISCOVER_HOSTS_OFF
 
@@ -248,19 +249,19 @@ def test_terminating_worker_is_not_a_running_host() -> None:
     observed = observe(job, [pod, make_pod(job, "launcher").obj()])
     observed.config_map = objects.config_map(job, [0])
     plan = run(job, observed)
-    assert plan.update[0]["data"]["discover_hosts.sh"] == "#!/bin/sh\n"
+    assert plan.objects_to_update[0]["data"]["discover_hosts.sh"] == "#!/bin/sh\n"
 
 
 def test_a_huge_job_is_planned_a_share_per_pass_and_its_launcher_with_the_last_share() -> None:
     job = make_mpijob("big").workers(1200).obj()
     first = Plan(status=job.status.model_copy(deep=True))
     ensure.job_pods(first, job, observe(job), launcher_may_start=True, ports=NO_PORTS)
-    assert [o["metadata"]["name"] for o in first.create][-1] == "big-worker-499"
-    assert len(first.create) == ensure.MAX_POD_CREATES_PER_PASS and first.requeue_after == 0
+    assert [o["metadata"]["name"] for o in first.objects_to_create][-1] == "big-worker-499"
+    assert len(first.objects_to_create) == ensure.MAX_POD_CREATES_PER_PASS and first.requeue_after == 0
     made = [make_pod(job, "worker", i).obj() for i in range(1000)]
     last = Plan(status=job.status.model_copy(deep=True))
     ensure.job_pods(last, job, observe(job, made), launcher_may_start=True, ports=NO_PORTS)
     # The launcher comes with the last share: mpirun never starts before every worker is planned.
-    assert [o["metadata"]["name"] for o in last.create] == [
+    assert [o["metadata"]["name"] for o in last.objects_to_create] == [
         *(f"big-worker-{i}" for i in range(1000, 1200)), "big-launcher"]
     assert last.requeue_after is None

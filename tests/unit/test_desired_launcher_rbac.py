@@ -22,7 +22,7 @@ def supporting(builder: MPIJobBuilder, observed: Observed | None = None, setting
 
 
 def kinds(plan: Plan) -> list[str]:
-    return [f"{o['kind']}/{o['metadata']['name']}" for o in plan.create]
+    return [f"{o['kind']}/{o['metadata']['name']}" for o in plan.objects_to_create]
 
 
 @pytest.mark.parametrize(("builder", "attempt", "targets"), [
@@ -69,7 +69,7 @@ def test_a_later_attempt_of_a_working_launcher_renames_it_in_the_role() -> None:
     job = builder.obj()
     observed = Observed(service_account=launcher_rbac.service_account(job), role=launcher_rbac.role(job, 0),
                         role_binding=launcher_rbac.role_binding(job))
-    assert supporting(builder, observed).update == []
-    [updated] = supporting(builder, observed, restarts=1).update
+    assert supporting(builder, observed).objects_to_update == []
+    [updated] = supporting(builder, observed, restarts=1).objects_to_update
     assert updated["kind"] == "Role" and updated["rules"][0]["resourceNames"] == ["pi-launcher-1", "pi-worker-0"]
     assert [k for k in kinds(supporting(builder, observed, restarts=1)) if "pi-launcher" in k] == []

@@ -40,7 +40,7 @@ def test_launcher_as_worker_job_runs_with_kubeflows_numbering() -> None:
     observed = observe(job, running)
     assert sorted(observed.workers(job, 0)) == [0, 1]
     plan = decide(job, observed, at(1))
-    assert (plan.create, plan.delete, plan.update) == ([], [], [])
+    assert (plan.objects_to_create, plan.pods_to_delete, plan.objects_to_update) == ([], [], [])
     assert plan.status.is_true("Running")
     assert "echo pi-worker-1.pi.default.svc:1" in (observed.config_map or {})["data"]["discover_hosts.sh"]
 
@@ -52,14 +52,14 @@ def test_workers_are_known_by_name_whichever_way_the_label_counts(label: str) ->
     pods_now = [make_pod(job, "launcher").ready().obj(), make_pod(job, "worker", 0).ready().obj(),
                 make_pod(job, "worker", 1).label(names.REPLICA_INDEX_LABEL, label).ready().obj()]
     plan = decide(job, observe(job, pods_now), at(1))
-    assert (plan.create, plan.delete) == ([], [])
+    assert (plan.objects_to_create, plan.pods_to_delete) == ([], [])
 
 
 def test_a_worker_beyond_the_replicas_is_stale_in_either_numbering() -> None:
     job = make_mpijob("pi").workers(1).launcher_as_worker().obj()
     extra = make_pod(make_mpijob("pi").workers(2).launcher_as_worker(), "worker", 1).ready().obj()
     plan = decide(job, observe(job, [make_pod(job, "worker", 0).ready().obj(), extra]), at(1))
-    assert [podstate.name(p) for p in plan.delete] == ["pi-worker-1"]
+    assert [podstate.name(p) for p in plan.pods_to_delete] == ["pi-worker-1"]
 
 
 @pytest.mark.parametrize("kind", ["ConfigMap", "Secret", "Service"])

@@ -76,7 +76,7 @@ def test_a_new_version_alone_is_not_news() -> None:
 
 def test_every_owned_informer_has_its_filter_and_only_pods_ignore_the_node() -> None:
     client = KubeClient(ClusterAccess("http://127.0.0.1:1"))
-    cached = Caches.create(client, "ns", gang_scheduler=GangScheduler("scheduler-plugins-scheduler"))
+    cached = Caches.build(client, "ns", gang_scheduler=GangScheduler("scheduler-plugins-scheduler"))
     filters = dict((informer.resource.kind, unchanged) for informer, unchanged in cached.owned_filters())
     assert len(filters) == len(cached.owned())
     assert filters.pop("Pod") is same_pod_but_binding

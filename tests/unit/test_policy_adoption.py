@@ -25,11 +25,11 @@ def conditions(plan: Plan) -> list[str]:
 
 
 def deleted(plan: Plan) -> list[str]:
-    return sorted(podstate.name(p) for p in plan.delete)
+    return sorted(podstate.name(p) for p in plan.pods_to_delete)
 
 
 def nothing_made(plan: Plan) -> bool:
-    return plan.create == [] and not plan.create_ssh_secret
+    return plan.objects_to_create == [] and not plan.create_ssh_secret
 
 
 def with_finished_launcher(job: MPIJob, observed: Observed, moment: str = "kf-pi-ok.2-finished") -> Observed:
@@ -43,7 +43,7 @@ def with_finished_launcher(job: MPIJob, observed: Observed, moment: str = "kf-pi
 def test_a_running_kubeflow_job_runs_on_untouched() -> None:
     job, observed = as_cached("kf-pi-ok.1-running")
     plan = decide(job, observed, NOW)
-    assert nothing_made(plan) and plan.delete == [] and plan.delete_launcher_batch_job is None
+    assert nothing_made(plan) and plan.pods_to_delete == [] and plan.launcher_batch_job_to_delete is None
     # kubeflow's conditions are continued as they are, reasons and times included.
     assert plan.status.conditions == job.status.conditions
     assert [(c.type, c.reason) for c in plan.status.conditions] == [
@@ -59,7 +59,7 @@ def test_a_running_kubeflow_job_runs_on_untouched() -> None:
 def test_a_kubeflow_job_just_created_gets_no_second_launcher() -> None:
     job, observed = as_cached("kf-pi-ok.0-created")
     plan = decide(job, observed, NOW)
-    assert nothing_made(plan) and plan.delete == []
+    assert nothing_made(plan) and plan.pods_to_delete == []
     assert not plan.status.is_true("Running")
 
 
@@ -71,7 +71,7 @@ def test_the_launcher_batch_jobs_success_is_the_jobs_success() -> None:
     assert plan.status.replica_statuses["Launcher"].succeeded == 1
     # cleanPodPolicy Running: the workers go; the Job (its pod done, its log readable) stays.
     assert deleted(plan) == ["pi-worker-0", "pi-worker-1"]
-    assert plan.delete_launcher_batch_job is None
+    assert plan.launcher_batch_job_to_delete is None
     assert plan.requeue_after == 60  # ttlSecondsAfterFinished
     assert nothing_made(plan)
 
@@ -82,8 +82,8 @@ def test_a_job_kubeflow_finished_stays_as_it_is(moment: str) -> None:
     assert job.status.completion_time is not None
     plan = decide(job, observed, job.status.completion_time + dt.timedelta(hours=1))  # long past its TTL
     assert plan.status == job.status
-    assert (plan.create, plan.update, plan.delete, plan.events) == ([], [], [], [])
-    assert not plan.delete_job and plan.delete_launcher_batch_job is None and plan.requeue_after is None
+    assert (plan.objects_to_create, plan.objects_to_update, plan.pods_to_delete, plan.events) == ([], [], [], [])
+    assert not plan.delete_mpijob and plan.launcher_batch_job_to_delete is None and plan.requeue_after is None
 
 
 def test_a_failed_worker_restarts_the_job_and_retires_kubeflows_launcher() -> None:
@@ -95,8 +95,8 @@ def test_a_failed_worker_restarts_the_job_and_retires_kubeflows_launcher() -> No
     assert restarting is not None
     assert "pi-worker-0 (rank 0) container mpi-worker Error exit 1" in (restarting.message or "")
     assert deleted(plan) == ["pi-worker-0", "pi-worker-1"]
-    assert plan.delete_launcher_batch_job is not None
-    assert plan.delete_launcher_batch_job["metadata"]["name"] == "pi-launcher"
+    assert plan.launcher_batch_job_to_delete is not None
+    assert plan.launcher_batch_job_to_delete["metadata"]["name"] == "pi-launcher"
     assert nothing_made(plan)
 
 
@@ -124,9 +124,9 @@ def test_after_the_restart_mpiops_launcher_waits_for_kubeflows(launcher_batch_jo
     restarted.status.last_reconcile_time = NOW
     plan = decide(restarted, _restarted(observed, launcher_batch_job=launcher_batch_job, launcher_pods=launcher_pods,
                                         workers=workers), at(1))
-    assert (plan.delete_launcher_batch_job is not None) == retired
-    assert [o["metadata"]["name"] for o in plan.create] == made
-    assert all(o["metadata"]["labels"]["mpiop.kubeflow.org/attempt"] == "1" for o in plan.create)
+    assert (plan.launcher_batch_job_to_delete is not None) == retired
+    assert [o["metadata"]["name"] for o in plan.objects_to_create] == made
+    assert all(o["metadata"]["labels"]["mpiop.kubeflow.org/attempt"] == "1" for o in plan.objects_to_create)
 
 
 def test_a_failed_launcher_batch_job_is_a_failed_attempt() -> None:
@@ -146,7 +146,7 @@ def test_a_failed_launcher_batch_job_is_a_failed_attempt() -> None:
     assert "backoffLimit 0" in message
     # Failed: cleanPodPolicy Running deletes the running workers and the Job whose pod still runs.
     assert deleted(plan) == ["pi-worker-0", "pi-worker-1"]
-    assert plan.delete_launcher_batch_job is failed_job
+    assert plan.launcher_batch_job_to_delete is failed_job
 
 
 def test_suspending_an_adopted_job_deletes_kubeflows_launcher_too() -> None:
@@ -155,7 +155,7 @@ def test_suspending_an_adopted_job_deletes_kubeflows_launcher_too() -> None:
     plan = decide(job, observed, NOW)
     assert plan.status.is_true("Suspended")
     assert deleted(plan) == ["pi-worker-0", "pi-worker-1"]
-    assert plan.delete_launcher_batch_job is not None
+    assert plan.launcher_batch_job_to_delete is not None
 
 
 @pytest.mark.parametrize(
@@ -172,7 +172,7 @@ def test_clean_pod_policy_applies_to_the_launcher_batch_job(policy: CleanPodPoli
     job.spec.run_policy.clean_pod_policy = policy
     plan = Plan(status=job.status)
     adoption.cleanup(plan, job, observed)
-    assert (plan.delete_launcher_batch_job is not None) == retired
+    assert (plan.launcher_batch_job_to_delete is not None) == retired
 
 
 def test_a_launcher_batch_job_being_deleted_is_not_deleted_again() -> None:
@@ -181,7 +181,7 @@ def test_a_launcher_batch_job_being_deleted_is_not_deleted_again() -> None:
     observed.launcher_batch_job["metadata"]["deletionTimestamp"] = "2026-11-23T03:17:00Z"
     plan = Plan(status=job.status)
     adoption.retire(plan, observed)
-    assert plan.delete_launcher_batch_job is None
+    assert plan.launcher_batch_job_to_delete is None
 
 
 def test_claiming_tests_the_owner_then_adds_our_labels_to_kubeflows() -> None:
@@ -200,7 +200,7 @@ def test_jobs_mpiop_finished_are_still_its_own() -> None:
     assert not adoption.finished_under_kubeflow(job)
     assert job.status.completion_time is not None
     plan = decide(job, observed, job.status.completion_time + dt.timedelta(hours=1))
-    assert plan.delete_job
+    assert plan.delete_mpijob
 
 
 def test_an_adopted_jobs_host_network_worker_gets_its_port_from_the_operators_range() -> None:
@@ -211,7 +211,7 @@ def test_an_adopted_jobs_host_network_worker_gets_its_port_from_the_operators_ra
     worker["spec"]["hostNetwork"] = True
     observed.pods = [p for p in observed.pods if podstate.name(p) != "pi-worker-1"]
     plan = decide(job, observed, NOW, Settings(port_range=PortRange(40000, 40009)))
-    made = [o for o in plan.create if o["kind"] == "Pod"]
+    made = [o for o in plan.objects_to_create if o["kind"] == "Pod"]
     assert [o["metadata"]["name"] for o in made] == ["pi-worker-1"]
     port = int(made[0]["metadata"]["labels"][SSH_PORT_LABEL])
     assert 40000 <= port <= 40009

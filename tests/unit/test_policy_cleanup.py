@@ -51,4 +51,4 @@ def test_apply_uses_the_jobs_policy(policy: CleanPodPolicy | None, expected: lis
     job = builder.obj()
     plan = Plan(status=job.status)
     cleanup.apply(plan, job, Observed(pods=PODS))
-    assert [podstate.name(p) for p in plan.delete] == expected
+    assert [podstate.name(p) for p in plan.pods_to_delete] == expected

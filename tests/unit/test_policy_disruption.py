@@ -68,7 +68,7 @@ def test_disruption_restarts_without_spending_backoff_limit(which: str, pod: Pod
     reason = summary.split(" DisruptionTarget ")[1].split(":")[0].split(";")[0]
     assert (plan.status.last_failure.reason, plan.status.last_failure.pod) == (reason, podstate.name(pod.obj()))
     going = {podstate.name(pod.obj())} if podstate.is_terminating(pod.obj()) else set()
-    assert sorted(podstate.name(p) for p in plan.delete) == sorted(
+    assert sorted(podstate.name(p) for p in plan.pods_to_delete) == sorted(
         {"pi-launcher", "pi-worker-0", "pi-worker-1"} - going)
 
 
@@ -85,7 +85,7 @@ def test_not_a_disruption(pod: PodBuilder, why: str) -> None:
     job = base().obj()
     handled, plan = run(job, with_pod(job, "worker-1", pod))
     assert handled is False, why
-    assert (plan.status, plan.delete, plan.events) == (job.status, [], [])
+    assert (plan.status, plan.pods_to_delete, plan.events) == (job.status, [], [])
 
 
 def test_old_attempts_disrupted_pod_is_not_counted_again() -> None:

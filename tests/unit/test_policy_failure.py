@@ -37,7 +37,7 @@ def test_no_failure_does_nothing() -> None:
     handled, plan = run(job, all_pods(job))
     assert handled is False
     assert plan.status == job.status
-    assert (plan.delete, plan.events) == ([], [])
+    assert (plan.pods_to_delete, plan.events) == ([], [])
 
 
 @pytest.mark.parametrize(
@@ -72,7 +72,7 @@ def test_failure_restarts_whole_job(failed: PodBuilder, summary: str, deleted: l
     assert (running.status, running.reason) == ("False", "MPIJobRestarting")
     assert plan.status.conditions[-1].type == "Restarting"
     assert [(e.type, e.reason, e.message) for e in plan.events] == [("Warning", "MPIJobRestarting", message)]
-    assert sorted(podstate.name(p) for p in plan.delete) == deleted
+    assert sorted(podstate.name(p) for p in plan.pods_to_delete) == deleted
     assert not plan.status.finished
     assert plan.status.completion_time is None
 
@@ -126,7 +126,7 @@ def test_backoff_limit_boundaries(backoff: int | None, attempt: int, fails: bool
         assert failed.message == (f"MPIJob ns/pi has failed (backoffLimit {limit} reached after {attempt} restarts): "
                                   f"pi-worker-1 (rank 1) container main Error exit 1{SAVED}{attempt}")
         assert plan.status.conditions[-1].type == "Failed"
-        assert plan.delete == [], "clean-up is cleanPodPolicy's business"
+        assert plan.pods_to_delete == [], "clean-up is cleanPodPolicy's business"
         assert [(e.type, e.reason) for e in plan.events] == [("Warning", "MPIJobFailed")]
     else:
         assert plan.status.restart_count == attempt + 1
@@ -185,7 +185,7 @@ def test_failure_of_an_old_attempt_is_not_counted_again() -> None:
     handled, plan = run(job, [old, *all_pods(job, attempt=1)])
     assert handled is False
     assert plan.status.restart_count == 1
-    assert plan.delete == []
+    assert plan.pods_to_delete == []
     assert plan.events == []
 
 
@@ -222,7 +222,7 @@ def test_restart_leaves_terminating_pods_alone() -> None:
     pods = [make_pod(job, "launcher").failed(), make_pod(job, "worker", 0).running().terminating(),
             make_pod(job, "worker", 1).running()]
     _, plan = run(job, pods)
-    assert [podstate.name(p) for p in plan.delete] == ["pi-worker-1"], "the failed launcher is kept"
+    assert [podstate.name(p) for p in plan.pods_to_delete] == ["pi-worker-1"], "the failed launcher is kept"
 
 
 def test_restart_names_the_dead_worker_carries_the_tail_and_keeps_the_launcher() -> None:
@@ -248,7 +248,7 @@ def test_restart_names_the_dead_worker_carries_the_tail_and_keeps_the_launcher()
     assert plan.status.last_failure.model_dump(exclude_none=True) == {
         "reason": "RankFailed", "pod": "pi-worker-1", "node": "n2", "ranks": "1", "attempt": 0, "time": at(100)}
     assert plan.status.attempt_start_time == at(100)
-    assert sorted(podstate.name(p) for p in plan.delete) == ["pi-worker-0", "pi-worker-1"]
+    assert sorted(podstate.name(p) for p in plan.pods_to_delete) == ["pi-worker-0", "pi-worker-1"]
 
 
 def test_final_failure_records_the_last_failure() -> None:

@@ -69,7 +69,7 @@ def test_in_place_failures_against_backoff_limit(pod: str, limit: int, failures:
     job = on_failure_job(limit).obj()
     handled, plan = run(job, Observed(pods=pods(job, pod, kubelet(failures))))
     assert handled is fails
-    assert plan.delete == [], "a restart in place restarts nothing else"
+    assert plan.pods_to_delete == [], "a restart in place restarts nothing else"
     assert plan.status.restart_count is None
     summary = f"{pod}{' (rank 1, node n1)' if pod == WORKER else ' (node n1)'} container main Error exit 1"
     if fails:

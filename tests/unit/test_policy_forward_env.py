@@ -18,7 +18,7 @@ def test_bad_entries_fail_the_job_before_any_object() -> None:
     assert (failed.status, failed.reason) == ("True", "ValidationError")
     assert failed.message == ("MPIJob ml/t has failed: metadata.annotations[mpiop.kubeflow.org/forward-env]: "
                               "'BAD=1' is not an environment variable name or NAME_PREFIX*")
-    assert plan.create == [] and not plan.create_ssh_secret
+    assert plan.objects_to_create == [] and not plan.create_ssh_secret
     assert ("Warning", "ValidationError") in [(e.type, e.reason) for e in plan.events]
 
 

@@ -32,7 +32,7 @@ def with_group(observed: Observed, group: dict[str, Any] | None) -> Observed:
 
 
 def pods_created(plan: Plan) -> list[dict[str, Any]]:
-    return [o for o in plan.create if o["kind"] == "Pod"]
+    return [o for o in plan.objects_to_create if o["kind"] == "Pod"]
 
 
 def test_off_by_default_nothing_changes() -> None:

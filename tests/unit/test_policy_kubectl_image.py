@@ -48,7 +48,7 @@ def test_an_unpulled_kubectl_image_makes_the_job_wait_saying_so(reason: str) -> 
                 f"--kubectl-image) is not pulled: {reason}: {PULL_ERROR}")
     assert (running.status, running.reason, running.message) == ("False", REASON, expected)
     assert [(e.type, e.reason, e.message) for e in plan.events] == [("Warning", REASON, expected)]
-    assert plan.status.condition("Failed") is None and not plan.delete
+    assert plan.status.condition("Failed") is None and not plan.pods_to_delete
     assert plan.requeue_after == GRACE - 30  # decided again when the grace ends
 
 
@@ -79,7 +79,7 @@ def test_still_unpulled_after_the_grace_fails_the_job_and_deletes_its_pods(grace
                               "--kubectl-image-grace-seconds)")
     assert ("Warning", REASON) in [(e.type, e.reason) for e in plan.events]
     assert plan.status.completion_time == at(grace)
-    assert {podstate.name(p) for p in plan.delete} >= {"pi-worker-0", "pi-worker-1"}
+    assert {podstate.name(p) for p in plan.pods_to_delete} >= {"pi-worker-0", "pi-worker-1"}
 
 
 @pytest.mark.parametrize("grace", [31, 90, 3600])

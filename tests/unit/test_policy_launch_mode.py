@@ -41,7 +41,7 @@ def test_a_value_mpiop_does_not_know_fails_the_job_before_any_object(value: str)
     assert (failed.status, failed.reason) == ("True", "ValidationError")
     assert failed.message == (f"MPIJob ml/t has failed: metadata.annotations[mpiop.kubeflow.org/launch]: "
                               f"{value!r} is not one of 'ssh', 'exec'")
-    assert plan.create == [] and not plan.create_ssh_secret
+    assert plan.objects_to_create == [] and not plan.create_ssh_secret
     assert ("Warning", "ValidationError") in [(e.type, e.reason) for e in plan.events]
 
 

@@ -15,12 +15,12 @@ def test_too_many_workers_fail_with_validation_error_and_nothing_is_built() -> N
     assert failed is not None and failed.reason == "ValidationError"
     assert failed.message == ("MPIJob ns/big has failed: spec.mpiReplicaSpecs.Worker.replicas: 2147483647 is more "
                               f"than the {MAX_WORKER_REPLICAS} workers mpiop supports")
-    assert plan.create == [] and not plan.create_ssh_secret
+    assert plan.objects_to_create == [] and not plan.create_ssh_secret
 
 
 def test_the_maximum_itself_is_attempted() -> None:
     job = make_mpijob("big").workers(MAX_WORKER_REPLICAS).obj()
     plan = decide(job, Observed(), at(0))
     assert not plan.status.is_true("Failed")
-    assert len([o for o in plan.create if o["kind"] == "Pod"]) == 500  # one pass's share
+    assert len([o for o in plan.objects_to_create if o["kind"] == "Pod"]) == 500  # one pass's share
     assert plan.requeue_after == 0

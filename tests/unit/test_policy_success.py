@@ -119,7 +119,7 @@ def test_launcher_succeeded_after_losing_a_worker_restarts(
     assert plan.status.conditions[-1].type == becomes
     restarting = plan.status.condition("Restarting")
     if blame is None:
-        assert restarting is None and plan.delete == []
+        assert restarting is None and plan.pods_to_delete == []
         return
     assert restarting is not None and restarting.message is not None
     assert restarting.message.startswith("MPIJob ns/pi is restarting (restart 1 of backoffLimit 6): " + blame)
@@ -127,7 +127,7 @@ def test_launcher_succeeded_after_losing_a_worker_restarts(
     assert plan.status.completion_time is None
     assert plan.status.last_failure is not None and (plan.status.last_failure.pod or "?") in restarting.message
     going = sorted(p["metadata"]["name"] for p in pods if "deletionTimestamp" not in p["metadata"])
-    assert sorted(p["metadata"]["name"] for p in plan.delete) == going, "the rest of the attempt is deleted"
+    assert sorted(p["metadata"]["name"] for p in plan.pods_to_delete) == going, "the rest of the attempt is deleted"
 
 
 def test_lost_worker_report_is_for_a_succeeded_launcher_only() -> None:

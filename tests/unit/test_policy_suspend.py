@@ -34,7 +34,7 @@ def test_suspend_deletes_pods_and_clears_start_time() -> None:
     handled, plan = run(job, Observed(pods=pods))
     assert handled is True
     assert plan.status.start_time is None
-    assert [podstate.name(p) for p in plan.delete] == ["pi-launcher", "pi-worker-0"]
+    assert [podstate.name(p) for p in plan.pods_to_delete] == ["pi-launcher", "pi-worker-0"]
     suspended = plan.status.condition("Suspended")
     assert suspended is not None
     assert (suspended.status, suspended.reason, suspended.message) == (
@@ -73,7 +73,7 @@ def test_resume_sets_suspended_false() -> None:
     assert suspended.last_transition_time == at(50)
     assert plan.status.conditions[-1].type == "Created"
     assert [(e.type, e.reason) for e in plan.events] == [("Normal", "MPIJobResumed")]
-    assert plan.delete == []
+    assert plan.pods_to_delete == []
 
 
 def test_never_suspended_is_untouched() -> None:
@@ -82,4 +82,4 @@ def test_never_suspended_is_untouched() -> None:
     handled, plan = run(job, Observed(pods=pods))
     assert handled is False
     assert plan.status == job.status
-    assert (plan.delete, plan.events) == ([], [])
+    assert (plan.pods_to_delete, plan.events) == ([], [])

@@ -16,7 +16,7 @@ def finished(kind: ConditionType = "Succeeded", ttl_seconds: int = 100) -> MPIJo
 
 
 @pytest.mark.parametrize(
-    ("job", "now", "delete_job", "requeue_after"),
+    ("job", "now", "delete_mpijob", "requeue_after"),
     [
         (make_mpijob("pi").condition("Succeeded").status(completion_time=at(0)), 10_000, False, None),
         (make_mpijob("pi").ttl(100).condition("Running"), 10_000, False, None),
@@ -34,9 +34,9 @@ def finished(kind: ConditionType = "Succeeded", ttl_seconds: int = 100) -> MPIJo
     ids=["no-ttl", "not-finished", "no-completion-time", "succeeded-false", "just-finished", "just-before",
          "exactly-at", "after", "failed-before", "failed-after", "zero-ttl"],
 )
-def test_ttl(job: MPIJobBuilder, now: float, delete_job: bool, requeue_after: float | None) -> None:
+def test_ttl(job: MPIJobBuilder, now: float, delete_mpijob: bool, requeue_after: float | None) -> None:
     obj = job.obj()
     plan = Plan(status=obj.status.model_copy(deep=True))
     ttl.apply(plan, obj, at(now))
-    assert plan.delete_job is delete_job
+    assert plan.delete_mpijob is delete_mpijob
     assert plan.requeue_after == requeue_after

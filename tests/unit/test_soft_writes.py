@@ -31,14 +31,14 @@ CACHED = {"data": {"hostfile": "h", "discover_hosts.sh": "#!/bin/sh\n"}}
 
 def hostfile(plan: Plan) -> Plan:
     """discover_hosts.sh lists a Running worker more."""
-    plan.update.append({"kind": "ConfigMap", "metadata": {"name": "pi-config"},
+    plan.objects_to_update.append({"kind": "ConfigMap", "metadata": {"name": "pi-config"},
                         "data": {"hostfile": "h", "discover_hosts.sh": "#!/bin/sh\necho w0:1\n"}})
     return plan
 
 
 def host_ports(plan: Plan) -> Plan:
     """The hostfile itself changes (host-network ports): the launcher may be waiting for it."""
-    plan.update.append({"kind": "ConfigMap", "metadata": {"name": "pi-config"},
+    plan.objects_to_update.append({"kind": "ConfigMap", "metadata": {"name": "pi-config"},
                         "data": {"hostfile": "h:2222", "discover_hosts.sh": "#!/bin/sh\n"}})
     return plan
 
@@ -57,7 +57,7 @@ def transition(plan: Plan) -> Plan:
         (lambda p: hostfile(counts(p)), True),
         (lambda p: transition(counts(p)), False),
         (lambda p: (p.events.append(Event("Normal", "R", "m")), counts(p))[1], False),
-        (lambda p: (p.delete.append(make_pod(JOB, "worker", 1).obj()), hostfile(p))[1], False),
+        (lambda p: (p.pods_to_delete.append(make_pod(JOB, "worker", 1).obj()), hostfile(p))[1], False),
         (host_ports, False),
     ],
     ids=["nothing-to-write", "replica-counts", "discover-hosts", "both", "with-a-transition", "with-an-event",
