@@ -27,6 +27,7 @@ from typing import Any
 
 from mpiop import podstate
 from mpiop.api.v2beta1 import MPIJob
+from mpiop.controller.caches import trim_pod
 from mpiop.decide import decide
 from mpiop.desired import objects
 from mpiop.plan import Observed
@@ -61,7 +62,7 @@ def _timed(fn: Callable[[], Any]) -> tuple[float, Any]:
 
 def _running(pod: JSON) -> JSON:
     """The pod as the informer caches it once it runs (trimmed, its state read once)."""
-    return podstate.trim({**pod, "status": {"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}]}})
+    return trim_pod({**pod, "status": {"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}]}})
 
 
 def decide_figures(workers: int, repeats: int = 5) -> dict[str, float]:

@@ -33,10 +33,10 @@ from bench.harness import (
 )
 from bench.phases import create_jobs_directly
 from bench.report import FLOOR_MANAGER, JSON, Options, Report, log
-from mpiop import names, podstate
+from mpiop import names
 from mpiop.api.v2beta1 import MPIJob, format_time
 from mpiop.controller import bulk_delete
-from mpiop.controller.caches import trim_config_map, trim_secret, trim_service
+from mpiop.controller.caches import trim_config_map, trim_pod, trim_secret, trim_service
 from mpiop.controller.events import EventRecorder
 from mpiop.controller.manager import ManagerConfig
 from mpiop.controller.soft_writes import status_change
@@ -61,7 +61,7 @@ def observed(made: list[JSON], launcher_phase: str = "Running") -> Observed:
     for pod in by_kind["Pod"]:
         launcher = pod["metadata"]["labels"].get(names.JOB_ROLE_LABEL) == names.LAUNCHER_ROLE
         phase = launcher_phase if launcher else "Running"
-        pods.append(podstate.trim({**pod, "status": {
+        pods.append(trim_pod({**pod, "status": {
             "phase": phase, "conditions": [{"type": "Ready", "status": str(phase == "Running")}]}}))
     return Observed(pods=pods, config_map=trim_config_map(by_kind["ConfigMap"][0]),
                     secret=trim_secret(by_kind["Secret"][0]), service=trim_service(by_kind["Service"][0]))

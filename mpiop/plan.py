@@ -11,7 +11,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from mpiop import names, podstate
+from mpiop import names, podsnapshot, podstate
 from mpiop.api.v2beta1 import JobStatus, MPIJob
 from mpiop.podstate import Pod
 
@@ -80,17 +80,17 @@ class Observed:
     role: JSON | None = None
     role_binding: JSON | None = None
     refused: list[Refusal] = field(default_factory=list)
-    _states: list[podstate.State] | None = field(default=None, init=False, repr=False, compare=False)
+    _states: list[podsnapshot.State] | None = field(default=None, init=False, repr=False, compare=False)
     _by_name: dict[str, Pod] | None = field(default=None, init=False, repr=False, compare=False)
     _worker_indexes: dict[str, int | None] = field(default_factory=dict, init=False, repr=False, compare=False)
-    _workers: dict[int, dict[int, tuple[podstate.State, Pod]]] = field(default_factory=dict, init=False,
+    _workers: dict[int, dict[int, tuple[podsnapshot.State, Pod]]] = field(default_factory=dict, init=False,
                                                                          repr=False, compare=False)
 
     @property
-    def states(self) -> list[podstate.State]:
+    def states(self) -> list[podsnapshot.State]:
         """Each pod's state, in the order of `pods` (read once)."""
         if self._states is None:
-            self._states = [podstate.state(p) for p in self.pods]
+            self._states = [podsnapshot.state(p) for p in self.pods]
         return self._states
 
     def pod(self, name: str) -> Pod | None:
@@ -115,11 +115,11 @@ class Observed:
         label counts from 1 with runLauncherAsWorker, and did not in kubeflow's releases before v0.8)."""
         return {i: pod for i, (_, pod) in self._attempt_workers(job, attempt).items()}
 
-    def worker_states(self, job: MPIJob, attempt: int) -> dict[int, podstate.State]:
+    def worker_states(self, job: MPIJob, attempt: int) -> dict[int, podsnapshot.State]:
         """The same workers' states."""
         return {i: state for i, (state, _) in self._attempt_workers(job, attempt).items()}
 
-    def _attempt_workers(self, job: MPIJob, attempt: int) -> dict[int, tuple[podstate.State, Pod]]:
+    def _attempt_workers(self, job: MPIJob, attempt: int) -> dict[int, tuple[podsnapshot.State, Pod]]:
         found = self._workers.get(attempt)
         if found is None:
             found = {}
@@ -138,7 +138,7 @@ class Observed:
             self._worker_indexes[pod_name] = names.worker_index(job, pod_name)
         return self._worker_indexes[pod_name]
 
-    def workers_all(self, job: MPIJob, attempt: int, wanted: Callable[[podstate.State], bool]) -> bool:
+    def workers_all(self, job: MPIJob, attempt: int, wanted: Callable[[podsnapshot.State], bool]) -> bool:
         """Whether every wanted worker (index below the job's count) of the attempt exists and is `wanted`."""
         count = job.spec.worker_replicas
         return sum(1 for i, (s, _) in self._attempt_workers(job, attempt).items() if i < count and wanted(s)) == count

@@ -1,12 +1,12 @@
-"""Reading the (trimmed) Pods in the cache: phase, readiness, attempt, and why one failed."""
+"""Reading a (trimmed) Pod: phase, readiness, attempt, and why one failed. The one reader of a pod's fields:
+`podsnapshot.State` reads them through these, and `controller.caches.trim_pod` keeps what these read."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, NamedTuple
+from typing import Any
 
 from mpiop import names
-from mpiop.kube.trim import metadata as trimmed_metadata
 
 Pod = dict[str, Any]
 
@@ -201,151 +201,17 @@ def in_place_failures(pod: Pod) -> int:
                for s in status.get(key) or ())
 
 
-class State(NamedTuple):
-    """What decisions read off one pod, read once: a 10,000-pod job is looked at many times per pass."""
-
-    name: str
-    role: str
-    replica: int | None  # the replica index label
-    attempt: int
-    phase: str
-    terminating: bool
-    ready: bool
-    in_place_failures: int = 0  # container failures restarted in place (restartPolicy OnFailure)
-
-    @property
-    def running(self) -> bool:
-        return self.phase == "Running" and not self.terminating
-
-    @property
-    def active(self) -> bool:
-        return self.phase in ("Pending", "Running", "Unknown") and not self.terminating
-
-
-class TrimmedPod(dict[str, Any]):
-    """A cached pod (what `trim` keeps) that also carries its `State`, read once when the informer stores it.
-
-    Cached objects are replaced, never changed in place, so the State stays true for the object's life and a
-    10,000-pod job's every reconcile reads 10,000 attributes instead of parsing 10,000 pods. It compares and
-    serializes as the plain dict it is.
-    """
-
-    __slots__ = ("state",)
-    state: State
-
-
-def state(pod: Pod) -> State:
-    """The same answers as the functions above, reading each field once (this runs for every pod, every pass);
-    a pod the informer trimmed has it ready."""
-    if isinstance(pod, TrimmedPod):
-        return pod.state
-    return _read_state(pod)
-
-
-def _read_state(pod: Pod) -> State:
-    meta = pod["metadata"]
-    labels = meta.get("labels") or {}
-    status = pod.get("status") or {}
-    pod_phase = str(status.get("phase") or "Pending")
-    terminating = bool(meta.get("deletionTimestamp"))
-    try:
-        index: int | None = int(labels[names.REPLICA_INDEX_LABEL])
-    except (KeyError, ValueError):
-        index = None
-    try:
-        pod_attempt = int(labels.get(names.ATTEMPT_LABEL, "0"))
-    except ValueError:
-        pod_attempt = -1
-    ready = False
-    if pod_phase == "Running" and not terminating:
-        for condition in status.get("conditions") or ():
-            if condition.get("type") == "Ready" and condition.get("status") == "True":
-                ready = True
-                break
-    return State(str(meta["name"]), labels.get(names.JOB_ROLE_LABEL, ""), index, pod_attempt, pod_phase,
-                 terminating, ready, in_place_failures(pod))
-
-
-def failed_container(pod: Pod) -> tuple[str, str, int] | None:
-    """(container, reason, exit code) of the first container that terminated with a non-zero code."""
-    found = container_failure(pod)
-    return (found.container, found.reason, found.exit_code) if found else None
-
-
 def exit_code(pod: Pod) -> int | None:
-    found = failed_container(pod)
-    return found[2] if found else None
+    found = container_failure(pod)
+    return found.exit_code if found else None
 
 
 def failure_summary(pod: Pod) -> str:
     """e.g. `pi-worker-1 container main OOMKilled exit 137`, or `pi-worker-0 Evicted: <kubelet's message>`."""
-    found = failed_container(pod)
+    found = container_failure(pod)
     if found is not None:
-        container, reason, code = found
-        return f"{name(pod)} container {container} {reason} exit {code}"
+        return f"{name(pod)} container {found.container} {found.reason} exit {found.exit_code}"
     status = pod.get("status", {})
     reason = status.get("reason") or "Failed"
     message = status.get("message")
     return f"{name(pod)} {reason}: {message}" if message else f"{name(pod)} {reason}"
-
-
-def trim(pod: Pod) -> Pod:
-    """What the controller decides on; everything else in a Pod is dropped from the cache."""
-    status = pod.get("status", {})
-    kept_status: dict[str, Any] = {k: status[k] for k in ("phase", "reason", "message") if k in status}
-    conditions = [{"type": "Ready", "status": c.get("status")}
-                  for c in status.get("conditions") or [] if c.get("type") == "Ready"]
-    # Why the scheduler cannot place it: a host-port conflict moves the pod to another port, and a gang
-    # held back says so on its MPIJob (policies/gang).
-    conditions += [{"type": "PodScheduled", "status": "False", "message": c.get("message") or ""}
-                   for c in status.get("conditions") or []
-                   if c.get("type") == "PodScheduled" and c.get("status") == "False"]
-    # Evicted, preempted or deleted from a failing node: a restart that spends no backoffLimit (policies/disruption).
-    conditions += [{"type": DISRUPTION_TARGET, "status": "True", "reason": c.get("reason") or "",
-                    "message": str(c.get("message") or "")[:DISRUPTION_MESSAGE_KEPT]}
-                   for c in status.get("conditions") or []
-                   if c.get("type") == DISRUPTION_TARGET and c.get("status") == "True"]
-    if conditions:  # only then: other conditions coming and going change nothing here
-        kept_status["conditions"] = conditions
-    for key in ("initContainerStatuses", "containerStatuses"):
-        if status.get(key):
-            kept_status[key] = [_slim_container(s) for s in status[key]]
-    trimmed = TrimmedPod(metadata=trimmed_metadata(pod), status=kept_status)
-    spec = pod.get("spec") or {}
-    kept_spec = {k: spec[k] for k in ("nodeName",) if spec.get(k)}
-    if spec.get("restartPolicy") == "OnFailure":  # the one policy decisions read (in_place_failures)
-        kept_spec["restartPolicy"] = "OnFailure"
-    if kept_spec:
-        trimmed["spec"] = kept_spec
-    trimmed.state = _read_state(trimmed)
-    return trimmed
-
-
-def _slim_container(status: dict[str, Any]) -> dict[str, Any]:
-    """Name, how its runs ended, and the restart count only once it is not 0 (a pod's ordinary life then
-    changes nothing here)."""
-    kept = {"name": status.get("name"), "state": _slim_state(status.get("state")),
-            "lastState": _slim_state(status.get("lastState"))}
-    if status.get("restartCount"):
-        kept["restartCount"] = int(status["restartCount"])
-    return kept
-
-
-def _slim_state(state: Any) -> dict[str, Any]:
-    """A terminated run's exit; of waiting, only CrashLoopBackOff (a failed run that waits to run again) and an
-    image the kubelet cannot get (with its message, which names the image and what the registry said)."""
-    if not isinstance(state, dict):
-        return {}
-    waiting = state.get("waiting") or {}
-    if waiting.get("reason") == CRASH_LOOP:
-        return {"waiting": {"reason": CRASH_LOOP}}
-    if waiting.get("reason") in IMAGE_PULL_FAILURES:
-        return {"waiting": {"reason": waiting["reason"],
-                            "message": str(waiting.get("message") or "")[-TERMINATION_MESSAGE_KEPT:]}}
-    if "terminated" not in state:
-        return {}
-    terminated = state["terminated"] or {}
-    kept = {k: terminated[k] for k in ("exitCode", "reason") if k in terminated}
-    if terminated.get("message") and terminated.get("exitCode"):
-        kept["message"] = str(terminated["message"])[-TERMINATION_MESSAGE_KEPT:]
-    return {"terminated": kept}

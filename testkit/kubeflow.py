@@ -11,9 +11,8 @@ import json
 from pathlib import Path
 from typing import Any
 
-from mpiop import podstate
 from mpiop.api.v2beta1 import MPIJob
-from mpiop.controller.caches import trim_config_map, trim_launcher_batch_job, trim_secret, trim_service
+from mpiop.controller.caches import trim_config_map, trim_launcher_batch_job, trim_pod, trim_secret, trim_service
 from mpiop.kube.client import BATCH_JOBS, CONFIGMAPS, MPIJOBS, PODS, SECRETS, SERVICES, ApiError, KubeClient, Resource
 from mpiop.plan import Observed
 
@@ -40,7 +39,7 @@ def as_cached(moment: str) -> tuple[MPIJob, Observed]:
     so the ConfigMap, Secret and Service are seen only once claimed: as here, after the first pass)."""
     items = load(moment)
     job = MPIJob.model_validate(of_kind(items, "MPIJob")[0])
-    pods = [podstate.trim(p) for p in of_kind(items, "Pod")]
+    pods = [trim_pod(p) for p in of_kind(items, "Pod")]
     launcher_batch_jobs = of_kind(items, "Job")
     return job, Observed(
         pods=[p for p in pods if not _job_owned(p)],

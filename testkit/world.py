@@ -9,6 +9,7 @@ from typing import Any
 
 from mpiop import podstate
 from mpiop.api.v2beta1 import MPIJob, format_time
+from mpiop.controller.caches import trim_pod
 from mpiop.decide import decide
 from mpiop.desired import objects
 from mpiop.desired.settings import Settings
@@ -50,15 +51,15 @@ class World:
                 assert name not in self.pods, "a pod is made only once its predecessor is gone"
                 made = copy.deepcopy(obj)
                 made["metadata"]["uid"] = f"uid-{name}-{len(self.plans)}"  # the apiserver's, new for each pod
-                self.pods[name] = podstate.trim(made)
+                self.pods[name] = trim_pod(made)
             elif obj["kind"] == "ConfigMap":
                 self.config_map = copy.deepcopy(obj)
             elif obj["kind"] == "Service":
                 self.service = copy.deepcopy(obj)
-        for pod in plan.pods_to_delete:  # cached pods are replaced, never changed in place (podstate.TrimmedPod)
+        for pod in plan.pods_to_delete:  # cached pods are replaced, never changed in place (podsnapshot.TrimmedPod)
             cached = self.pods[podstate.name(pod)]
             deleting = {**cached["metadata"], "deletionTimestamp": format_time(at(now))}
-            self.pods[podstate.name(pod)] = podstate.trim({**cached, "metadata": deleting})
+            self.pods[podstate.name(pod)] = trim_pod({**cached, "metadata": deleting})
         self.job_deleted = self.job_deleted or plan.delete_mpijob
         return plan
 
@@ -67,7 +68,7 @@ class World:
         pod = self.pods[name]
         role, index, attempt = podstate.role(pod), podstate.replica_index(pod) or 0, podstate.attempt(pod)
         status = change(make_pod(self.job, role, index, attempt)).obj()["status"]
-        self.pods[name] = podstate.trim({**pod, "status": status})
+        self.pods[name] = trim_pod({**pod, "status": status})
 
     def set_all(self, change: Change) -> None:
         for name in self.pods:

@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from mpiop import names, podstate
+from mpiop import names, podsnapshot, podstate
 from mpiop.api.v2beta1 import KIND, MPIJob
 from mpiop.desired import podgroup
 from mpiop.desired.podgroup import GangScheduler
@@ -100,6 +100,68 @@ def same_pod_but_binding(old: JSON, new: JSON) -> bool:
         return {**_unversioned(obj), "spec": spec}
 
     return unbound(old) == unbound(new)
+
+
+def trim_pod(pod: JSON) -> JSON:
+    """What the controller decides on (what `podstate` reads), with its `podsnapshot.State`; everything else in a
+    Pod is dropped from the cache."""
+    status = pod.get("status", {})
+    kept_status: JSON = {k: status[k] for k in ("phase", "reason", "message") if k in status}
+    conditions = [{"type": "Ready", "status": c.get("status")}
+                  for c in status.get("conditions") or [] if c.get("type") == "Ready"]
+    # Why the scheduler cannot place it: a host-port conflict moves the pod to another port, and a gang
+    # held back says so on its MPIJob (policies/gang).
+    conditions += [{"type": "PodScheduled", "status": "False", "message": c.get("message") or ""}
+                   for c in status.get("conditions") or []
+                   if c.get("type") == "PodScheduled" and c.get("status") == "False"]
+    # Evicted, preempted or deleted from a failing node: a restart that spends no backoffLimit (policies/disruption).
+    conditions += [{"type": podstate.DISRUPTION_TARGET, "status": "True", "reason": c.get("reason") or "",
+                    "message": str(c.get("message") or "")[:podstate.DISRUPTION_MESSAGE_KEPT]}
+                   for c in status.get("conditions") or []
+                   if c.get("type") == podstate.DISRUPTION_TARGET and c.get("status") == "True"]
+    if conditions:  # only then: other conditions coming and going change nothing here
+        kept_status["conditions"] = conditions
+    for key in ("initContainerStatuses", "containerStatuses"):
+        if status.get(key):
+            kept_status[key] = [_slim_container(s) for s in status[key]]
+    trimmed: JSON = {"metadata": trimmed_metadata(pod), "status": kept_status}
+    spec = pod.get("spec") or {}
+    kept_spec = {k: spec[k] for k in ("nodeName",) if spec.get(k)}
+    if spec.get("restartPolicy") == "OnFailure":  # the one policy decisions read (in_place_failures)
+        kept_spec["restartPolicy"] = "OnFailure"
+    if kept_spec:
+        trimmed["spec"] = kept_spec
+    return podsnapshot.with_state(trimmed)
+
+
+def _slim_container(status: JSON) -> JSON:
+    """Name, how its runs ended, and the restart count only once it is not 0 (a pod's ordinary life then
+    changes nothing here)."""
+    kept = {"name": status.get("name"), "state": _slim_state(status.get("state")),
+            "lastState": _slim_state(status.get("lastState"))}
+    if status.get("restartCount"):
+        kept["restartCount"] = int(status["restartCount"])
+    return kept
+
+
+def _slim_state(state: Any) -> JSON:
+    """A terminated run's exit; of waiting, only CrashLoopBackOff (a failed run that waits to run again) and an
+    image the kubelet cannot get (with its message, which names the image and what the registry said)."""
+    if not isinstance(state, dict):
+        return {}
+    waiting = state.get("waiting") or {}
+    if waiting.get("reason") == podstate.CRASH_LOOP:
+        return {"waiting": {"reason": podstate.CRASH_LOOP}}
+    if waiting.get("reason") in podstate.IMAGE_PULL_FAILURES:
+        return {"waiting": {"reason": waiting["reason"],
+                            "message": str(waiting.get("message") or "")[-podstate.TERMINATION_MESSAGE_KEPT:]}}
+    if "terminated" not in state:
+        return {}
+    terminated = state["terminated"] or {}
+    kept = {k: terminated[k] for k in ("exitCode", "reason") if k in terminated}
+    if terminated.get("message") and terminated.get("exitCode"):
+        kept["message"] = str(terminated["message"])[-podstate.TERMINATION_MESSAGE_KEPT:]
+    return {"terminated": kept}
 
 
 def trim_secret(obj: JSON) -> JSON:
@@ -200,7 +262,7 @@ class Caches:
         return cls(
             mpijobs=Informer(client, MPIJOBS, namespace, trim=trim_mpijob,
                              watch_timeout_seconds=watch_timeout_seconds, on_watch_restart=on_watch_restart),
-            pods=owned(PODS, podstate.trim, **{JOB_LABEL_INDEX: _by_job_label}),
+            pods=owned(PODS, trim_pod, **{JOB_LABEL_INDEX: _by_job_label}),
             config_maps=owned(CONFIGMAPS, trim_config_map),
             secrets=owned(SECRETS, trim_secret),
             services=owned(SERVICES, trim_service),

@@ -15,7 +15,7 @@ from starting.
 
 from __future__ import annotations
 
-from mpiop import names, podstate
+from mpiop import names, podsnapshot, podstate
 from mpiop.api.v2beta1 import MPIJob
 from mpiop.desired import hostnetwork, launch, launcher_rbac, objects, pods, ssh_config
 from mpiop.desired.settings import DEFAULT_SETTINGS, Settings
@@ -24,7 +24,7 @@ from mpiop.plan import Observed, Plan
 MAX_POD_CREATES_PER_PASS = 500
 
 
-def _stale(job: MPIJob, observed: Observed, state: podstate.State, pod: podstate.Pod, attempt: int,
+def _stale(job: MPIJob, observed: Observed, state: podsnapshot.State, pod: podstate.Pod, attempt: int,
            worker_replicas: int) -> bool:
     if state.attempt != attempt:
         return not podstate.is_kept_launcher(pod, attempt)

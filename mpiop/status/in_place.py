@@ -9,7 +9,7 @@ job once they pass backoffLimit, as failed pods do.
 
 from __future__ import annotations
 
-from mpiop import names, podstate
+from mpiop import names, podsnapshot, podstate
 from mpiop.api.v2beta1 import MPIJob
 from mpiop.plan import Observed
 
@@ -49,7 +49,8 @@ def note(job: MPIJob, observed: Observed, attempt: int) -> str:
     pods = failed_pods(observed, attempt)
     if not pods:
         return ""
-    told = [f"{_what(p)} ({_runs(podstate.state(p).in_place_failures)}, restarted in place)" for p in pods[:NAMED_PODS]]
+    told = [f"{_what(p)} ({_runs(podsnapshot.state(p).in_place_failures)}, restarted in place)"
+            for p in pods[:NAMED_PODS]]
     if len(pods) > NAMED_PODS:
         told.append(f"{len(pods) - NAMED_PODS} more pods")
     return f"{'; '.join(told)}; {count(job, observed, attempt)}"

@@ -5,7 +5,7 @@ from __future__ import annotations
 import datetime as dt
 from dataclasses import replace
 
-from mpiop import names, podstate
+from mpiop import names, podsnapshot, podstate
 from mpiop.api.v2beta1 import LAUNCHER, WORKER, MPIJob, ReplicaStatus, ReplicaType
 from mpiop.plan import Observed, Plan
 from mpiop.status import conditions as c
@@ -66,7 +66,7 @@ def replica_statuses(job: MPIJob, observed: Observed) -> dict[ReplicaType, Repli
         if job.spec.mpi_replica_specs.get(replica_type) is None:
             continue
         # An adopted job's launcher pods are its kubeflow launcher Job's.
-        states = [s for s in observed.states + [podstate.state(p) for p in observed.launcher_batch_job_pods]
+        states = [s for s in observed.states + [podsnapshot.state(p) for p in observed.launcher_batch_job_pods]
                   if s.role == role]
         counts[replica_type] = ReplicaStatus(
             active=sum(1 for s in states if s.active),

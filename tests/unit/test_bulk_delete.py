@@ -6,6 +6,7 @@ import pytest
 
 from mpiop import podstate
 from mpiop.controller.bulk_delete import ACTIVE_FIELD_SELECTOR, Collection, collection_for
+from mpiop.controller.caches import trim_pod
 from mpiop.policies import cleanup
 from testkit.mpijobs import make_mpijob
 from testkit.pods import make_pod
@@ -57,6 +58,6 @@ def test_collection_for(to_delete: list[podstate.Pod], labelled: list[podstate.P
 
 
 def test_marked_terminating_is_what_the_next_pass_leaves_alone() -> None:
-    marked = podstate.trim(podstate.marked_terminating(RUNNING[0], "2026-11-23T00:00:00Z"))
+    marked = trim_pod(podstate.marked_terminating(RUNNING[0], "2026-11-23T00:00:00Z"))
     assert podstate.is_terminating(marked) and not podstate.is_active(marked)
     assert not podstate.is_terminating(RUNNING[0])

@@ -9,6 +9,7 @@ from __future__ import annotations
 import copy
 
 from mpiop import names, podstate
+from mpiop.controller.caches import trim_pod
 from mpiop.decide import decide
 from mpiop.plan import Observed
 from testkit.mpijobs import at, make_mpijob
@@ -273,7 +274,7 @@ def test_worker_deleted_then_launcher_exits_0_restarts_then_succeeds() -> None:
     assert world.state == "Running"
 
     deleted = podstate.marked_terminating(world.pods["pi-worker-1"], "2026-01-01T00:00:02Z")  # kubectl delete
-    world.pods["pi-worker-1"] = podstate.trim(deleted)
+    world.pods["pi-worker-1"] = trim_pod(deleted)
     plan = world.reconcile(2)
     assert (plan.objects_to_create, plan.pods_to_delete, plan.events) == ([], [], []), (
         "mpirun's to notice while it runs")

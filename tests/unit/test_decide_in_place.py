@@ -9,8 +9,9 @@ from typing import Any
 import pytest
 from prometheus_client import REGISTRY
 
-from mpiop import metrics, podstate
+from mpiop import metrics
 from mpiop.api.v2beta1 import ReplicaType
+from mpiop.controller.caches import trim_pod
 from mpiop.status import failure_report
 from testkit.mpijobs import MPIJobBuilder, at, make_mpijob
 from testkit.restarts import crash_looping, crashed, healed, rerunning
@@ -19,7 +20,7 @@ from testkit.world import World, names_of, running
 
 def kubelet(world: World, name: str, status: dict[str, Any]) -> None:
     """The kubelet's view of one pod changes (its spec, restartPolicy OnFailure included, is kept)."""
-    world.pods[name] = podstate.trim({**world.pods[name], "status": status})
+    world.pods[name] = trim_pod({**world.pods[name], "status": status})
 
 
 def started(job: MPIJobBuilder) -> World:

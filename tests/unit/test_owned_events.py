@@ -8,9 +8,8 @@ from typing import Any
 
 import pytest
 
-from mpiop import podstate
 from mpiop.controller import caches
-from mpiop.controller.caches import Caches, same_but_version, same_pod_but_binding
+from mpiop.controller.caches import Caches, same_but_version, same_pod_but_binding, trim_pod
 from mpiop.desired.podgroup import GangScheduler
 from mpiop.kube.access import ClusterAccess
 from mpiop.kube.client import KubeClient
@@ -47,7 +46,7 @@ def changed(obj: JSON, change: dict[str, Any], version: str = "11") -> JSON:
 def test_binding_changes_only_the_version_of_the_cached_pod() -> None:
     bound = changed(PENDING, {"spec.nodeName": "node-1",
                               "status.conditions": [{"type": "PodScheduled", "status": "True"}]})
-    assert same_pod_but_binding(podstate.trim(PENDING), podstate.trim(bound))
+    assert same_pod_but_binding(trim_pod(PENDING), trim_pod(bound))
 
 
 @pytest.mark.parametrize("change", [
@@ -56,7 +55,7 @@ def test_binding_changes_only_the_version_of_the_cached_pod() -> None:
     {"metadata.labels": {"training.kubeflow.org/job-role": "launcher"}},
 ], ids=["running-and-ready", "deletion", "labels"])
 def test_other_pod_changes_are_news(change: dict[str, Any]) -> None:
-    assert not same_pod_but_binding(podstate.trim(PENDING), podstate.trim(changed(PENDING, change)))
+    assert not same_pod_but_binding(trim_pod(PENDING), trim_pod(changed(PENDING, change)))
 
 
 @pytest.mark.parametrize(("trim", "obj", "change"), [

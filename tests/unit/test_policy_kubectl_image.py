@@ -9,6 +9,7 @@ import pytest
 
 from mpiop import podstate
 from mpiop.api.v2beta1 import MPIJob
+from mpiop.controller.caches import trim_pod
 from mpiop.decide import decide
 from mpiop.desired.kubexec import DELIVERY_CONTAINER
 from mpiop.desired.launch import LAUNCH_ANNOTATION
@@ -115,6 +116,6 @@ def test_trimming_keeps_what_the_policy_reads() -> None:
     job = base().obj()
     pod = unpulled(job).obj()
     pod["status"]["initContainerStatuses"][0]["state"]["waiting"]["message"] = "x" * 2000
-    trimmed = podstate.trim(pod)
+    trimmed = trim_pod(pod)
     failure = podstate.image_pull_failure(trimmed, DELIVERY_CONTAINER)
     assert failure is not None and failure[0] == "ImagePullBackOff" and failure[1] == "x" * 512

@@ -1,0 +1,66 @@
+"""What decisions read off one pod, read once (`State`), and the cached pod that carries it (`TrimmedPod`).
+
+A 10,000-pod job is looked at many times per pass: `state(pod)` reads the fields through `podstate`'s accessors
+once, when the informer stores the pod (`with_state`), and every later pass reads attributes.
+"""
+
+from __future__ import annotations
+
+from typing import Any, NamedTuple
+
+from mpiop import podstate
+from mpiop.podstate import Pod
+
+
+class State(NamedTuple):
+    """What decisions read off one pod: the answers of the `podstate` accessors of the same names."""
+
+    name: str
+    role: str
+    replica: int | None  # the replica index label
+    attempt: int
+    phase: str
+    terminating: bool
+    ready: bool
+    in_place_failures: int = 0  # container failures restarted in place (restartPolicy OnFailure)
+
+    @property
+    def running(self) -> bool:
+        return self.phase == "Running" and not self.terminating
+
+    @property
+    def active(self) -> bool:
+        return self.phase in ("Pending", "Running", "Unknown") and not self.terminating
+
+
+class TrimmedPod(dict[str, Any]):
+    """A cached pod (what `controller.caches.trim_pod` keeps) that also carries its `State`.
+
+    Cached objects are replaced, never changed in place, so the State stays true for the object's life and a
+    10,000-pod job's every reconcile reads 10,000 attributes instead of parsing 10,000 pods. It compares and
+    serializes as the plain dict it is.
+    """
+
+    __slots__ = ("state",)
+    state: State
+
+
+def read(pod: Pod) -> State:
+    """The State of a pod, through the accessors: one reader of a pod's fields."""
+    return State(podstate.name(pod), podstate.role(pod), podstate.replica_index(pod), podstate.attempt(pod),
+                 podstate.phase(pod), podstate.is_terminating(pod), podstate.is_ready(pod),
+                 podstate.in_place_failures(pod))
+
+
+def with_state(trimmed: Pod) -> TrimmedPod:
+    """The trimmed pod as the cache keeps it: its State read once, now."""
+    cached = TrimmedPod(trimmed)
+    cached.state = read(cached)
+    return cached
+
+
+def state(pod: Pod) -> State:
+    """A pod's State: ready on a pod the informer trimmed, else read (this runs for every pod, every pass)."""
+    if isinstance(pod, TrimmedPod):
+        return pod.state
+    return read(pod)
