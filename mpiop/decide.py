@@ -59,9 +59,9 @@ from mpiop.policies import (
     launch_mode,
     launcher_creation,
     node_exclusion,
-    ownership,
     refused,
     size,
+    squatters,
     success,
     suspend,
     ttl,
@@ -94,7 +94,7 @@ def _decide(plan: Plan, job: MPIJob, observed: Observed, now: dt.datetime, setti
         return
     if size.apply(plan, job, now) or refused.apply(plan, job, observed, now):
         return
-    if not ownership.apply(plan, job, observed, now) and not observed.refused:
+    if not squatters.apply(plan, job, observed, now) and not observed.refused:
         replica_failure.clear(plan, job.key, now)
     ensure.supporting_objects(plan, job, observed, host_ports.for_plan(plan, job, observed, settings), settings)
     if suspend.apply(plan, job, observed, now):

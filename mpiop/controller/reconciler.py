@@ -228,7 +228,7 @@ class Reconciler:
     async def _claim(self, job: MPIJob, kind: str, name: str) -> bool:
         """An object of this name exists but is not in the cache: label it as ours if this job controls it
         (kubeflow's operator made it), so the informer sees it from now on; True if so. Anything else is left
-        alone (and reported by the ownership policy)."""
+        alone (and reported by the squatters policy)."""
         informer = self.caches.informer_for(kind)
         try:
             claimed = await self.client.patch(informer.resource, job.metadata.namespace, name,

@@ -1,6 +1,6 @@
 """What the apiserver answered to each job's last creations that did not succeed, kept until they do.
 
-The next decision sees them in Observed.refused, like pods (policies/refused, policies/ownership): a job of
+The next decision sees them in Observed.refused, like pods (policies/refused, policies/squatters): a job of
 the same name but another uid (deleted and made again) sees none.
 """
 

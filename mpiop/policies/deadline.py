@@ -6,8 +6,8 @@ import datetime as dt
 
 from mpiop.api.v2beta1 import MPIJob
 from mpiop.plan import Plan
-from mpiop.policies.failure import mark_failed
 from mpiop.status import conditions as c
+from mpiop.status.failed import mark_failed
 
 
 def apply(plan: Plan, job: MPIJob, now: dt.datetime) -> bool:

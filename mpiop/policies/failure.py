@@ -26,6 +26,7 @@ from mpiop.api.v2beta1 import MPIJob
 from mpiop.plan import MESSAGE_LIMIT, Observed, Plan
 from mpiop.status import conditions as c
 from mpiop.status import failure_report, in_place, progress
+from mpiop.status.failed import mark_failed
 
 
 def _is_permanent(job: MPIJob, pod: podstate.Pod) -> bool:
@@ -129,14 +130,3 @@ def attempt_failed(plan: Plan, job: MPIJob, observed: Observed, now: dt.datetime
     c.set_false_if_true(status, "Running", c.RESTARTING_REASON, message, now)
     plan.event("Warning", c.RESTARTING_REASON, found.message(head, middle, MESSAGE_LIMIT))
     plan.delete_pods([p for p in observed.pods if p not in kept])
-
-
-def mark_failed(plan: Plan, reason: str, message: str, now: dt.datetime, event_message: str | None = None) -> None:
-    """Failed is final: completionTime is set and Running/Restarting go False."""
-    status = plan.status
-    if c.set_condition(status, "Failed", "True", reason, message, now):
-        plan.event("Warning", reason, event_message or message)
-    c.set_false_if_true(status, "Running", reason, message, now)
-    c.set_false_if_true(status, "Restarting", reason, message, now)
-    if status.completion_time is None:
-        status.completion_time = now

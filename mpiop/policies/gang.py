@@ -22,8 +22,8 @@ from mpiop.desired import podgroup
 from mpiop.desired.podgroup import GangScheduler
 from mpiop.plan import JSON, MESSAGE_LIMIT, Observed, Plan, PodGroupWrite
 from mpiop.policies import suspend
-from mpiop.policies.failure import mark_failed
 from mpiop.status import conditions as c
+from mpiop.status.failed import mark_failed
 
 UNSCHEDULABLE_REASON = "PodGroupUnschedulable"
 # A Volcano PodGroup is Pending until a scheduling session admits it to its queue (about a second): only one

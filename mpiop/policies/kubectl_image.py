@@ -19,8 +19,8 @@ from mpiop.desired import launch
 from mpiop.desired.kubexec import DELIVERY_CONTAINER
 from mpiop.desired.settings import Settings
 from mpiop.plan import MESSAGE_LIMIT, Observed, Plan
-from mpiop.policies.failure import mark_failed
 from mpiop.status import conditions as c
+from mpiop.status.failed import mark_failed
 
 REASON = "KubectlImageUnavailable"
 

@@ -22,8 +22,8 @@ from mpiop import podstate
 from mpiop.api.v2beta1 import FailureInfo, MPIJob
 from mpiop.desired.settings import Settings
 from mpiop.plan import Observed, Plan
-from mpiop.policies.failure import mark_failed
 from mpiop.status import conditions as c
+from mpiop.status.failed import mark_failed
 
 ANNOTATION = "mpiop.kubeflow.org/exclude-failed-nodes"
 NODE_DISRUPTIONS = frozenset({"TerminationByKubelet", "DeletionByTaintManager", "DeletionByPodGC"})

@@ -14,9 +14,9 @@ import datetime as dt
 from mpiop import names
 from mpiop.api.v2beta1 import LAUNCHER, WORKER, MPIJob
 from mpiop.plan import MESSAGE_LIMIT, Observed, Plan, Refusal
-from mpiop.policies.failure import mark_failed
 from mpiop.status import conditions as c
 from mpiop.status import replica_failure
+from mpiop.status.failed import mark_failed
 
 # (text in the apiserver's message, pod spec field, permanent): the admission plugins' 403s, checked in order.
 ADMISSION_REFUSALS: tuple[tuple[str, str, bool], ...] = (

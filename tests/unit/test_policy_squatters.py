@@ -1,10 +1,10 @@
-"""mpiop.policies.ownership: a name taken by an object the job does not control is reported, never used."""
+"""mpiop.policies.squatters: a name taken by an object the job does not control is reported, never used."""
 
 from __future__ import annotations
 
 from mpiop.decide import decide
 from mpiop.plan import Observed, Plan, Refusal
-from mpiop.policies import ownership
+from mpiop.policies import squatters
 from testkit.mpijobs import at, make_mpijob
 from testkit.pods import make_pod, observe
 
@@ -17,7 +17,7 @@ def test_taken_names_are_reported_with_the_jobs_uid() -> None:
     job = make_mpijob("sq", "ns").uid("u-1").condition("Created").obj()
     observed = Observed(refused=[_taken("Secret", "sq-ssh"), _taken("ConfigMap", "sq-config")])
     plan = Plan(status=job.status.model_copy(deep=True))
-    assert ownership.apply(plan, job, observed, at(0)) is True
+    assert squatters.apply(plan, job, observed, at(0)) is True
     condition = plan.status.condition("ReplicaFailure")
     assert condition is not None and (condition.status, condition.reason) == ("True", "ErrResourceExists")
     assert condition.message == (
@@ -31,7 +31,7 @@ def test_many_taken_names_are_summed_up() -> None:
     job = make_mpijob("sq").obj()
     observed = Observed(refused=[_taken("Pod", f"sq-worker-{i}") for i in range(8)])
     plan = Plan(status=job.status.model_copy(deep=True))
-    ownership.apply(plan, job, observed, at(0))
+    squatters.apply(plan, job, observed, at(0))
     condition = plan.status.condition("ReplicaFailure")
     assert condition is not None and condition.message is not None
     assert "Pod sq-worker-4 and 3 more;" in condition.message
@@ -40,7 +40,7 @@ def test_many_taken_names_are_summed_up() -> None:
 def test_nothing_taken_nothing_reported() -> None:
     job = make_mpijob("sq").obj()
     plan = Plan(status=job.status.model_copy(deep=True))
-    assert ownership.apply(plan, job, Observed(), at(0)) is False
+    assert squatters.apply(plan, job, Observed(), at(0)) is False
     assert plan.status.conditions == []
 
 

@@ -1,4 +1,5 @@
-"""Names the job needs but does not control (no controller reference to this job's uid) are never used.
+"""Squatters, objects with names the job needs that it does not control (no controller reference to its uid):
+reported, never used.
 
 A tenant may create `<job>-ssh`, `<job>-config`, Service `<job>` or a pod `<job>-worker-0` before the job:
 creating ours then answers AlreadyExists. Such an object is someone else's (whoever made it: an object whose
