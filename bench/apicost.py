@@ -27,6 +27,7 @@ from devcluster.controlplane import ControlPlane
 from devcluster.install import install_custom_resource
 from mpiop import names
 from mpiop.api.crd import crd
+from mpiop.api.raw import JSON
 from mpiop.controller.events import event_body
 from mpiop.kube.client import (
     CONFIGMAPS,
@@ -41,7 +42,6 @@ from mpiop.kube.client import (
 from mpiop.plan import Event
 from testkit.namespaces import create_namespace
 
-JSON = dict[str, Any]
 EVENTS = Resource("", "v1", "events", "Event")
 IN_FLIGHT = 16
 

@@ -11,10 +11,11 @@ import math
 import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import Any, cast
+from typing import cast
 
 from devcluster.simulated import finished_pod_status
 from mpiop import names, podstate, ssh
+from mpiop.api.raw import JSON
 from mpiop.api.v2beta1 import LAUNCHER, WORKER, CleanPodPolicy, MPIJob
 from mpiop.decide import decide
 from mpiop.desired import objects, pods
@@ -33,7 +34,6 @@ from testkit import namespaces
 from testkit.mpijobs import make_mpijob
 from testkit.namespaces import create_namespace
 
-JSON = dict[str, Any]
 WRITE_VERBS = ("POST", "PUT", "PATCH", "DELETE")
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -26,13 +26,13 @@ from collections.abc import Callable
 from typing import Any
 
 from mpiop import podstate
+from mpiop.api.raw import JSON
 from mpiop.api.v2beta1 import MPIJob
 from mpiop.controller.caches import trim_pod
 from mpiop.decide import decide
 from mpiop.desired import objects
 from mpiop.plan import Observed
 
-JSON = dict[str, Any]
 NOW = dt.datetime(2024, 5, 1, 12, 0, tzinfo=dt.UTC)
 
 

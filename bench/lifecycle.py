@@ -32,8 +32,9 @@ from bench.harness import (
     owned_objects,
 )
 from bench.phases import create_jobs_directly
-from bench.report import FLOOR_MANAGER, JSON, Options, Report, log
+from bench.report import FLOOR_MANAGER, Options, Report, log
 from mpiop import names
+from mpiop.api.raw import JSON
 from mpiop.api.v2beta1 import MPIJob, format_time
 from mpiop.controller import bulk_delete
 from mpiop.controller.caches import trim_config_map, trim_pod, trim_secret, trim_service

@@ -37,15 +37,14 @@ import time
 import urllib.request
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
 
 from devcluster import images
 from devcluster.pi_job import SAMPLES, pi_job
+from mpiop.api.raw import JSON
 from testkit.e2e.exec_launch import exec_pi_job, import_exec_images, restrict_namespace
 from testkit.e2e.kube import MPIJOBS, PODS, is_true, wait_for
 from testkit.e2e.session import E2E, fresh_namespace, node_session, operator_process
 
-JSON = dict[str, Any]
 LAUNCHES = ("ssh", "exec")
 WORKERS = 2
 RANKS = 4  # 2 workers x 2 slots

@@ -26,8 +26,9 @@ from bench.harness import (
     percentile,
 )
 from bench.operator import BenchOperator
-from bench.report import FLOOR_MANAGER, JSON, Options, Report, log, profile_path
+from bench.report import FLOOR_MANAGER, Options, Report, log, profile_path
 from devcluster.simulated import SimulatedCluster
+from mpiop.api.raw import JSON
 from mpiop.kube.client import MPIJOBS, NAMESPACES, KubeClient
 
 

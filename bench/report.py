@@ -9,7 +9,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-JSON = dict[str, Any]
 FLOOR_MANAGER = "bench.mpiop.dev/floor"  # a foreign managedBy: no mpiop ever acts on floor jobs
 PHASES = ("floor", "lifecycle", "burst", "big", "sustained", "qps50", "scale")
 QPS50_ARGS = ["--kube-api-qps=50", "--kube-api-burst=100"]

@@ -18,8 +18,9 @@ from dataclasses import dataclass, field
 
 from bench.harness import Tracker, bench_job, delete_namespace, fresh_namespace, percentile
 from bench.operator import BenchOperator
-from bench.report import JSON, Options, Report, log
+from bench.report import Options, Report, log
 from devcluster.simulated import FINISH_AFTER_ANNOTATION, FINISH_LABEL
+from mpiop.api.raw import JSON
 from mpiop.kube.client import MPIJOBS, ApiError, KubeClient
 
 

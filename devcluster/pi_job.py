@@ -8,9 +8,8 @@ from __future__ import annotations
 import copy
 from typing import Any
 
+from mpiop.api.raw import JSON
 from mpiop.api.v2beta1 import LAUNCHER, WORKER, MPIImplementation
-
-JSON = dict[str, Any]
 
 # Sample count per rank: enough work to be a real computation, little enough to take a second.
 SAMPLES = "2000000"

@@ -12,16 +12,15 @@ import asyncio
 import base64
 import copy
 import time
-from typing import Any
 
 from mpiop import ssh
+from mpiop.api.raw import JSON
 from mpiop.kube.client import KubeClient
 from testkit import kubeflow
 from testkit.e2e.kube import is_true, wait_for
 from testkit.e2e.mpi import assert_pi
 from testkit.e2e.session import E2E, operator_process
 
-JSON = dict[str, Any]
 SLEEP = "20"  # every rank sleeps this long before reducing: mpiop starts while mpirun runs
 LAUNCHER_COMMAND = ["mpi-wait-hosts", "mpirun.openmpi"]
 LAUNCHER_ARGS = ["-n", "2", "/home/mpiuser/pi", "2000000", SLEEP]

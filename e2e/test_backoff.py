@@ -9,7 +9,8 @@ import re
 import time
 
 from devcluster.pi_job import SAMPLES, pi_job
-from testkit.e2e.kube import JSON, condition, is_true
+from mpiop.api.raw import JSON
+from testkit.e2e.kube import condition, is_true
 from testkit.e2e.mpi import assert_pi, assert_succeeded
 from testkit.e2e.session import E2E
 

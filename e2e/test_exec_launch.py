@@ -12,9 +12,10 @@ import time
 import pytest
 
 from devcluster.pi_job import SAMPLES, pi_job
+from mpiop.api.raw import JSON
 from mpiop.api.v2beta1 import MPIImplementation
 from testkit.e2e.exec_launch import UID, add_passwd, describe, exec_pi_job, finished, report, restricted_exec
-from testkit.e2e.kube import JSON, wait_for
+from testkit.e2e.kube import wait_for
 from testkit.e2e.mpi import (
     PI_LINE,
     assert_pi,

@@ -7,9 +7,10 @@ from __future__ import annotations
 
 import pytest
 
+from mpiop.api.raw import JSON
 from mpiop.policies.kubectl_image import REASON as KUBECTL_IMAGE_UNAVAILABLE
 from testkit.e2e.exec_launch import describe, exec_pi_job, finished, report, restrict_namespace
-from testkit.e2e.kube import JSON, condition, is_true, wait_for
+from testkit.e2e.kube import condition, is_true, wait_for
 from testkit.e2e.session import E2E, operator_process
 
 MISSING_KUBECTL = "mpiop.local/no-such-kubectl:0"

@@ -15,12 +15,12 @@ from typing import Any
 import pytest
 
 from devcluster.pi_job import pi_job
+from mpiop.api.raw import JSON
 from testkit.e2e.kube import is_true, wait_for
 from testkit.e2e.mpi import PI_LINE, assert_succeeded, delete_worker_mid_run, finalize_hang, mpich_pi_command
 from testkit.e2e.session import E2E, OPENMPI, REPORT
 from testkit.e2e.training import IDENTITY, RANKS, ddp_job, script_config_map
 
-JSON = dict[str, Any]
 ACCEPTED = "Accepted publickey"
 
 

@@ -13,7 +13,8 @@ import time
 import pytest
 
 from devcluster.pi_job import pi_job
-from testkit.e2e.kube import JSON, condition, is_true, wait_for
+from mpiop.api.raw import JSON
+from testkit.e2e.kube import condition, is_true, wait_for
 from testkit.e2e.mpi import assert_pi, assert_succeeded, log_or_empty
 from testkit.e2e.session import E2E, OPENMPI, REPORT
 from testkit.e2e.training import RANKS, assert_trained, ddp_job, reference, script_config_map

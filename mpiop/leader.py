@@ -27,15 +27,14 @@ import random
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
 
 import aiohttp
 import structlog
 
+from mpiop.api.raw import JSON
 from mpiop.kube.client import ApiError, KubeClient, Resource
 
 log = structlog.get_logger(__name__)
-JSON = dict[str, Any]
 LEASES = Resource("coordination.k8s.io", "v1", "leases", "Lease")
 JITTER = 1.2  # client-go's JitterFactor: retries are spread over [retry, retry * 1.2]
 NETWORK_ERRORS = (ApiError, aiohttp.ClientError, OSError, TimeoutError)

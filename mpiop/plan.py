@@ -9,13 +9,13 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Literal
 
 from mpiop import names, podsnapshot, podstate
+from mpiop.api.raw import JSON
 from mpiop.api.v2beta1 import JobStatus, MPIJob
 from mpiop.podstate import Pod
 
-JSON = dict[str, Any]
 # The longest message mpiop sends in an Event (kubeflow's recorder and `kubectl describe` expect short ones), and
 # the cap on a condition message built from something unbounded (an apiserver's answer, an annotation).
 MESSAGE_LIMIT = 1024

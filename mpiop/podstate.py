@@ -7,8 +7,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from mpiop import names
+from mpiop.api.raw import JSON
 
-Pod = dict[str, Any]
+Pod = JSON
 
 
 def phase(pod: Pod) -> str:

@@ -11,7 +11,8 @@ from typing import Any
 
 import yaml
 
-JSON = dict[str, Any]
+from mpiop.api.raw import JSON
+
 ROOT = Path(__file__).resolve().parents[1]
 DEPLOY = ROOT / "deploy"
 CHART = DEPLOY / "helm" / "mpiop"

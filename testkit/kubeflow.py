@@ -9,14 +9,13 @@ import asyncio
 import copy
 import json
 from pathlib import Path
-from typing import Any
 
+from mpiop.api.raw import JSON
 from mpiop.api.v2beta1 import MPIJob
 from mpiop.controller.caches import trim_config_map, trim_launcher_batch_job, trim_pod, trim_secret, trim_service
 from mpiop.kube.client import BATCH_JOBS, CONFIGMAPS, MPIJOBS, PODS, SECRETS, SERVICES, ApiError, KubeClient, Resource
 from mpiop.plan import Observed
 
-JSON = dict[str, Any]
 FIXTURES = Path(__file__).parent / "fixtures" / "kubeflow-mpi-operator-v0.8.2"
 MOMENTS = ("kf-pi-ok.0-created", "kf-pi-ok.1-running", "kf-pi-ok.2-finished",
            "kf-pi-fail.0-created", "kf-pi-fail.1-running", "kf-pi-fail.2-finished")

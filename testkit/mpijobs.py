@@ -13,6 +13,7 @@ import copy
 import datetime as dt
 from typing import Any, Self
 
+from mpiop.api.raw import JSON
 from mpiop.api.v2beta1 import (
     LAUNCHER,
     WORKER,
@@ -27,8 +28,6 @@ from mpiop.api.v2beta1 import (
     ReplicaType,
     RestartPolicy,
 )
-
-JSON = dict[str, Any]
 
 IMAGE = "mpioperator/mpi-pi:openmpi"
 CONTAINER = "main"

@@ -13,13 +13,13 @@ from typing import Any, TypeVar
 import structlog
 import structlog.testing
 
+from mpiop.api.raw import JSON
 from mpiop.api.v2beta1 import LAUNCHER, WORKER
 from mpiop.controller.manager import Manager, ManagerConfig
 from mpiop.kube.client import MPIJOBS, PODS, KubeClient, RequestHook
 from testkit.mpijobs import make_mpijob
 
 T = TypeVar("T")
-JSON = dict[str, Any]
 
 
 @dataclass

@@ -11,16 +11,15 @@ from __future__ import annotations
 
 import copy
 import datetime as dt
-from typing import Any, Self
+from typing import Self
 
 from mpiop import names, podstate
+from mpiop.api.raw import JSON
 from mpiop.api.v2beta1 import MPIJob, format_time
 from mpiop.desired import objects
 from mpiop.plan import Observed
 from mpiop.policies import host_ports
 from testkit.mpijobs import CONTAINER, T0, MPIJobBuilder
-
-JSON = dict[str, Any]
 
 
 def _pod_uid(name: str, attempt: int) -> str:

@@ -11,11 +11,11 @@ from typing import Any
 import yaml
 
 from devcluster.controlplane import ControlPlane
+from mpiop.api.raw import JSON
 from mpiop.kube.client import KubeClient, RequestHook
 from testkit.deploy import DEPLOY, SYSTEM, docs
 
 ACCOUNT = "mpiop"
-JSON = dict[str, Any]
 Request = tuple[str, str, str, str]
 """(verb, API group, resource[/subresource], name) as RBAC sees a request."""
 

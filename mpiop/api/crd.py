@@ -11,15 +11,13 @@ field, instead of the controller failing it later. ``crds/kubeflow.org_mpijobs.y
 from __future__ import annotations
 
 import copy
-from typing import Any
 
 import yaml
 from pydantic import BaseModel
 
 from mpiop.api import v2beta1
 from mpiop.api.podtemplate import QUANTITY_PATTERN, structural_pod_template_schema
-
-JSON = dict[str, Any]
+from mpiop.api.raw import JSON
 
 CRD_NAME = f"{v2beta1.PLURAL}.{v2beta1.GROUP}"
 CATEGORIES = ("all", "kubeflow")

@@ -15,7 +15,7 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
-JSON = dict[str, Any]
+from mpiop.api.raw import JSON
 
 ROOT = "io.k8s.api.core.v1.PodTemplateSpec"
 SNAPSHOT_PATH = Path(__file__).with_name("podtemplatespec.schema.json")

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from mpiop import names, podsnapshot, podstate
+from mpiop.api.raw import JSON
 from mpiop.api.v2beta1 import KIND, MPIJob
 from mpiop.desired import podgroup
 from mpiop.desired.podgroup import GangScheduler
@@ -37,7 +38,6 @@ from mpiop.kube.informer import Indexer, Informer
 from mpiop.kube.trim import metadata as trimmed_metadata
 from mpiop.plan import Observed, Refusal
 
-JSON = dict[str, Any]
 OWNER_INDEX = "owner"
 # Pods by `namespace/<job-name label>`, whoever owns them: what a DELETE collection by the job's labels matches.
 JOB_LABEL_INDEX = "job-label"

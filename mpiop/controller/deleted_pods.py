@@ -16,13 +16,11 @@ a newer pod of the same name. A DELETE by name carries the pod's uid as a precon
 from __future__ import annotations
 
 from collections.abc import Collection
-from typing import Any
 
 from mpiop import podstate
+from mpiop.api.raw import JSON
 from mpiop.kube.client import ApiError
 from mpiop.kube.informer import Informer, object_key
-
-JSON = dict[str, Any]
 
 
 def observe_collection(pods: Informer, planned: list[podstate.Pod], deleted: Collection[str], deleted_at: str) -> None:

@@ -26,11 +26,12 @@ import time
 from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Protocol
 
 import structlog
 
 from mpiop import metrics
+from mpiop.api.raw import JSON
 from mpiop.api.v2beta1 import API_VERSION, KIND, MPIJob, format_time
 from mpiop.kube.client import EVENTS, ApiError, Resource
 from mpiop.plan import Event
@@ -43,7 +44,6 @@ COMBINED_PREFIX = "(combined from similar events): "
 CACHE_SIZE = 4096  # client-go: maxLruCacheEntries
 RETRIES = (0.5, 2.0, 5.0)  # seconds before each new try of a transient failure
 
-JSON = dict[str, Any]
 Key = tuple[str, str, str, str, str]
 """(namespace, involved object uid, type, reason, message)."""
 

@@ -21,6 +21,7 @@ from typing import Any
 import structlog
 
 from mpiop import metrics, names, podstate
+from mpiop.api.raw import JSON
 from mpiop.controller.caches import OWNER_INDEX, Caches, UnchangedFilter, owner_key, pod_group_api_missing
 from mpiop.controller.events import EventRecorder
 from mpiop.controller.reconciler import Reconciler, utcnow
@@ -36,7 +37,7 @@ from mpiop.desired.hostnetwork import DEFAULT_PORT_RANGE, PortRange
 from mpiop.desired.launch import DEFAULT_KUBECTL_IMAGE, LaunchMode
 from mpiop.desired.podgroup import GangScheduler
 from mpiop.desired.settings import Settings
-from mpiop.kube.client import JSON, ApiError, KubeClient
+from mpiop.kube.client import ApiError, KubeClient
 from mpiop.kube.codec import UNDECODABLE
 from mpiop.kube.informer import object_key
 from mpiop.plan import Event

@@ -26,6 +26,7 @@ from typing import Any, TypeVar
 import structlog
 
 from mpiop import metrics, names, podstate, ssh
+from mpiop.api.raw import JSON
 from mpiop.api.v2beta1 import MPIJob, format_time
 from mpiop.controller import bulk_delete, deleted_pods
 from mpiop.controller.caches import Caches, pod_group_resource
@@ -44,7 +45,6 @@ from mpiop.plan import Observed, Plan, Refusal
 from mpiop.policies import adoption, managed_by, node_exclusion
 
 log = structlog.get_logger(__name__)
-JSON = dict[str, Any]
 UPDATED_FIELDS = ("data", "rules")  # what an update changes: a ConfigMap's data, a Role's rules
 WRITES_PER_PASS = 32  # coroutines carrying out one pass's creations or deletions
 DECIDE_ON_LOOP_UP_TO = 1000  # pods (existing + wanted); a bigger job is decided in a thread (bench/huge.py)

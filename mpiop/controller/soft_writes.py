@@ -10,13 +10,12 @@ launcher waits for its ports) are transitions and are made at once.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
 
 from mpiop import names
+from mpiop.api.raw import JSON
 from mpiop.api.v2beta1 import JobStatus
 from mpiop.plan import Plan
 
-JSON = dict[str, Any]
 SOFT_WRITE_DELAY = 5.0
 
 

@@ -34,13 +34,12 @@ Where mpiop differs, on purpose:
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
 from mpiop import names
+from mpiop.api.raw import JSON
 from mpiop.api.v2beta1 import LAUNCHER, WORKER, MPIJob, ReplicaSpec
 from mpiop.desired.quantity import Quantity
 
-JSON = dict[str, Any]
 KIND = "PodGroup"
 PLURAL = "podgroups"
 VOLCANO = "volcano"

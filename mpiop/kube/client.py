@@ -23,11 +23,11 @@ from typing import Any, Self, TypedDict, Unpack, cast
 import aiohttp
 
 from mpiop import __version__
+from mpiop.api.raw import JSON
 from mpiop.kube.access import ClusterAccess, load_access
 from mpiop.kube.codec import ListSplitter, decode, decode_event, encode
 from mpiop.kube.ratelimit import TokenBucket
 
-JSON = dict[str, Any]
 RequestObserver = Callable[[str, str, int, float], None]
 """Called after each request with (verb, resource, HTTP status or 0, seconds)."""
 WriteGuard = Callable[[str, str], None]

@@ -18,7 +18,7 @@ from typing import Any, cast
 
 import orjson
 
-JSON = dict[str, Any]
+from mpiop.api.raw import JSON
 
 _BIG_BODY = 256 * 1024
 UNDECODABLE = "mpiop.dev/undecodable"

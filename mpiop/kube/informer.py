@@ -26,9 +26,10 @@ from typing import Any
 import aiohttp
 import structlog
 
+from mpiop.api.raw import JSON
 from mpiop.kube import resourceversion
 from mpiop.kube.backoff import Backoff
-from mpiop.kube.client import JSON, ApiError, KubeClient, Resource
+from mpiop.kube.client import ApiError, KubeClient, Resource
 from mpiop.kube.codec import UNDECODABLE, ListSplitter, list_metadata
 
 log = structlog.get_logger(__name__)

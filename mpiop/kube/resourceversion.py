@@ -10,9 +10,7 @@ what "cannot tell" means for it, never guessing an order.
 
 from __future__ import annotations
 
-from typing import Any
-
-JSON = dict[str, Any]
+from mpiop.api.raw import JSON
 
 
 def _well_formed(version: str) -> bool:

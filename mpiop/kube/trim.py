@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Any
+from mpiop.api.raw import JSON
 
-JSON = dict[str, Any]
 _KEPT_METADATA = ("name", "namespace", "uid", "resourceVersion", "labels", "deletionTimestamp", "creationTimestamp")
 
 

@@ -23,9 +23,9 @@ starts on such a cluster (kubeflow's operator scaled to zero first):
 from __future__ import annotations
 
 import datetime as dt
-from typing import Any
 
 from mpiop import names, podstate
+from mpiop.api.raw import JSON
 from mpiop.api.v2beta1 import MPIJob
 from mpiop.desired import ensure
 from mpiop.desired.settings import DEFAULT_SETTINGS, Settings
@@ -33,7 +33,6 @@ from mpiop.plan import Observed, Plan
 from mpiop.policies import failure, host_ports, success
 from mpiop.status import progress
 
-JSON = dict[str, Any]
 ADOPTED_REASON = "MPIJobAdopted"
 
 

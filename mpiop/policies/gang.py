@@ -17,10 +17,11 @@ from __future__ import annotations
 import datetime as dt
 
 from mpiop import podstate
+from mpiop.api.raw import JSON
 from mpiop.api.v2beta1 import MPIJob
 from mpiop.desired import podgroup
 from mpiop.desired.podgroup import GangScheduler
-from mpiop.plan import JSON, MESSAGE_LIMIT, Observed, Plan, PodGroupWrite
+from mpiop.plan import MESSAGE_LIMIT, Observed, Plan, PodGroupWrite
 from mpiop.policies import suspend
 from mpiop.status import conditions as c
 from mpiop.status.failed import mark_failed

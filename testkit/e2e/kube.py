@@ -12,8 +12,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
+from mpiop.api.raw import JSON
+
 T = TypeVar("T")
-JSON = dict[str, Any]
 MPIJOBS = "/apis/kubeflow.org/v2beta1/namespaces/{ns}/mpijobs"
 PODS = "/api/v1/namespaces/{ns}/pods"
 

@@ -6,7 +6,8 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 
-from testkit.e2e.kube import JSON, condition, is_true, wait_for
+from mpiop.api.raw import JSON
+from testkit.e2e.kube import condition, is_true, wait_for
 from testkit.e2e.session import E2E
 
 PI_LINE = re.compile(r"pi is approximately (\d+\.\d+) \((\d+) samples on (\d+) ranks\)")

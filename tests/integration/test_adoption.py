@@ -9,15 +9,14 @@ plays the kubelet by writing pod status, and the Job controller follows the laun
 from __future__ import annotations
 
 import asyncio
-from typing import Any
 
 from devcluster.controlplane import ControlPlane
 from mpiop import metrics, names
+from mpiop.api.raw import JSON
 from mpiop.kube.client import BATCH_JOBS, CONFIGMAPS, SECRETS, SERVICES
 from testkit import kubeflow
 from testkit.operator import Cluster, Operator, eventually, mpijob, running_operator
 
-JSON = dict[str, Any]
 KUBEFLOW_CREATED = "2026-11-23T03:16:15Z"  # the fixture's Created condition: kept, never reset
 
 

@@ -17,13 +17,13 @@ import yaml
 from devcluster.controlplane import ControlPlane, ControlPlaneError
 from devcluster.install import install_crd
 from mpiop.api import podtemplate
+from mpiop.api.raw import JSON
 from mpiop.kube.client import MPIJOBS, ApiError, KubeClient
 from testkit.mpijobs import make_mpijob
 
 pytestmark = pytest.mark.integration
 
 EXAMPLES = sorted((Path(__file__).parents[2] / "examples").glob("*.yaml"))
-JSON = dict[str, Any]
 
 
 async def kubectl(plane: ControlPlane, *args: str, input_text: str | None = None) -> str:

@@ -8,7 +8,7 @@ whose list-map key `protocol` is the one thing the apiserver fills in).
 from __future__ import annotations
 
 import uuid
-from typing import Any, get_args
+from typing import get_args
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -29,7 +29,6 @@ from mpiop.kube.client import MPIJOBS, KubeClient
 from testkit.strategies import dns_labels, optional, pod_templates, quantities, resource_names, words
 
 INT32 = 2**31 - 1
-JSON = dict[str, Any]
 
 
 run_policies = st.builds(

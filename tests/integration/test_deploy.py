@@ -12,19 +12,17 @@ from __future__ import annotations
 import argparse
 import re
 import subprocess
-from typing import Any
 
 import pytest
 
 from devcluster.controlplane import ControlPlane
+from mpiop.api.raw import JSON
 from mpiop.controller.manager import ManagerConfig
 from mpiop.desired.launch import DEFAULT_KUBECTL_IMAGE
 from mpiop.kube.client import PODS, ApiError, KubeClient
 from mpiop.process import add_run_arguments, config_from_args
 from testkit.deploy import CHART, DEPLOY, SYSTEM, docs, render
 from testkit.operator import eventually
-
-JSON = dict[str, Any]
 
 
 def _open_crd(kind: str, plural: str) -> str:

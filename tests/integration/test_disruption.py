@@ -9,17 +9,16 @@ and fails one the way a kubelet evicting for node pressure does.
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
-from typing import Any
 
 import pytest
 
 from devcluster.controlplane import ControlPlane
 from mpiop import names
+from mpiop.api.raw import JSON
 from mpiop.kube.client import PODS, Resource
 from testkit.operator import Cluster, eventually, mpijob, running_operator
 
 NODES = Resource("", "v1", "nodes", "Node", namespaced=False)
-JSON = dict[str, Any]
 
 
 @pytest.fixture

@@ -2,14 +2,11 @@
 
 from __future__ import annotations
 
-from typing import Any
-
+from mpiop.api.raw import JSON
 from mpiop.controller.events import COMBINED_PREFIX, SIMILAR_THRESHOLD, EventRecorder
 from mpiop.kube.client import EVENTS, KubeClient
 from mpiop.plan import Event
 from testkit.mpijobs import at, make_mpijob
-
-JSON = dict[str, Any]
 
 
 async def events_of(kube: KubeClient, namespace: str) -> list[JSON]:

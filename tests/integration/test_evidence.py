@@ -10,16 +10,15 @@ from __future__ import annotations
 
 import asyncio
 import time
-from typing import Any
 
 from devcluster.controlplane import ControlPlane
+from mpiop.api.raw import JSON
 from mpiop.controller.logreads import READ_SECONDS
 from mpiop.kube.client import CONFIGMAPS, EVENTS, PODS, Resource
 from testkit.operator import Cluster, Operator, eventually, mpijob, running_operator
 
 NODES = Resource("", "v1", "nodes", "Node", namespaced=False)
 
-JSON = dict[str, Any]
 
 
 async def _restarts(cluster: Cluster, name: str) -> int:

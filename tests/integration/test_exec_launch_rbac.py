@@ -7,11 +7,11 @@ from __future__ import annotations
 
 from typing import Any
 
+from mpiop.api.raw import JSON
 from mpiop.desired.launch import LAUNCH_ANNOTATION
 from mpiop.kube.client import MPIJOBS, ROLE_BINDINGS, ROLES, SECRETS, SERVICE_ACCOUNTS, Resource
 from testkit.operator import Cluster, Operator, eventually, mpijob
 
-JSON = dict[str, Any]
 ACCESS: tuple[Resource, ...] = (SERVICE_ACCOUNTS, ROLES, ROLE_BINDINGS)
 
 

@@ -5,13 +5,11 @@ the runtime's reason, exit code and message). Log tails need a real kubelet: e2e
 
 from __future__ import annotations
 
-from typing import Any
-
 from devcluster.controlplane import ControlPlane
+from mpiop.api.raw import JSON
 from mpiop.kube.client import PODS
 from testkit.operator import Cluster, Operator, eventually, mpijob
 
-JSON = dict[str, Any]
 START_ERROR = ('failed to create containerd task: failed to create shim task: OCI runtime create failed: runc create '
                'failed: unable to start container process: error during container init: exec: "mpirunx": '
                'executable file not found in $PATH: unknown')

@@ -18,12 +18,12 @@ from typing import Any, get_args
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from mpiop.api.raw import JSON
 from mpiop.api.v2beta1 import CleanPodPolicy, LauncherCreationPolicy, MPIImplementation, RestartPolicy
 from mpiop.kube.client import MPIJOBS, PODS, ApiError, Resource
 from testkit.operator import Cluster, Operator
 from testkit.strategies import dns_labels, optional, pod_templates
 
-JSON = dict[str, Any]
 SERVICEACCOUNTS = Resource("", "v1", "serviceaccounts", "ServiceAccount")
 PRIORITYCLASSES = Resource("scheduling.k8s.io", "v1", "priorityclasses", "PriorityClass", namespaced=False)
 FIELD_PATH = re.compile(r"\b(spec|metadata)\.[A-Za-z]")

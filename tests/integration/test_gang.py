@@ -10,13 +10,13 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator
-from typing import Any
 
 import pytest
 
 from devcluster import coscheduler
 from devcluster.controlplane import ControlPlane
 from devcluster.install import install_custom_resource
+from mpiop.api.raw import JSON
 from mpiop.controller.caches import pod_group_resource
 from mpiop.controller.manager import Manager, ManagerConfig
 from mpiop.desired import podgroup
@@ -29,7 +29,6 @@ pytestmark = [pytest.mark.integration, pytest.mark.timeout(180)]
 
 PLUGINS = GangScheduler(coscheduler.DEFAULT_SCHEDULER_NAME)
 VOLCANO = GangScheduler(podgroup.VOLCANO)
-JSON = dict[str, Any]
 
 
 @pytest.fixture(scope="session")

@@ -23,6 +23,7 @@ import pytest
 
 from devcluster.coscheduler import DEFAULT_SCHEDULER_NAME
 from devcluster.simulated import FINISH_LABEL, SimulatedCluster
+from mpiop.api.raw import JSON
 from mpiop.desired.podgroup import GangScheduler
 from mpiop.kube.client import PODS, KubeClient
 from testkit.namespaces import create_namespace, delete_namespace
@@ -31,7 +32,6 @@ from testkit.operator import Cluster, eventually, mpijob, running_operator
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
 
 GATE = "sim.mpiop.dev/arrival"
-JSON = dict[str, Any]
 
 
 @pytest.fixture(scope="module")

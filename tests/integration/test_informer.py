@@ -9,8 +9,9 @@ from typing import Any
 from structlog.testing import capture_logs
 
 from devcluster.controlplane import ControlPlane
+from mpiop.api.raw import JSON
 from mpiop.kube.access import load_access
-from mpiop.kube.client import CONFIGMAPS, JSON, KubeClient
+from mpiop.kube.client import CONFIGMAPS, KubeClient
 from mpiop.kube.informer import Informer
 from testkit.operator import eventually
 

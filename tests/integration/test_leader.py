@@ -5,15 +5,14 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
-from typing import Any
 
 from devcluster.controlplane import ControlPlane
+from mpiop.api.raw import JSON
 from mpiop.kube.client import CONFIGMAPS, EVENTS, MPIJOBS, PODS, SECRETS, SERVICES
 from mpiop.leader import LEASES
 from testkit.operator import Cluster, drive_to_success, eventually, mpijob
 from testkit.process import OperatorProcess
 
-JSON = dict[str, Any]
 WRITES = ("POST", "PUT", "PATCH", "DELETE")
 
 

@@ -11,10 +11,10 @@ from typing import Any
 
 import pytest
 
+from mpiop.api.raw import JSON
 from mpiop.kube.client import CONFIGMAPS, MPIJOBS, PODS, SECRETS, SERVICES, ApiError, Resource
 from testkit.operator import Cluster, Operator, eventually, mpijob
 
-JSON = dict[str, Any]
 SERVICEACCOUNTS = Resource("", "v1", "serviceaccounts", "ServiceAccount")
 
 

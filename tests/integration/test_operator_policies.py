@@ -7,8 +7,9 @@ import asyncio
 import pytest
 
 from devcluster.controlplane import ControlPlane
+from mpiop.api.raw import JSON
 from mpiop.kube.client import CONFIGMAPS, MPIJOBS, PODS, SECRETS, SERVICES, Resource
-from testkit.operator import JSON, Cluster, Operator, eventually, mpijob, running_operator
+from testkit.operator import Cluster, Operator, eventually, mpijob, running_operator
 
 
 async def _pods(cluster: Cluster, names: set[str]) -> bool:

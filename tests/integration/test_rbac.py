@@ -24,6 +24,7 @@ from typing import Any
 import pytest
 
 from devcluster.controlplane import ControlPlane
+from mpiop.api.raw import JSON
 from mpiop.controller.manager import Manager, ManagerConfig
 from mpiop.kube.client import BATCH_JOBS, MPIJOBS, PODS, ApiError, KubeClient
 from mpiop.leader import LEASES, ElectionConfig, LeaderElector
@@ -34,7 +35,6 @@ from testkit.namespaces import create_namespace, delete_namespace
 from testkit.operator import Cluster, drive_to_success, eventually, mpijob
 from testkit.rbac import Request, allows, applied, recorder, rules, service_account_kubeconfig
 
-JSON = dict[str, Any]
 LEASE = "mpiop"
 RBAC_KINDS = ("ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding")
 # Granted for an admission plugin, not for a request: OwnerReferencesPermissionEnforcement (off in this

@@ -7,15 +7,14 @@ The operator runs in-process on a ServiceAccount token whose Role is deploy/base
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 from devcluster.controlplane import ControlPlane
+from mpiop.api.raw import JSON
 from mpiop.kube.client import KubeClient
 from testkit.deploy import DEPLOY, docs
 from testkit.operator import Cluster, drive_to_success, mpijob, running_operator
 from testkit.rbac import service_account_kubeconfig
 
-JSON = dict[str, Any]
 ACCOUNT = "mpiop-before-deletecollection"
 
 

@@ -12,12 +12,12 @@ import asyncio
 import uuid
 from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from devcluster import coscheduler
 from devcluster.controlplane import ControlPlane
+from mpiop.api.raw import JSON
 from mpiop.controller.manager import Manager, ManagerConfig
 from mpiop.desired.podgroup import GangScheduler
 from mpiop.kube.client import MPIJOBS, KubeClient
@@ -28,7 +28,6 @@ from testkit.rbac import Request, allows, applied, recorder, rules, service_acco
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(180)]
 
-JSON = dict[str, Any]
 KINDS = ("ServiceAccount", "ClusterRole", "ClusterRoleBinding")
 
 

@@ -14,9 +14,10 @@ from structlog.testing import capture_logs
 
 from devcluster.controlplane import ControlPlane, free_port
 from mpiop import process
+from mpiop.api.raw import JSON
 from mpiop.controller.manager import Manager, ManagerConfig
 from mpiop.controller.supervisor import Supervisor
-from mpiop.kube.client import JSON, KubeClient
+from mpiop.kube.client import KubeClient
 from mpiop.server import Servers, health_app
 from testkit.operator import Cluster, mpijob
 

@@ -9,19 +9,18 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from devcluster.controlplane import ControlPlane
 from devcluster.install import install_crd
 from mpiop.api.crd import CRD_NAME
+from mpiop.api.raw import JSON
 from mpiop.kube.client import CRDS, EVENTS, MPIJOBS, ApiError, KubeClient
 from mpiop.kube.codec import encode
 from testkit.operator import Cluster, Operator, eventually, mpijob
 from testkit.process import OperatorProcess
 
-JSON = dict[str, Any]
 LEVELS = 1030
 _METADATA = ("/spec/versions/0/schema/openAPIV3Schema/properties/spec/properties/mpiReplicaSpecs/properties/Worker"
              "/properties/template/properties/metadata")

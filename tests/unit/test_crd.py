@@ -7,19 +7,18 @@ import json
 import re
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 import yaml
 
 from mpiop.api import podtemplate
 from mpiop.api.crd import crd, crd_yaml
+from mpiop.api.raw import JSON
 from mpiop.api.v2beta1 import MAX_WORKER_REPLICAS, MPIJob
 from mpiop.cli import main
 
 ROOT = Path(__file__).parents[2]
 COMMITTED = ROOT / "crds" / "kubeflow.org_mpijobs.yaml"
-JSON = dict[str, Any]
 
 # apiextensions.k8s.io/v1 JSONSchemaProps fields (those a generated schema may use).
 SCHEMA_KEYWORDS = {

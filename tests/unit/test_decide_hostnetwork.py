@@ -5,14 +5,13 @@ from __future__ import annotations
 from typing import Any
 
 from mpiop import podstate
+from mpiop.api.raw import JSON
 from mpiop.desired import hostnetwork as hn
 from mpiop.desired import ssh_config
 from mpiop.desired.pods import WORKER_DEFAULT_COMMAND, launcher_pod, worker_pod
 from mpiop.policies import host_ports
 from testkit.mpijobs import make_mpijob
 from testkit.world import World, names_of, running
-
-JSON = dict[str, Any]
 
 
 def main_container(pod: JSON) -> JSON:

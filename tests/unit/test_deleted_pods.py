@@ -12,11 +12,11 @@ from typing import Any, cast
 import pytest
 
 from mpiop import podstate
+from mpiop.api.raw import JSON
 from mpiop.controller import deleted_pods
 from mpiop.kube.client import PODS, ApiError, KubeClient
 from mpiop.kube.informer import Informer
 
-JSON = dict[str, Any]
 KEY = "ns/pi-worker-1"
 DELETED_AT = "2026-11-26T00:00:00Z"
 

@@ -5,17 +5,16 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator
-from typing import Any
 
 import pytest
 from prometheus_client import REGISTRY
 
+from mpiop.api.raw import JSON
 from mpiop.controller.events import EventRecorder
 from mpiop.kube.client import ApiError, Resource
 from mpiop.plan import MESSAGE_LIMIT, Event
 from testkit.mpijobs import at, make_mpijob
 
-JSON = dict[str, Any]
 JOB = make_mpijob("pi").obj()
 
 

@@ -7,9 +7,8 @@ from typing import Any
 import orjson
 import pytest
 
+from mpiop.api.raw import JSON
 from mpiop.kube.codec import UNDECODABLE, ListSplitter, decode_event, truncated, value_end
-
-JSON = dict[str, Any]
 
 
 def deep(levels: int) -> JSON:

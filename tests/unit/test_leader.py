@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 
+from mpiop.api.raw import JSON
 from mpiop.kube.client import PODS, ApiError, KubeClient
 from mpiop.leader import (
     ElectionConfig,
@@ -18,8 +19,6 @@ from mpiop.leader import (
     format_micro_time,
     parse_micro_time,
 )
-
-JSON = dict[str, Any]
 
 
 class FakeLeases:

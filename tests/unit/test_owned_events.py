@@ -8,13 +8,13 @@ from typing import Any
 
 import pytest
 
+from mpiop.api.raw import JSON
 from mpiop.controller import caches
 from mpiop.controller.caches import Caches, same_but_version, same_pod_but_binding, trim_pod
 from mpiop.desired.podgroup import GangScheduler
 from mpiop.kube.access import ClusterAccess
 from mpiop.kube.client import KubeClient
 
-JSON = dict[str, Any]
 OWNER = [{"kind": "MPIJob", "name": "pi", "uid": "j", "controller": True}]
 PENDING: JSON = {
     "metadata": {"name": "pi-worker-0", "namespace": "ns", "uid": "u", "resourceVersion": "10",

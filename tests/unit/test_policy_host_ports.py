@@ -7,14 +7,13 @@ from typing import Any
 
 import pytest
 
+from mpiop.api.raw import JSON
 from mpiop.desired import hostnetwork as hn
 from mpiop.desired import ssh_config
 from mpiop.desired.objects import config_map
 from mpiop.policies import host_ports
 from testkit.mpijobs import MPIJobBuilder, make_mpijob
 from testkit.pods import make_pod
-
-JSON = dict[str, Any]
 
 
 def table(builder: MPIJobBuilder, attempt: int = 0, pods: list[JSON] | None = None,
