@@ -161,6 +161,15 @@ def test_kubexec_runs_with_its_stdin_closed(agent: tuple[Path, dict[str, str]]) 
     assert (done.returncode, done.stdout, done.stderr) == (0, "end\n", "")
 
 
+def _default_signal_handling() -> None:
+    """The agent starts with every signal at its default, as PRRTE and Hydra start their launch agents. A test
+    runner started by `nohup` or in a non-interactive shell's background inherits INT and HUP ignored, and sh
+    cannot trap a signal that was ignored when it started, so without this the test would depend on how pytest
+    itself was started."""
+    for number in (signal.SIGINT, signal.SIGHUP, signal.SIGTERM):
+        signal.signal(number, signal.SIG_DFL)
+
+
 @pytest.mark.parametrize("sent", [signal.SIGTERM, signal.SIGINT, signal.SIGHUP], ids=["TERM", "INT", "HUP"])
 def test_kubexec_passes_a_signal_on_to_kubectl(agent: tuple[Path, dict[str, str]], sent: signal.Signals) -> None:
     """mpirun stopping its agent stops kubectl too (as TERM: sh starts a background command with INT ignored);
@@ -171,7 +180,7 @@ def test_kubexec_passes_a_signal_on_to_kubectl(agent: tuple[Path, dict[str, str]
     kubectl.write_text('#!/bin/sh\ncase " $* " in *" get pod "*) echo Running; exit 0;; esac\n'
                        f'echo $$ > {started}\nfor last; do :; done\nexec /bin/sh -c "$last"\n')
     agent_process = subprocess.Popen([str(script), "pi-worker-0", "exec sleep 300"], env=env,
-                                     stdin=subprocess.DEVNULL)
+                                     stdin=subprocess.DEVNULL, preexec_fn=_default_signal_handling)
     try:
         deadline = time.monotonic() + 10
         while not started.exists() or not started.read_text().strip():
