@@ -83,7 +83,7 @@ class BareOperator:
         self.namespace = namespace
         self.jobs = jobs
         config = operator_config(operator_args)
-        self.settings = config.settings()
+        self.settings = config.settings
         self.recorder = EventRecorder(kube, unsent_reasons=config.unsent_event_reasons())
         self.running_at: dict[str, float] = {}  # job -> when its Running status write answered
         self.all_running = asyncio.Event()
