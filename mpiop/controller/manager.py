@@ -89,7 +89,7 @@ class Manager:
         self.synced = asyncio.Event()
         self.working = False  # workers running: this process reconciles (leads, or has no election)
         self._ids = itertools.count(1)
-        metrics.QUEUE_DEPTH.set_function(lambda: len(self.queue))
+        metrics.observe_queue(self.queue)
         metrics.MPIJOB_GAUGES.source = metrics.MPIJobSource(
             mpijobs=lambda: self.caches.mpijobs.cached_objects(),
             has_launcher=self._has_launcher,
