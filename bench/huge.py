@@ -28,7 +28,7 @@ from typing import Any
 from mpiop import podstate
 from mpiop.api.raw import JSON
 from mpiop.api.v2beta1 import MPIJob
-from mpiop.controller.caches import trim_pod
+from mpiop.controller.trims import trim_pod
 from mpiop.decide import decide
 from mpiop.desired import objects
 from mpiop.plan import Observed

@@ -37,10 +37,10 @@ from mpiop import names
 from mpiop.api.raw import JSON
 from mpiop.api.v2beta1 import MPIJob, format_time
 from mpiop.controller import bulk_delete
-from mpiop.controller.caches import trim_config_map, trim_pod, trim_secret, trim_service
 from mpiop.controller.events import EventRecorder
 from mpiop.controller.manager import ManagerConfig
 from mpiop.controller.soft_writes import status_change
+from mpiop.controller.trims import trim_config_map, trim_pod, trim_secret, trim_service
 from mpiop.decide import decide
 from mpiop.kube.client import CONFIGMAPS, MPIJOBS, PODS, KubeClient
 from mpiop.plan import Observed, Plan
@@ -83,7 +83,7 @@ class BareOperator:
         self.namespace = namespace
         self.jobs = jobs
         config = operator_config(operator_args)
-        self.settings = config.settings()
+        self.settings = config.settings
         self.recorder = EventRecorder(kube, unsent_reasons=config.unsent_event_reasons())
         self.running_at: dict[str, float] = {}  # job -> when its Running status write answered
         self.all_running = asyncio.Event()

@@ -40,6 +40,7 @@ object the job does not control) is observed like the pods are: the reconciler k
 from __future__ import annotations
 
 import datetime as dt
+from collections.abc import Callable
 
 from mpiop.api.v2beta1 import MPIJob
 from mpiop.desired import ensure
@@ -66,7 +67,8 @@ from mpiop.policies import (
     suspend,
     ttl,
 )
-from mpiop.status import progress, replica_failure
+from mpiop.policies.outcome import STOP, Outcome
+from mpiop.status import progress
 
 
 def decide(job: MPIJob, observed: Observed, now: dt.datetime, settings: Settings = DEFAULT_SETTINGS) -> Plan:
@@ -87,32 +89,35 @@ def decide(job: MPIJob, observed: Observed, now: dt.datetime, settings: Settings
 
 
 def _decide(plan: Plan, job: MPIJob, observed: Observed, now: dt.datetime, settings: Settings) -> None:
-    if plan.status.finished or forward_env.apply(plan, job, now) \
-            or launch_mode.apply(plan, job, now, settings.default_launch):
+    """The steps in order: the first policy that answers STOP decides the pass (policies/outcome)."""
+    if plan.status.finished:
         return
-    if node_exclusion.refuse_bad_annotation(plan, job, now):
+    validations: list[Callable[[], Outcome]] = [
+        lambda: forward_env.apply(plan, job, now),
+        lambda: launch_mode.apply(plan, job, now, settings.default_launch),
+        lambda: node_exclusion.refuse_bad_annotation(plan, job, now),
+        lambda: size.apply(plan, job, now),
+        lambda: refused.apply(plan, job, observed, now),
+        lambda: squatters.apply(plan, job, observed, now),
+    ]
+    if _first_stop(validations):
         return
-    if size.apply(plan, job, now) or refused.apply(plan, job, observed, now):
-        return
-    if not squatters.apply(plan, job, observed, now) and not observed.refused:
-        replica_failure.clear(plan, job.key, now)
     ensure.supporting_objects(plan, job, observed, host_ports.for_plan(plan, job, observed, settings), settings)
-    if suspend.apply(plan, job, observed, now):
+    if suspend.apply(plan, job, observed, now) is STOP:
         adoption.retire(plan, observed)
         return
     if plan.status.start_time is None:  # first start, or a resume: a new attempt too
         plan.status.start_time = plan.status.attempt_start_time = now
     plan.status.attempt_start_time = plan.status.attempt_start_time or plan.status.start_time
-    if deadline.apply(plan, job, now):
-        return
-    if adoption.apply(plan, job, observed, now, settings):
-        return
-    if success.apply(plan, job, observed, now):
-        return
-    if disruption.apply(plan, job, observed, now, settings.max_disruption_restarts):
-        return
-    if failure.apply(plan, job, observed, now) or kubectl_image.apply(
-            plan, job, observed, now, settings):
+    running: list[Callable[[], Outcome]] = [
+        lambda: deadline.apply(plan, job, now),
+        lambda: adoption.apply(plan, job, observed, now, settings),
+        lambda: success.apply(plan, job, observed, now),
+        lambda: disruption.apply(plan, job, observed, now, settings.max_disruption_restarts),
+        lambda: failure.apply(plan, job, observed, now),
+        lambda: kubectl_image.apply(plan, job, observed, now, settings),
+    ]
+    if _first_stop(running):
         return
     progress.mark_running(plan, job, observed, now)
     node_exclusion.explain_wait(plan, job, observed, now)
@@ -120,3 +125,8 @@ def _decide(plan: Plan, job: MPIJob, observed: Observed, now: dt.datetime, setti
     launcher_may_start = launcher_creation.launcher_may_start(job, observed, attempt)
     ports = host_ports.for_plan(plan, job, observed, settings)
     ensure.job_pods(plan, job, observed, launcher_may_start, ports, settings)
+
+
+def _first_stop(steps: list[Callable[[], Outcome]]) -> bool:
+    """Run the steps in order until one answers STOP; whether one did."""
+    return any(step() is STOP for step in steps)

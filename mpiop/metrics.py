@@ -11,7 +11,7 @@ from __future__ import annotations
 import datetime as dt
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from prometheus_client import REGISTRY, Counter, Gauge, Histogram
 from prometheus_client.core import GaugeMetricFamily, Metric
@@ -46,6 +46,18 @@ QUEUE_WAIT_SECONDS = Histogram(
     buckets=(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30),
 )
 QUEUE_RETRIES = Counter("mpiop_workqueue_retries", "Keys put back with rate-limited backoff after an error")
+# client-go's two workqueue gauges for stuck workers (its help text): a worker stuck in one reconcile shows
+# as a longest-running time that only grows, and unfinished work rising faster than 1 s/s.
+QUEUE_LONGEST_RUNNING_SECONDS = Gauge(
+    "mpiop_workqueue_longest_running_processor_seconds",
+    "How many seconds has the longest running processor for workqueue been running.",
+)
+QUEUE_UNFINISHED_WORK_SECONDS = Gauge(
+    "mpiop_workqueue_unfinished_work_seconds",
+    "How many seconds of work has been done that is in progress and hasn't been observed by work_duration. "
+    "Large values indicate stuck threads. One can deduce the number of stuck threads by observing the rate at "
+    "which this increases.",
+)
 API_REQUESTS = Counter("mpiop_api_requests", "Requests to the apiserver", ["verb", "resource", "code"])
 API_LATENCY = Histogram(
     "mpiop_api_request_duration_seconds", "Apiserver request latency", ["verb", "resource"],
@@ -58,6 +70,21 @@ WATCH_RESTARTS = Counter("mpiop_watch_restarts", "Watch streams re-opened", ["re
 UNDECODABLE_OBJECTS = Counter("mpiop_undecodable_objects", "Objects (each version once) that could not be decoded "
                               "and were skipped", ["kind"])
 PHASES = ("Pending", "Created", "Running", "Restarting", "Suspended", "Succeeded", "Failed")
+
+
+class QueueStats(Protocol):
+    """What the queue gauges read, at scrape time (controller.workqueue.WorkQueue)."""
+
+    def __len__(self) -> int: ...
+    def longest_running(self) -> float: ...
+    def unfinished_work(self) -> float: ...
+
+
+def observe_queue(queue: QueueStats) -> None:
+    """The work queue's gauges read `queue` when scraped: its depth and client-go's stuck-worker gauges."""
+    QUEUE_DEPTH.set_function(lambda: len(queue))
+    QUEUE_LONGEST_RUNNING_SECONDS.set_function(queue.longest_running)
+    QUEUE_UNFINISHED_WORK_SECONDS.set_function(queue.unfinished_work)
 
 
 def count_transitions(job: MPIJob, new: JobStatus, now: dt.datetime) -> None:

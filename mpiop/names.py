@@ -50,11 +50,6 @@ def worker_name(job: MPIJob, index: int) -> str:
     return f"{job.metadata.name}-worker-{index}"
 
 
-def rank0_pod_name(job: MPIJob) -> str:
-    """The pod of the hostfile's first host, where rank 0 runs: the launcher when it also works, else worker 0."""
-    return launcher_name(job) if job.spec.run_launcher_as_worker else worker_name(job, 0)
-
-
 def config_map_name(job: MPIJob) -> str:
     return f"{job.metadata.name}-config"
 

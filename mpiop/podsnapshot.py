@@ -6,9 +6,10 @@ once, when the informer stores the pod (`with_state`), and every later pass read
 
 from __future__ import annotations
 
-from typing import Any, NamedTuple
+from typing import Any, Literal, NamedTuple, TypedDict
 
 from mpiop import podstate
+from mpiop.api.raw import TrimmedMetadata
 from mpiop.podstate import Pod
 
 
@@ -33,8 +34,60 @@ class State(NamedTuple):
         return self.phase in ("Pending", "Running", "Unknown") and not self.terminating
 
 
+class TerminatedRun(TypedDict, total=False):
+    exitCode: int
+    reason: str
+    message: str  # its tail, only of a run that failed
+
+
+class WaitingRun(TypedDict, total=False):
+    reason: str  # CrashLoopBackOff, or an image pull failure
+    message: str
+
+
+class ContainerRun(TypedDict, total=False):
+    waiting: WaitingRun
+    terminated: TerminatedRun
+
+
+class ContainerStatus(TypedDict, total=False):
+    name: str | None
+    state: ContainerRun
+    lastState: ContainerRun
+    restartCount: int  # only once it is not 0
+
+
+class PodCondition(TypedDict, total=False):
+    type: str  # Ready, PodScheduled (False only) or DisruptionTarget (True only)
+    status: str | None
+    reason: str
+    message: str
+
+
+class PodStatus(TypedDict, total=False):
+    phase: str
+    reason: str
+    message: str
+    conditions: list[PodCondition]
+    initContainerStatuses: list[ContainerStatus]
+    containerStatuses: list[ContainerStatus]
+
+
+class PodSpec(TypedDict, total=False):
+    nodeName: str
+    restartPolicy: Literal["OnFailure"]  # the one policy decisions read
+
+
+class TrimmedPodBody(TypedDict, total=False):
+    """The keys `controller.trims.trim_pod` keeps of a Pod, and no other: mypy checks the trim writes these."""
+
+    metadata: TrimmedMetadata
+    status: PodStatus
+    spec: PodSpec
+
+
 class TrimmedPod(dict[str, Any]):
-    """A cached pod (what `controller.caches.trim_pod` keeps) that also carries its `State`.
+    """A cached pod (what `controller.trims.trim_pod` keeps) that also carries its `State`.
 
     Cached objects are replaced, never changed in place, so the State stays true for the object's life and a
     10,000-pod job's every reconcile reads 10,000 attributes instead of parsing 10,000 pods. It compares and
@@ -52,7 +105,7 @@ def read(pod: Pod) -> State:
                  podstate.in_place_failures(pod))
 
 
-def with_state(trimmed: Pod) -> TrimmedPod:
+def with_state(trimmed: TrimmedPodBody) -> TrimmedPod:
     """The trimmed pod as the cache keeps it: its State read once, now."""
     cached = TrimmedPod(trimmed)
     cached.state = read(cached)

@@ -1,5 +1,5 @@
 """Reading a (trimmed) Pod: phase, readiness, attempt, and why one failed. The one reader of a pod's fields:
-`podsnapshot.State` reads them through these, and `controller.caches.trim_pod` keeps what these read."""
+`podsnapshot.State` reads them through these, and `controller.trims.trim_pod` keeps what these read."""
 
 from __future__ import annotations
 

@@ -25,15 +25,19 @@ from mpiop import logging as mpiop_logging
 from mpiop import metrics
 from mpiop.controller.manager import Manager, ManagerConfig
 from mpiop.controller.supervisor import Supervisor
-from mpiop.desired.hostnetwork import DEFAULT_PORT_RANGE, PortRange
-from mpiop.desired.launch import DEFAULT_KUBECTL_IMAGE, LAUNCH_ANNOTATION, LAUNCH_MODES
+from mpiop.desired.hostnetwork import PortRange
+from mpiop.desired.launch import LAUNCH_ANNOTATION, LAUNCH_MODES
 from mpiop.desired.podgroup import gang_scheduler
+from mpiop.desired.settings import DEFAULT_SETTINGS, Settings
 from mpiop.kube.client import KubeClient
 from mpiop.leader import ElectionConfig, LeaderElector, LeadershipLostError
 from mpiop.server import Checks, Servers, health_app, metrics_app
 
 log = structlog.get_logger(__name__)
 SA_NAMESPACE_FILE = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
+# Where the flags' defaults live (the help text reads them): each once, in the value the flag fills.
+_CONFIG, _SETTINGS = ManagerConfig(), DEFAULT_SETTINGS
+_ELECTION = ElectionConfig(namespace="", name="", identity="")
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d*)?|\.\d+)\s*(ms|s|m|h)?\s*$")
 
 
@@ -51,6 +55,10 @@ def _port_range(text: str) -> PortRange:
         return PortRange.parse(text)
     except ValueError as error:
         raise argparse.ArgumentTypeError(str(error)) from None
+
+
+def _on_off(value: bool) -> str:
+    return "on" if value else "off"
 
 
 def _at_least(minimum: int) -> Callable[[str], int]:
@@ -83,86 +91,101 @@ def add_run_arguments(parser: argparse.ArgumentParser) -> None:
     # Reconciles wait on the apiserver, not the CPU: at 8, a sustained 5 jobs/s on a loaded apiserver (0.3 s a
     # request) queued 500 keys behind 8 busy workers at 5% CPU. Coroutines are cheap; the 32 pod writes in
     # flight and the apiserver's fairness bound the load.
-    parser.add_argument("--workers", type=int, default=32, help="reconcile workers (default 32)")
+    parser.add_argument("--workers", type=int, default=_CONFIG.workers, help="reconcile workers (default %(default)s)")
     # Off by default, as in controller-runtime since v0.21: mpiop bounds itself by concurrency (workers, 32 pod
     # writes in flight, --kube-api-burst connections) and the apiserver's Priority and Fairness does the rest. At
     # 50 QPS a 200-job burst took 5x the apiserver's own time (docs/bench.md, the qps50 phase).
     parser.add_argument("--kube-api-qps", type=float, default=0.0,
-                        help="client-side QPS limit to the apiserver; 0 turns the limiter off (default 0)")
+                        help="client-side QPS limit to the apiserver; 0 turns the limiter off (default %(default)g)")
     parser.add_argument("--kube-api-burst", type=int, default=100,
-                        help="client-side burst, and at least this many connections to the apiserver (default 100)")
+                        help="client-side burst, and at least this many connections to the apiserver "
+                             "(default %(default)s)")
     parser.add_argument("--log-format", choices=("json", "console"), default="console",
                         help="json: one JSON object a line (in a cluster); console: for humans (default)")
     parser.add_argument("--log-level", default="info", choices=("debug", "info", "warning", "error"))
-    parser.add_argument("--cluster-domain", default="",
-                        help="append this domain to hostfile names, e.g. cluster.local (default: none)")
-    parser.add_argument("--host-network-port-range", type=_port_range, default=DEFAULT_PORT_RANGE, metavar="FIRST-LAST",
+    parser.add_argument("--cluster-domain", default=_SETTINGS.cluster_domain,
+                        help="append this domain to hostfile names, e.g. cluster.local "
+                             f"(default: {_SETTINGS.cluster_domain or 'none'})")
+    parser.add_argument("--host-network-port-range", type=_port_range, default=_SETTINGS.port_range,
+                        metavar="FIRST-LAST",
                         help="host ports for the sshd (and MASTER_PORT) of hostNetwork pods, one per pod "
-                             f"(default {DEFAULT_PORT_RANGE})")
+                             "(default %(default)s)")
     parser.add_argument("--gang-scheduling", default="", metavar="NAME",
                         help="gang-schedule every job with a PodGroup: 'volcano', or the schedulerName of a "
                              "scheduler-plugins Coscheduling profile (e.g. scheduler-plugins-scheduler); "
                              "empty: off (default)")
     # Both default to kubeflow's behaviour; turned off, an 8-worker job's life costs 16 requests instead of 20.
-    parser.add_argument("--lifecycle-events", action=argparse.BooleanOptionalAction, default=True,
+    parser.add_argument("--lifecycle-events", action=argparse.BooleanOptionalAction, default=_CONFIG.lifecycle_events,
                         help="send the Normal Events every job has (MPIJobCreated, MPIJobRunning, "
-                             "MPIJobSucceeded), as kubeflow does; off: they are only logged (default on)")
-    parser.add_argument("--discover-hosts", action=argparse.BooleanOptionalAction, default=True,
+                             "MPIJobSucceeded), as kubeflow does; off: they are only logged "
+                             f"(default {_on_off(_CONFIG.lifecycle_events)})")
+    parser.add_argument("--discover-hosts", action=argparse.BooleanOptionalAction, default=_SETTINGS.discover_hosts,
                         help="keep discover_hosts.sh (elastic Horovod) listing the Running workers, as kubeflow "
-                             "does; off: it is a script that fails saying so, and is never patched (default on)")
-    parser.add_argument("--max-disruption-restarts", type=_at_least(0), default=10, metavar="N",
+                             "does; off: it is a script that fails saying so, and is never patched "
+                             f"(default {_on_off(_SETTINGS.discover_hosts)})")
+    parser.add_argument("--max-disruption-restarts", type=_at_least(0), default=_SETTINGS.max_disruption_restarts,
+                        metavar="N",
                         help="restarts per job after a pod was evicted or preempted (its DisruptionTarget condition) "
-                             "that do not count against backoffLimit; past N they do (default 10)")
-    parser.add_argument("--kept-attempts", type=_at_least(1), default=3, metavar="K",
+                             "that do not count against backoffLimit; past N they do (default %(default)s)")
+    parser.add_argument("--kept-attempts", type=_at_least(1), default=_SETTINGS.kept_attempts, metavar="K",
                         help="keep the logs of each job's last K failed attempts in ConfigMaps <job>-attempt-<n> "
-                             "(default 3)")
-    parser.add_argument("--node-fault-exit-codes", type=_exit_codes, default=frozenset(), metavar="CODES",
+                             "(default %(default)s)")
+    parser.add_argument("--node-fault-exit-codes", type=_exit_codes, default=_SETTINGS.node_fault_exit_codes,
+                        metavar="CODES",
                         help="comma-separated exit codes (1-255) that mean the node is at fault: an attempt failing "
-                             "with one avoids that node from then on (default: none)")
-    parser.add_argument("--max-excluded-nodes", type=_at_least(0), default=8, metavar="N",
-                        help="nodes a job's next attempts avoid at most, the most recent kept; 0: none (default 8)")
-    parser.add_argument("--default-launch", choices=LAUNCH_MODES, default="ssh",
+                             "with one avoids that node from then on "
+                             f"(default: {','.join(map(str, sorted(_SETTINGS.node_fault_exit_codes))) or 'none'})")
+    parser.add_argument("--max-excluded-nodes", type=_at_least(0), default=_SETTINGS.max_excluded_nodes, metavar="N",
+                        help="nodes a job's next attempts avoid at most, the most recent kept; 0: none "
+                             "(default %(default)s)")
+    parser.add_argument("--default-launch", choices=LAUNCH_MODES, default=_SETTINGS.default_launch,
                         help=f"how mpirun reaches the workers of a job without the {LAUNCH_ANNOTATION} annotation: "
                              "'ssh' (sshd in the workers, as kubeflow) or 'exec' (the Kubernetes exec API, no sshd; "
-                             "mpiop's role then needs deploy/overlays/exec-launch) (default ssh)")
-    parser.add_argument("--kubectl-image", default=DEFAULT_KUBECTL_IMAGE,
+                             "mpiop's role then needs deploy/overlays/exec-launch) (default %(default)s)")
+    parser.add_argument("--kubectl-image", default=_SETTINGS.kubectl_image,
                         help="image an exec launcher's init container copies kubectl from "
-                             f"(default {DEFAULT_KUBECTL_IMAGE})")
-    parser.add_argument("--kubectl-image-grace-seconds", type=_at_least(0), default=300, metavar="SECONDS",
+                             "(default %(default)s)")
+    parser.add_argument("--kubectl-image-grace-seconds", type=_at_least(0),
+                        default=_SETTINGS.kubectl_image_grace_seconds, metavar="SECONDS",
                         help="an exec job whose launcher cannot pull --kubectl-image waits this long after the "
-                             "launcher was made (a registry can come back), then fails (default 300)")
-    parser.add_argument("--resync-seconds", type=float, default=300.0, help="re-reconcile every job this often")
+                             "launcher was made (a registry can come back), then fails (default %(default)s)")
+    parser.add_argument("--resync-seconds", type=float, default=_CONFIG.resync_seconds,
+                        help="re-reconcile every job this often (default %(default)gs)")
     parser.add_argument("--field-manager", default="mpiop",
-                        help="name recorded in managedFields for this process's writes (default mpiop)")
+                        help="name recorded in managedFields for this process's writes (default %(default)s)")
     parser.add_argument("--health-addr", default=":8081",
-                        help="address of /healthz and /readyz ([host]:port; 0 turns it off; default :8081)")
+                        help="address of /healthz and /readyz ([host]:port; 0 turns it off; default %(default)s)")
     parser.add_argument("--metrics-addr", default=":8080",
-                        help="address of /metrics ([host]:port; 0 turns it off; default :8080)")
+                        help="address of /metrics ([host]:port; 0 turns it off; default %(default)s)")
     election = parser.add_argument_group("leader election (a coordination.k8s.io/v1 Lease)")
     election.add_argument("--leader-elect", action="store_true",
                           help="only the holder of the lease reconciles; run this with more than one replica")
-    election.add_argument("--leader-elect-lease-duration", type=duration, default=15.0, metavar="DURATION",
-                          help="how long standbys wait after the last renewal before taking over (default 15s)")
-    election.add_argument("--leader-elect-renew-deadline", type=duration, default=10.0, metavar="DURATION",
-                          help="the leader stops if it could not renew for this long (default 10s)")
-    election.add_argument("--leader-elect-retry-period", type=duration, default=2.0, metavar="DURATION",
-                          help="how often to renew, or to try to acquire (default 2s)")
+    election.add_argument("--leader-elect-lease-duration", type=duration, default=_ELECTION.lease_duration,
+                          metavar="DURATION",
+                          help="how long standbys wait after the last renewal before taking over "
+                               "(default %(default)gs)")
+    election.add_argument("--leader-elect-renew-deadline", type=duration, default=_ELECTION.renew_deadline,
+                          metavar="DURATION",
+                          help="the leader stops if it could not renew for this long (default %(default)gs)")
+    election.add_argument("--leader-elect-retry-period", type=duration, default=_ELECTION.retry_period,
+                          metavar="DURATION",
+                          help="how often to renew, or to try to acquire (default %(default)gs)")
     election.add_argument("--leader-elect-namespace", default=None,
                           help="namespace of the Lease (default: $POD_NAMESPACE, else the pod's own namespace)")
-    election.add_argument("--leader-elect-id", default="mpiop", help="name of the Lease (default mpiop)")
+    election.add_argument("--leader-elect-id", default="mpiop", help="name of the Lease (default %(default)s)")
 
 
 def config_from_args(args: argparse.Namespace) -> ManagerConfig:
     if args.workers < 1:
         raise SystemExit("--workers must be at least 1")
-    return ManagerConfig(namespace=args.namespace or None, workers=args.workers, cluster_domain=args.cluster_domain,
-                         port_range=args.host_network_port_range, resync_seconds=args.resync_seconds,
-                         gang_scheduler=gang_scheduler(args.gang_scheduling),
-                         lifecycle_events=args.lifecycle_events, discover_hosts=args.discover_hosts,
-                         max_disruption_restarts=args.max_disruption_restarts, kept_attempts=args.kept_attempts,
-                         node_fault_exit_codes=args.node_fault_exit_codes, max_excluded_nodes=args.max_excluded_nodes,
-                         default_launch=args.default_launch, kubectl_image=args.kubectl_image,
-                         kubectl_image_grace_seconds=args.kubectl_image_grace_seconds)
+    settings = Settings(cluster_domain=args.cluster_domain, port_range=args.host_network_port_range,
+                        gang_scheduler=gang_scheduler(args.gang_scheduling), discover_hosts=args.discover_hosts,
+                        max_disruption_restarts=args.max_disruption_restarts, kept_attempts=args.kept_attempts,
+                        node_fault_exit_codes=args.node_fault_exit_codes, max_excluded_nodes=args.max_excluded_nodes,
+                        default_launch=args.default_launch, kubectl_image=args.kubectl_image,
+                        kubectl_image_grace_seconds=args.kubectl_image_grace_seconds)
+    return ManagerConfig(namespace=args.namespace or None, workers=args.workers, resync_seconds=args.resync_seconds,
+                         lifecycle_events=args.lifecycle_events, settings=settings)
 
 
 def election_from_args(args: argparse.Namespace) -> ElectionConfig | None:

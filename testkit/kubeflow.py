@@ -12,7 +12,7 @@ from pathlib import Path
 
 from mpiop.api.raw import JSON
 from mpiop.api.v2beta1 import MPIJob
-from mpiop.controller.caches import trim_config_map, trim_launcher_batch_job, trim_pod, trim_secret, trim_service
+from mpiop.controller.trims import trim_config_map, trim_launcher_batch_job, trim_pod, trim_secret, trim_service
 from mpiop.kube.client import BATCH_JOBS, CONFIGMAPS, MPIJOBS, PODS, SECRETS, SERVICES, ApiError, KubeClient, Resource
 from mpiop.plan import Observed
 

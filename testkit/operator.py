@@ -16,6 +16,7 @@ import structlog.testing
 from mpiop.api.raw import JSON
 from mpiop.api.v2beta1 import LAUNCHER, WORKER
 from mpiop.controller.manager import Manager, ManagerConfig
+from mpiop.desired.settings import Settings
 from mpiop.kube.client import MPIJOBS, PODS, KubeClient, RequestHook
 from testkit.mpijobs import make_mpijob
 
@@ -54,14 +55,14 @@ def unexpected_reconcile_errors(logs: Sequence[Mapping[str, Any]]) -> list[str]:
 @asynccontextmanager
 async def running_operator(kubeconfig: str, namespace: str, *, allow_reconcile_errors: bool = False,
                            client_class: type[KubeClient] = KubeClient, on_request: RequestHook | None = None,
-                           **config: Any) -> AsyncIterator[Operator]:
+                           **settings: Any) -> AsyncIterator[Operator]:
     """The operator in-process on `namespace`. Like kueue's verifyLogs, leaving fails if it logged a reconcile
     error meanwhile (unless the test provokes them on purpose: `allow_reconcile_errors`). `client_class`: a
     KubeClient subclass injecting a fault at the client's edge (the apiserver stays real); `on_request`: the
-    client's hook, to see each request as it leaves."""
+    client's hook, to see each request as it leaves; `settings`: fields of the operator's Settings."""
     requests = RequestLog()
     client = await client_class.connect(kubeconfig, qps=0, burst=1000, observer=requests, on_request=on_request)
-    manager = Manager(client, ManagerConfig(namespace=namespace, workers=4, **config))
+    manager = Manager(client, ManagerConfig(namespace=namespace, workers=4, settings=Settings(**settings)))
     stop = asyncio.Event()
     with structlog.testing.capture_logs() as logs:
         task = asyncio.create_task(manager.run(stop))

@@ -3,7 +3,7 @@ contents that decide() reads::
 
     pod = make_pod(job, "worker", 1).failed(reason="OOMKilled", exit_code=137).obj()
 
-`make_pod(...).obj()` has the shape `controller.caches.trim_pod` keeps, with the names and labels `desired.pods` gives
+`make_pod(...).obj()` has the shape `controller.trims.trim_pod` keeps, with the names and labels `desired.pods` gives
 the pod.
 """
 

@@ -9,7 +9,7 @@ from typing import Any
 
 from mpiop import podstate
 from mpiop.api.v2beta1 import MPIJob, format_time
-from mpiop.controller.caches import trim_pod
+from mpiop.controller.trims import trim_pod
 from mpiop.decide import decide
 from mpiop.desired import objects
 from mpiop.desired.settings import Settings

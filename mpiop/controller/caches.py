@@ -15,9 +15,20 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from mpiop import names, podsnapshot, podstate
+from mpiop import names
 from mpiop.api.raw import JSON
 from mpiop.api.v2beta1 import KIND, MPIJob
+from mpiop.controller.trims import (
+    trim_config_map,
+    trim_launcher_batch_job,
+    trim_metadata_only,
+    trim_mpijob,
+    trim_pod,
+    trim_pod_group,
+    trim_role,
+    trim_secret,
+    trim_service,
+)
 from mpiop.desired import podgroup
 from mpiop.desired.podgroup import GangScheduler
 from mpiop.kube.client import (
@@ -35,7 +46,6 @@ from mpiop.kube.client import (
     Resource,
 )
 from mpiop.kube.informer import Indexer, Informer
-from mpiop.kube.trim import metadata as trimmed_metadata
 from mpiop.plan import Observed, Refusal
 
 OWNER_INDEX = "owner"
@@ -102,101 +112,6 @@ def same_pod_but_binding(old: JSON, new: JSON) -> bool:
     return unbound(old) == unbound(new)
 
 
-def trim_pod(pod: JSON) -> JSON:
-    """What the controller decides on (what `podstate` reads), with its `podsnapshot.State`; everything else in a
-    Pod is dropped from the cache."""
-    status = pod.get("status", {})
-    kept_status: JSON = {k: status[k] for k in ("phase", "reason", "message") if k in status}
-    conditions = [{"type": "Ready", "status": c.get("status")}
-                  for c in status.get("conditions") or [] if c.get("type") == "Ready"]
-    # Why the scheduler cannot place it: a host-port conflict moves the pod to another port, and a gang
-    # held back says so on its MPIJob (policies/gang).
-    conditions += [{"type": "PodScheduled", "status": "False", "message": c.get("message") or ""}
-                   for c in status.get("conditions") or []
-                   if c.get("type") == "PodScheduled" and c.get("status") == "False"]
-    # Evicted, preempted or deleted from a failing node: a restart that spends no backoffLimit (policies/disruption).
-    conditions += [{"type": podstate.DISRUPTION_TARGET, "status": "True", "reason": c.get("reason") or "",
-                    "message": str(c.get("message") or "")[:podstate.DISRUPTION_MESSAGE_KEPT]}
-                   for c in status.get("conditions") or []
-                   if c.get("type") == podstate.DISRUPTION_TARGET and c.get("status") == "True"]
-    if conditions:  # only then: other conditions coming and going change nothing here
-        kept_status["conditions"] = conditions
-    for key in ("initContainerStatuses", "containerStatuses"):
-        if status.get(key):
-            kept_status[key] = [_slim_container(s) for s in status[key]]
-    trimmed: JSON = {"metadata": trimmed_metadata(pod), "status": kept_status}
-    spec = pod.get("spec") or {}
-    kept_spec = {k: spec[k] for k in ("nodeName",) if spec.get(k)}
-    if spec.get("restartPolicy") == "OnFailure":  # the one policy decisions read (in_place_failures)
-        kept_spec["restartPolicy"] = "OnFailure"
-    if kept_spec:
-        trimmed["spec"] = kept_spec
-    return podsnapshot.with_state(trimmed)
-
-
-def _slim_container(status: JSON) -> JSON:
-    """Name, how its runs ended, and the restart count only once it is not 0 (a pod's ordinary life then
-    changes nothing here)."""
-    kept = {"name": status.get("name"), "state": _slim_state(status.get("state")),
-            "lastState": _slim_state(status.get("lastState"))}
-    if status.get("restartCount"):
-        kept["restartCount"] = int(status["restartCount"])
-    return kept
-
-
-def _slim_state(state: Any) -> JSON:
-    """A terminated run's exit; of waiting, only CrashLoopBackOff (a failed run that waits to run again) and an
-    image the kubelet cannot get (with its message, which names the image and what the registry said)."""
-    if not isinstance(state, dict):
-        return {}
-    waiting = state.get("waiting") or {}
-    if waiting.get("reason") == podstate.CRASH_LOOP:
-        return {"waiting": {"reason": podstate.CRASH_LOOP}}
-    if waiting.get("reason") in podstate.IMAGE_PULL_FAILURES:
-        return {"waiting": {"reason": waiting["reason"],
-                            "message": str(waiting.get("message") or "")[-podstate.TERMINATION_MESSAGE_KEPT:]}}
-    if "terminated" not in state:
-        return {}
-    terminated = state["terminated"] or {}
-    kept = {k: terminated[k] for k in ("exitCode", "reason") if k in terminated}
-    if terminated.get("message") and terminated.get("exitCode"):
-        kept["message"] = str(terminated["message"])[-podstate.TERMINATION_MESSAGE_KEPT:]
-    return {"terminated": kept}
-
-
-def trim_secret(obj: JSON) -> JSON:
-    """Existence only: private keys never sit in the operator's memory."""
-    return {"metadata": trimmed_metadata(obj), "type": obj.get("type")}
-
-
-def trim_config_map(obj: JSON) -> JSON:
-    """The hostfile ConfigMap whole; a saved attempt's logs (labelled with its attempt) by name only."""
-    if names.ATTEMPT_LABEL in (obj["metadata"].get("labels") or {}):
-        return {"metadata": trimmed_metadata(obj)}
-    return {"metadata": trimmed_metadata(obj), "data": obj.get("data") or {}}
-
-
-def trim_service(obj: JSON) -> JSON:
-    return {"metadata": trimmed_metadata(obj), "spec": {"selector": (obj.get("spec") or {}).get("selector")}}
-
-
-def trim_metadata_only(obj: JSON) -> JSON:
-    """Existence only: an exec launcher's ServiceAccount and RoleBinding never change once made."""
-    return {"metadata": trimmed_metadata(obj)}
-
-
-def trim_role(obj: JSON) -> JSON:
-    return {"metadata": trimmed_metadata(obj), "rules": obj.get("rules") or []}
-
-
-def trim_pod_group(obj: JSON) -> JSON:
-    status = obj.get("status") or {}
-    conditions = [{k: c[k] for k in ("type", "status", "reason", "message") if k in c}
-                  for c in status.get("conditions") or []]
-    return {"metadata": trimmed_metadata(obj), "spec": obj.get("spec") or {},
-            "status": {"phase": status.get("phase"), "conditions": conditions} if status else {}}
-
-
 def pod_group_resource(scheduler: GangScheduler) -> Resource:
     return Resource(scheduler.group, scheduler.version, podgroup.PLURAL, podgroup.KIND)
 
@@ -218,21 +133,6 @@ async def pod_group_api_missing(client: KubeClient, scheduler: GangScheduler) ->
     return (f"--gang-scheduling {scheduler.scheduler_name} needs PodGroups of {resource.api_version}, and the "
             f"apiserver does not serve them: install the CustomResourceDefinition {scheduler.crd_name} "
             f"({'Volcano' if scheduler.volcano else 'scheduler-plugins'}) first")
-
-
-def trim_mpijob(obj: JSON) -> JSON:
-    """MPIJobs are kept whole but for managedFields, which nobody here reads."""
-    obj.get("metadata", {}).pop("managedFields", None)
-    return obj
-
-
-def trim_launcher_batch_job(obj: JSON) -> JSON:
-    """Whether kubeflow's launcher Job runs, succeeded or failed: its conditions and counts."""
-    status = obj.get("status") or {}
-    kept: JSON = {k: status[k] for k in ("active", "succeeded", "failed", "completionTime") if k in status}
-    kept["conditions"] = [{k: c.get(k) for k in ("type", "status", "reason", "message")}
-                          for c in status.get("conditions") or []]
-    return {"metadata": trimmed_metadata(obj), "status": kept}
 
 
 @dataclass

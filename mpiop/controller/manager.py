@@ -27,16 +27,13 @@ from mpiop.controller.events import EventRecorder
 from mpiop.controller.reconciler import Reconciler, utcnow
 from mpiop.controller.supervisor import Supervisor
 from mpiop.controller.workqueue import (
-    BucketRateLimiter,
-    ItemExponentialFailureRateLimiter,
-    MaxOfRateLimiter,
+    QUEUE_BURST,
+    QUEUE_QPS,
     QueueShutDownError,
     WorkQueue,
+    default_controller_rate_limiter,
 )
-from mpiop.desired.hostnetwork import DEFAULT_PORT_RANGE, PortRange
-from mpiop.desired.launch import DEFAULT_KUBECTL_IMAGE, LaunchMode
-from mpiop.desired.podgroup import GangScheduler
-from mpiop.desired.settings import Settings
+from mpiop.desired.settings import DEFAULT_SETTINGS, Settings
 from mpiop.kube.client import ApiError, KubeClient
 from mpiop.kube.codec import UNDECODABLE
 from mpiop.kube.informer import object_key
@@ -59,33 +56,16 @@ async def _until(awaited: asyncio.Future[Any], stop: asyncio.Event) -> bool:
 
 @dataclass
 class ManagerConfig:
-    namespace: str | None = None
+    """The `mpiop run` flags the manager reads; those that shape a job's objects are `settings`, as decide
+    reads them. Each default is here or in Settings, once: the flags and their help text read it."""
+    namespace: str | None = None  # None: every namespace
     workers: int = 32
-    cluster_domain: str = ""
-    port_range: PortRange = DEFAULT_PORT_RANGE
     resync_seconds: float = 300.0
     watch_timeout_seconds: int = 300
-    queue_qps: float = 10.0
-    queue_burst: int = 100
-    gang_scheduler: GangScheduler | None = None
+    queue_qps: float = QUEUE_QPS
+    queue_burst: int = QUEUE_BURST
     lifecycle_events: bool = True  # False: MPIJobCreated/Running/Succeeded are logged, not sent
-    discover_hosts: bool = True  # False: discover_hosts.sh is a fixed script, never patched
-    max_disruption_restarts: int = 10  # restarts after evictions/preemptions that spend no backoffLimit
-    kept_attempts: int = 3  # a job's last failed attempts whose logs stay in ConfigMaps
-    node_fault_exit_codes: frozenset[int] = frozenset()  # exit codes that blame the node (it is then avoided)
-    max_excluded_nodes: int = 8  # nodes a job's next attempts avoid at most
-    default_launch: LaunchMode = "ssh"  # for jobs without the launch annotation
-    kubectl_image: str = DEFAULT_KUBECTL_IMAGE
-    kubectl_image_grace_seconds: int = 300  # an exec job fails when its launcher's kubectl is unpulled this long
-
-    def settings(self) -> Settings:
-        """The flags that shape a job's objects, as decide reads them."""
-        return Settings(cluster_domain=self.cluster_domain, port_range=self.port_range,
-                        gang_scheduler=self.gang_scheduler, discover_hosts=self.discover_hosts,
-                        max_disruption_restarts=self.max_disruption_restarts, kept_attempts=self.kept_attempts,
-                        node_fault_exit_codes=self.node_fault_exit_codes, max_excluded_nodes=self.max_excluded_nodes,
-                        default_launch=self.default_launch, kubectl_image=self.kubectl_image,
-                        kubectl_image_grace_seconds=self.kubectl_image_grace_seconds)
+    settings: Settings = DEFAULT_SETTINGS
 
     def unsent_event_reasons(self) -> frozenset[str]:
         """Events only logged, never sent: every job's three lifecycle Events under --no-lifecycle-events."""
@@ -99,18 +79,17 @@ class Manager:
         self.supervisor = supervisor if supervisor is not None else Supervisor()
         self.caches = Caches.build(client, config.namespace, config.watch_timeout_seconds,
                                     on_watch_restart=metrics.observe_watch_restart,
-                                    gang_scheduler=config.gang_scheduler)
+                                    gang_scheduler=config.settings.gang_scheduler)
         self.queue: WorkQueue[str] = WorkQueue(
-            MaxOfRateLimiter(ItemExponentialFailureRateLimiter(0.005, 1000.0),
-                             BucketRateLimiter(config.queue_qps, config.queue_burst)),
+            default_controller_rate_limiter(qps=config.queue_qps, burst=config.queue_burst),
             on_wait=metrics.QUEUE_WAIT_SECONDS.observe,
         )
         self.recorder = EventRecorder(client, unsent_reasons=config.unsent_event_reasons())
-        self.reconciler = Reconciler(client, self.caches, self.recorder, settings=config.settings())
+        self.reconciler = Reconciler(client, self.caches, self.recorder, settings=config.settings)
         self.synced = asyncio.Event()
         self.working = False  # workers running: this process reconciles (leads, or has no election)
         self._ids = itertools.count(1)
-        metrics.QUEUE_DEPTH.set_function(lambda: len(self.queue))
+        metrics.observe_queue(self.queue)
         metrics.MPIJOB_GAUGES.source = metrics.MPIJobSource(
             mpijobs=lambda: self.caches.mpijobs.cached_objects(),
             has_launcher=self._has_launcher,
@@ -141,7 +120,7 @@ class Manager:
 
     async def preflight(self) -> None:
         """Fail at start, with the reason, on what would only fail later: a gang scheduler without its CRD."""
-        gang = self.config.gang_scheduler
+        gang = self.config.settings.gang_scheduler
         if gang is not None and (missing := await pod_group_api_missing(self.client, gang)) is not None:
             raise SystemExit(missing)
 

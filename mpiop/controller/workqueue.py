@@ -113,10 +113,14 @@ class MaxOfRateLimiter(Generic[K]):
         return max((limiter.num_requeues(key) for limiter in self._limiters), default=0)
 
 
+QUEUE_QPS = 10.0  # client-go's DefaultControllerRateLimiter: 10 adds/s overall...
+QUEUE_BURST = 100  # ...after a burst of 100
+
+
 def default_controller_rate_limiter(
     *,
-    qps: float = 10.0,
-    burst: int = 100,
+    qps: float = QUEUE_QPS,
+    burst: int = QUEUE_BURST,
     base_delay: float = 0.005,
     max_delay: float = 1000.0,
     clock: Clock = time.monotonic,

@@ -6,6 +6,7 @@ from collections.abc import Iterable
 
 from mpiop import names
 from mpiop.api.v2beta1 import MPIImplementation, MPIJob
+from mpiop.desired import ranks
 from mpiop.desired.slots import slots_per_worker
 
 
@@ -17,11 +18,8 @@ def host_line(implementation: MPIImplementation, host: str, slots: int) -> str:
 
 
 def _hosts(job: MPIJob, worker_indexes: Iterable[int], cluster_domain: str) -> list[str]:
-    hosts = []
-    if job.spec.run_launcher_as_worker:
-        hosts.append(names.host_name(job, names.launcher_name(job), cluster_domain))
-    hosts += [names.host_name(job, names.worker_name(job, i), cluster_domain) for i in worker_indexes]
-    return hosts
+    """The hosts by their DNS names, in the rank layout's order (desired.ranks)."""
+    return [names.host_name(job, pod, cluster_domain) for pod in ranks.host_pods(job, worker_indexes)]
 
 
 def _hostfile_hosts(job: MPIJob, cluster_domain: str) -> list[str]:

@@ -18,6 +18,7 @@ from typing import Any
 
 from mpiop import names, podstate
 from mpiop.api.v2beta1 import MPIJob
+from mpiop.desired import ranks
 
 SSH_PORT_NAME = "mpiop-ssh"
 MASTER_PORT_NAME = "mpiop-master"
@@ -101,7 +102,7 @@ def master_pod(job: MPIJob) -> str | None:
     replica = job.spec.launcher if job.spec.run_launcher_as_worker else job.spec.worker
     if replica is None or (not job.spec.run_launcher_as_worker and job.spec.worker_replicas == 0):
         return None
-    return names.rank0_pod_name(job) if on_host_network(replica.template) else None
+    return ranks.rank0_pod(job) if on_host_network(replica.template) else None
 
 
 def master_port(job: MPIJob, ports: Ports) -> int | None:

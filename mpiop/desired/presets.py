@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from mpiop import names
 from mpiop.api.v2beta1 import MPIJob
+from mpiop.desired import ranks
 from mpiop.desired.slots import slots_per_worker
 
 # torch.distributed's default (torchrun, init_method="env://" examples): a port a script may already assume.
@@ -27,7 +28,7 @@ PRESET_NAMES = ("MASTER_ADDR", "MASTER_PORT", "WORLD_SIZE", "NPROC_PER_NODE", "L
 
 def first_host(job: MPIJob, cluster_domain: str = "") -> str:
     """The hostfile's first line's host: the launcher when it also works, else worker 0 (`hostfile._hosts`)."""
-    return names.host_name(job, names.rank0_pod_name(job), cluster_domain)
+    return names.host_name(job, ranks.rank0_pod(job), cluster_domain)
 
 
 def world_size(job: MPIJob) -> int:

@@ -2,17 +2,23 @@
 
 from __future__ import annotations
 
-from mpiop.api.raw import JSON
+from typing import Literal
 
-_KEPT_METADATA = ("name", "namespace", "uid", "resourceVersion", "labels", "deletionTimestamp", "creationTimestamp")
+from mpiop.api.raw import JSON, TrimmedMetadata
+
+_KEPT_METADATA: tuple[Literal["name", "namespace", "uid", "resourceVersion", "labels", "deletionTimestamp",
+                              "creationTimestamp"], ...] = (
+    "name", "namespace", "uid", "resourceVersion", "labels", "deletionTimestamp", "creationTimestamp")
 
 
-def metadata(obj: JSON) -> JSON:
+def metadata(obj: JSON) -> TrimmedMetadata:
     """Identity, labels, deletion state, and only the controller owner reference (kind, name, uid)."""
     meta = obj.get("metadata", {})
-    kept = {k: meta[k] for k in _KEPT_METADATA if k in meta}
-    kept["ownerReferences"] = [
+    kept: TrimmedMetadata = {"ownerReferences": [
         {"kind": o.get("kind"), "name": o.get("name"), "uid": o.get("uid"), "controller": True}
         for o in meta.get("ownerReferences") or [] if o.get("controller")
-    ]
+    ]}
+    for key in _KEPT_METADATA:
+        if key in meta:
+            kept[key] = meta[key]
     return kept

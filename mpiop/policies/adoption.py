@@ -31,6 +31,7 @@ from mpiop.desired import ensure
 from mpiop.desired.settings import DEFAULT_SETTINGS, Settings
 from mpiop.plan import Observed, Plan
 from mpiop.policies import failure, host_ports, success
+from mpiop.policies.outcome import CONTINUE, STOP, Outcome
 from mpiop.status import progress
 
 ADOPTED_REASON = "MPIJobAdopted"
@@ -53,36 +54,36 @@ def _pods_of(launcher_batch_job: JSON, observed: Observed) -> list[podstate.Pod]
 
 
 def apply(plan: Plan, job: MPIJob, observed: Observed, now: dt.datetime,
-          settings: Settings = DEFAULT_SETTINGS) -> bool:
-    """Run a job whose launcher is kubeflow's Job (True), or leave it to mpiop's own flow (False)."""
+          settings: Settings = DEFAULT_SETTINGS) -> Outcome:
+    """Run a job whose launcher is kubeflow's Job (STOP), or leave it to mpiop's own flow (CONTINUE)."""
     launcher_batch_job = observed.launcher_batch_job
     if launcher_batch_job is None and not observed.launcher_batch_job_pods:
-        return False
+        return CONTINUE
     if launcher_batch_job is None or (plan.status.restart_count or 0) != 0:
         # An earlier attempt's launcher: it goes; this attempt's launcher Pod waits until its pods are gone.
         retire(plan, observed)
         ensure.job_pods(plan, job, observed, False, host_ports.for_plan(plan, job, observed, settings), settings)
-        return True
+        return STOP
     if job.status.last_reconcile_time is None:
         plan.event("Normal", ADOPTED_REASON, f"MPIJob {job.key} is taken over from kubeflow/mpi-operator: its "
                                              f"launcher Job {launcher_batch_job['metadata']['name']} runs on.")
     pods = _pods_of(launcher_batch_job, observed)
     if _true_condition(launcher_batch_job, "Complete") or any(podstate.phase(p) == "Succeeded" for p in pods):
         success.mark_succeeded(plan, job, now)
-        return True
+        return STOP
     job_failed = _true_condition(launcher_batch_job, "Failed")
     if job_failed is not None:
         summary = (f"launcher Job {launcher_batch_job['metadata']['name']} {job_failed.get('reason') or 'Failed'}: "
                    f"{job_failed.get('message') or ''}").rstrip(": ")
         failure.attempt_failed(plan, job, observed, now, summary)
-    elif not failure.apply(plan, job, observed, now):
+    elif failure.apply(plan, job, observed, now) is CONTINUE:
         if any(podstate.is_running(p) for p in pods):
             progress.mark_running_if_workers_run(plan, job, observed, now)
         ensure.job_pods(plan, job, observed, False, host_ports.for_plan(plan, job, observed, settings), settings)
-        return True
+        return STOP
     if not plan.status.finished:  # restarting: kubeflow's launcher goes with the workers
         retire(plan, observed)
-    return True
+    return STOP
 
 
 def retire(plan: Plan, observed: Observed) -> None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 from mpiop import podstate
 from mpiop.api.v2beta1 import CleanPodPolicy, MPIJob
 from mpiop.plan import Observed, Plan
+from mpiop.policies.outcome import CONTINUE, Outcome
 
 
 def pods_to_delete(policy: CleanPodPolicy, pods: list[podstate.Pod]) -> list[podstate.Pod]:
@@ -19,5 +20,6 @@ def pods_to_delete(policy: CleanPodPolicy, pods: list[podstate.Pod]) -> list[pod
     return []
 
 
-def apply(plan: Plan, job: MPIJob, observed: Observed) -> None:
+def apply(plan: Plan, job: MPIJob, observed: Observed) -> Outcome:
     plan.delete_pods(pods_to_delete(job.spec.run_policy.effective_clean_pod_policy, observed.pods))
+    return CONTINUE

@@ -6,20 +6,21 @@ import datetime as dt
 
 from mpiop.api.v2beta1 import MPIJob
 from mpiop.plan import Plan
+from mpiop.policies.outcome import CONTINUE, STOP, Outcome
 from mpiop.status import conditions as c
 from mpiop.status.failed import mark_failed
 
 
-def apply(plan: Plan, job: MPIJob, now: dt.datetime) -> bool:
-    """Fail the job if its deadline has passed (True), else ask to be woken up when it will."""
+def apply(plan: Plan, job: MPIJob, now: dt.datetime) -> Outcome:
+    """Fail the job if its deadline has passed (STOP), else ask to be woken up when it will."""
     deadline = job.spec.run_policy.active_deadline_seconds
     start = plan.status.start_time
     if deadline is None or start is None:
-        return False
+        return CONTINUE
     remaining = deadline - (now - start).total_seconds()
     if remaining > 0:
         plan.requeue_in(remaining)
-        return False
+        return CONTINUE
     message = f"MPIJob {job.key} has failed: it ran longer than activeDeadlineSeconds={deadline}"
     mark_failed(plan, c.DEADLINE_EXCEEDED_REASON, message, now)
-    return True
+    return STOP

@@ -19,6 +19,7 @@ from mpiop import names, podstate
 from mpiop.api.v2beta1 import MPIJob
 from mpiop.plan import Observed, Plan
 from mpiop.policies import failure
+from mpiop.policies.outcome import CONTINUE, STOP, Outcome
 from mpiop.status import failure_report
 
 
@@ -34,15 +35,15 @@ def disrupted_pod(observed: Observed, attempt: int) -> tuple[podstate.Pod, str, 
     return None
 
 
-def apply(plan: Plan, job: MPIJob, observed: Observed, now: dt.datetime, cap: int) -> bool:
-    """Restart a disrupted attempt; True when it did (the job is restarting, or has failed once past `cap`)."""
+def apply(plan: Plan, job: MPIJob, observed: Observed, now: dt.datetime, cap: int) -> Outcome:
+    """Restart a disrupted attempt; STOP when it did (the job is restarting, or has failed once past `cap`)."""
     attempt = plan.status.restart_count or 0
     found = disrupted_pod(observed, attempt)
     if found is None:
-        return False
+        return CONTINUE
     pod, reason, message = found
     within_cap = (plan.status.disruption_restarts or 0) < cap
     past_cap = "" if within_cap else f" (past --max-disruption-restarts {cap}: counted as a failure)"
     report = failure_report.disruption_report(job, pod, reason, message + past_cap, attempt)
     failure.attempt_failed(plan, job, observed, now, report, disrupted=within_cap)
-    return True
+    return STOP

@@ -14,6 +14,7 @@ from __future__ import annotations
 from mpiop import names, podstate
 from mpiop.api.v2beta1 import MPIJob
 from mpiop.plan import Evidence, LogSource, Observed, Plan
+from mpiop.policies.outcome import CONTINUE, Outcome
 
 
 def log_sources(job: MPIJob, observed: Observed, attempt: int, blamed: str | None = None) -> list[LogSource]:
@@ -46,12 +47,12 @@ def _attempt_of(config_map: dict[str, object]) -> int:
         return -1
 
 
-def apply(plan: Plan, job: MPIJob, observed: Observed, keep: int) -> None:
+def apply(plan: Plan, job: MPIJob, observed: Observed, keep: int) -> Outcome:
     """Ask for the failed attempt's logs to be saved, if this plan failed one, and for all but the last `keep`
     attempts' ConfigMaps to go."""
     failure = plan.status.last_failure
     if failure is None or failure.attempt is None or failure == job.status.last_failure:
-        return
+        return CONTINUE
     name = names.attempt_config_map_name(job, failure.attempt)
     state = plan.status.condition("Failed") if plan.status.is_true("Failed") else plan.status.condition("Restarting")
     older = sorted((m for m in observed.attempt_config_maps if m["metadata"]["name"] != name),
@@ -59,3 +60,4 @@ def apply(plan: Plan, job: MPIJob, observed: Observed, keep: int) -> None:
     summary = (state.message or "") if state is not None else ""
     plan.evidence = Evidence(name, failure.attempt, summary, log_sources(job, observed, failure.attempt, failure.pod),
                              [m["metadata"]["name"] for m in older[max(keep - 1, 0):]])
+    return CONTINUE

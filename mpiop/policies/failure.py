@@ -24,6 +24,7 @@ import datetime as dt
 from mpiop import names, podstate
 from mpiop.api.v2beta1 import MPIJob
 from mpiop.plan import MESSAGE_LIMIT, Observed, Plan
+from mpiop.policies.outcome import CONTINUE, STOP, Outcome
 from mpiop.status import conditions as c
 from mpiop.status import failure_report, in_place, progress
 from mpiop.status.failed import mark_failed
@@ -43,17 +44,17 @@ def first_failure(job: MPIJob, observed: Observed, attempt: int) -> podstate.Pod
     return failed[0] if failed else None
 
 
-def apply(plan: Plan, job: MPIJob, observed: Observed, now: dt.datetime) -> bool:
-    """Handle a failed attempt; True when it did (the job is restarting or has failed)."""
+def apply(plan: Plan, job: MPIJob, observed: Observed, now: dt.datetime) -> Outcome:
+    """Handle a failed attempt; STOP when it did (the job is restarting or has failed)."""
     attempt = plan.status.restart_count or 0
     if (lost := failure_report.lost_worker_report(job, observed, attempt)) is not None:
         attempt_failed(plan, job, observed, now, lost)  # mpirun exited 0 though a worker was lost
-        return True
+        return STOP
     pod = first_failure(job, observed, attempt)
     found = failure_report.report(job, observed, attempt)
     if found is None:
         restarted_in_place(plan, job, observed, now)
-        return False
+        return CONTINUE
     if pod is None:  # no Failed pod: containers restarted in place passed backoffLimit
         limit = job.spec.run_policy.effective_backoff_limit
         plan.status.last_failure = found.info.model_copy(update={"time": now, "attempt": attempt})
@@ -63,9 +64,9 @@ def apply(plan: Plan, job: MPIJob, observed: Observed, now: dt.datetime) -> bool
         saved = saved_in(job, attempt)
         mark_failed(plan, c.BACKOFF_LIMIT_EXCEEDED_REASON, found.message(head, saved), now,
                     event_message=found.message(head, saved, limit=MESSAGE_LIMIT))
-        return True
+        return STOP
     attempt_failed(plan, job, observed, now, found, _is_permanent(job, pod))
-    return True
+    return STOP
 
 
 def saved_in(job: MPIJob, attempt: int) -> str:

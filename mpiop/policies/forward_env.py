@@ -11,16 +11,17 @@ import datetime as dt
 from mpiop.api.v2beta1 import MPIJob
 from mpiop.desired import env
 from mpiop.plan import MESSAGE_LIMIT, Plan
+from mpiop.policies.outcome import CONTINUE, STOP, Outcome
 from mpiop.status import conditions as c
 from mpiop.status.failed import mark_failed
 
 
-def apply(plan: Plan, job: MPIJob, now: dt.datetime) -> bool:
+def apply(plan: Plan, job: MPIJob, now: dt.datetime) -> Outcome:
     bad = env.forward_env_errors(job)
     if not bad:
-        return False
+        return CONTINUE
     entries = ", ".join(repr(e) for e in bad)
     message = (f"MPIJob {job.key} has failed: metadata.annotations[{env.FORWARD_ENV_ANNOTATION}]: {entries} "
                "is not an environment variable name or NAME_PREFIX*")
     mark_failed(plan, c.VALIDATION_ERROR_REASON, message[:MESSAGE_LIMIT], now)
-    return True
+    return STOP

@@ -23,6 +23,7 @@ from mpiop.desired import podgroup
 from mpiop.desired.podgroup import GangScheduler
 from mpiop.plan import MESSAGE_LIMIT, Observed, Plan, PodGroupWrite
 from mpiop.policies import suspend
+from mpiop.policies.outcome import CONTINUE, Outcome
 from mpiop.status import conditions as c
 from mpiop.status.failed import mark_failed
 
@@ -32,23 +33,23 @@ UNSCHEDULABLE_REASON = "PodGroupUnschedulable"
 QUEUE_GRACE_SECONDS = 10.0
 
 
-def apply(plan: Plan, job: MPIJob, observed: Observed, now: dt.datetime, scheduler: GangScheduler | None) -> None:
+def apply(plan: Plan, job: MPIJob, observed: Observed, now: dt.datetime, scheduler: GangScheduler | None) -> Outcome:
     """Plan the PodGroup's create/patch/delete, put new pods in the gang, and report a gang held back."""
     if scheduler is None:
-        return
+        return CONTINUE
     existing = observed.pod_group
     name = podgroup.pod_group_name(job)
     if plan.status.finished or suspend.is_suspended(job):
         if existing is not None and not existing["metadata"].get("deletionTimestamp"):
             plan.pod_group = PodGroupWrite("delete", name)
         _clear(plan)
-        return
+        return CONTINUE
     try:
         wanted = podgroup.pod_group(job, scheduler)
     except ValueError as error:  # a quantity that is not one: retrying cannot help
         mark_failed(plan, c.VALIDATION_ERROR_REASON, f"MPIJob {job.key} has failed: {error}", now)
         plan.creation_steps.drop_pods()
-        return
+        return CONTINUE
     if existing is None:
         plan.pod_group = PodGroupWrite("create", name, wanted)
     elif (patch := podgroup.spec_patch(scheduler, wanted["spec"], existing)) is not None:
@@ -58,6 +59,7 @@ def apply(plan: Plan, job: MPIJob, observed: Observed, now: dt.datetime, schedul
     for pod in plan.creation_steps.pods():
         podgroup.join_pod(pod, job, scheduler)
     _report(plan, job, observed, wanted, scheduler, now)
+    return CONTINUE
 
 
 def _queued_for(pod_group: JSON | None, scheduler: GangScheduler, now: dt.datetime) -> float | None:

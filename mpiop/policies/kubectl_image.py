@@ -19,21 +19,22 @@ from mpiop.desired import launch
 from mpiop.desired.kubexec import DELIVERY_CONTAINER
 from mpiop.desired.settings import Settings
 from mpiop.plan import MESSAGE_LIMIT, Observed, Plan
+from mpiop.policies.outcome import CONTINUE, STOP, Outcome
 from mpiop.status import conditions as c
 from mpiop.status.failed import mark_failed
 
 REASON = "KubectlImageUnavailable"
 
 
-def apply(plan: Plan, job: MPIJob, observed: Observed, now: dt.datetime, settings: Settings) -> bool:
-    """Failed (True) when the current launcher's kubectl image is still not pulled the grace after the launcher
+def apply(plan: Plan, job: MPIJob, observed: Observed, now: dt.datetime, settings: Settings) -> Outcome:
+    """Failed (STOP) when the current launcher's kubectl image is still not pulled the grace after the launcher
     was made; before that, Running=False saying why the job waits."""
     if not launch.uses_exec(job, settings.default_launch):
-        return False
+        return CONTINUE
     launcher = observed.launcher(job, plan.status.restart_count or 0)
     failure = podstate.image_pull_failure(launcher, DELIVERY_CONTAINER) if launcher is not None else None
     if launcher is None or failure is None:
-        return False
+        return CONTINUE
     reason, detail = failure
     why = (f"the launcher {podstate.name(launcher)} cannot get kubectl: image {settings.kubectl_image!r} (the "
            f"operator's --kubectl-image) is not pulled: {reason}" + (f": {detail}" if detail else ""))
@@ -44,14 +45,14 @@ def apply(plan: Plan, job: MPIJob, observed: Observed, now: dt.datetime, setting
         message = (f"MPIJob {job.key} has failed: {why}; still not pulled after {_duration(grace)} (the operator's "
                    "--kubectl-image-grace-seconds)")
         mark_failed(plan, REASON, message[:MESSAGE_LIMIT], now)
-        return True
+        return STOP
     plan.requeue_in((grace - waited).total_seconds())  # the pod may not change again before then
     running = plan.status.condition("Running")
     message = f"MPIJob {job.key} waits: {why}"[:MESSAGE_LIMIT]
     c.set_condition(plan.status, "Running", "False", REASON, message, now)
     if running is None or running.reason != REASON:
         plan.event("Warning", REASON, message)
-    return False
+    return CONTINUE
 
 
 def _duration(grace: dt.timedelta) -> str:

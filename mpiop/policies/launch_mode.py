@@ -12,15 +12,16 @@ import datetime as dt
 from mpiop.api.v2beta1 import MPIJob
 from mpiop.desired import launch
 from mpiop.plan import MESSAGE_LIMIT, Plan
+from mpiop.policies.outcome import CONTINUE, STOP, Outcome
 from mpiop.status import conditions as c
 from mpiop.status.failed import mark_failed
 
 
-def apply(plan: Plan, job: MPIJob, now: dt.datetime, default: launch.LaunchMode = "ssh") -> bool:
-    """Failed with ValidationError (True) when the launch annotation's value is neither ssh nor exec, or an exec
+def apply(plan: Plan, job: MPIJob, now: dt.datetime, default: launch.LaunchMode = "ssh") -> Outcome:
+    """Failed with ValidationError (STOP) when the launch annotation's value is neither ssh nor exec, or an exec
     launcher's template names its own ServiceAccount or turns its token off (desired.launch)."""
     error = launch.annotation_error(job) or launch.exec_template_error(job, default)
     if error is None:
-        return False
+        return CONTINUE
     mark_failed(plan, c.VALIDATION_ERROR_REASON, f"MPIJob {job.key} has failed: {error}"[:MESSAGE_LIMIT], now)
-    return True
+    return STOP

@@ -22,6 +22,7 @@ from mpiop import podstate
 from mpiop.api.v2beta1 import FailureInfo, MPIJob
 from mpiop.desired.settings import Settings
 from mpiop.plan import Observed, Plan
+from mpiop.policies.outcome import CONTINUE, STOP, Outcome
 from mpiop.status import conditions as c
 from mpiop.status.failed import mark_failed
 
@@ -32,16 +33,16 @@ MAX_NODE_CHECKS = 32  # node GETs when an attempt fails
 WAITING_REASON = "ExcludedNodesUnschedulable"
 
 
-def refuse_bad_annotation(plan: Plan, job: MPIJob, now: dt.datetime) -> bool:
-    """A value other than "true" or "false" fails the job, naming the annotation (a typo must not silently
+def refuse_bad_annotation(plan: Plan, job: MPIJob, now: dt.datetime) -> Outcome:
+    """A value other than "true" or "false" fails the job (STOP), naming the annotation (a typo must not silently
     leave a job on the node that fails it)."""
     value = job.metadata.annotations.get(ANNOTATION)
     if value is None or value in ("true", "false"):
-        return False
+        return CONTINUE
     mark_failed(plan, c.VALIDATION_ERROR_REASON,
                 f"MPIJob {job.key} has failed: metadata.annotations[{ANNOTATION}]: {value[:100]!r} is not "
                 '"true" or "false"', now)
-    return True
+    return STOP
 
 
 def node_fault(pod: podstate.Pod, fault_exit_codes: frozenset[int]) -> str | None:
@@ -88,12 +89,12 @@ def nodes_to_check(plan: Plan, job: MPIJob, observed: Observed, settings: Settin
     return nodes[:MAX_NODE_CHECKS]
 
 
-def apply(plan: Plan, job: MPIJob, observed: Observed, settings: Settings) -> None:
+def apply(plan: Plan, job: MPIJob, observed: Observed, settings: Settings) -> Outcome:
     """Exclude the node of the pod blamed for an attempt this plan failed, if it failed for the node's reason,
     and the node of any of the attempt's pods that was found NotReady or deleted."""
     failure = _new_failure(plan, job, settings)
     if failure is None:
-        return
+        return CONTINUE
     faults: dict[str, str] = {}  # node -> what happened there
     blamed = observed.pod(failure.pod) if failure.pod and failure.node else None
     why = node_fault(blamed, settings.node_fault_exit_codes) if blamed is not None else None
@@ -108,6 +109,7 @@ def apply(plan: Plan, job: MPIJob, observed: Observed, settings: Settings) -> No
         plan.status.excluded_nodes = nodes[-settings.max_excluded_nodes:]
         plan.event("Warning", NODE_EXCLUDED_REASON, f"node {node} is excluded from MPIJob {job.key}'s next "
                    f"attempts: {what}; excluded: {', '.join(plan.status.excluded_nodes)}")
+    return CONTINUE
 
 
 def explain_wait(plan: Plan, job: MPIJob, observed: Observed, now: dt.datetime) -> None:

@@ -14,6 +14,7 @@ import datetime as dt
 from mpiop import names
 from mpiop.api.v2beta1 import LAUNCHER, WORKER, MPIJob
 from mpiop.plan import MESSAGE_LIMIT, Observed, Plan, Refusal
+from mpiop.policies.outcome import CONTINUE, STOP, Outcome
 from mpiop.status import conditions as c
 from mpiop.status import replica_failure
 from mpiop.status.failed import mark_failed
@@ -53,18 +54,18 @@ def describe(job: MPIJob, refusal: Refusal) -> str:
     return f"the apiserver refused {refusal.kind} {refusal.name}{about}: {refusal.message}"
 
 
-def apply(plan: Plan, job: MPIJob, observed: Observed, now: dt.datetime) -> bool:
-    """Failed on a permanent refusal (True: nothing else to do); ReplicaFailure for one that may heal."""
+def apply(plan: Plan, job: MPIJob, observed: Observed, now: dt.datetime) -> Outcome:
+    """Failed on a permanent refusal (STOP); ReplicaFailure for one that may heal."""
     refusals = [r for r in observed.refused if not r.name_taken]
     permanent = next((r for r in refusals if is_permanent(r)), None)
     if permanent is not None:
         fail(plan, job, permanent, now)
-        return True
+        return STOP
     if refusals:
         more = f" (and {len(refusals) - 1} more)" if len(refusals) > 1 else ""
         message = f"MPIJob {job.key} cannot create its pods yet: {describe(job, refusals[0])}{more}; retrying"
         replica_failure.report(plan, c.FAILED_CREATE_REASON, message[:MESSAGE_LIMIT], now)
-    return False
+    return CONTINUE
 
 
 def fail(plan: Plan, job: MPIJob, refusal: Refusal, now: dt.datetime) -> None:

@@ -10,16 +10,17 @@ import datetime as dt
 
 from mpiop.api.v2beta1 import MAX_WORKER_REPLICAS, MPIJob
 from mpiop.plan import Plan
+from mpiop.policies.outcome import CONTINUE, STOP, Outcome
 from mpiop.status import conditions as c
 from mpiop.status.failed import mark_failed
 
 
-def apply(plan: Plan, job: MPIJob, now: dt.datetime) -> bool:
-    """Failed with ValidationError (True) when spec.mpiReplicaSpecs.Worker.replicas is over the maximum."""
+def apply(plan: Plan, job: MPIJob, now: dt.datetime) -> Outcome:
+    """Failed with ValidationError (STOP) when spec.mpiReplicaSpecs.Worker.replicas is over the maximum."""
     replicas = job.spec.worker_replicas
     if replicas <= MAX_WORKER_REPLICAS:
-        return False
+        return CONTINUE
     message = (f"MPIJob {job.key} has failed: spec.mpiReplicaSpecs.Worker.replicas: {replicas} is more than "
                f"the {MAX_WORKER_REPLICAS} workers mpiop supports")
     mark_failed(plan, c.VALIDATION_ERROR_REASON, message, now)
-    return True
+    return STOP

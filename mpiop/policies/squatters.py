@@ -16,19 +16,24 @@ import datetime as dt
 
 from mpiop.api.v2beta1 import MPIJob
 from mpiop.plan import MESSAGE_LIMIT, Observed, Plan
+from mpiop.policies.outcome import CONTINUE, Outcome
 from mpiop.status import conditions as c
 from mpiop.status import replica_failure
 
 
-def apply(plan: Plan, job: MPIJob, observed: Observed, now: dt.datetime) -> bool:
-    """Report names taken by objects the job does not control; True when there are any."""
+def apply(plan: Plan, job: MPIJob, observed: Observed, now: dt.datetime) -> Outcome:
+    """Report names taken by objects the job does not control, or clear the ReplicaFailure once nothing was
+    refused. Always CONTINUE: a job with squatters still gets its other objects planned (the reconciler holds
+    back what the taken names block)."""
     taken = [r for r in observed.refused if r.name_taken]
     if not taken:
-        return False
+        if not observed.refused:
+            replica_failure.clear(plan, job.key, now)
+        return CONTINUE
     listed = ", ".join(f"{r.kind} {r.name}" for r in taken[:5])
     if len(taken) > 5:
         listed += f" and {len(taken) - 5} more"
     message = (f"MPIJob {job.key} does not start: names it needs are taken by objects it does not control "
                f"(no controller ownerReference to its uid {job.metadata.uid}): {listed}; delete or rename them")
     replica_failure.report(plan, c.RESOURCE_EXISTS_REASON, message[:MESSAGE_LIMIT], now)
-    return True
+    return CONTINUE

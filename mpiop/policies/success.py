@@ -13,21 +13,22 @@ import datetime as dt
 from mpiop import podstate
 from mpiop.api.v2beta1 import MPIJob
 from mpiop.plan import Observed, Plan
+from mpiop.policies.outcome import CONTINUE, STOP, Outcome
 from mpiop.status import conditions as c
 from mpiop.status import failure_report
 
 
-def apply(plan: Plan, job: MPIJob, observed: Observed, now: dt.datetime) -> bool:
-    """Mark the job Succeeded when the current attempt's launcher has; True when it did."""
+def apply(plan: Plan, job: MPIJob, observed: Observed, now: dt.datetime) -> Outcome:
+    """Mark the job Succeeded when the current attempt's launcher has (STOP)."""
     status = plan.status
     attempt = status.restart_count or 0
     launcher = observed.launcher(job, attempt)
     if launcher is None or podstate.attempt(launcher) != attempt:
-        return False
+        return CONTINUE
     if podstate.phase(launcher) != "Succeeded" or failure_report.lost_worker_report(job, observed, attempt):
-        return False
+        return CONTINUE
     mark_succeeded(plan, job, now)
-    return True
+    return STOP
 
 
 def mark_succeeded(plan: Plan, job: MPIJob, now: dt.datetime) -> None:

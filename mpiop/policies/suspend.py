@@ -11,6 +11,7 @@ import datetime as dt
 
 from mpiop.api.v2beta1 import MPIJob
 from mpiop.plan import Observed, Plan
+from mpiop.policies.outcome import CONTINUE, STOP, Outcome
 from mpiop.status import conditions as c
 
 
@@ -18,8 +19,8 @@ def is_suspended(job: MPIJob) -> bool:
     return bool(job.spec.run_policy.suspend)
 
 
-def apply(plan: Plan, job: MPIJob, observed: Observed, now: dt.datetime) -> bool:
-    """Suspend (True: nothing else to do this pass) or note a resume (False)."""
+def apply(plan: Plan, job: MPIJob, observed: Observed, now: dt.datetime) -> Outcome:
+    """Suspend (STOP: nothing else to do this pass) or note a resume (CONTINUE)."""
     status = plan.status
     if is_suspended(job):
         message = f"MPIJob {job.key} is suspended."
@@ -28,9 +29,9 @@ def apply(plan: Plan, job: MPIJob, observed: Observed, now: dt.datetime) -> bool
         c.set_false_if_true(status, "Running", c.SUSPENDED_REASON, message, now)
         status.start_time = None
         plan.delete_pods(observed.pods)
-        return True
+        return STOP
     if status.is_true("Suspended"):
         message = f"MPIJob {job.key} is resumed."
         c.set_condition(status, "Suspended", "False", c.RESUMED_REASON, message, now)
         plan.event("Normal", c.RESUMED_REASON, message)
-    return False
+    return CONTINUE

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 from mpiop import names, podstate
 from mpiop.api.v2beta1 import FailureInfo, MPIJob
-from mpiop.desired.slots import slots_per_worker
+from mpiop.desired import ranks
 from mpiop.plan import Observed
 from mpiop.status import in_place
 
@@ -97,20 +97,6 @@ def bound_tail(raw: str | bytes, lines: int = TAIL_LINES, size: int = TAIL_BYTES
     return out
 
 
-def rank_range(job: MPIJob, pod: podstate.Pod) -> str | None:
-    """The ranks the hostfile puts on this pod (mpirun fills hosts in order, `slots` each); None: no ranks."""
-    slots = slots_per_worker(job)
-    offset = slots if job.spec.run_launcher_as_worker else 0
-    if podstate.role(pod) == names.LAUNCHER_ROLE:
-        first = 0 if job.spec.run_launcher_as_worker else None
-    else:
-        index = names.worker_index(job, podstate.name(pod))
-        first = None if index is None else offset + index * slots
-    if first is None or slots < 1:
-        return None
-    return f"rank {first}" if slots == 1 else f"ranks {first}-{first + slots - 1}"
-
-
 def failed_pods(observed: Observed, attempt: int) -> list[podstate.Pod]:
     """Failed pods of the attempt, not being deleted: the launcher first, then workers by index."""
     failed = [(s, p) for s, p in zip(observed.states, observed.pods, strict=True)
@@ -155,16 +141,6 @@ def _host_to_pod(job: MPIJob, observed: Observed, attempt: int, host: str) -> po
     return next((p for p in observed.workers(job, attempt).values() if podstate.name(p) == label), None)
 
 
-def _rank_to_host(job: MPIJob, rank: int) -> str | None:
-    slots = max(slots_per_worker(job), 1)
-    position = rank // slots
-    if job.spec.run_launcher_as_worker:
-        if position == 0:
-            return names.launcher_name(job)
-        position -= 1
-    return names.worker_name(job, position) if position < job.spec.worker_replicas else None
-
-
 def named_worker(job: MPIJob, observed: Observed, attempt: int,
                  tail: str) -> tuple[podstate.Pod, str, str] | None:
     """The first worker of this attempt mpirun's error names, with the reason and the line(s) naming it."""
@@ -174,7 +150,7 @@ def named_worker(job: MPIJob, observed: Observed, attempt: int,
             if pod := _host_to_pod(job, observed, attempt, match["host"]):
                 found.append((match.start(), pod, reason, _lines_of(tail, match)))
     for match in _PROCESS_NAME.finditer(tail):
-        if (host := _rank_to_host(job, int(match["rank"]))) and (pod := _host_to_pod(job, observed, attempt, host)):
+        if (host := ranks.pod_of_rank(job, int(match["rank"]))) and (pod := _host_to_pod(job, observed, attempt, host)):
             found.append((match.start(), pod, RANK_FAILED, _lines_of(tail, match)))
     if not found:
         return None
@@ -196,7 +172,8 @@ def _termination_message(pod: podstate.Pod) -> str:
 
 
 def _where(job: MPIJob, pod: podstate.Pod) -> str:
-    parts = [r for r in (rank_range(job, pod),) if r]
+    found = ranks.ranks_of(job, pod)
+    parts = [f"rank{'s' if len(found) > 1 else ''} {ranks.ranks_text(found)}"] if found else []
     if node := podstate.node_name(pod):
         parts.append(f"node {node}")
     return f" ({', '.join(parts)})" if parts else ""
@@ -228,7 +205,7 @@ def _info(job: MPIJob, pod: podstate.Pod, reason: str, attempt: int) -> FailureI
     return FailureInfo(
         reason=reason, pod=podstate.name(pod), container=found.container if found else None,
         exit_code=found.exit_code if found else None, node=podstate.node_name(pod),
-        ranks=(rank_range(job, pod) or "").removeprefix("ranks ").removeprefix("rank ") or None, attempt=attempt,
+        ranks=ranks.ranks_text(found_ranks) if (found_ranks := ranks.ranks_of(job, pod)) else None, attempt=attempt,
     )
 
 

@@ -240,7 +240,7 @@ def test_lean_chart_values_reach_the_operator(helm: str, values: tuple[str, ...]
                                               discover_hosts: bool) -> None:
     """The chart's container args, parsed by the operator's own parser, give the config the values ask for."""
     config = chart_config(helm, *values)
-    assert (config.lifecycle_events, config.discover_hosts) == (lifecycle_events, discover_hosts)
+    assert (config.lifecycle_events, config.settings.discover_hosts) == (lifecycle_events, discover_hosts)
 
 
 @pytest.mark.parametrize(("values", "launch", "image", "grace"), [
@@ -250,7 +250,7 @@ def test_lean_chart_values_reach_the_operator(helm: str, values: tuple[str, ...]
 ], ids=["ssh", "exec"])
 def test_exec_launch_chart_values_reach_the_operator(helm: str, values: tuple[str, ...], launch: str,
                                                      image: str, grace: int) -> None:
-    settings = chart_config(helm, *values).settings()
+    settings = chart_config(helm, *values).settings
     assert (settings.default_launch, settings.kubectl_image, settings.kubectl_image_grace_seconds) == (
         launch, image, grace)
 
@@ -263,7 +263,7 @@ def test_exec_launch_chart_values_reach_the_operator(helm: str, values: tuple[st
 def test_restart_chart_values_reach_the_operator(helm: str, values: tuple[str, ...],
                                                  expected: tuple[int, int, frozenset[int], int]) -> None:
     """The disruption budget, kept attempts and node exclusion values, through the operator's own parser."""
-    settings = chart_config(helm, *values).settings()
+    settings = chart_config(helm, *values).settings
     assert (settings.max_disruption_restarts, settings.kept_attempts, settings.node_fault_exit_codes,
             settings.max_excluded_nodes) == expected
 

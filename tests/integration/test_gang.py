@@ -21,6 +21,7 @@ from mpiop.controller.caches import pod_group_resource
 from mpiop.controller.manager import Manager, ManagerConfig
 from mpiop.desired import podgroup
 from mpiop.desired.podgroup import GangScheduler
+from mpiop.desired.settings import Settings
 from mpiop.kube.client import CRDS, MPIJOBS, KubeClient
 from testkit.mpijobs import make_mpijob
 from testkit.operator import Cluster, eventually, mpijob, running_operator
@@ -145,10 +146,10 @@ async def test_volcano_pod_groups_are_accepted_whole_and_its_crd_is_required(
     crd = await asyncio.to_thread(coscheduler.volcano_podgroup_crd)
     with pytest.raises(SystemExit, match=r"--gang-scheduling volcano needs PodGroups of scheduling.volcano.sh/v1beta1"
                                          r".*podgroups.scheduling.volcano.sh"):
-        await Manager(kube, ManagerConfig(namespace=cluster.ns, gang_scheduler=VOLCANO)).preflight()
+        await Manager(kube, ManagerConfig(namespace=cluster.ns, settings=Settings(gang_scheduler=VOLCANO))).preflight()
     await install_custom_resource(kube, crd, pod_group_resource(VOLCANO))
     try:
-        await Manager(kube, ManagerConfig(namespace=cluster.ns, gang_scheduler=VOLCANO)).preflight()
+        await Manager(kube, ManagerConfig(namespace=cluster.ns, settings=Settings(gang_scheduler=VOLCANO))).preflight()
         job = mpijob("vc", workers=2, gpus=4, run_policy={"schedulingPolicy": {"priorityClass": "high"}})
         job["metadata"]["annotations"] = {podgroup.VOLCANO_QUEUE_ANNOTATION: "research"}
         async with running_operator(str(control_plane.kubeconfig), cluster.ns, gang_scheduler=VOLCANO):

@@ -26,6 +26,7 @@ import pytest
 from devcluster.controlplane import ControlPlane
 from mpiop.api.raw import JSON
 from mpiop.controller.manager import Manager, ManagerConfig
+from mpiop.desired.settings import Settings
 from mpiop.kube.client import BATCH_JOBS, MPIJOBS, PODS, ApiError, KubeClient
 from mpiop.leader import LEASES, ElectionConfig, LeaderElector
 from mpiop.process import supervise
@@ -122,7 +123,7 @@ async def lifecycle(kube: KubeClient, token_kubeconfig: str, mpijob_crd: None) -
         await eventually(lambda: cluster.kube.request("GET", f"/api/v1/namespaces/{namespace}/serviceaccounts/default"),
                          what="the namespace's default ServiceAccount")
         await kubeflow.recreate(kube, namespace, "kf-pi-fail.2-finished")  # before mpiop starts, as in a switch
-        manager = Manager(main, ManagerConfig(namespace=namespace, workers=4, kept_attempts=1))
+        manager = Manager(main, ManagerConfig(namespace=namespace, workers=4, settings=Settings(kept_attempts=1)))
         stop = asyncio.Event()
         task = asyncio.create_task(supervise(manager, elector, stop))
         try:

@@ -20,6 +20,7 @@ from devcluster.controlplane import ControlPlane
 from mpiop.api.raw import JSON
 from mpiop.controller.manager import Manager, ManagerConfig
 from mpiop.desired.podgroup import GangScheduler
+from mpiop.desired.settings import Settings
 from mpiop.kube.client import MPIJOBS, KubeClient
 from testkit.deploy import DEPLOY
 from testkit.namespaces import create_namespace, delete_namespace
@@ -44,8 +45,8 @@ async def gang_life(control_plane: ControlPlane, kube: KubeClient, tmp: Path) ->
     client = await KubeClient.connect(str(tmp / "kubeconfig"), qps=0, burst=100, on_request=recorder(requests))
     try:
         cluster = Cluster(kube, namespace)
-        manager = Manager(client, ManagerConfig(namespace=namespace, workers=2,
-                                                gang_scheduler=GangScheduler(coscheduler.DEFAULT_SCHEDULER_NAME)))
+        manager = Manager(client, ManagerConfig(namespace=namespace, workers=2, settings=Settings(
+            gang_scheduler=GangScheduler(coscheduler.DEFAULT_SCHEDULER_NAME))))
         await manager.preflight()
         stop = asyncio.Event()
         task = asyncio.create_task(manager.run(stop))

@@ -41,9 +41,9 @@ def test_once_the_launcher_succeeded_the_plan_is_succeeded_and_the_workers_go() 
 
 def test_it_follows_the_operators_flags_the_bench_was_given() -> None:
     default, lean = operator_config([]), operator_config(["--no-lifecycle-events", "--no-discover-hosts"])
-    assert (default.lifecycle_events, default.settings().discover_hosts) == (True, True)
-    assert (lean.lifecycle_events, lean.settings().discover_hosts) == (False, False)
+    assert (default.lifecycle_events, default.settings.discover_hosts) == (True, True)
+    assert (lean.lifecycle_events, lean.settings.discover_hosts) == (False, False)
     raw = created_job(2)
     made = owned_objects(raw, discover_hosts=False)
-    plan = decide(MPIJob.model_validate(raw), observed(made), NOW, lean.settings())
+    plan = decide(MPIJob.model_validate(raw), observed(made), NOW, lean.settings)
     assert plan.status.is_true("Running") and plan.objects_to_update == []  # discover_hosts.sh stays the fixed script

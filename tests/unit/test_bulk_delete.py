@@ -6,7 +6,7 @@ import pytest
 
 from mpiop import podstate
 from mpiop.controller.bulk_delete import ACTIVE_FIELD_SELECTOR, Collection, collection_for
-from mpiop.controller.caches import trim_pod
+from mpiop.controller.trims import trim_pod
 from mpiop.policies import cleanup
 from testkit.mpijobs import make_mpijob
 from testkit.pods import make_pod

@@ -9,7 +9,7 @@ from __future__ import annotations
 import copy
 
 from mpiop import names, podstate
-from mpiop.controller.caches import trim_pod
+from mpiop.controller.trims import trim_pod
 from mpiop.decide import decide
 from mpiop.plan import Observed
 from testkit.mpijobs import at, make_mpijob

@@ -11,7 +11,7 @@ from prometheus_client import REGISTRY
 
 from mpiop import metrics
 from mpiop.api.v2beta1 import ReplicaType
-from mpiop.controller.caches import trim_pod
+from mpiop.controller.trims import trim_pod
 from mpiop.status import failure_report
 from testkit.mpijobs import MPIJobBuilder, at, make_mpijob
 from testkit.restarts import crash_looping, crashed, healed, rerunning

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from mpiop.controller.caches import trim_config_map
+from mpiop.controller.trims import trim_config_map
 from mpiop.desired import evidence, objects
 from testkit.mpijobs import make_mpijob
 

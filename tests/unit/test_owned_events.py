@@ -9,8 +9,9 @@ from typing import Any
 import pytest
 
 from mpiop.api.raw import JSON
-from mpiop.controller import caches
-from mpiop.controller.caches import Caches, same_but_version, same_pod_but_binding, trim_pod
+from mpiop.controller import trims
+from mpiop.controller.caches import Caches, same_but_version, same_pod_but_binding
+from mpiop.controller.trims import trim_pod
 from mpiop.desired.podgroup import GangScheduler
 from mpiop.kube.access import ClusterAccess
 from mpiop.kube.client import KubeClient
@@ -59,18 +60,18 @@ def test_other_pod_changes_are_news(change: dict[str, Any]) -> None:
 
 
 @pytest.mark.parametrize(("trim", "obj", "change"), [
-    (caches.trim_pod_group, POD_GROUP, {"spec.minMember": 1}),
-    (caches.trim_pod_group, POD_GROUP, {"status.phase": "Running"}),
-    (caches.trim_config_map, CONFIG_MAP, {"data": {"hostfile": ""}}),
-    (caches.trim_service, SERVICE, {"spec.selector": {"app": "other"}}),
-    (caches.trim_secret, SERVICE, {"metadata.deletionTimestamp": "2024-05-01T12:00:00Z"}),
+    (trims.trim_pod_group, POD_GROUP, {"spec.minMember": 1}),
+    (trims.trim_pod_group, POD_GROUP, {"status.phase": "Running"}),
+    (trims.trim_config_map, CONFIG_MAP, {"data": {"hostfile": ""}}),
+    (trims.trim_service, SERVICE, {"spec.selector": {"app": "other"}}),
+    (trims.trim_secret, SERVICE, {"metadata.deletionTimestamp": "2024-05-01T12:00:00Z"}),
 ], ids=["pod-group-spec", "pod-group-status", "config-map-data", "service-selector", "secret-deletion"])
 def test_a_change_of_what_the_trim_keeps_is_news(trim: Any, obj: JSON, change: dict[str, Any]) -> None:
     assert not same_but_version(trim(copy.deepcopy(obj)), trim(changed(obj, change)))
 
 
 def test_a_new_version_alone_is_not_news() -> None:
-    assert same_but_version(caches.trim_pod_group(POD_GROUP), caches.trim_pod_group(changed(POD_GROUP, {})))
+    assert same_but_version(trims.trim_pod_group(POD_GROUP), trims.trim_pod_group(changed(POD_GROUP, {})))
 
 
 def test_every_owned_informer_has_its_filter_and_only_pods_ignore_the_node() -> None:

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from mpiop import names, podsnapshot, podstate
-from mpiop.controller.caches import trim_pod
+from mpiop.controller.trims import trim_pod
 from testkit.mpijobs import make_mpijob
 from testkit.pods import make_pod
 

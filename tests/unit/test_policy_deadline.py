@@ -6,6 +6,7 @@ import pytest
 
 from mpiop.plan import Plan
 from mpiop.policies import deadline
+from mpiop.policies.outcome import STOP
 from testkit.mpijobs import MPIJobBuilder, at, make_mpijob
 
 
@@ -25,7 +26,7 @@ from testkit.mpijobs import MPIJobBuilder, at, make_mpijob
 def test_deadline(job: MPIJobBuilder, now: float, exceeded: bool, requeue_after: float | None) -> None:
     obj = job.obj()
     plan = Plan(status=obj.status.model_copy(deep=True))
-    assert deadline.apply(plan, obj, at(now)) is exceeded
+    assert (deadline.apply(plan, obj, at(now)) is STOP) is exceeded
     assert plan.requeue_after == requeue_after
     assert plan.status.is_true("Failed") is exceeded
     if exceeded:

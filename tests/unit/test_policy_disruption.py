@@ -8,6 +8,7 @@ from mpiop import podstate
 from mpiop.api.v2beta1 import MPIJob
 from mpiop.plan import Observed, Plan
 from mpiop.policies import disruption, failure
+from mpiop.policies.outcome import STOP
 from testkit.mpijobs import MPIJobBuilder, at, make_mpijob
 from testkit.pods import PodBuilder, make_pod
 
@@ -16,7 +17,7 @@ CAP = 2
 
 def run(job: MPIJob, pods: list[PodBuilder], cap: int = CAP) -> tuple[bool, Plan]:
     plan = Plan(status=job.status.model_copy(deep=True))
-    handled = disruption.apply(plan, job, Observed(pods=[p.obj() for p in pods]), at(100), cap)
+    handled = disruption.apply(plan, job, Observed(pods=[p.obj() for p in pods]), at(100), cap) is STOP
     return handled, plan
 
 
@@ -128,7 +129,7 @@ def test_disruptions_leave_the_backoff_budget_to_failures() -> None:
     job = base(backoff=1, restarts=2, disruptions=2).obj()
     pods = with_pod(job, "worker-0", make_pod(job, "worker", 0, attempt=2).failed(exit_code=1), attempt=2)
     plan = Plan(status=job.status.model_copy(deep=True))
-    assert failure.apply(plan, job, Observed(pods=[p.obj() for p in pods]), at(100)) is True
+    assert failure.apply(plan, job, Observed(pods=[p.obj() for p in pods]), at(100)) is STOP
     assert not plan.status.finished
     assert (plan.status.restart_count, plan.status.disruption_restarts) == (3, 2)
     restarting = plan.status.condition("Restarting")

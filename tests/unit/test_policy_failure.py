@@ -8,6 +8,7 @@ from mpiop import podstate
 from mpiop.api.v2beta1 import MPIJob, RestartPolicy
 from mpiop.plan import Observed, Plan
 from mpiop.policies import failure
+from mpiop.policies.outcome import STOP
 from testkit.mpijobs import MPIJobBuilder, at, make_mpijob
 from testkit.pods import PodBuilder, make_pod
 
@@ -16,7 +17,7 @@ SAVED = "; the attempt's logs are kept in ConfigMap pi-attempt-"  # then the att
 
 def run(job: MPIJob, pods: list[PodBuilder], now: float = 100) -> tuple[bool, Plan]:
     plan = Plan(status=job.status.model_copy(deep=True))
-    handled = failure.apply(plan, job, Observed(pods=[p.obj() for p in pods]), at(now))
+    handled = failure.apply(plan, job, Observed(pods=[p.obj() for p in pods]), at(now)) is STOP
     return handled, plan
 
 
@@ -233,7 +234,7 @@ def test_restart_names_the_dead_worker_carries_the_tail_and_keeps_the_launcher()
             make_pod(job, "worker", 1).on_node("n2").running()]
     observed = Observed(pods=[p.obj() for p in pods], log_tails={"pi-launcher": tail})
     plan = Plan(status=job.status.model_copy(deep=True))
-    assert failure.apply(plan, job, observed, at(100))
+    assert failure.apply(plan, job, observed, at(100)) is STOP
     restarting = plan.status.condition("Restarting")
     assert restarting is not None and restarting.message is not None
     assert restarting.message.startswith(

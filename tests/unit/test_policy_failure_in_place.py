@@ -14,6 +14,7 @@ import pytest
 from mpiop.api.v2beta1 import MPIJob
 from mpiop.plan import Observed, Plan
 from mpiop.policies import failure
+from mpiop.policies.outcome import STOP
 from mpiop.status import failure_report
 from testkit.mpijobs import MPIJobBuilder, at, make_mpijob
 from testkit.pods import make_pod
@@ -42,7 +43,7 @@ def pods(job: MPIJob, restarted: str, status: dict[str, Any], attempt: int = 0) 
 
 def run(job: MPIJob, observed: Observed) -> tuple[bool, Plan]:
     plan = Plan(status=job.status.model_copy(deep=True))
-    return failure.apply(plan, job, observed, at(100)), plan
+    return failure.apply(plan, job, observed, at(100)) is STOP, plan
 
 
 LAUNCHER, WORKER = "pi-launcher", "pi-worker-1"

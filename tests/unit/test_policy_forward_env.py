@@ -6,6 +6,7 @@ from mpiop.decide import decide
 from mpiop.desired.env import FORWARD_ENV_ANNOTATION
 from mpiop.plan import Plan
 from mpiop.policies import forward_env
+from mpiop.policies.outcome import CONTINUE
 from testkit.mpijobs import at, make_mpijob
 from testkit.pods import observe
 
@@ -26,5 +27,5 @@ def test_good_or_missing_annotation_is_no_decision() -> None:
     for builder in (make_mpijob("a"), make_mpijob("b").annotation(FORWARD_ENV_ANNOTATION, "NCCL_*, FOO")):
         job = builder.obj()
         plan = Plan(status=job.status.model_copy(deep=True))
-        assert forward_env.apply(plan, job, at(0)) is False
+        assert forward_env.apply(plan, job, at(0)) is CONTINUE
         assert plan.status.condition("Failed") is None

@@ -9,7 +9,7 @@ import pytest
 
 from mpiop import podstate
 from mpiop.api.v2beta1 import MPIJob
-from mpiop.controller.caches import trim_pod
+from mpiop.controller.trims import trim_pod
 from mpiop.decide import decide
 from mpiop.desired.kubexec import DELIVERY_CONTAINER
 from mpiop.desired.launch import LAUNCH_ANNOTATION

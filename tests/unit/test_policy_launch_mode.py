@@ -10,6 +10,7 @@ from mpiop.desired.launch import LAUNCH_ANNOTATION, LaunchMode
 from mpiop.desired.settings import Settings
 from mpiop.plan import Plan
 from mpiop.policies import launch_mode
+from mpiop.policies.outcome import CONTINUE
 from testkit.mpijobs import at, make_mpijob
 from testkit.pods import observe
 
@@ -28,7 +29,7 @@ def test_the_annotation_wins_over_the_operator_default(annotation: str | None, d
     job = builder.obj()
     assert launch.mode(job, default) == mode
     plan = Plan(status=job.status.model_copy(deep=True))
-    assert launch_mode.apply(plan, job, at(0)) is False
+    assert launch_mode.apply(plan, job, at(0)) is CONTINUE
     assert plan.status.condition("Failed") is None
 
 

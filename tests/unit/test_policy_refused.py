@@ -7,6 +7,7 @@ import pytest
 
 from mpiop.plan import Observed, Plan, Refusal
 from mpiop.policies import refused
+from mpiop.policies.outcome import CONTINUE, STOP
 from testkit.mpijobs import at, make_mpijob
 
 SA = 'pods "pi-worker-0" is forbidden: error looking up service account ns/train: serviceaccount "train" not found'
@@ -46,7 +47,7 @@ def test_a_permanent_refusal_fails_the_job_once() -> None:
     job = make_mpijob("pi", "ns").condition("Created").obj()
     observed = Observed(refused=[Refusal("Pod", "pi-worker-0", 403, "Forbidden", PRIORITY)])
     plan = Plan(status=job.status.model_copy(deep=True))
-    assert refused.apply(plan, job, observed, at(5)) is True
+    assert refused.apply(plan, job, observed, at(5)) is STOP
     failed = plan.status.condition("Failed")
     assert failed is not None and (failed.status, failed.reason) == ("True", "ValidationError")
     assert failed.message == ("MPIJob ns/pi has failed: the apiserver refused Pod pi-worker-0 "
@@ -65,7 +66,7 @@ def test_a_refusal_that_may_heal_is_shown_and_retried_with_backoff() -> None:
     observed = Observed(refused=[Refusal("Pod", "pi-worker-0", 403, "Forbidden", SA),
                                  Refusal("Pod", "pi-worker-1", 403, "Forbidden", SA)])
     plan = Plan(status=job.status.model_copy(deep=True))
-    assert refused.apply(plan, job, observed, at(0)) is False  # go on: creations are retried
+    assert refused.apply(plan, job, observed, at(0)) is CONTINUE  # go on: creations are retried
     failure = plan.status.condition("ReplicaFailure")
     assert failure is not None and (failure.status, failure.reason) == ("True", "FailedCreate")
     assert failure.message == (
@@ -99,5 +100,5 @@ def test_a_taken_name_is_not_this_policys() -> None:
     job = make_mpijob("pi").obj()
     plan = Plan(status=job.status.model_copy(deep=True))
     taken = Refusal("Secret", "pi-ssh", 409, "AlreadyExists", 'secrets "pi-ssh" already exists')
-    assert refused.apply(plan, job, Observed(refused=[taken]), at(0)) is False
+    assert refused.apply(plan, job, Observed(refused=[taken]), at(0)) is CONTINUE
     assert plan.status.conditions == [] and plan.events == []

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import pytest
+
 from mpiop.decide import decide
 from mpiop.plan import Observed, Plan, Refusal
 from mpiop.policies import squatters
+from mpiop.policies.outcome import CONTINUE
 from testkit.mpijobs import at, make_mpijob
 from testkit.pods import make_pod, observe
 
@@ -17,7 +20,7 @@ def test_taken_names_are_reported_with_the_jobs_uid() -> None:
     job = make_mpijob("sq", "ns").uid("u-1").condition("Created").obj()
     observed = Observed(refused=[_taken("Secret", "sq-ssh"), _taken("ConfigMap", "sq-config")])
     plan = Plan(status=job.status.model_copy(deep=True))
-    assert squatters.apply(plan, job, observed, at(0)) is True
+    assert squatters.apply(plan, job, observed, at(0)) is CONTINUE
     condition = plan.status.condition("ReplicaFailure")
     assert condition is not None and (condition.status, condition.reason) == ("True", "ErrResourceExists")
     assert condition.message == (
@@ -40,7 +43,7 @@ def test_many_taken_names_are_summed_up() -> None:
 def test_nothing_taken_nothing_reported() -> None:
     job = make_mpijob("sq").obj()
     plan = Plan(status=job.status.model_copy(deep=True))
-    assert squatters.apply(plan, job, Observed(), at(0)) is False
+    assert squatters.apply(plan, job, Observed(), at(0)) is CONTINUE
     assert plan.status.conditions == []
 
 
@@ -54,3 +57,16 @@ def test_decide_clears_the_condition_once_every_creation_succeeded() -> None:
     condition = healed.status.condition("ReplicaFailure")
     assert condition is not None and (condition.status, condition.reason) == ("False", "ObjectsCreated")
     assert healed.status.conditions[-1].type == "Created"
+
+
+@pytest.mark.parametrize(
+    ("refused", "cleared"),
+    [([], True), ([_taken("Secret", "sq-ssh")], False),
+     ([Refusal("Pod", "sq-launcher", 422, "Invalid", "bad")], False)],
+    ids=["nothing-refused", "still-taken", "other-refusal"],
+)
+def test_replica_failure_clears_only_once_nothing_is_refused(refused: list[Refusal], cleared: bool) -> None:
+    job = make_mpijob("sq", "ns").condition("ReplicaFailure", reason="ErrResourceExists").obj()
+    plan = Plan(status=job.status.model_copy(deep=True))
+    assert squatters.apply(plan, job, Observed(refused=refused), at(0)) is CONTINUE
+    assert plan.status.is_true("ReplicaFailure") is not cleared

@@ -10,6 +10,7 @@ from mpiop import names
 from mpiop.api.v2beta1 import JobStatus, MPIJob
 from mpiop.plan import Observed, Plan
 from mpiop.policies import failure, success
+from mpiop.policies.outcome import CONTINUE, STOP
 from mpiop.status import failure_report
 from testkit.mpijobs import at, make_mpijob
 from testkit.pods import PodBuilder, make_pod
@@ -28,7 +29,7 @@ def test_succeeded_sets_completion_time_and_ends_running() -> None:
     observed = Observed(pods=[make_pod(job, "launcher").succeeded().obj(),
                               make_pod(job, "worker", 0).running().obj()])
     plan = plan_for(job)
-    assert success.apply(plan, job, observed, at(60)) is True
+    assert success.apply(plan, job, observed, at(60)) is STOP
     assert plan.status.completion_time == at(60)
     assert true_conditions(plan.status) == ["Created", "Succeeded"]
     assert plan.status.conditions[-1].type == "Succeeded"
@@ -41,7 +42,7 @@ def test_succeeded_sets_completion_time_and_ends_running() -> None:
     assert [e.reason for e in plan.events] == ["MPIJobSucceeded"]
 
     again = Plan(status=plan.status.model_copy(deep=True))
-    assert success.apply(again, job, observed, at(90)) is True
+    assert success.apply(again, job, observed, at(90)) is STOP
     assert again.status.completion_time == at(60)
     assert again.events == []
 
@@ -50,7 +51,7 @@ def test_succeeded_launcher_of_old_attempt_is_ignored() -> None:
     job = make_mpijob("pi").workers(1).status(restart_count=1).obj()
     plan = plan_for(job)
     assert success.apply(plan, job, Observed(pods=[make_pod(job, "launcher", attempt=0).succeeded().obj()]),
-                          at(1)) is False
+                          at(1)) is CONTINUE
     assert plan.status.completion_time is None
     assert not plan.status.is_true("Succeeded")
 
@@ -114,8 +115,8 @@ def test_launcher_succeeded_after_losing_a_worker_restarts(
     pods += [change(make_pod(job, "worker", i)).obj() for i, change in workers.items() if change is not None]
     observed = Observed(pods=pods)
     plan = plan_for(job)
-    succeeded = success.apply(plan, job, observed, at(9))
-    assert (succeeded or failure.apply(plan, job, observed, at(9))) is True
+    succeeded = success.apply(plan, job, observed, at(9)) is STOP
+    assert succeeded or failure.apply(plan, job, observed, at(9)) is STOP
     assert plan.status.conditions[-1].type == becomes
     restarting = plan.status.condition("Restarting")
     if blame is None:
@@ -169,5 +170,5 @@ def test_workers_added_by_a_scale_up_are_not_lost(count: int, launched: int | No
     pods += [change(make_pod(job, "worker", i)).obj() for i, change in workers.items() if change is not None]
     observed = Observed(pods=pods)
     plan = plan_for(job)
-    assert (success.apply(plan, job, observed, at(9)) or failure.apply(plan, job, observed, at(9))) is True
+    assert STOP in (success.apply(plan, job, observed, at(9)), failure.apply(plan, job, observed, at(9)))
     assert plan.status.conditions[-1].type == becomes

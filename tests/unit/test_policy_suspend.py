@@ -8,13 +8,14 @@ from mpiop import podstate
 from mpiop.api.v2beta1 import MPIJob
 from mpiop.plan import Observed, Plan
 from mpiop.policies import suspend
+from mpiop.policies.outcome import STOP
 from testkit.mpijobs import at, make_mpijob
 from testkit.pods import make_pod
 
 
 def run(job: MPIJob, observed: Observed, now: float = 50) -> tuple[bool, Plan]:
     plan = Plan(status=job.status.model_copy(deep=True))
-    return suspend.apply(plan, job, observed, at(now)), plan
+    return suspend.apply(plan, job, observed, at(now)) is STOP, plan
 
 
 @pytest.mark.parametrize(("value", "expected"), [(None, False), (False, False), (True, True)],

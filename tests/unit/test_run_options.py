@@ -7,8 +7,11 @@ import asyncio
 
 import pytest
 
+from mpiop import process
+from mpiop.controller.manager import ManagerConfig
 from mpiop.desired.hostnetwork import PortRange
 from mpiop.desired.launch import DEFAULT_KUBECTL_IMAGE
+from mpiop.desired.settings import Settings
 from mpiop.kube.ratelimit import TokenBucket
 from mpiop.process import add_run_arguments, config_from_args
 
@@ -36,7 +39,7 @@ def test_defaults_leave_the_client_side_limiter_off() -> None:
     (("--gang-scheduling=scheduler-plugins-scheduler",), "scheduler-plugins-scheduler", False),
 ], ids=["off", "empty", "volcano", "scheduler-plugins"])
 def test_gang_scheduling_flag(argv: tuple[str, ...], scheduler: str | None, volcano: bool) -> None:
-    gang = config_from_args(parse(*argv)).gang_scheduler
+    gang = config_from_args(parse(*argv)).settings.gang_scheduler
     assert (gang.scheduler_name if gang else None) == scheduler
     assert (gang is not None and gang.volcano) == volcano
 
@@ -49,7 +52,7 @@ def test_gang_scheduling_flag(argv: tuple[str, ...], scheduler: str | None, volc
 )
 def test_lean_flags(argv: tuple[str, ...], lifecycle_events: bool, discover_hosts: bool) -> None:
     config = config_from_args(parse(*argv))
-    assert (config.lifecycle_events, config.discover_hosts) == (lifecycle_events, discover_hosts)
+    assert (config.lifecycle_events, config.settings.discover_hosts) == (lifecycle_events, discover_hosts)
 
 
 def test_workers_must_be_positive() -> None:
@@ -58,8 +61,9 @@ def test_workers_must_be_positive() -> None:
 
 
 def test_host_network_port_range() -> None:
-    assert config_from_args(parse()).port_range == PortRange(20000, 30000)
-    assert config_from_args(parse("--host-network-port-range", "40000-40999")).port_range == PortRange(40000, 40999)
+    assert config_from_args(parse()).settings.port_range == PortRange(20000, 30000)
+    config = config_from_args(parse("--host-network-port-range", "40000-40999"))
+    assert config.settings.port_range == PortRange(40000, 40999)
 
 
 def test_bad_host_network_port_range_names_the_flag(capsys: pytest.CaptureFixture[str]) -> None:
@@ -94,7 +98,7 @@ async def test_token_bucket_waits_only_past_the_burst(monkeypatch: pytest.Monkey
 @pytest.mark.parametrize(("argv", "cap"), [((), 10), (("--max-disruption-restarts", "0"), 0),
                                            (("--max-disruption-restarts=3",), 3)], ids=["default", "zero", "three"])
 def test_max_disruption_restarts_flag(argv: tuple[str, ...], cap: int) -> None:
-    assert config_from_args(parse(*argv)).settings().max_disruption_restarts == cap
+    assert config_from_args(parse(*argv)).settings.max_disruption_restarts == cap
 
 
 @pytest.mark.parametrize("bad", ["-1", "two"])
@@ -106,7 +110,7 @@ def test_max_disruption_restarts_refuses_what_is_not_a_count(bad: str, capsys: p
 
 @pytest.mark.parametrize(("argv", "kept"), [((), 3), (("--kept-attempts", "1"), 1)], ids=["default", "one"])
 def test_kept_attempts_flag(argv: tuple[str, ...], kept: int) -> None:
-    assert config_from_args(parse(*argv)).settings().kept_attempts == kept
+    assert config_from_args(parse(*argv)).settings.kept_attempts == kept
 
 
 def test_kept_attempts_keeps_at_least_the_last(capsys: pytest.CaptureFixture[str]) -> None:
@@ -119,7 +123,7 @@ def test_kept_attempts_keeps_at_least_the_last(capsys: pytest.CaptureFixture[str
     ((), frozenset(), 8), (("--node-fault-exit-codes", "74, 75,", "--max-excluded-nodes", "2"), frozenset({74, 75}), 2),
 ], ids=["defaults", "set"])
 def test_node_exclusion_flags(argv: tuple[str, ...], codes: frozenset[int], most: int) -> None:
-    settings = config_from_args(parse(*argv)).settings()
+    settings = config_from_args(parse(*argv)).settings
     assert (settings.node_fault_exit_codes, settings.max_excluded_nodes) == (codes, most)
 
 
@@ -134,7 +138,7 @@ def test_node_fault_exit_codes_refuses_what_is_not_an_exit_code(bad: str, capsys
     (("--default-launch=exec", "--kubectl-image", "example.org/kubectl:v1"), "exec", "example.org/kubectl:v1"),
 ], ids=["kubeflow-default", "exec", "own-kubectl"])
 def test_launch_flags_reach_the_settings(argv: tuple[str, ...], launch: str, image: str) -> None:
-    settings = config_from_args(parse(*argv)).settings()
+    settings = config_from_args(parse(*argv)).settings
     assert (settings.default_launch, settings.kubectl_image) == (launch, image)
 
 
@@ -142,7 +146,7 @@ def test_launch_flags_reach_the_settings(argv: tuple[str, ...], launch: str, ima
                                              (("--kubectl-image-grace-seconds=900",), 900)],
                          ids=["default", "none", "fifteen-minutes"])
 def test_kubectl_image_grace_flag(argv: tuple[str, ...], grace: int) -> None:
-    assert config_from_args(parse(*argv)).settings().kubectl_image_grace_seconds == grace
+    assert config_from_args(parse(*argv)).settings.kubectl_image_grace_seconds == grace
 
 
 @pytest.mark.parametrize("bad", ["-1", "5m", "1.5"])
@@ -156,3 +160,25 @@ def test_an_unknown_default_launch_names_the_flag(capsys: pytest.CaptureFixture[
     with pytest.raises(SystemExit):
         parse("--default-launch", "rsh")
     assert "--default-launch: invalid choice: 'rsh'" in capsys.readouterr().err
+
+
+def test_no_flags_give_the_config_and_settings_defaults() -> None:
+    """Each default lives once, in ManagerConfig or Settings: the flags take theirs from there."""
+    assert config_from_args(parse()) == ManagerConfig()
+    assert config_from_args(parse()).settings == Settings()
+
+
+def test_help_text_reads_the_default_where_it_lives(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Change a default in Settings or ManagerConfig and both the flag and its help text follow."""
+    monkeypatch.setattr(process, "_SETTINGS", Settings(max_disruption_restarts=7, kept_attempts=5))
+    monkeypatch.setattr(process, "_CONFIG", ManagerConfig(workers=9, lifecycle_events=False))
+    parser = argparse.ArgumentParser(formatter_class=lambda prog: argparse.HelpFormatter(prog, width=1000))
+    add_run_arguments(parser)
+    text = parser.format_help()
+    assert "past N they do (default 7)" in text
+    assert "<job>-attempt-<n> (default 5)" in text
+    assert "reconcile workers (default 9)" in text
+    assert "they are only logged (default off)" in text
+    config = config_from_args(parser.parse_args([]))
+    assert (config.settings.max_disruption_restarts, config.settings.kept_attempts, config.workers,
+            config.lifecycle_events) == (7, 5, 9, False)

@@ -6,9 +6,8 @@ import pytest
 
 from mpiop.api.v2beta1 import MPIJob
 from mpiop.plan import Observed
-from mpiop.status import failure_report
 from mpiop.status.failure_report import LogRequest, bound_tail, log_request, report
-from testkit.mpijobs import MPIJobBuilder, make_mpijob
+from testkit.mpijobs import make_mpijob
 from testkit.pods import PodBuilder, make_pod
 
 JOB = make_mpijob("pi", "ns").workers(3).slots(2).obj()
@@ -158,25 +157,6 @@ def test_log_request_previous_when_the_container_restarted() -> None:
     pod = make_pod(job, "worker", 0).restarted().obj()
     pod["status"]["phase"] = "Failed"  # e.g. evicted after an in-place restart
     assert log_request(job, Observed(pods=[pod]), 0) == LogRequest("pi-worker-0", "main", True)
-
-
-@pytest.mark.parametrize(
-    ("builder", "pod_index", "ranks"),
-    [
-        (make_mpijob("pi").workers(3).slots(2), 1, "ranks 2-3"),
-        (make_mpijob("pi").workers(3), 2, "rank 2"),
-        (make_mpijob("pi").workers(3).slots(2).launcher_as_worker(), 0, "ranks 2-3"),
-        (make_mpijob("pi").workers(3).slots(2).launcher_as_worker(), None, "ranks 0-1"),
-        (make_mpijob("pi").workers(3).slots(4), None, None),
-        (make_mpijob("pi").workers(2).gpus(8), 1, "ranks 8-15"),
-    ],
-    ids=["slots-2", "one-slot", "launcher-as-worker-shifts", "launcher-as-worker-runs-ranks", "launcher-no-ranks",
-         "gpus-are-slots"],
-)
-def test_rank_range(builder: MPIJobBuilder, pod_index: int | None, ranks: str | None) -> None:
-    job = builder.obj()
-    pod = make_pod(job, "launcher") if pod_index is None else make_pod(job, "worker", pod_index)
-    assert failure_report.rank_range(job, pod.obj()) == ranks
 
 
 def test_bound_tail_keeps_the_last_lines_and_bytes() -> None:

@@ -1,4 +1,4 @@
-"""mpiop.controller.caches.trim_pod: what the pod cache keeps (what `podstate` reads), and the pod builder's fit."""
+"""mpiop.controller.trims.trim_pod: what the pod cache keeps (what `podstate` reads), and the pod builder's fit."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from mpiop import podstate
-from mpiop.controller.caches import trim_pod
+from mpiop.controller.trims import trim_pod
 from mpiop.desired import pods
 from testkit.mpijobs import make_mpijob
 from testkit.pods import PodBuilder, make_pod

@@ -1,0 +1,234 @@
+"""The trims: what the informers keep of each kind, only the fields decisions read (docs/architecture.md,
+"trimmed"). Each trimmed shape is a TypedDict, so mypy checks every key a trim writes; the informer stores it
+as the plain JSON it is.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, Literal, Required, TypedDict, cast
+
+from mpiop import names, podsnapshot, podstate
+from mpiop.api.raw import JSON, TrimmedMetadata
+from mpiop.kube.trim import metadata as trimmed_metadata
+from mpiop.podsnapshot import (
+    ContainerRun,
+    ContainerStatus,
+    PodCondition,
+    PodSpec,
+    PodStatus,
+    TerminatedRun,
+    TrimmedPodBody,
+)
+
+_KEPT_POD_STATUS: tuple[Literal["phase", "reason", "message"], ...] = ("phase", "reason", "message")
+
+
+def trim_pod(pod: JSON) -> JSON:
+    """What the controller decides on (what `podstate` reads), with its `podsnapshot.State`; everything else in a
+    Pod is dropped from the cache. The shape is podsnapshot.TrimmedPodBody's: mypy checks every key written."""
+    status = pod.get("status", {})
+    kept_status: PodStatus = {}
+    for key in _KEPT_POD_STATUS:
+        if key in status:
+            kept_status[key] = status[key]
+    conditions: list[PodCondition] = [{"type": "Ready", "status": c.get("status")}
+                                      for c in status.get("conditions") or [] if c.get("type") == "Ready"]
+    # Why the scheduler cannot place it: a host-port conflict moves the pod to another port, and a gang
+    # held back says so on its MPIJob (policies/gang).
+    conditions += [{"type": "PodScheduled", "status": "False", "message": c.get("message") or ""}
+                   for c in status.get("conditions") or []
+                   if c.get("type") == "PodScheduled" and c.get("status") == "False"]
+    # Evicted, preempted or deleted from a failing node: a restart that spends no backoffLimit (policies/disruption).
+    conditions += [{"type": podstate.DISRUPTION_TARGET, "status": "True", "reason": c.get("reason") or "",
+                    "message": str(c.get("message") or "")[:podstate.DISRUPTION_MESSAGE_KEPT]}
+                   for c in status.get("conditions") or []
+                   if c.get("type") == podstate.DISRUPTION_TARGET and c.get("status") == "True"]
+    if conditions:  # only then: other conditions coming and going change nothing here
+        kept_status["conditions"] = conditions
+    if status.get("initContainerStatuses"):
+        kept_status["initContainerStatuses"] = [_slim_container(s) for s in status["initContainerStatuses"]]
+    if status.get("containerStatuses"):
+        kept_status["containerStatuses"] = [_slim_container(s) for s in status["containerStatuses"]]
+    trimmed: TrimmedPodBody = {"metadata": trimmed_metadata(pod), "status": kept_status}
+    spec = pod.get("spec") or {}
+    kept_spec: PodSpec = {}
+    if spec.get("nodeName"):
+        kept_spec["nodeName"] = spec["nodeName"]
+    if spec.get("restartPolicy") == "OnFailure":  # the one policy decisions read (in_place_failures)
+        kept_spec["restartPolicy"] = "OnFailure"
+    if kept_spec:
+        trimmed["spec"] = kept_spec
+    return podsnapshot.with_state(trimmed)
+
+
+def _slim_container(status: JSON) -> ContainerStatus:
+    """Name, how its runs ended, and the restart count only once it is not 0 (a pod's ordinary life then
+    changes nothing here)."""
+    kept: ContainerStatus = {"name": status.get("name"), "state": _slim_state(status.get("state")),
+                             "lastState": _slim_state(status.get("lastState"))}
+    if status.get("restartCount"):
+        kept["restartCount"] = int(status["restartCount"])
+    return kept
+
+
+def _slim_state(state: Any) -> ContainerRun:
+    """A terminated run's exit; of waiting, only CrashLoopBackOff (a failed run that waits to run again) and an
+    image the kubelet cannot get (with its message, which names the image and what the registry said)."""
+    if not isinstance(state, dict):
+        return {}
+    waiting = state.get("waiting") or {}
+    if waiting.get("reason") == podstate.CRASH_LOOP:
+        return {"waiting": {"reason": podstate.CRASH_LOOP}}
+    if waiting.get("reason") in podstate.IMAGE_PULL_FAILURES:
+        return {"waiting": {"reason": waiting["reason"],
+                            "message": str(waiting.get("message") or "")[-podstate.TERMINATION_MESSAGE_KEPT:]}}
+    if "terminated" not in state:
+        return {}
+    terminated = state["terminated"] or {}
+    kept: TerminatedRun = {}
+    if "exitCode" in terminated:
+        kept["exitCode"] = terminated["exitCode"]
+    if "reason" in terminated:
+        kept["reason"] = terminated["reason"]
+    if terminated.get("message") and terminated.get("exitCode"):
+        kept["message"] = str(terminated["message"])[-podstate.TERMINATION_MESSAGE_KEPT:]
+    return {"terminated": kept}
+
+
+class TrimmedSecret(TypedDict):
+    metadata: TrimmedMetadata
+    type: str | None
+
+
+class TrimmedConfigMap(TypedDict, total=False):
+    metadata: Required[TrimmedMetadata]
+    data: dict[str, str]  # the hostfile ConfigMap's; not kept of a saved attempt's
+
+
+class ServiceSelector(TypedDict):
+    selector: dict[str, str] | None
+
+
+class TrimmedService(TypedDict):
+    metadata: TrimmedMetadata
+    spec: ServiceSelector
+
+
+class TrimmedMetadataOnly(TypedDict):
+    metadata: TrimmedMetadata
+
+
+class TrimmedRole(TypedDict):
+    metadata: TrimmedMetadata
+    rules: list[JSON]
+
+
+class Condition(TypedDict, total=False):
+    type: str
+    status: str | None
+    reason: str | None
+    message: str | None
+
+
+class PodGroupStatus(TypedDict, total=False):
+    phase: str | None
+    conditions: list[Condition]
+
+
+class TrimmedPodGroup(TypedDict):
+    metadata: TrimmedMetadata
+    spec: JSON
+    status: PodGroupStatus
+
+
+def _cached(trimmed: Mapping[str, object]) -> JSON:
+    """A trimmed object as the informer stores it: plain JSON once its keys were checked."""
+    return cast(JSON, trimmed)
+
+
+def trim_secret(obj: JSON) -> JSON:
+    """Existence only: private keys never sit in the operator's memory."""
+    trimmed: TrimmedSecret = {"metadata": trimmed_metadata(obj), "type": obj.get("type")}
+    return _cached(trimmed)
+
+
+def trim_config_map(obj: JSON) -> JSON:
+    """The hostfile ConfigMap whole; a saved attempt's logs (labelled with its attempt) by name only."""
+    trimmed: TrimmedConfigMap = {"metadata": trimmed_metadata(obj)}
+    if names.ATTEMPT_LABEL not in (obj["metadata"].get("labels") or {}):
+        trimmed["data"] = obj.get("data") or {}
+    return _cached(trimmed)
+
+
+def trim_service(obj: JSON) -> JSON:
+    trimmed: TrimmedService = {"metadata": trimmed_metadata(obj),
+                               "spec": {"selector": (obj.get("spec") or {}).get("selector")}}
+    return _cached(trimmed)
+
+
+def trim_metadata_only(obj: JSON) -> JSON:
+    """Existence only: an exec launcher's ServiceAccount and RoleBinding never change once made."""
+    trimmed: TrimmedMetadataOnly = {"metadata": trimmed_metadata(obj)}
+    return _cached(trimmed)
+
+
+def trim_role(obj: JSON) -> JSON:
+    trimmed: TrimmedRole = {"metadata": trimmed_metadata(obj), "rules": obj.get("rules") or []}
+    return _cached(trimmed)
+
+
+_CONDITION_KEYS: tuple[Literal["type", "status", "reason", "message"], ...] = ("type", "status", "reason", "message")
+
+
+def _condition(condition: JSON) -> Condition:
+    """The keys of a condition that it has."""
+    kept: Condition = {}
+    for key in _CONDITION_KEYS:
+        if key in condition:
+            kept[key] = condition[key]
+    return kept
+
+
+def trim_pod_group(obj: JSON) -> JSON:
+    status = obj.get("status") or {}
+    conditions = [_condition(c) for c in status.get("conditions") or []]
+    trimmed: TrimmedPodGroup = {"metadata": trimmed_metadata(obj), "spec": obj.get("spec") or {},
+                                "status": {"phase": status.get("phase"), "conditions": conditions} if status else {}}
+    return _cached(trimmed)
+
+
+def trim_mpijob(obj: JSON) -> JSON:
+    """MPIJobs are kept whole but for managedFields, which nobody here reads."""
+    obj.get("metadata", {}).pop("managedFields", None)
+    return obj
+
+
+class BatchJobStatus(TypedDict, total=False):
+    active: int
+    succeeded: int
+    failed: int
+    completionTime: str
+    conditions: list[Condition]
+
+
+class TrimmedBatchJob(TypedDict):
+    metadata: TrimmedMetadata
+    status: BatchJobStatus
+
+
+_BATCH_JOB_COUNTS: tuple[Literal["active", "succeeded", "failed", "completionTime"], ...] = (
+    "active", "succeeded", "failed", "completionTime")
+
+
+def trim_launcher_batch_job(obj: JSON) -> JSON:
+    """Whether kubeflow's launcher Job runs, succeeded or failed: its conditions and counts."""
+    status = obj.get("status") or {}
+    kept: BatchJobStatus = {}
+    for key in _BATCH_JOB_COUNTS:
+        if key in status:
+            kept[key] = status[key]
+    kept["conditions"] = [{"type": c.get("type"), "status": c.get("status"), "reason": c.get("reason"),
+                           "message": c.get("message")} for c in status.get("conditions") or []]
+    trimmed: TrimmedBatchJob = {"metadata": trimmed_metadata(obj), "status": kept}
+    return _cached(trimmed)
