@@ -99,6 +99,7 @@ class Manager:
         self.caches = Caches.create(client, config.namespace, config.watch_timeout_seconds,
                                     on_watch_restart=metrics.observe_watch_restart,
                                     gang_scheduler=config.gang_scheduler)
+        metrics.watching(informer.resource.plural for informer in self.caches.all())
         self.queue: WorkQueue[str] = WorkQueue(
             MaxOfRateLimiter(ItemExponentialFailureRateLimiter(0.005, 1000.0),
                              BucketRateLimiter(config.queue_qps, config.queue_burst)),
