@@ -13,8 +13,13 @@ cache="${MPIOP_CACHE_DIR:-$root/.cache}"
 
 candidate() { apt-cache policy prometheus 2>/dev/null | awk '$1 == "Candidate:" && $2 != "(none)" { print $2 }'; }
 
+version="$(command -v apt-cache >/dev/null && candidate || true)"
+if [[ -z $version ]]; then
+  # apt cannot say which version it would fetch (no package lists, or no apt): one already fetched will do.
+  cached="$(ls "$cache"/prometheus/*/prometheus 2>/dev/null | sort -V | tail -n 1)"
+  [[ -n $cached ]] && { echo "$cached"; exit 0; }
+fi
 command -v apt-get >/dev/null || { echo "hack/prometheus.sh: apt-get is needed to fetch Debian's prometheus" >&2; exit 1; }
-version="$(candidate)"
 if [[ -z $version && $(id -u) -eq 0 ]]; then
   apt-get update -qq >&2  # a new machine's package lists may not have been fetched yet
   version="$(candidate)"
