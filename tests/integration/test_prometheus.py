@@ -17,7 +17,7 @@ import contextlib
 import datetime as dt
 import socket
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
 
@@ -122,6 +122,82 @@ async def _admission_webhook(kube: KubeClient, manifest: dict[str, Any]) -> Asyn
         await kube.delete(WEBHOOKS, None, manifest["metadata"]["name"])
 
 
+async def _healthy_run(cluster: Cluster) -> None:
+    """One job restarts once (its worker OOM-killed), then succeeds."""
+    await cluster.create_job(mpijob("ok", workers=1, run_policy={"backoffLimit": 3}))
+    await _pods_of(cluster, "ok-launcher", "ok-worker-0")
+    await cluster.run_all(["ok-worker-0", "ok-launcher"])
+    await _restart(cluster, "ok", 0)
+    await drive_to_success(cluster, "ok", launcher="ok-launcher-1")
+
+
+async def _dashboard_series(server: PrometheusServer) -> dict[str, int]:
+    """"title: query" -> how many series with a value it returns, once all answer (or after 15 s)."""
+    counts: dict[str, int] = {}
+
+    async def all_answer() -> bool:
+        for title, expr in dashboard_queries():
+            counts[f"{title}: {expr}"] = len(finite(await server.query(expr)))
+        return all(counts.values())
+    with contextlib.suppress(AssertionError):
+        await eventually(all_answer, timeout=15, what="every dashboard query answering")
+    return counts
+
+
+@contextlib.asynccontextmanager
+async def _jobs_fail(cluster: Cluster, kube: KubeClient) -> AsyncIterator[None]:
+    """3 launchers exit 1 under backoffLimit 0 (after the healthy run's 1 success)."""
+    for i in range(3):
+        await cluster.create_job(mpijob(f"fail-{i}", workers=1, run_policy={"backoffLimit": 0}))
+    for i in range(3):
+        await _pods_of(cluster, f"fail-{i}-launcher")
+        await cluster.set_phase(f"fail-{i}-launcher", "Failed", exit_code=1)
+    yield
+
+
+@contextlib.asynccontextmanager
+async def _restart_storm(cluster: Cluster, kube: KubeClient) -> AsyncIterator[None]:
+    """One job's worker OOM-killed 12 times in a row."""
+    await cluster.create_job(mpijob("storm", workers=1, run_policy={"backoffLimit": 50}))
+    for attempt in range(12):
+        await _restart(cluster, "storm", attempt)
+    yield
+
+
+@contextlib.asynccontextmanager
+async def _webhook_down(cluster: Cluster, kube: KubeClient) -> AsyncIterator[None]:
+    """A pod admission webhook that is down (failurePolicy Fail): every pod creation answers 500, so 5 new
+    jobs' reconciles fail and are retried with backoff."""
+    down = _webhook(f"down-{cluster.ns}", cluster.ns, free_port(), failure_policy="Fail", timeout=2)
+    async with _admission_webhook(kube, down):
+        for i in range(5):
+            await cluster.create_job(mpijob(f"err-{i}", workers=1))
+        yield
+
+
+@contextlib.asynccontextmanager
+async def _webhook_hangs(cluster: Cluster, kube: KubeClient) -> AsyncIterator[None]:
+    """A webhook that never answers (failurePolicy Ignore, 5 s timeout) holds each pod creation 5 s, so the
+    operator's 4 workers fall behind 120 new jobs."""
+    with socket.socket() as silent:
+        silent.bind(("127.0.0.1", 0))
+        silent.listen(1)  # accepts nothing: a TLS handshake waits for the webhook's timeout
+        hangs = _webhook(f"hangs-{cluster.ns}", cluster.ns, silent.getsockname()[1], failure_policy="Ignore",
+                         timeout=5)
+        async with _admission_webhook(kube, hangs):
+            for i in range(QUEUED_JOBS):
+                await cluster.create_job(mpijob(f"q-{i}", workers=1))
+            yield
+
+
+CONDITIONS: dict[str, Callable[[Cluster, KubeClient], contextlib.AbstractAsyncContextManager[None]]] = {
+    "MPIJobsFailing": _jobs_fail,
+    "MPIJobRestartStorm": _restart_storm,
+    "MPIOperatorReconcileErrors": _webhook_down,
+    "MPIOperatorWorkQueueGrowing": _webhook_hangs,
+}
+
+
 async def test_a_real_prometheus_scrapes_mpiop_and_fires_each_shipped_alert(
         control_plane: ControlPlane, kube: KubeClient, cluster: Cluster, prometheus: str, tmp_path: Path,
         prometheus_report: list[str]) -> None:
@@ -153,72 +229,26 @@ async def test_a_real_prometheus_scrapes_mpiop_and_fires_each_shipped_alert(
         await eventually(no_alert_active, what="no alert active once the leader is scraped")
 
         async with AlertWatch(server).running() as watch:
-            # A healthy run: one job restarts once (its worker OOM-killed), then succeeds. No alert fires.
+            # A healthy run: no alert fires, and every dashboard query returns a series with a value.
             healthy = time.monotonic()
-            await cluster.create_job(mpijob("ok", workers=1, run_policy={"backoffLimit": 3}))
-            await _pods_of(cluster, "ok-launcher", "ok-worker-0")
-            await cluster.run_all(["ok-worker-0", "ok-launcher"])
-            await _restart(cluster, "ok", 0)
-            await drive_to_success(cluster, "ok", launcher="ok-launcher-1")
+            await _healthy_run(cluster)
             await asyncio.sleep(QUIET_AFTER_HEALTHY)
             quiet = time.monotonic() - healthy
             assert not watch.firing_at, f"alerts fired on a healthy run: {watch.firing_at}"
             for name, rule in (await server.rules()).items():
                 assert rule["health"] == "ok", f"{name}: {rule.get('lastError')}"
-
-            # Every dashboard query returns a series, with a value.
-            counts: dict[str, int] = {}
-
-            async def all_answer() -> bool:
-                for title, expr in dashboard_queries():
-                    counts[f"{title}: {expr}"] = len(finite(await server.query(expr)))
-                return all(counts.values())
-            with contextlib.suppress(AssertionError):
-                await eventually(all_answer, timeout=15, what="every dashboard query answering")
+            counts = await _dashboard_series(server)
             report(f"dashboard queries after a healthy run ({len(counts)}; series with a value):")
             for query, count in counts.items():
                 report(f"  {count:3d}  {query}")
             assert all(counts.values()), [q for q, n in counts.items() if not n]
 
+            # Each alert from the condition it names, one after the other.
             fired: dict[str, float] = {}
-
-            # Jobs that fail: 3 launchers exit 1 under backoffLimit 0 (1 job succeeded before).
-            since = time.monotonic()
-            for i in range(3):
-                await cluster.create_job(mpijob(f"fail-{i}", workers=1, run_policy={"backoffLimit": 0}))
-            for i in range(3):
-                await _pods_of(cluster, f"fail-{i}-launcher")
-                await cluster.set_phase(f"fail-{i}-launcher", "Failed", exit_code=1)
-            fired["MPIJobsFailing"] = await watch.fired("MPIJobsFailing", since)
-
-            # A restart storm: one job's workers OOM-killed 12 times in a row.
-            since = time.monotonic()
-            await cluster.create_job(mpijob("storm", workers=1, run_policy={"backoffLimit": 50}))
-            for attempt in range(12):
-                await _restart(cluster, "storm", attempt)
-            fired["MPIJobRestartStorm"] = await watch.fired("MPIJobRestartStorm", since)
-
-            # Reconciles that fail: a pod admission webhook that is down (failurePolicy Fail) makes every pod
-            # creation answer 500, so 5 new jobs' reconciles fail and are retried with backoff.
-            since = time.monotonic()
-            down = _webhook(f"down-{cluster.ns}", cluster.ns, free_port(), failure_policy="Fail", timeout=2)
-            async with _admission_webhook(kube, down):
-                for i in range(5):
-                    await cluster.create_job(mpijob(f"err-{i}", workers=1))
-                fired["MPIOperatorReconcileErrors"] = await watch.fired("MPIOperatorReconcileErrors", since)
-
-            # A growing work queue: a webhook that never answers (failurePolicy Ignore, 5 s timeout) holds each
-            # pod creation 5 s, so 4 workers fall behind 120 new jobs.
-            since = time.monotonic()
-            with socket.socket() as silent:
-                silent.bind(("127.0.0.1", 0))
-                silent.listen(1)  # accepts nothing: a TLS handshake waits for the webhook's timeout
-                hangs = _webhook(f"hangs-{cluster.ns}", cluster.ns, silent.getsockname()[1], failure_policy="Ignore",
-                                 timeout=5)
-                async with _admission_webhook(kube, hangs):
-                    for i in range(QUEUED_JOBS):
-                        await cluster.create_job(mpijob(f"q-{i}", workers=1))
-                    fired["MPIOperatorWorkQueueGrowing"] = await watch.fired("MPIOperatorWorkQueueGrowing", since)
+            for alert, condition in CONDITIONS.items():
+                since = time.monotonic()
+                async with condition(cluster, kube):
+                    fired[alert] = await watch.fired(alert, since)
 
             # No leader: the leader stops, and the standby that starts finds the Lease held by another holder.
             assert leader.stop() == 0
