@@ -30,12 +30,14 @@ binaries: venv
 	$(BIN)/python -m devcluster.binaries
 
 # Tests also render the Helm chart and check the alerting rules: helm and promtool are built once from their
-# Go modules into .cache/ (hack/helm.sh, hack/promtool.sh); and gang-schedule on the simulated cluster:
+# Go modules into .cache/ (hack/helm.sh, hack/promtool.sh); a real Prometheus scrapes mpiop: its binary is
+# taken out of Debian's package into .cache/ (hack/prometheus.sh); and gang-schedule on the simulated cluster:
 # scheduler-plugins' kube-scheduler and controller-gen (for Volcano's PodGroup CRD) are built once from theirs
 # (devcluster/coscheduler.py).
 test-binaries: binaries
 	bash hack/helm.sh >/dev/null
 	bash hack/promtool.sh >/dev/null
+	bash hack/prometheus.sh >/dev/null
 	$(BIN)/python -m devcluster.coscheduler >/dev/null
 
 # Everything Python in the repo: ruff, mypy --strict, and the import contracts of .importlinter (the layers).

@@ -114,6 +114,22 @@ def observe_watch_restart(resource: str) -> None:
     WATCH_RESTARTS.labels(resource).inc()
 
 
+def from_zero(metric: Counter | Histogram, *label_values: str) -> None:
+    """Export these label values' series from 0. A labelled counter or histogram has no series until its
+    first observation, and then Prometheus sees it appear already counted: `rate()` and `increase()` miss that
+    first count (a job's only duration, the first failed reconcile), and a panel shows no data."""
+    for value in label_values:
+        metric.labels(value)
+
+
+def watching(resources: Iterable[str]) -> None:
+    from_zero(WATCH_RESTARTS, *resources)
+
+
+from_zero(JOB_DURATION_SECONDS, "Succeeded", "Failed")
+from_zero(RECONCILE_SECONDS, "ok", "error")
+
+
 def job_phase(job: Mapping[str, Any]) -> str:
     """The one state a job is in, from its conditions (finished first, then suspended, then progress)."""
     true = {c.get("type") for c in (job.get("status") or {}).get("conditions") or [] if c.get("status") == "True"}

@@ -24,6 +24,20 @@ from testkit.metrics import Metrics
 ROOT = Path(__file__).resolve().parents[1]
 
 
+def terminate(process: subprocess.Popen[bytes] | None, grace: float) -> int | None:
+    """SIGTERM, SIGKILL after `grace` seconds; the exit code (None if it was never started)."""
+    if process is None:
+        return None
+    if process.poll() is None:
+        process.send_signal(signal.SIGTERM)
+        try:
+            process.wait(timeout=grace)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait(timeout=10)
+    return process.returncode
+
+
 class OperatorProcess:
     """`python -m <module> --kubeconfig K --log-format=json --metrics-addr ... --health-addr ... [args]`.
 
@@ -154,16 +168,7 @@ class OperatorProcess:
 
     def stop(self, grace: float = 30.0) -> int | None:
         """SIGTERM, SIGKILL after `grace` seconds; the exit code (None if it was never started)."""
-        if self.process is None:
-            return None
-        if self.process.poll() is None:
-            self.process.send_signal(signal.SIGTERM)
-            try:
-                self.process.wait(timeout=grace)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait(timeout=10)
-        return self.process.returncode
+        return terminate(self.process, grace)
 
     def kill(self) -> None:
         if self.process is not None and self.process.poll() is None:

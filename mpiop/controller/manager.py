@@ -80,6 +80,7 @@ class Manager:
         self.caches = Caches.build(client, config.namespace, config.watch_timeout_seconds,
                                     on_watch_restart=metrics.observe_watch_restart,
                                     gang_scheduler=config.settings.gang_scheduler)
+        metrics.watching(informer.resource.plural for informer in self.caches.all())
         self.queue: WorkQueue[str] = WorkQueue(
             default_controller_rate_limiter(qps=config.queue_qps, burst=config.queue_burst),
             on_wait=metrics.QUEUE_WAIT_SECONDS.observe,

@@ -36,8 +36,8 @@ async def operator(control_plane: ControlPlane, cluster: Cluster) -> AsyncIterat
         yield running
 
 
-def _go_tool(script: str) -> str:
-    """A tool built from its Go module into .cache/ by hack/<script> on first use (minutes); its path."""
+def _cached_tool(script: str) -> str:
+    """A tool hack/<script> puts into .cache/ on first use (built from its Go module: minutes); its path."""
     result = subprocess.run(["bash", str(Path(__file__).resolve().parents[2] / "hack" / script)],
                             capture_output=True, text=True, timeout=1800, check=False)
     assert result.returncode == 0, result.stderr
@@ -47,10 +47,33 @@ def _go_tool(script: str) -> str:
 @pytest.fixture(scope="session")
 def helm() -> str:
     """helm, from helm.sh/helm/v3/cmd/helm (hack/helm.sh)."""
-    return _go_tool("helm.sh")
+    return _cached_tool("helm.sh")
 
 
 @pytest.fixture(scope="session")
 def promtool() -> str:
     """promtool, from github.com/prometheus/prometheus/cmd/promtool (hack/promtool.sh)."""
-    return _go_tool("promtool.sh")
+    return _cached_tool("promtool.sh")
+
+
+@pytest.fixture(scope="session")
+def prometheus() -> str:
+    """The Prometheus server, from Debian's prometheus package (hack/prometheus.sh)."""
+    return _cached_tool("prometheus.sh")
+
+
+PROMETHEUS_REPORT = pytest.StashKey[list[str]]()
+
+
+@pytest.fixture
+def prometheus_report(request: pytest.FixtureRequest) -> list[str]:
+    """Lines test_prometheus.py reports: shown in the session's summary, as the control plane's are."""
+    return request.config.stash.setdefault(PROMETHEUS_REPORT, [])
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    lines = terminalreporter.config.stash.get(PROMETHEUS_REPORT, [])
+    if lines:
+        terminalreporter.write_sep("-", "a real Prometheus on mpiop")
+        for line in lines:
+            terminalreporter.write_line(line)

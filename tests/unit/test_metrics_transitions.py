@@ -41,3 +41,15 @@ def test_restart_counts_its_reason_and_first_running_the_scheduling_delay() -> N
     oom = value("mpiop_jobs_restarted_total", reason="OOMKilled")
     metrics.count_transitions(job.model_copy(update={"status": new}), restarted, at(50))
     assert value("mpiop_jobs_restarted_total", reason="OOMKilled") == oom + 1
+
+
+def test_label_values_known_in_advance_are_exported_from_zero() -> None:
+    """So Prometheus sees them at 0 before their first count (else rate() and increase() miss that count)."""
+    for name, labels in (("mpiop_job_duration_seconds_count", {"state": "Failed"}),
+                         ("mpiop_job_duration_seconds_count", {"state": "Succeeded"}),
+                         ("mpiop_reconcile_duration_seconds_count", {"result": "error"}),
+                         ("mpiop_reconcile_duration_seconds_count", {"result": "ok"})):
+        assert REGISTRY.get_sample_value(name, labels) is not None, (name, labels)
+    assert REGISTRY.get_sample_value("mpiop_watch_restarts_total", {"resource": "poddisruptionbudgets"}) is None
+    metrics.watching(["poddisruptionbudgets"])
+    assert REGISTRY.get_sample_value("mpiop_watch_restarts_total", {"resource": "poddisruptionbudgets"}) == 0
