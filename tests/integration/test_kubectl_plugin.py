@@ -6,19 +6,17 @@ from __future__ import annotations
 
 import asyncio
 import datetime as dt
-import os
 import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 
-from devcluster import binaries
 from devcluster.controlplane import ControlPlane
 from mpiop.api.v2beta1 import FailureInfo, JobCondition, JobStatus, MPIJob
 from mpiop.desired import evidence, objects
 from mpiop.kube.client import CONFIGMAPS, MPIJOBS, KubeClient
 from testkit.mpijobs import make_mpijob
+from testkit.plugin import kubectl_mpijob as run_plugin
+from testkit.plugin import plugin_env
 
 SUMMARY = ("MPIJob {ns}/pi is restarting (restart 1 of backoffLimit 6): pi-worker-1 (ranks 2-3, node node-b) "
            "container main Error exit 1; the attempt's logs are kept in ConfigMap pi-attempt-0")
@@ -26,16 +24,8 @@ LAUNCHER_LOG = "mpirun noticed that process rank 3 with PID 22 on node pi-worker
 WORKER_LOG = "Received signal 3; terminating.\n"
 
 
-def plugin_path() -> str:
-    """PATH with the pinned kubectl's directory and the venv's bin, where the package installed kubectl-mpijob."""
-    return os.pathsep.join([str(binaries.kube_binary("kubectl").parent), str(Path(sys.executable).parent),
-                            os.environ.get("PATH", "")])
-
-
 async def kubectl_mpijob(plane: ControlPlane, *args: str) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "PATH": plugin_path(), "KUBECONFIG": str(plane.kubeconfig)}
-    return await asyncio.to_thread(subprocess.run, ["kubectl", "mpijob", *args], env=env, capture_output=True,
-                                   text=True, check=False)
+    return await asyncio.to_thread(run_plugin, plane.kubeconfig, *args)
 
 
 @pytest.fixture
@@ -66,7 +56,7 @@ async def restarted(kube: KubeClient, mpijob_crd: str, namespace: str) -> MPIJob
 
 async def test_kubectl_finds_the_plugin_and_every_verb_has_help(control_plane: ControlPlane) -> None:
     listed = await asyncio.to_thread(subprocess.run, ["kubectl", "plugin", "list"], capture_output=True, text=True,
-                                     env={**os.environ, "PATH": plugin_path()}, check=False)
+                                     env=plugin_env(control_plane.kubeconfig), check=False)
     assert "kubectl-mpijob" in listed.stdout, listed
     for verb in ("status", "attempts", "logs", "exec"):
         shown = await kubectl_mpijob(control_plane, verb, "--help")
