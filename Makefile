@@ -5,7 +5,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 
-.PHONY: help venv binaries test-binaries lint test unit integration dev-cluster dev-cluster-down crds podtemplate-schema run clean bench bench-node
+.PHONY: help venv binaries test-binaries lint test unit integration dev-cluster dev-cluster-down crds podtemplate-schema krew run clean bench bench-node
 
 help:
 	@echo "make run          mpiop against KUBECONFIG, else on a local node (as root: runs an Open MPI pi job first)"
@@ -13,6 +13,7 @@ help:
 	@echo "make lint         ruff, mypy --strict and the import-layer contracts (.importlinter)"
 	@echo "make dev-cluster  start the local control plane in the background"
 	@echo "make crds         regenerate crds/ from the pydantic models"
+	@echo "make krew         the kubectl mpijob krew archive (dist/) and manifest (deploy/krew/mpijob.yaml)"
 	@echo "make podtemplate-schema  refresh the PodTemplateSpec schema snapshot from a local kube-apiserver"
 	@echo "make bench        mpiop at scale on a simulated cluster (no root): a table, then one JSON line"
 	@echo "make bench-node   time to first and last rank of a 2-worker Open MPI job, ssh or exec launch, on the real e2e node (root; not in make bench)"
@@ -71,6 +72,9 @@ dev-cluster-down: venv
 	$(BIN)/python -m devcluster down
 
 # The CRD: pydantic models + the committed PodTemplateSpec snapshot, offline (tests/unit/test_crd.py checks it).
+krew: venv
+	$(BIN)/python hack/krew.py
+
 crds: venv
 	$(BIN)/mpiop crd > crds/kubeflow.org_mpijobs.yaml.tmp && mv crds/kubeflow.org_mpijobs.yaml.tmp crds/kubeflow.org_mpijobs.yaml
 

@@ -6,27 +6,10 @@ from __future__ import annotations
 
 import time
 
-from devcluster.pi_job import SAMPLES, pi_job
+from devcluster.pi_job import pi_job
 from testkit.e2e.kube import is_true
+from testkit.e2e.restarts import POD_NAME, WORKER_DIES, first_attempt_runs
 from testkit.e2e.session import E2E
-
-POD_NAME = [{"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}}]
-MPIRUN = "mpi-wait-hosts mpirun.openmpi --allow-run-as-root -n 4"
-
-
-def first_attempt_runs(launcher_pod: str, ranks: str, hold_exit: bool = False) -> str:
-    """The launcher's script: attempt 1 (the launcher's own pod name tells) runs `ranks` under mpirun, holding
-    mpirun's exit 3 s if asked, as a wrapper script's clean-up would; every later attempt runs the pi job."""
-    run = f"{MPIRUN} sh -c '{ranks}'"
-    first = f"{run}; code=$$?; sleep 3; exit $$code" if hold_exit else f"exec {run}"
-    return f'if [ "$POD_NAME" = {launcher_pod} ]; then {first}; fi; exec {MPIRUN} /usr/local/bin/pi-openmpi {SAMPLES}'
-
-
-# 5 s in, rank 3 sends SIGQUIT to its worker's sshd (PID 1; SIGTERM would make it exit 0, a Succeeded pod), so
-# the worker container fails and takes the ranks and the Open MPI daemon with it. mpirun's exit is held, so that
-# mpiop sees the worker fail first. (`$$` is the kubelet's escape for `$`.)
-WORKER_DIES = ('if [ "$OMPI_COMM_WORLD_RANK" = 3 ]; then (sleep 5; kill -QUIT 1) & fi; '
-               'exec /usr/local/bin/pi-openmpi 2000000 30')
 
 
 def test_a_worker_killed_mid_run_leaves_its_and_mpiruns_last_words(e2e: E2E) -> None:

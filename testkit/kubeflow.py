@@ -9,7 +9,11 @@ import asyncio
 import copy
 import json
 from pathlib import Path
+from typing import Any
 
+import yaml
+
+from devcluster.binaries import go_mod_download
 from mpiop.api.raw import JSON
 from mpiop.api.v2beta1 import MPIJob
 from mpiop.controller.trims import trim_config_map, trim_launcher_batch_job, trim_pod, trim_secret, trim_service
@@ -173,3 +177,47 @@ def with_image(obj: JSON, image: str) -> JSON:
             container["image"] = image
             container["imagePullPolicy"] = "Never"
     return obj
+
+
+KUBEFLOW_MODULE = "github.com/kubeflow/mpi-operator"
+KUBEFLOW_VERSION = "v0.8.2"
+KUBEFLOW_CRD_PATH = "manifests/base/kubeflow.org_mpijobs.yaml"
+
+
+def kubeflow_crd(workdir: Path) -> JSON:
+    """kubeflow/mpi-operator's own v2beta1 CRD at the fixtures' version, from its Go module (`go mod download`,
+    kept in Go's module cache like the Kubernetes sources the binaries are built from)."""
+    source = go_mod_download(KUBEFLOW_MODULE, KUBEFLOW_VERSION, workdir, "Dir")
+    loaded: JSON = yaml.safe_load((source / KUBEFLOW_CRD_PATH).read_text())
+    return loaded
+
+
+def crd_defaults(crd: JSON) -> dict[str, Any]:
+    """The schema defaults of a v2beta1 MPIJob CRD outside the pod templates, by field path (spec.runPolicy.suspend).
+    kubeflow's replica specs are a map and mpiop's two named properties, so templates are left out of both."""
+    schema: JSON = crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
+    found: dict[str, Any] = {}
+
+    def walk(node: JSON, path: str) -> None:
+        if "default" in node:
+            found[path] = node["default"]
+        for name, child in (node.get("properties") or {}).items():
+            if name != "mpiReplicaSpecs":
+                walk(child, f"{path}.{name}" if path else name)
+
+    walk(schema, "")
+    return found
+
+
+def with_crd_defaults(crd: JSON, obj: JSON) -> JSON:
+    """`obj` as the apiserver returns it under `crd`: each defaulted field outside the pod templates that is
+    absent from an object present is filled in (a default inside an absent object is not applied)."""
+    out = copy.deepcopy(obj)
+    for path, value in crd_defaults(crd).items():
+        *parents, field = path.split(".")
+        node: JSON | None = out
+        for parent in parents:
+            node = node.get(parent) if node is not None else None
+        if node is not None and field not in node:
+            node[field] = value
+    return out

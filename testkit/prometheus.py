@@ -19,10 +19,10 @@ import aiohttp
 import yaml
 
 from devcluster.controlplane import die_with_parent, free_port
+from mpiop.api.raw import JSON
 from testkit.deploy import DASHBOARD, rule_groups
 from testkit.process import terminate
 
-JSON = dict[str, Any]
 # Grafana's variable: max(4 scrape intervals, the panel's step). 1m is what it is for a 15 s scrape interval.
 RATE_INTERVAL = "1m"
 

@@ -193,8 +193,12 @@ class _Structural:
             out["description"] = description
         for key, value in node.items():
             if key in ("title", "description", "default", "propertyNames", "$defs"):
-                # titles are pydantic's; defaults are applied by the controller, not stored (see docs/api.md);
-                # replica-type keys become named properties (spec_schema), so their propertyNames go.
+                # titles are pydantic's; pydantic's defaults are the controller's (None: unset); replica-type
+                # keys become named properties (spec_schema), so their propertyNames go.
+                continue
+            if key == v2beta1.CRD_DEFAULT:
+                # kubeflow's CRD defaults (docs/api.md): the apiserver writes them into objects it stores and reads.
+                out["default"] = value
                 continue
             if key == "properties":
                 out[key] = {name: self.convert(prop) for name, prop in value.items()}

@@ -34,6 +34,17 @@ ConditionType = Literal["Created", "Running", "Restarting", "Succeeded", "Failed
 ConditionStatus = Literal["True", "False", "Unknown"]
 
 DEFAULT_SSH_AUTH_MOUNT_PATH = "/root/.ssh"
+DEFAULT_LAUNCHER_CREATION_POLICY: LauncherCreationPolicy = "AtStartup"
+DEFAULT_MPI_IMPLEMENTATION: MPIImplementation = "OpenMPI"
+# The key under which a field's CRD default travels in its JSON Schema (mpiop.api.crd writes it as the
+# schema's `default`). Pydantic's own `default` stays None: a field the apiserver did not default (an object
+# stored before the CRD had defaults) still reads as unset, and the effective_* properties give it the same value.
+CRD_DEFAULT = "x-crd-default"
+
+
+def crd_default(value: str | bool) -> dict[str, Any]:
+    """`json_schema_extra` for a field that kubeflow's CRD defaults: the apiserver writes `value` into objects."""
+    return {CRD_DEFAULT: value}
 DEFAULT_BACKOFF_LIMIT = 6  # what a batch/v1 Job (kubeflow's launcher) defaults to
 # The largest job mpiop is tested at (bench/huge.py): the CRD refuses more workers at admission, and a job
 # stored before that bound is failed with ValidationError instead of being attempted.
@@ -141,6 +152,7 @@ class RunPolicy(ApiModel):
     )
     suspend: bool | None = Field(
         default=None,
+        json_schema_extra=crd_default(False),
         description=(
             "While true, the job's pods are deleted and not created; resuming recreates them from the "
             "current templates. Defaults to false."
@@ -177,11 +189,13 @@ class MPIJobSpec(ApiModel):
     )
     run_launcher_as_worker: bool | None = Field(
         default=None,
+        json_schema_extra=crd_default(False),
         description="Whether the launcher also runs ranks (it is listed first in the hostfile). Defaults to false.",
     )
     ssh_auth_mount_path: str | None = Field(
         default=None,
         pattern=r"^/",
+        json_schema_extra=crd_default(DEFAULT_SSH_AUTH_MOUNT_PATH),
         description=(
             "Where the SSH key Secret is mounted in launcher and workers: an absolute path, the .ssh directory "
             "of the user the containers run as. Defaults to /root/.ssh."
@@ -189,6 +203,7 @@ class MPIJobSpec(ApiModel):
     )
     launcher_creation_policy: LauncherCreationPolicy | None = Field(
         default=None,
+        json_schema_extra=crd_default(DEFAULT_LAUNCHER_CREATION_POLICY),
         description=(
             "When the launcher pod is created: AtStartup (with the workers) or WaitForWorkersReady (once "
             "every worker pod is Ready). Defaults to AtStartup."
@@ -196,6 +211,7 @@ class MPIJobSpec(ApiModel):
     )
     mpi_implementation: MPIImplementation | None = Field(
         default=None,
+        json_schema_extra=crd_default(DEFAULT_MPI_IMPLEMENTATION),
         description=(
             "The MPI implementation, which sets the hostfile format and launcher env: OpenMPI, Intel or "
             "MPICH. Defaults to OpenMPI."
@@ -234,11 +250,11 @@ class MPIJobSpec(ApiModel):
 
     @property
     def effective_launcher_creation_policy(self) -> LauncherCreationPolicy:
-        return self.launcher_creation_policy or "AtStartup"
+        return self.launcher_creation_policy or DEFAULT_LAUNCHER_CREATION_POLICY
 
     @property
     def effective_mpi_implementation(self) -> MPIImplementation:
-        return self.mpi_implementation or "OpenMPI"
+        return self.mpi_implementation or DEFAULT_MPI_IMPLEMENTATION
 
 
 class JobCondition(ApiModel):

@@ -36,7 +36,7 @@ from mpiop.controller.logreads import LogReads
 from mpiop.controller.logtails import LogTails
 from mpiop.controller.nodes import NodeChecks
 from mpiop.controller.refusals import Refusals
-from mpiop.controller.soft_writes import SoftWriteHold, only_soft_writes, status_change
+from mpiop.controller.soft_writes import SoftWriteHold, may_wait, status_change
 from mpiop.decide import decide
 from mpiop.desired import objects
 from mpiop.desired.settings import DEFAULT_SETTINGS, Settings
@@ -108,7 +108,7 @@ class Reconciler:
             await self._delete_job(job)
             return None
         status = status_change(job.status, plan.status)
-        wait = self.soft_writes.wait(key, only_soft_writes(plan, status, observed.config_map), time.monotonic())
+        wait = self.soft_writes.wait(key, may_wait(job, plan, status, observed.config_map), time.monotonic())
         if wait is not None:
             return wait if plan.requeue_after is None else min(wait, plan.requeue_after)
         try:

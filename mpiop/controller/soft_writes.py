@@ -5,6 +5,12 @@ come and go. A pass whose writes are all soft waits up to SOFT_WRITE_DELAY for a
 with, so a job's pods turning Running one by one cost one status write and one ConfigMap patch, not one each.
 Creations, deletions, Events, condition or time changes and a changed hostfile (on the host network the
 launcher waits for its ports) are transitions and are made at once.
+
+One transition waits too: a suspended job's first status (Created, Suspended). A client written against
+kubeflow's operator, which is slower to write it, creates a suspended job and updates its spec (resumes it)
+from the create response without reading it again; a status written meanwhile changes the resourceVersion
+and that update fails with 409 Conflict. A suspended job has nothing urgent to report, so its first pass is
+held like a soft one; the resume, or the delay running out, makes the pass write.
 """
 
 from __future__ import annotations
@@ -13,8 +19,9 @@ from dataclasses import dataclass, field
 
 from mpiop import names
 from mpiop.api.raw import JSON
-from mpiop.api.v2beta1 import JobStatus
+from mpiop.api.v2beta1 import JobStatus, MPIJob
 from mpiop.plan import Plan
+from mpiop.policies.suspend import is_suspended
 
 SOFT_WRITE_DELAY = 5.0
 
@@ -52,6 +59,16 @@ def only_soft_writes(plan: Plan, status: StatusChange, config_map: JSON | None =
         if not changed <= {names.DISCOVER_HOSTS_NAME}:
             return False
     return status.fields <= {"replicaStatuses"} and bool(status.fields or plan.objects_to_update)
+
+
+def suspended_first_status(job: MPIJob) -> bool:
+    """Whether this pass would write the first status of a job created suspended (see the module's docstring)."""
+    return is_suspended(job) and not job.status.conditions
+
+
+def may_wait(job: MPIJob, plan: Plan, status: StatusChange, config_map: JSON | None = None) -> bool:
+    """Whether this pass's writes may be held back: all soft, or a suspended job's first status."""
+    return suspended_first_status(job) or only_soft_writes(plan, status, config_map)
 
 
 @dataclass

@@ -352,6 +352,17 @@ class KubeClient:
                     splitter.feed(chunk)
                 return splitter.close()
 
+    async def stream(self, path: str, query: Mapping[str, Any] | None = None) -> AsyncIterator[bytes]:
+        """A GET whose answer is read as it comes (a followed pod log), chunk by chunk, until the server ends it."""
+        timeout = aiohttp.ClientTimeout(total=None, sock_connect=30)
+        with self._timed("GET", path) as timing:
+            response = await self._send("GET", path, query, None, "application/json", timeout, accept="*/*")
+            timing.status = response.status
+        async with response:
+            await _raise_for(response, "GET", path)
+            async for chunk in response.content.iter_any():
+                yield chunk
+
     async def watch(self, resource: Resource, namespace: str | None, *, resource_version: str,
                     label_selector: str | None = None, timeout_seconds: int = 300,
                     idle_timeout: float | None = None) -> AsyncIterator[JSON]:

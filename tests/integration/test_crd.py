@@ -17,8 +17,10 @@ import yaml
 from devcluster.controlplane import ControlPlane, ControlPlaneError
 from devcluster.install import install_crd
 from mpiop.api import podtemplate
+from mpiop.api.crd import crd
 from mpiop.api.raw import JSON
 from mpiop.kube.client import MPIJOBS, ApiError, KubeClient
+from testkit.kubeflow import with_crd_defaults
 from testkit.mpijobs import make_mpijob
 
 pytestmark = pytest.mark.integration
@@ -54,8 +56,8 @@ async def test_example_applies(control_plane: ControlPlane, kube: KubeClient, mp
     name = manifest["metadata"]["name"]
     assert f"mpijob.kubeflow.org/{name} created" in out
     stored = await kube.get(MPIJOBS, namespace, name)
-    # Nothing the user wrote was pruned or rewritten (the pod templates included).
-    assert stored["spec"] == manifest["spec"]
+    # Nothing the user wrote was pruned or rewritten (the pod templates included); kubeflow's defaults are added.
+    assert stored["spec"] == with_crd_defaults(crd(), manifest)["spec"]
 
 
 async def test_get_shows_printer_columns(control_plane: ControlPlane, kube: KubeClient, mpijob_crd: str,

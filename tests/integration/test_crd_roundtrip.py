@@ -1,8 +1,9 @@
-"""Property: any valid MPIJob spec survives models -> JSON -> apiserver -> JSON -> models unchanged.
+"""Property: any valid MPIJob spec survives models -> JSON -> apiserver -> JSON -> models unchanged, but for
+kubeflow's CRD defaults filled into fields left unset.
 
 This is what lets the controller trust its models: the CRD neither prunes a field the models write nor
-rewrites a value (no schema defaults outside pod templates; pod templates here have no container ports,
-whose list-map key `protocol` is the one thing the apiserver fills in).
+rewrites a value; it only adds kubeflow's defaults outside pod templates (pod templates here have no
+container ports, whose list-map key `protocol` the apiserver fills in).
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from typing import get_args
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from mpiop.api.crd import crd
 from mpiop.api.v2beta1 import (
     CleanPodPolicy,
     LauncherCreationPolicy,
@@ -26,6 +28,7 @@ from mpiop.api.v2beta1 import (
     SchedulingPolicy,
 )
 from mpiop.kube.client import MPIJOBS, KubeClient
+from testkit.kubeflow import with_crd_defaults
 from testkit.strategies import dns_labels, optional, pod_templates, quantities, resource_names, words
 
 INT32 = 2**31 - 1
@@ -85,12 +88,13 @@ async def test_spec_round_trips_through_the_apiserver(kube: KubeClient, mpijob_c
     job = MPIJob(metadata=ObjectMeta(name=name, labels=labels), spec=spec)
     sent = job.to_json()
 
+    expected = with_crd_defaults(crd(), sent)
     created = await kube.create(MPIJOBS, namespace, sent)
-    assert created["spec"] == sent["spec"]
+    assert created["spec"] == expected["spec"]
     back = MPIJob.model_validate(created)
-    assert back.spec == spec
+    assert back.spec == MPIJob.model_validate(expected).spec
     assert back.metadata.labels == labels
 
     fetched = MPIJob.model_validate(await kube.get(MPIJOBS, namespace, name))
-    assert fetched.spec == spec
+    assert fetched.spec == back.spec
     await kube.delete(MPIJOBS, namespace, name)

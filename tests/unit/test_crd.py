@@ -19,6 +19,8 @@ from mpiop.cli import main
 
 ROOT = Path(__file__).parents[2]
 COMMITTED = ROOT / "crds" / "kubeflow.org_mpijobs.yaml"
+KUBEFLOW_DEFAULTED = {".spec.launcherCreationPolicy", ".spec.mpiImplementation", ".spec.runLauncherAsWorker",
+                      ".spec.runPolicy.suspend", ".spec.sshAuthMountPath"}
 
 # apiextensions.k8s.io/v1 JSONSchemaProps fields (those a generated schema may use).
 SCHEMA_KEYWORDS = {
@@ -74,17 +76,20 @@ def test_schema_is_structural() -> None:
         for key in node.get("x-kubernetes-list-map-keys", []):
             item = node["items"]
             assert key in item.get("required", []) or "default" in item["properties"][key], (path, key)
-        if "default" in node:
-            # Only list-map keys keep a default: a container port's protocol, an image pull secret's name.
+        if "default" in node and path not in KUBEFLOW_DEFAULTED:
+            # Besides kubeflow's, only list-map keys keep a default: a container port's protocol, an image
+            # pull secret's name.
             assert path.endswith(("ports[].protocol", "imagePullSecrets[].name")), (path, node["default"])
     assert count > 1000  # the pod template is in there
 
 
-def test_no_default_outside_the_pod_template() -> None:
-    """Defaults are the controller's business (stored objects stay as written); see docs/api.md."""
-    for path, node in schema_nodes(root_schema()):
-        if not path.startswith((".spec.mpiReplicaSpecs.Launcher.template", ".spec.mpiReplicaSpecs.Worker.template")):
-            assert "default" not in node, path
+def test_outside_the_pod_template_only_kubeflows_defaults() -> None:
+    """The fields kubeflow's CRD defaults (tests/unit/test_crd_kubeflow_defaults.py compares them with its CRD);
+    every other default is the controller's business (docs/api.md)."""
+    templates = (".spec.mpiReplicaSpecs.Launcher.template", ".spec.mpiReplicaSpecs.Worker.template")
+    defaulted = {path for path, node in schema_nodes(root_schema())
+                 if "default" in node and not path.startswith(templates)}
+    assert defaulted == KUBEFLOW_DEFAULTED
 
 
 def test_crd_size_leaves_room_under_etcds_limit() -> None:

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from mpiop.api.v2beta1 import ReplicaStatus
-from mpiop.controller.soft_writes import only_soft_writes, status_change
+from mpiop.api.v2beta1 import MPIJob, ReplicaStatus
+from mpiop.controller.soft_writes import may_wait, only_soft_writes, status_change, suspended_first_status
 from mpiop.decide import decide
 from mpiop.plan import Event, Plan
 from testkit.mpijobs import at, make_mpijob
@@ -82,3 +82,22 @@ def test_status_change_patches_whole_and_nulls_what_was_cleared() -> None:
     assert change.fields == {"completionTime", "replicaStatuses"}
     assert change.patch is not None and change.patch["completionTime"] is None
     assert change.patch["conditions"] == plan.status.to_json()["conditions"]  # the whole status, not a diff
+
+
+@pytest.mark.parametrize(
+    ("job", "held"),
+    [
+        (make_mpijob("pi", "ns").suspend(True).obj(), True),
+        (make_mpijob("pi", "ns").obj(), False),
+        (make_mpijob("pi", "ns").suspend(False).obj(), False),
+        (make_mpijob("pi", "ns").suspend(True).condition("Created", "True").obj(), False),
+    ],
+    ids=["created-suspended", "created-running", "suspend-false", "suspended-after-its-first-status"],
+)
+def test_a_suspended_jobs_first_status_may_wait(job: MPIJob, held: bool) -> None:
+    """Its first pass (Created, Suspended, an Event) is a transition, and still held; a running job's is not."""
+    plan = decide(job, observe(job, owned_objects=False), at(0))
+    status = status_change(job.status, plan.status)
+    assert not only_soft_writes(plan, status)
+    assert suspended_first_status(job) is held
+    assert may_wait(job, plan, status) is held

@@ -1,0 +1,97 @@
+"""kubectl mpijob status / attempts / logs of a past attempt: what they print of a job that restarted once."""
+
+from __future__ import annotations
+
+import datetime as dt
+from typing import Any
+
+import pytest
+
+from mpiop.api.raw import JSON
+from mpiop.api.v2beta1 import FailureInfo, MPIJob
+from mpiop.plugin.views import SavedLogMissingError, attempts_table, last_failure, saved_log, status_text
+from testkit.mpijobs import T0, make_mpijob
+
+NOW = T0 + dt.timedelta(minutes=5)
+SUMMARY = ("MPIJob ns/pi is restarting (restart 1 of backoffLimit 6): pi-worker-1 (ranks 2-3, node n1) container "
+           "main Error exit 1; the attempt's logs are kept in ConfigMap pi-attempt-0\nLast lines of pi-launcher:\n...")
+
+
+def restarted_once(**status: Any) -> JSON:
+    builder = (make_mpijob("pi", "ns").workers(2)
+               .status(restart_count=1, attempt_start_time=T0 + dt.timedelta(minutes=2), excluded_nodes=["n1"],
+                       last_failure=FailureInfo(reason="Error", pod="pi-worker-1", container="main", exit_code=1,
+                                                node="n1", ranks="2-3", attempt=0), **status)
+               .condition("Created", when=T0)
+               .condition("Restarting", "False", reason="MPIJobRunning", message="running", when=T0)
+               .condition("Running", when=T0 + dt.timedelta(minutes=3)))
+    raw = builder.json()
+    raw["metadata"]["creationTimestamp"] = "2026-01-01T00:00:00Z"
+    return raw
+
+
+def attempt_config_map(attempt: int, data: dict[str, str]) -> JSON:
+    return {"metadata": {"name": f"pi-attempt-{attempt}", "labels": {"mpiop.kubeflow.org/attempt": str(attempt)}},
+            "data": data}
+
+
+def pod(name: str, attempt: int, created: dt.datetime) -> JSON:
+    return {"metadata": {"name": name, "labels": {"mpiop.kubeflow.org/attempt": str(attempt)},
+                         "creationTimestamp": created.strftime("%Y-%m-%dT%H:%M:%SZ")}}
+
+
+SAVED = [attempt_config_map(0, {"failure": SUMMARY, "pi-launcher.main.log": "mpirun: lost rank 2\n",
+                                "pi-worker-1.main.log": "bye\n"})]
+
+
+def test_attempts_table_of_a_job_that_restarted_once() -> None:
+    pods = [pod("pi-launcher", 0, T0), pod("pi-launcher-1", 1, T0 + dt.timedelta(minutes=2))]
+    failure = "pi-worker-1 (ranks 2-3, node n1) container main Error exit 1"
+    assert attempts_table(restarted_once(), SAVED, pods, NOW) == (
+        f"ATTEMPT   STATE       LAUNCHER        AGE   {'FAILURE'.ljust(len(failure))}   LOGS\n"
+        f"0         Restarted   pi-launcher     5m    {failure}   pi-attempt-0\n"
+        f"1         Running     pi-launcher-1   3m    {'<none>'.ljust(len(failure))}   <none>\n"
+    )
+
+
+def test_attempts_table_without_the_pods_or_logs() -> None:
+    out = attempts_table(restarted_once(), [], [], NOW).splitlines()
+    assert out[1].split() == ["0", "Restarted", "<none>", "<none>", "<none>", "<none>"]
+
+
+def test_status_names_state_attempt_nodes_milestones_and_the_last_failure() -> None:
+    out = status_text(restarted_once(), SAVED, NOW)
+    assert "State:            Running\n" in out
+    assert "Attempt:          1 (restarts 1 of backoffLimit 6)\n" in out
+    assert "Attempt started:  3m ago\n" in out
+    assert "Excluded nodes:   n1\n" in out
+    assert "Progress:         <none> (not reported)\n" in out
+    assert ("Milestones:\n"
+            "  MILESTONE          AGE   REASON\n"
+            "  Created            5m    MPIJobCreated\n"
+            "  Restarting=False   5m    MPIJobRunning\n"
+            "  Running            2m    MPIJobRunning\n") in out
+    assert out.endswith("Last failure:     " + SUMMARY.splitlines()[0] + "\n")
+
+
+def test_status_shows_reported_progress_whatever_its_shape() -> None:
+    raw = restarted_once()
+    raw["status"]["trainerStatus"] = {"step": 120, "metrics": {"loss": 0.42}, "lastReportTime": "T"}
+    out = status_text(raw, [], NOW)
+    assert "Progress:\n  step: 120\n  metrics.loss: 0.42\n  lastReportTime: T\n" in out
+
+
+@pytest.mark.parametrize(("saved", "expected"), [
+    (SAVED, SUMMARY.splitlines()[0]),  # the attempt's saved report
+    ([], "attempt 0 pi-worker-1 ranks 2-3 node n1 container main Error exit 1"),  # only status.lastFailure
+])
+def test_last_failure_in_one_paragraph(saved: list[JSON], expected: str) -> None:
+    assert last_failure(MPIJob.model_validate(restarted_once()), saved) == expected
+
+
+def test_a_past_attempts_log_from_its_config_map() -> None:
+    assert saved_log(SAVED[0], "pi-launcher", None) == ("pi-launcher.main.log", "mpirun: lost rank 2\n")
+    assert saved_log(SAVED[0], "pi-worker-1", "main") == ("pi-worker-1.main.log", "bye\n")
+    with pytest.raises(SavedLogMissingError, match="pi-attempt-0 has no log of pi-worker-0: it keeps the launcher's "
+                       r"and the failed pods' \(pi-launcher.main.log, pi-worker-1.main.log\)"):
+        saved_log(SAVED[0], "pi-worker-0", None)
