@@ -43,6 +43,17 @@ def test_the_backoff_starts_over_after_two_quiet_minutes() -> None:
     assert backoff.next() == pytest.approx(0.8)
 
 
+def test_a_success_starts_the_backoff_over_at_once() -> None:
+    """After a long outage the waits are at their cap; one list that succeeds makes the next failure's wait the
+    first step again, not the cap (nor after two quiet minutes only)."""
+    clock = Clock()
+    backoff = Backoff(clock=clock, rand=lambda: 0.0)
+    assert [backoff.next() for _ in range(8)][-1] == pytest.approx(30.0)
+    backoff.reset()
+    clock.now += 1.0
+    assert [backoff.next() for _ in range(2)] == pytest.approx([0.8, 1.6])
+
+
 def test_a_reconnect_storm_is_at_most_a_few_tries_a_minute() -> None:
     """The apiserver down for 5 minutes: client-go's reflector tries ~0.22 times a second at worst."""
     clock = Clock()
