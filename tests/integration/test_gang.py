@@ -21,7 +21,7 @@ from mpiop.controller.caches import pod_group_resource
 from mpiop.controller.manager import Manager, ManagerConfig
 from mpiop.desired import podgroup
 from mpiop.desired.podgroup import GangScheduler
-from mpiop.kube.client import CRDS, MPIJOBS, KubeClient
+from mpiop.kube.client import CRDS, EVENTS, MPIJOBS, KubeClient
 from testkit.mpijobs import make_mpijob
 from testkit.operator import Cluster, eventually, mpijob, running_operator
 
@@ -118,6 +118,47 @@ async def test_an_edited_pod_group_spec_is_restored_at_once(cluster: Cluster, ga
         return found if found and found["spec"]["minMember"] == 2 else None
 
     await eventually(restored, timeout=5.0, what="minMember 2 again")
+
+
+async def test_a_squatted_pod_group_name_is_refused_like_any_other(cluster: Cluster, gang_operator: None) -> None:
+    """A PodGroup the job does not control, under the job's name: ReplicaFailure/ErrResourceExists naming it and
+    no pod (never a reconcile error, which the operator fixture fails the test on), until it is deleted."""
+    squatter = {"apiVersion": PLUGINS.api_version, "kind": podgroup.KIND,
+                "metadata": {"name": "sqg", "namespace": cluster.ns}, "spec": {"minMember": 64}}
+    await cluster.kube.create(pod_group_resource(PLUGINS), cluster.ns, squatter)
+    await cluster.create_job(mpijob("sqg", workers=1))
+    failure = await eventually(lambda: cluster.condition("sqg", "ReplicaFailure"), what="the squat shown")
+    assert failure["reason"] == "ErrResourceExists" and "PodGroup sqg" in failure["message"]
+    assert await pods_of(cluster, "sqg", 0) is not None  # no pod joins a gang of someone else's
+    await cluster.kube.delete(pod_group_resource(PLUGINS), cluster.ns, "sqg")
+    await eventually(lambda: pods_of(cluster, "sqg", 2), timeout=90, what="the pods once the name is free")
+    group = await pod_group(cluster, "sqg")
+    assert group is not None and group["metadata"]["ownerReferences"][0]["name"] == "sqg"
+    assert group["spec"]["minMember"] == 2
+
+
+async def test_an_event_planned_without_a_status_change_is_told(cluster: Cluster, gang_operator: None) -> None:
+    """An edit of minAvailable changes only the PodGroup (not the job's status): its MinAvailableLowered Event is
+    still recorded."""
+    job = mpijob("low", workers=2, launcherCreationPolicy="WaitForWorkersReady",
+                 run_policy={"schedulingPolicy": {"minAvailable": 3}})
+    await cluster.create_job(job)
+    await eventually(lambda: pods_of(cluster, "low", 2), what="the workers")
+    await eventually(lambda: lowered_event(cluster, "minAvailable 3"), what="the Event of the first PodGroup")
+    await cluster.kube.patch(MPIJOBS, cluster.ns, "low", {"spec": {
+        "mpiReplicaSpecs": {"Worker": {"replicas": 3}}, "runPolicy": {"schedulingPolicy": {"minAvailable": 4}}}})
+
+    async def resized() -> JSON | None:
+        found = await pod_group(cluster, "low")
+        return found if found and found["spec"]["minMember"] == 3 else None
+
+    await eventually(resized, what="minMember 3")
+    await eventually(lambda: lowered_event(cluster, "minAvailable 4"), what="the Event of the patched PodGroup")
+
+
+async def lowered_event(cluster: Cluster, text: str) -> JSON | None:
+    events = (await cluster.kube.list(EVENTS, cluster.ns))["items"]
+    return next((e for e in events if e["reason"] == "MinAvailableLowered" and text in e["message"]), None)
 
 
 async def test_a_job_another_controller_manages_gets_no_pod_group(cluster: Cluster, gang_operator: None) -> None:
