@@ -42,7 +42,7 @@ def unreachable(error: BaseException) -> bool:
 class Reachability:
     """One client's probe of its apiserver, shared by every informer that waits for it (see `of`)."""
 
-    client: KubeClient
+    client: weakref.ref[KubeClient]  # weak: `_SHARED` must not keep a closed client alive through its value
     interval: float = 1.0
     spread: float = 0.5
     probe_timeout: float = 5.0
@@ -56,7 +56,7 @@ class Reachability:
         """The one Reachability of `client` (made on first use)."""
         found = _SHARED.get(client)
         if found is None:
-            found = _SHARED[client] = cls(client)
+            found = _SHARED[client] = cls(weakref.ref(client))
         return found
 
     async def wait(self, seconds: float) -> bool:
@@ -90,8 +90,11 @@ class Reachability:
     async def answers(self) -> bool:
         """Whether the apiserver gives /readyz an HTTP answer that is not a server error (403 counts: it is up
         and authorizing; 500 is an apiserver still starting)."""
+        client = self.client()
+        if client is None:
+            return False
         try:
-            await self.client.request_raw("GET", READYZ, timeout=self.probe_timeout, accept="text/plain")
+            await client.request_raw("GET", READYZ, timeout=self.probe_timeout, accept="text/plain")
         except ApiError as error:
             return error.status < 500
         except (aiohttp.ClientError, TimeoutError, OSError):
