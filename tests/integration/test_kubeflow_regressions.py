@@ -107,8 +107,9 @@ async def test_810_no_launcher_is_made_while_the_earlier_one_is_terminating(clus
     await bind(cluster, "tl-launcher", node)
     await start(cluster, "tl", 1)
 
-    # Deleted gracefully (a user, a drain): it stays terminating, mpirun running, until its kubelet ends it.
-    await cluster.kube.delete(PODS, cluster.ns, "tl-launcher")
+    # A worker fails: the attempt's pods are deleted, the launcher gracefully (bound to a node, it stays
+    # terminating, its mpirun running, until its kubelet ends it), and the next attempt's are made.
+    await cluster.set_phase("tl-worker-0", "Failed", exit_code=1)
 
     async def next_attempt_worker() -> JSON | None:
         worker = await cluster.pod("tl-worker-0")
@@ -118,8 +119,8 @@ async def test_810_no_launcher_is_made_while_the_earlier_one_is_terminating(clus
     await eventually(next_attempt_worker, what="the next attempt's worker")
     await a_pass_after(lambda: cluster.set_phase("tl-worker-0", "Running", ready=True))
     pods = await cluster.pods()
+    assert pods["tl-launcher"]["metadata"].get("deletionTimestamp"), "the first launcher is still terminating"
     assert "tl-launcher-1" not in pods, "a second launcher while the first one's mpirun may still run"
-    assert pods["tl-launcher"]["metadata"].get("deletionTimestamp")
 
     # Its kubelet is done with it: the next launcher is made.
     await cluster.kube.delete(PODS, cluster.ns, "tl-launcher", grace_period_seconds=0)
