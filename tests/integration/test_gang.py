@@ -138,27 +138,29 @@ async def test_a_squatted_pod_group_name_is_refused_like_any_other(cluster: Clus
 
 
 async def test_an_event_planned_without_a_status_change_is_told(cluster: Cluster, gang_operator: None) -> None:
-    """An edit of minAvailable changes only the PodGroup (not the job's status): its MinAvailableLowered Event is
-    still recorded."""
+    """An edit of schedulingPolicy changes only the PodGroup (not the job's status): the MinAvailableLowered
+    Event its patch carries is still recorded (the same words again: the first Event's count goes to 2)."""
     job = mpijob("low", workers=2, launcherCreationPolicy="WaitForWorkersReady",
                  run_policy={"schedulingPolicy": {"minAvailable": 3}})
     await cluster.create_job(job)
     await eventually(lambda: pods_of(cluster, "low", 2), what="the workers")
-    await eventually(lambda: lowered_event(cluster, "minAvailable 3"), what="the Event of the first PodGroup")
+    first = await eventually(lambda: lowered_event(cluster, 1), what="the Event of the first PodGroup")
+    assert "minAvailable 3" in first["message"]
     await cluster.kube.patch(MPIJOBS, cluster.ns, "low", {"spec": {
-        "mpiReplicaSpecs": {"Worker": {"replicas": 3}}, "runPolicy": {"schedulingPolicy": {"minAvailable": 4}}}})
+        "runPolicy": {"schedulingPolicy": {"scheduleTimeoutSeconds": 60}}}})
 
-    async def resized() -> JSON | None:
+    async def patched() -> JSON | None:
         found = await pod_group(cluster, "low")
-        return found if found and found["spec"]["minMember"] == 3 else None
+        return found if found and found["spec"]["scheduleTimeoutSeconds"] == 60 else None
 
-    await eventually(resized, what="minMember 3")
-    await eventually(lambda: lowered_event(cluster, "minAvailable 4"), what="the Event of the patched PodGroup")
+    await eventually(patched, what="the PodGroup patched")
+    await eventually(lambda: lowered_event(cluster, 2), what="the Event again, with the PodGroup's patch")
 
 
-async def lowered_event(cluster: Cluster, text: str) -> JSON | None:
+async def lowered_event(cluster: Cluster, count: int) -> JSON | None:
+    """The job's MinAvailableLowered Event once told `count` times (one Event, its count bumped)."""
     events = (await cluster.kube.list(EVENTS, cluster.ns))["items"]
-    return next((e for e in events if e["reason"] == "MinAvailableLowered" and text in e["message"]), None)
+    return next((e for e in events if e["reason"] == "MinAvailableLowered" and e.get("count", 1) >= count), None)
 
 
 async def test_a_job_another_controller_manages_gets_no_pod_group(cluster: Cluster, gang_operator: None) -> None:
