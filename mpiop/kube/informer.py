@@ -5,9 +5,10 @@ then watches from the list's resourceVersion with bookmarks. 410 Gone re-lists; 
 silent for longer than the server's own timeout (the watchdog), is re-opened from the last version
 seen. Failures are retried after client-go's reflector backoff (0.8 s doubling to 30 s, jittered), so an
 apiserver that is down is not hammered; it starts again from 0.8 s once a list succeeds or a watch delivers.
-While the apiserver does not answer at all, the wait also ends as soon as it answers again (reachability.py:
-one probe for all the informers of a client), so every informer lists again within seconds of its return,
-however long the outage was. A watch line that is not a
+While the apiserver does not answer at all (or answers 503), the wait also ends as soon as it answers again
+(reachability.py: one probe for all the informers of a client), so every informer lists again within seconds of
+its return, however long the outage was; an answer that asks for a shorter wait (retryAfterSeconds, as a
+restarted apiserver's 429 "storage is (re)initializing") is waited instead. A watch line that is not a
 watch event is logged and answered with a re-list; an object that cannot be decoded (codec.py's stubs) is
 reported through `on_undecodable` and never cached, so it cannot stop the others. Anything else (a bug)
 ends `run()` with the exception, for the process's supervisor to see.
@@ -193,8 +194,12 @@ class Informer:
                 await self._wait(wait, error)
 
     async def _wait(self, seconds: float, error: BaseException) -> None:
-        """The backoff's wait; cut short when the apiserver, which did not answer, answers again."""
-        if unreachable(error):
+        """The backoff's wait; cut short when the apiserver, which did not answer (or answered 503: not serving
+        this path yet, as right after a restart), answers again, or to what it asked (Retry-After), as
+        client-go's REST client waits a Retry-After instead of failing."""
+        if isinstance(error, ApiError) and error.retry_after is not None:
+            await asyncio.sleep(min(seconds, error.retry_after))
+        elif unreachable(error) or (isinstance(error, ApiError) and error.status == 503):
             await Reachability.of(self.client).wait(seconds)
         else:
             await asyncio.sleep(seconds)

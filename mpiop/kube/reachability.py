@@ -6,8 +6,10 @@ would notice the apiserver's return up to a minute late, and every informer on i
 while any informer of a client waits, one probe per client (GET /readyz, which every client may read: the
 default system:public-info-viewer role) asks every `interval` seconds (jittered), one small request for all
 the informers together; the first answer ends every wait, each after its own jitter (up to `spread`), so the
-informers list again together but not in one instant. An apiserver that answers with an error (429, 500) is
-up: its callers wait their whole backoff, as it asks, and are not woken early.
+informers list again together but not in one instant. The informer waits here too after a 503 (a restarted
+apiserver answers one for a CRD's path until it has installed it, after its /readyz is already ok: then the
+informer tries again about once per probe interval). Any other error status is an apiserver that is up: its
+callers wait their backoff, or what it asked for (retryAfterSeconds), and are not woken early.
 """
 
 from __future__ import annotations
