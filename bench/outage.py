@@ -7,7 +7,8 @@ connections refused), left down that long, and started again with the same flags
 answers (the return), one new MPIJob is submitted through a fresh client; printed, from the return:
 
 * `pods`: every pod of the new job exists (what mpiop's informers and reconciler must be back for);
-* `running`: its pods Running (KWOK and the scheduler, which have their own reconnect backoffs, included);
+* `scheduled`: every pod bound to a node (kube-scheduler's own client-go reconnect backoff);
+* `running`: its pods Running (KWOK's, after the scheduler's);
 * `job_running`: the job's Running condition (mpiop saw the pods run and wrote status).
 
 The target is `pods` within 5 s whatever the outage's length. One JSON line ends the run.
@@ -52,35 +53,39 @@ async def create_job(kubeconfig: Path, name: str, workers: int, deadline: float)
         await asyncio.sleep(POLL)
 
 
-async def job_progress(kube: KubeClient, name: str, pods_wanted: int) -> tuple[int, int, bool]:
-    """(pods that exist, pods Running, the job's Running condition True) as the apiserver has them now."""
+async def job_progress(kube: KubeClient, name: str) -> tuple[int, int, int, bool]:
+    """(pods that exist, pods bound to a node, pods Running, the job's Running condition True) now."""
     listed = await kube.list(PODS, NAMESPACE, labelSelector=f"{names.JOB_NAME_LABEL}={name}")
     items = listed.get("items", [])
+    bound = sum(bool((p.get("spec") or {}).get("nodeName")) for p in items)
     running = sum((p.get("status") or {}).get("phase") == "Running" for p in items)
     job = await kube.get(MPIJOBS, NAMESPACE, name)
     conditions = (job.get("status") or {}).get("conditions") or []
     job_running = any(c.get("type") == "Running" and c.get("status") == "True" for c in conditions)
-    return len(items), running, job_running
+    return len(items), bound, running, job_running
 
 
 async def wait_for_job(kubeconfig: Path, name: str, workers: int, since: float, timeout: float) -> dict[str, float]:
-    """Seconds from `since` until the job's pods exist, run, and the job is Running (polled, fresh client)."""
+    """Seconds from `since` until the job's pods exist, are scheduled (kube-scheduler's reconnect), run (KWOK's),
+    and the job is Running (mpiop's status write), polled through a fresh client."""
     pods_wanted = workers + 1
     figures: dict[str, float] = {}
     deadline = time.monotonic() + timeout
     kube = await KubeClient.connect(str(kubeconfig), qps=0, burst=100)
     try:
-        while len(figures) < 3:
+        while len(figures) < 4:
             if time.monotonic() > deadline:
                 raise TimeoutError(f"job {name} after the outage: only {sorted(figures)} within {timeout}s")
             try:
-                exist, running, job_running = await job_progress(kube, name, pods_wanted)
+                exist, bound, running, job_running = await job_progress(kube, name)
             except (ApiError, OSError, TimeoutError):
                 await asyncio.sleep(POLL)
                 continue
             now = round(time.monotonic() - since, 2)
             if exist >= pods_wanted:
                 figures.setdefault("pods_s", now)
+            if bound >= pods_wanted:
+                figures.setdefault("scheduled_s", now)
             if running >= pods_wanted:
                 figures.setdefault("running_s", now)
             if job_running:
