@@ -151,7 +151,7 @@ async def run(args: argparse.Namespace, workdir: Path) -> dict[str, object]:
             for index, seconds in enumerate(args.outages):
                 figures = await outage(cluster, seconds, index, args.workers)
                 for key, value in figures.items():
-                    results[f"outage_{seconds:g}s_{key}"] = value
+                    results[f"outage{index}_{seconds:g}s_{key}"] = value
                 if not operator.running():
                     raise RuntimeError(f"the operator exited during the outage; see {operator.log_path}")
             return results
@@ -165,7 +165,8 @@ def main() -> None:
     parser.add_argument("--jobs", type=int, default=50, help="jobs Running before the outages (default 50)")
     parser.add_argument("--workers", type=int, default=2, help="workers per job (default 2)")
     parser.add_argument("--outages", type=float, nargs="+", default=[20.0, 120.0],
-                        help="outage lengths in seconds, one after the other (default 20 120)")
+                        help="outage lengths in seconds, one after the other (default 20 120; repeat one to see "
+                             "its spread: where the backoffs stand at the return is chance)")
     parser.add_argument("--keep-logs", type=Path, default=None, help="keep the operator's log in this directory")
     args = parser.parse_args()
     if args.keep_logs is not None:
