@@ -90,9 +90,10 @@ async def test_787_running_is_not_set_again_after_the_job_finished(cluster: Clus
     await eventually(lambda: cluster.condition("fin", "Succeeded"), what="Succeeded")
     finished = await status_of(cluster, "fin")
 
-    # The kept worker reports Running and Ready again (a kubelet's late status update, a restart in place).
-    await a_pass_after(lambda: cluster.set_phase("fin-worker-0", "Running", ready=True))
+    # Pods change after the end (each a real change, so the operator reconciles): the launcher reported Running
+    # again (a late or replayed kubelet status), a kept worker's readiness flapping.
     await a_pass_after(lambda: cluster.set_phase("fin-launcher", "Running", ready=True))
+    await a_pass_after(lambda: cluster.set_phase("fin-worker-0", "Running", ready=False, message="restarted"))
     after = await status_of(cluster, "fin")
     running = [c for c in after["conditions"] if c["type"] == "Running"]
     assert [c["status"] for c in running] == ["False"], running
