@@ -26,7 +26,7 @@ from pathlib import Path
 
 from bench.harness import bench_job, fresh_namespace
 from bench.operator import BenchOperator
-from bench.report import log
+from bench.report import load, log
 from devcluster.install import install_crd
 from devcluster.simulated import SimulatedCluster
 from mpiop import names
@@ -147,13 +147,14 @@ async def run(args: argparse.Namespace, workdir: Path) -> dict[str, object]:
                                    for i in range(args.jobs)))
             took = await wait_all_running(kube, args.jobs, 600.0)
             log(f"{args.jobs} jobs x {args.workers} workers Running in {took:.1f}s; operator log {operator.log_path}")
-            results: dict[str, object] = {"jobs": args.jobs, "workers": args.workers}
+            results: dict[str, object] = {"jobs": args.jobs, "workers": args.workers, "load_start": load()}
             for index, seconds in enumerate(args.outages):
                 figures = await outage(cluster, seconds, index, args.workers)
                 for key, value in figures.items():
                     results[f"outage{index}_{seconds:g}s_{key}"] = value
                 if not operator.running():
                     raise RuntimeError(f"the operator exited during the outage; see {operator.log_path}")
+            results["load_end"] = load()
             return results
         finally:
             operator.stop()
