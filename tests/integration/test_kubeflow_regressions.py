@@ -14,20 +14,19 @@ change that could have made it happen (`a_pass_after`), so it never asserts befo
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Awaitable, Callable
-from typing import Any
 
 import pytest
 from prometheus_client import REGISTRY
 
 from devcluster.controlplane import ControlPlane
 from mpiop import names
+from mpiop.api.raw import JSON
 from mpiop.kube.client import CONFIGMAPS, PODS, Resource
 from testkit.operator import Cluster, Operator, eventually, mpijob, running_operator
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(180)]
 
 NODES = Resource("", "v1", "nodes", "Node", namespaced=False)
-JSON = dict[str, Any]
 
 
 def reconciles_done() -> float:

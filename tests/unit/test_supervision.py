@@ -6,9 +6,10 @@ import asyncio
 
 import pytest
 
+from mpiop.api.raw import JSON
 from mpiop.controller.supervisor import Supervisor
 from mpiop.kube.backoff import Backoff
-from mpiop.kube.client import JSON, ApiError
+from mpiop.kube.client import ApiError
 
 
 class Clock:
