@@ -254,6 +254,24 @@ class ControlPlane:
         tails = "\n".join(f"--- {c.name}\n{c.log_tail(15)}" for c in self.components)
         raise ControlPlaneError(f"{name} not ready in time\n{tails}")
 
+    def kill(self, name: str) -> None:
+        """SIGKILL one component (an outage: no graceful shutdown, its clients' connections just break)."""
+        component = self._component(name)
+        if component.process is not None and component.process.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(component.process.pid, signal.SIGKILL)
+            component.process.wait(timeout=10)
+
+    def revive(self, name: str) -> None:
+        """Start a killed component again with the same flags (same port, certificates and etcd)."""
+        self._component(name).start(self.tie_to_parent)
+
+    def _component(self, name: str) -> Component:
+        for component in self.components:
+            if component.name == name:
+                return component
+        raise ControlPlaneError(f"no component {name!r}; running: {[c.name for c in self.components]}")
+
     def stop(self) -> None:
         for component in reversed(self.components):
             component.stop()

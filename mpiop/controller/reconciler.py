@@ -117,6 +117,10 @@ class Reconciler:
             if error.not_found:  # deleted since the cache saw it: nothing of it is to be made any more
                 return None
             raise
+        # After the status (a pass whose status write fails is retried whole, so its Events are not told twice),
+        # whether or not the plan changed it: an Event can be planned with a write of another object alone.
+        for event in plan.events:
+            self.recorder.record(job, event, now)
         refusals = await self._apply_objects(job, plan)
         if plan.evidence is not None and plan.evidence.drop:  # older attempts' logs: off the restart's path
             self._background(self.evidence.drop(job, plan.evidence))
@@ -176,8 +180,6 @@ class Reconciler:
         self.caches.mpijobs.observe_write(updated)
         job.metadata.resource_version = updated["metadata"]["resourceVersion"]
         metrics.count_transitions(job, plan.status, now)
-        for event in plan.events:
-            self.recorder.record(job, event, now)
 
     # -- objects -----------------------------------------------------------------------------------
     async def _apply_objects(self, job: MPIJob, plan: Plan) -> list[Refusal]:
@@ -258,15 +260,11 @@ class Reconciler:
             await self.client.delete_if_present(resource, namespace, write.name)
             informer.observe_delete(f"{namespace}/{write.name}")
             return None
+        if write.verb == "create":  # a name taken by a PodGroup the job does not control is a squatter's
+            return await self._create(job, write.body)
         try:
-            if write.verb == "create":
-                written = await self.client.create(resource, namespace, write.body)
-            else:
-                written = await self.client.patch(resource, namespace, write.name, write.body)
+            written = await self.client.patch(resource, namespace, write.name, write.body)
         except ApiError as error:
-            if error.already_exists:  # not this job's (e.g. its predecessor's, until collected): wait
-                raise RuntimeError(f"PodGroup {namespace}/{write.name} exists and is not owned by this MPIJob; "
-                                   "its pods wait until it is gone") from error
             if error.invalid:
                 return Refusal("PodGroup", write.name, error.status, error.reason, error.message)
             raise

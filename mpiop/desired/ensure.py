@@ -108,8 +108,17 @@ def job_pods(plan: Plan, job: MPIJob, observed: Observed, launcher_may_start: bo
             budget -= 1
     if launcher is None and launcher_may_start \
             and not _old_workers_remain(job, observed, attempt) \
+            and not _old_launcher_terminating(observed, attempt) \
             and ssh_config.is_current(job, ports, observed.config_map, cluster_domain):
         plan.creation_steps.launcher.append(pods.launcher_pod(job, attempt, cluster_domain, ports, settings))
+
+
+def _old_launcher_terminating(observed: Observed, attempt: int) -> bool:
+    """An earlier attempt's launcher is being deleted but has not finished: its mpirun may still run (for its grace
+    period) and reach the new workers by the same names with the same key, so the new launcher waits for it to go
+    (kubeflow #810: two launchers doing the same work)."""
+    return any(s.role == names.LAUNCHER_ROLE and s.attempt != attempt and s.terminating
+               and s.phase not in ("Succeeded", "Failed") for s in observed.states)
 
 
 def _old_workers_remain(job: MPIJob, observed: Observed, attempt: int) -> bool:

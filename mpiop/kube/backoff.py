@@ -12,7 +12,8 @@ from dataclasses import dataclass, field
 @dataclass
 class Backoff:
     """client-go's reflector backoff: `initial` doubling up to `cap`, each wait jittered up to twice as long,
-    back to `initial` once `reset_after` seconds passed without one (so at most one try per 30-60 s)."""
+    back to `initial` once `reset_after` seconds passed without one (so at most one try per 30-60 s), or at
+    once when a try succeeds (`reset`)."""
 
     initial: float = 0.8
     cap: float = 30.0
@@ -23,6 +24,11 @@ class Backoff:
     rand: Callable[[], float] = random.random
     _duration: float = field(default=0.0, init=False)
     _last: float = field(default=-math.inf, init=False)
+
+    def reset(self) -> None:
+        """A try succeeded: the next failure waits `initial` again, however long the last outage was."""
+        self._duration = self.initial
+        self._last = -math.inf
 
     def next(self) -> float:
         """Seconds to wait before the next try."""

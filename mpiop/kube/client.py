@@ -105,6 +105,14 @@ class ApiError(Exception):
         return self.status == 410
 
     @property
+    def retry_after(self) -> float | None:
+        """Seconds the apiserver asked to wait before trying again (its Status's details.retryAfterSeconds, as
+        on a 429 "storage is (re)initializing" right after it started), or None."""
+        details = self.body.get("details") if self.body else None
+        seconds = details.get("retryAfterSeconds") if isinstance(details, dict) else None
+        return float(seconds) if isinstance(seconds, int | float) and seconds > 0 else None
+
+    @property
     def invalid(self) -> bool:
         """The apiserver refused the object itself (422 Invalid, or 400 BadRequest): retrying won't help."""
         return self.status in (400, 422)

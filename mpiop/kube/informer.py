@@ -3,8 +3,12 @@
 The shape of client-go's reflector + indexer, compact: one coroutine per informer lists (paginated),
 then watches from the list's resourceVersion with bookmarks. 410 Gone re-lists; a broken stream, or one
 silent for longer than the server's own timeout (the watchdog), is re-opened from the last version
-seen. Failures are retried after client-go's reflector backoff (0.8 s doubling to 30 s, jittered, reset
-after 2 minutes without one), so an apiserver that is down is not hammered. A watch line that is not a
+seen. Failures are retried after client-go's reflector backoff (0.8 s doubling to 30 s, jittered), so an
+apiserver that is down is not hammered; it starts again from 0.8 s once a list succeeds or a watch delivers.
+While the apiserver does not answer at all (or answers 503), the wait also ends as soon as it answers again
+(reachability.py: one probe for all the informers of a client), so every informer lists again within seconds of
+its return, however long the outage was; an answer that asks for a shorter wait (retryAfterSeconds, as a
+restarted apiserver's 429 "storage is (re)initializing") is waited instead. A watch line that is not a
 watch event is logged and answered with a re-list; an object that cannot be decoded (codec.py's stubs) is
 reported through `on_undecodable` and never cached, so it cannot stop the others. Anything else (a bug)
 ends `run()` with the exception, for the process's supervisor to see.
@@ -31,6 +35,7 @@ from mpiop.kube import resourceversion
 from mpiop.kube.backoff import Backoff
 from mpiop.kube.client import ApiError, KubeClient, Resource
 from mpiop.kube.codec import UNDECODABLE, ListSplitter, list_metadata
+from mpiop.kube.reachability import Reachability, unreachable
 
 log = structlog.get_logger(__name__)
 
@@ -186,7 +191,18 @@ class Informer:
                 wait = self.backoff.next()
                 log.warning("informer error; re-listing", resource=self.resource.plural, error=str(error)[:500],
                             error_type=type(error).__name__, retry_in=round(wait, 2))
-                await asyncio.sleep(wait)
+                await self._wait(wait, error)
+
+    async def _wait(self, seconds: float, error: BaseException) -> None:
+        """The backoff's wait; cut short when the apiserver, which did not answer (or answered 503: not serving
+        this path yet, as right after a restart), answers again, or to what it asked (Retry-After), as
+        client-go's REST client waits a Retry-After instead of failing."""
+        if isinstance(error, ApiError) and error.retry_after is not None:
+            await asyncio.sleep(min(seconds, error.retry_after))
+        elif unreachable(error) or (isinstance(error, ApiError) and error.status == 503):
+            await Reachability.of(self.client).wait(seconds)
+        else:
+            await asyncio.sleep(seconds)
 
     async def _list(self) -> None:
         """List, each object trimmed as it arrives (a big list never sits in memory whole); then make the cache
@@ -273,6 +289,7 @@ class Informer:
         self._undecodable = {k: v for k, v in self._undecodable.items() if k in undecodable}
         for stub in undecodable.values():
             self._report(stub)
+        self.backoff.reset()
         self.synced.set()
 
     def _report(self, stub: JSON) -> None:
@@ -304,6 +321,7 @@ class Informer:
                     label_selector=self.label_selector, timeout_seconds=self.watch_timeout_seconds,
                     idle_timeout=self.watch_timeout_seconds + 30,
                 ):
+                    self.backoff.reset()  # the watch delivers
                     if self.apply_event(event):
                         return
             except ApiError as error:
@@ -313,7 +331,7 @@ class Informer:
             except (aiohttp.ClientError, TimeoutError) as error:
                 wait = self.backoff.next()
                 self._restarted(f"stream broke: {type(error).__name__}: {error}", wait)
-                await asyncio.sleep(wait)
+                await self._wait(wait, error)
                 continue
             self._restarted("server closed the stream")
 

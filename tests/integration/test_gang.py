@@ -22,7 +22,7 @@ from mpiop.controller.manager import Manager, ManagerConfig
 from mpiop.desired import podgroup
 from mpiop.desired.podgroup import GangScheduler
 from mpiop.desired.settings import Settings
-from mpiop.kube.client import CRDS, MPIJOBS, KubeClient
+from mpiop.kube.client import CRDS, EVENTS, MPIJOBS, KubeClient
 from testkit.mpijobs import make_mpijob
 from testkit.operator import Cluster, eventually, mpijob, running_operator
 
@@ -119,6 +119,49 @@ async def test_an_edited_pod_group_spec_is_restored_at_once(cluster: Cluster, ga
         return found if found and found["spec"]["minMember"] == 2 else None
 
     await eventually(restored, timeout=5.0, what="minMember 2 again")
+
+
+async def test_a_squatted_pod_group_name_is_refused_like_any_other(cluster: Cluster, gang_operator: None) -> None:
+    """A PodGroup the job does not control, under the job's name: ReplicaFailure/ErrResourceExists naming it and
+    no pod (never a reconcile error, which the operator fixture fails the test on), until it is deleted."""
+    squatter = {"apiVersion": PLUGINS.api_version, "kind": podgroup.KIND,
+                "metadata": {"name": "sqg", "namespace": cluster.ns}, "spec": {"minMember": 64}}
+    await cluster.kube.create(pod_group_resource(PLUGINS), cluster.ns, squatter)
+    await cluster.create_job(mpijob("sqg", workers=1))
+    failure = await eventually(lambda: cluster.condition("sqg", "ReplicaFailure"), what="the squat shown")
+    assert failure["reason"] == "ErrResourceExists" and "PodGroup sqg" in failure["message"]
+    assert await pods_of(cluster, "sqg", 0) is not None  # no pod joins a gang of someone else's
+    await cluster.kube.delete(pod_group_resource(PLUGINS), cluster.ns, "sqg")
+    await eventually(lambda: pods_of(cluster, "sqg", 2), timeout=90, what="the pods once the name is free")
+    group = await pod_group(cluster, "sqg")
+    assert group is not None and group["metadata"]["ownerReferences"][0]["name"] == "sqg"
+    assert group["spec"]["minMember"] == 2
+
+
+async def test_an_event_planned_without_a_status_change_is_told(cluster: Cluster, gang_operator: None) -> None:
+    """An edit of schedulingPolicy changes only the PodGroup (not the job's status): the MinAvailableLowered
+    Event its patch carries is still recorded (the same words again: the first Event's count goes to 2)."""
+    job = mpijob("low", workers=2, launcherCreationPolicy="WaitForWorkersReady",
+                 run_policy={"schedulingPolicy": {"minAvailable": 3}})
+    await cluster.create_job(job)
+    await eventually(lambda: pods_of(cluster, "low", 2), what="the workers")
+    first = await eventually(lambda: lowered_event(cluster, 1), what="the Event of the first PodGroup")
+    assert "minAvailable 3" in first["message"]
+    await cluster.kube.patch(MPIJOBS, cluster.ns, "low", {"spec": {
+        "runPolicy": {"schedulingPolicy": {"scheduleTimeoutSeconds": 60}}}})
+
+    async def patched() -> JSON | None:
+        found = await pod_group(cluster, "low")
+        return found if found and found["spec"]["scheduleTimeoutSeconds"] == 60 else None
+
+    await eventually(patched, what="the PodGroup patched")
+    await eventually(lambda: lowered_event(cluster, 2), what="the Event again, with the PodGroup's patch")
+
+
+async def lowered_event(cluster: Cluster, count: int) -> JSON | None:
+    """The job's MinAvailableLowered Event once told `count` times (one Event, its count bumped)."""
+    events = (await cluster.kube.list(EVENTS, cluster.ns))["items"]
+    return next((e for e in events if e["reason"] == "MinAvailableLowered" and e.get("count", 1) >= count), None)
 
 
 async def test_a_job_another_controller_manages_gets_no_pod_group(cluster: Cluster, gang_operator: None) -> None:

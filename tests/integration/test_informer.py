@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import functools
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -11,8 +12,10 @@ from structlog.testing import capture_logs
 from devcluster.controlplane import ControlPlane
 from mpiop.api.raw import JSON
 from mpiop.kube.access import load_access
+from mpiop.kube.backoff import Backoff
 from mpiop.kube.client import CONFIGMAPS, KubeClient
 from mpiop.kube.informer import Informer
+from mpiop.kube.reachability import Reachability
 from testkit.operator import eventually
 
 
@@ -205,6 +208,7 @@ async def test_watch_reconnects_back_off_while_the_apiserver_is_unreachable(
     await proxy.start()
     access.server = f"https://127.0.0.1:{proxy.port}"
     client = KubeClient(access, qps=0)
+    Reachability.of(client).interval = 3600.0  # the informer's own schedule alone (the probe: the next test)
     informer = Informer(client, CONFIGMAPS, namespace)
     task = await _run(informer)
     try:
@@ -218,5 +222,38 @@ async def test_watch_reconnects_back_off_while_the_apiserver_is_unreachable(
         await eventually(lambda: _get(informer, f"{namespace}/back"), timeout=30, what="the informer recovered")
     finally:
         task.cancel()
+        await Reachability.of(client).close()
+        await proxy.close()
+        await client.close()
+
+
+async def test_every_informer_lists_again_once_the_apiserver_answers_whatever_its_backoff(
+        control_plane: ControlPlane, namespace: str) -> None:
+    """Informers whose backoff grew to minutes (as in a long outage) do not sleep it out: one probe of the client
+    (not one per informer) asks while they wait, and its first answer wakes them all."""
+    access = await load_access(str(control_plane.kubeconfig))
+    proxy = FlakyProxy(access.server)
+    await proxy.start()
+    access.server = f"https://127.0.0.1:{proxy.port}"
+    client = KubeClient(access, qps=0)
+    informers = [Informer(client, CONFIGMAPS, namespace, label_selector=f"n={n}", backoff=Backoff(initial=600.0))
+                 for n in range(3)]
+    tasks = [await _run(informer) for informer in informers]
+    try:
+        proxy.go_down()
+        await asyncio.sleep(6.5)
+        tries = proxy.tries_while_down
+        print(f"\nconnections tried in 6.5 s by 3 informers waiting 600 s and their probe: {tries}")
+        assert 1 <= tries <= 14, tries  # the probe: every 0.5-1.5 s; each informer: once, before its wait
+        proxy.down = False
+        for n in range(3):
+            await client.create(CONFIGMAPS, namespace, {"metadata": {"name": f"back-{n}", "labels": {"n": str(n)}}})
+        for n, informer in enumerate(informers):
+            await eventually(functools.partial(_get, informer, f"{namespace}/back-{n}"),
+                             what=f"informer {n} back long before its 600 s backoff")
+    finally:
+        for task in tasks:
+            task.cancel()
+        await Reachability.of(client).close()
         await proxy.close()
         await client.close()

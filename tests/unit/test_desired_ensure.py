@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import subprocess
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -136,6 +137,22 @@ def test_stale_attempt_pods_deleted_and_not_recreated_until_gone() -> None:
     # Gone: made again, in the new attempt (whose launcher has its own name).
     plan = run(job, observe(job))
     assert created(plan) == ["Pod/pi-worker-0", "Pod/pi-worker-1", "Pod/pi-launcher-1"]
+
+
+@pytest.mark.parametrize(("old_launcher", "launcher_made"), [
+    (lambda b: b.running().terminating(), False),  # its mpirun may still run, for its grace period
+    (lambda b: b.pending().terminating(), False),
+    (lambda b: b.failed().terminating(), True),  # its containers ended: nothing of it runs
+    (lambda b: b.failed(), True),  # kept for its log, not being deleted
+], ids=["running-terminating", "pending-terminating", "failed-terminating", "failed-kept"])
+def test_the_next_launcher_waits_for_an_earlier_one_still_terminating(
+        old_launcher: Callable[[PodBuilder], PodBuilder], launcher_made: bool) -> None:
+    """kubeflow #810: a launcher being deleted still runs mpirun until its grace period ends; a new one made
+    meanwhile reaches the same workers (same names, same key) and the work is done twice."""
+    job = make_mpijob("pi").workers(1).status(restart_count=1).obj()
+    pods = [old_launcher(make_pod(job, "launcher", 0, 0)).obj()]
+    plan = run(job, observe(job, pods))
+    assert created(plan) == ["Pod/pi-worker-0", *(["Pod/pi-launcher-1"] if launcher_made else [])]
 
 
 def test_failed_launcher_of_the_last_attempt_is_kept_older_ones_go() -> None:

@@ -6,8 +6,10 @@ import asyncio
 
 import pytest
 
+from mpiop.api.raw import JSON
 from mpiop.controller.supervisor import Supervisor
 from mpiop.kube.backoff import Backoff
+from mpiop.kube.client import ApiError
 
 
 class Clock:
@@ -41,6 +43,29 @@ def test_the_backoff_starts_over_after_two_quiet_minutes() -> None:
     assert backoff.next() == pytest.approx(12.8), "within 2 minutes of the last failure: keeps growing"
     clock.now += 121.0
     assert backoff.next() == pytest.approx(0.8)
+
+
+def test_a_success_starts_the_backoff_over_at_once() -> None:
+    """After a long outage the waits are at their cap; one list that succeeds makes the next failure's wait the
+    first step again, not the cap (nor after two quiet minutes only)."""
+    clock = Clock()
+    backoff = Backoff(clock=clock, rand=lambda: 0.0)
+    assert [backoff.next() for _ in range(8)][-1] == pytest.approx(30.0)
+    backoff.reset()
+    clock.now += 1.0
+    assert [backoff.next() for _ in range(2)] == pytest.approx([0.8, 1.6])
+
+
+@pytest.mark.parametrize(("status", "body", "expected"), [
+    (429, {"reason": "TooManyRequests", "message": "storage is (re)initializing",
+           "details": {"retryAfterSeconds": 1}}, 1.0),
+    (429, {"reason": "TooManyRequests", "details": {}}, None),
+    (500, {"reason": "InternalError", "details": {"retryAfterSeconds": 0}}, None),
+    (503, "not a Status", None),
+], ids=["asked", "no-details", "zero", "not-a-status"])
+def test_the_wait_an_apiserver_asks_for_is_read_off_its_status(status: int, body: JSON | str,
+                                                                expected: float | None) -> None:
+    assert ApiError(status, body, "WATCH", "/api/v1/pods").retry_after == expected
 
 
 def test_a_reconnect_storm_is_at_most_a_few_tries_a_minute() -> None:
