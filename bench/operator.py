@@ -15,15 +15,16 @@ from pathlib import Path
 
 from bench.cpu import cpu_seconds
 from devcluster.controlplane import die_with_parent
-from testkit.process import OperatorProcess
+from testkit.process import ROOT, OperatorProcess
 
 
 class BenchOperator(OperatorProcess):
     """The operator process without probes, its memory and CPU, and optionally sampled by py-spy."""
 
-    def __init__(self, kubeconfig: str | Path, log: Path, args: Iterable[str] = (), profile: Path | None = None
-                 ) -> None:
-        super().__init__(kubeconfig, log, args, module=("bench.operator_main",), health=False)
+    def __init__(self, kubeconfig: str | Path, log: Path, args: Iterable[str] = (), profile: Path | None = None,
+                 source: Path | None = None) -> None:
+        # `source`: another checkout's mpiop (and its bench.operator_main), run from that directory.
+        super().__init__(kubeconfig, log, args, module=("bench.operator_main",), health=False, cwd=source or ROOT)
         self.profile = profile
         self.spy: subprocess.Popen[bytes] | None = None
 
@@ -62,11 +63,38 @@ class BenchOperator(OperatorProcess):
         return super().stop(grace)
 
 
-# -- the bench's view of a namespace --------------------------------------------------------------------
+# -- the profile, summed up ---------------------------------------------------------------------------------
+# Where a sample's CPU goes: the innermost frame of the stack that one of these matches (checked in this order
+# for each frame, from the innermost out). A trim called by the informer is trim; orjson under a watch is decode.
+SPLIT = (
+    ("encode", ("encode (mpiop/kube/codec.py", "model_dump", "dumps (")),
+    ("decode", ("mpiop/kube/codec.py", "loads (")),
+    ("trim", ("mpiop/kube/trim.py", "trim (", "trim_", "_slim_", "_read_state")),
+    ("decide", ("mpiop/decide.py", "mpiop/policies/", "mpiop/status/", "mpiop/desired/", "mpiop/plan.py",
+                "mpiop/podstate.py", "mpiop/api/")),
+    ("cache", ("mpiop/kube/informer.py", "mpiop/controller/caches.py", "mpiop/controller/workqueue.py",
+               "mpiop/kube/resourceversion.py", "mpiop/controller/manager.py", "mpiop/controller/deleted_pods.py")),
+    ("log", ("structlog", "/logging/")),
+    ("metrics", ("prometheus_client",)),
+    ("HTTP", ("aiohttp", "mpiop/kube/client.py", "yarl", "multidict", "ssl.py", "asyncio/selector_events",
+              "asyncio/sslproto")),
+)
+
+
+def category(frames: list[str]) -> str:
+    for frame in reversed(frames):
+        for name, marks in SPLIT:
+            if any(mark in frame for mark in marks):
+                return name
+    return "other"
+
+
 def profile_summary(raw: Path, top: int = 12) -> list[str]:
-    """The functions py-spy saw on CPU most (self time), and the mpiop/aiohttp frames most on the stack."""
+    """The CPU split into decode/encode/trim/decide/cache/log/metrics/HTTP/other; the functions py-spy saw on
+    CPU most (self time); and the mpiop frames most on the stack."""
     own: Counter[str] = Counter()
     total: Counter[str] = Counter()
+    split: Counter[str] = Counter()
     samples = 0
     for line in raw.read_text().splitlines():
         stack, _, count = line.rpartition(" ")
@@ -77,11 +105,14 @@ def profile_summary(raw: Path, top: int = 12) -> list[str]:
             continue
         samples += int(count)
         own[frames[-1]] += int(count)
+        split[category(frames)] += int(count)
         for frame in set(frames):
             if "mpiop/" in frame and "(mpiop/cli.py" not in frame:
                 total[frame] += int(count)
     if not samples:
         return []
-    lines = [f"    {n * 100 / samples:5.1f}% self  {f}" for f, n in own.most_common(top)]
+    lines = ["    split: " + ", ".join(f"{name} {n * 100 / samples:.1f}%" for name, n in split.most_common())
+             + f" ({samples} samples at 100/s)"]
+    lines += [f"    {n * 100 / samples:5.1f}% self  {f}" for f, n in own.most_common(top)]
     lines += [f"    {n * 100 / samples:5.1f}% total {f}" for f, n in total.most_common(top)]
     return lines
