@@ -9,6 +9,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 from collections import Counter
 from collections.abc import Iterable
 from pathlib import Path
@@ -23,8 +24,15 @@ class BenchOperator(OperatorProcess):
 
     def __init__(self, kubeconfig: str | Path, log: Path, args: Iterable[str] = (), profile: Path | None = None,
                  source: Path | None = None) -> None:
-        # `source`: another checkout's mpiop (and its bench.operator_main), run from that directory.
-        super().__init__(kubeconfig, log, args, module=("bench.operator_main",), health=False, cwd=source or ROOT)
+        # `source`: another checkout's mpiop under this checkout's operator_main, run from a directory holding only
+        # that (older checkouts' own operator_main took other arguments), so the first `mpiop` found is the source's.
+        if source is None:
+            super().__init__(kubeconfig, log, args, module=("bench.operator_main",), health=False)
+        else:
+            runner = Path(tempfile.mkdtemp(prefix="mpiop-bench-source-"))
+            (runner / "operator_main.py").symlink_to(ROOT / "bench" / "operator_main.py")
+            super().__init__(kubeconfig, log, args, module=("operator_main",), health=False,
+                             env={"PYTHONPATH": str(source)}, cwd=runner)
         self.profile = profile
         self.spy: subprocess.Popen[bytes] | None = None
 
@@ -72,8 +80,9 @@ SPLIT = (
     ("trim", ("mpiop/kube/trim.py", "trim (", "trim_", "_slim_", "_read_state")),
     ("decide", ("mpiop/decide.py", "mpiop/policies/", "mpiop/status/", "mpiop/desired/", "mpiop/plan.py",
                 "mpiop/podstate.py", "mpiop/api/")),
-    ("cache", ("mpiop/kube/informer.py", "mpiop/controller/caches.py", "mpiop/controller/workqueue.py",
-               "mpiop/kube/resourceversion.py", "mpiop/controller/manager.py", "mpiop/controller/deleted_pods.py")),
+    ("cache", ("mpiop/kube/informer.py", "mpiop/controller/caches.py", "mpiop/kube/resourceversion.py",
+               "mpiop/controller/deleted_pods.py")),
+    ("reconcile", ("mpiop/controller/",)),  # the rest of the controller: carrying a plan out, the queue
     ("log", ("structlog", "/logging/")),
     ("metrics", ("prometheus_client",)),
     ("HTTP", ("aiohttp", "mpiop/kube/client.py", "yarl", "multidict", "ssl.py", "asyncio/selector_events",
@@ -90,8 +99,8 @@ def category(frames: list[str]) -> str:
 
 
 def profile_summary(raw: Path, top: int = 12) -> list[str]:
-    """The CPU split into decode/encode/trim/decide/cache/log/metrics/HTTP/other; the functions py-spy saw on
-    CPU most (self time); and the mpiop frames most on the stack."""
+    """The CPU split into decode/encode/trim/decide/cache/reconcile/log/metrics/HTTP/other; the functions py-spy
+    saw on CPU most (self time); and the mpiop frames most on the stack."""
     own: Counter[str] = Counter()
     total: Counter[str] = Counter()
     split: Counter[str] = Counter()
@@ -102,6 +111,8 @@ def profile_summary(raw: Path, top: int = 12) -> list[str]:
             continue
         frames = stack.split(";")
         if any("Thread._bootstrap" in f for f in frames):  # the metrics server's thread, idle
+            continue
+        if frames[-1].startswith("Runner.run ("):  # the event loop waiting in select(): idle, not CPU
             continue
         samples += int(count)
         own[frames[-1]] += int(count)
