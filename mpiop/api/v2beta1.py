@@ -346,6 +346,11 @@ class JobStatus(ApiModel):
         default=None, description="mpiop extension: the pod blamed for the last failed attempt."
     )
 
+    def deep_copy(self) -> JobStatus:
+        """A copy to change freely: validated from a dump, which costs a third of model_copy(deep=True)'s
+        deepcopy, taken once a reconcile."""
+        return JobStatus.model_validate(self.model_dump())
+
     def condition(self, condition_type: ConditionType) -> JobCondition | None:
         return next((c for c in self.conditions if c.type == condition_type), None)
 
