@@ -39,10 +39,10 @@ class BenchOperator(OperatorProcess):
     def start(self) -> None:
         super().start()
         if self.profile is not None:
-            # py-spy (pip install py-spy; not a dependency) samples the operator from outside, 100 times a second.
+            # py-spy (a dev dependency) samples the operator from outside, 100 times a second.
             spy = shutil.which("py-spy", path=str(Path(sys.executable).parent)) or shutil.which("py-spy")
             if spy is None:
-                raise RuntimeError("--profile needs py-spy: .venv/bin/pip install py-spy")
+                raise RuntimeError("--profile needs py-spy: make venv (or .venv/bin/pip install py-spy)")
             self.spy = subprocess.Popen([spy, "record", "--pid", str(self.pid), "--rate", "100", "--format",
                                          "raw", "--nonblocking", "--output", str(self.profile)],
                                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
