@@ -90,6 +90,10 @@ SPLIT = (
 )
 
 
+# The innermost frame of an event loop waiting for I/O: asyncio's epoll wait, or uvloop's (inside its run, in C).
+IDLE = ("Runner.run (", "EpollSelector.select (")
+
+
 def category(frames: list[str]) -> str:
     for frame in reversed(frames):
         for name, marks in SPLIT:
@@ -112,7 +116,7 @@ def profile_summary(raw: Path, top: int = 12) -> list[str]:
         frames = stack.split(";")
         if any("Thread._bootstrap" in f for f in frames):  # the metrics server's thread, idle
             continue
-        if frames[-1].startswith("Runner.run ("):  # the event loop waiting in select(): idle, not CPU
+        if frames[-1].startswith(IDLE):  # the event loop waiting for I/O: idle, not CPU
             continue
         samples += int(count)
         own[frames[-1]] += int(count)

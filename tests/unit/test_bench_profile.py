@@ -31,6 +31,7 @@ def test_the_split_leaves_the_idle_loop_and_the_metrics_thread_out(tmp_path: Pat
     raw.write_text(f"{WATCH};decode_event (mpiop/kube/codec.py:104) 30\n"
                    f"{RECONCILE};decide (mpiop/decide.py:73) 10\n"
                    f"{LOOP} 500\n"
+                   f"{LOOP};run_forever (asyncio/base_events.py:607);EpollSelector.select (selectors.py:468) 300\n"
                    "Thread._bootstrap (threading.py:1002);serve_forever (socketserver.py:233) 400\n")
     lines = profile_summary(raw)
     assert lines[0] == "    split: decode 75.0%, decide 25.0% (40 samples at 100/s)"
