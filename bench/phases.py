@@ -130,6 +130,7 @@ async def burst(kube: KubeClient, operator: BenchOperator, opts: Options, report
 
         tracker.on_condition.append(on_condition)
         before, cpu_before = await operator.metrics(), operator.cpu_seconds()
+        pod_events_before = tracker.pods.stats.events
         meter = CpuMeter({**(pids or {}), "operator": operator.pid})
         started = time.monotonic()
         await gather_limited(opts.concurrency, [
@@ -149,6 +150,7 @@ async def burst(kube: KubeClient, operator: BenchOperator, opts: Options, report
                                              opts.timeout, "burst jobs Succeeded")
         await asyncio.gather(*finishing)
         after = await operator.settle()
+        pod_events = tracker.pods.stats.events - pod_events_before
     cpu = operator.cpu_seconds() - cpu_before
     spent = after - before
     report.add(f"{name}_submit_s", round(submitted - started, 3), f"{label}: all MPIJobs submitted (s)")
@@ -165,6 +167,15 @@ async def burst(kube: KubeClient, operator: BenchOperator, opts: Options, report
         report.figures["api_requests_per_job_by_verb"] = {
             k: round(v / opts.jobs, 2) for k, v in sorted(spent.by_verb().items())}
     report.add(f"{name}_operator_cpu_s", round(cpu, 2), f"{label}: operator CPU time (s)")
+    # Per unit of work, so a regression in the cost of each watch event or reconcile shows without a side-by-side:
+    # the pod watch events are the bench's own watch of the namespace, the ones the operator's pod informer gets.
+    report.add(f"{name}_pod_events", pod_events, f"{label}: pod watch events")
+    if pod_events:
+        report.add(f"{name}_cpu_s_per_1k_pod_events", round(cpu * 1000 / pod_events, 3),
+                   f"{label}: operator CPU-s per 1,000 pod events")
+    if spent.reconciles:
+        report.add(f"{name}_cpu_ms_per_reconcile", round(cpu * 1000 / spent.reconciles, 2),
+                   f"{label}: operator CPU-ms per reconcile (all its CPU / reconciles)")
 
 
 def has_pod(tracker: Tracker, name: str) -> Callable[[], bool]:

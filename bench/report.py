@@ -28,6 +28,8 @@ class Options:
     pods_per_node: int = 110
     nodes: int = 0
     operator_args: list[str] = field(default_factory=list)
+    # The burst's operator, run after run in turn: None is this checkout's, a path another checkout's mpiop.
+    operator_sources: tuple[Path | None, ...] = (None,)
     apiserver_flags: list[str] = field(default_factory=list)  # extra kube-apiserver flags (--apiserver-flag)
     phases: tuple[str, ...] = PHASES
     sustained_rates: tuple[float, ...] = (5.0,)

@@ -51,7 +51,7 @@ import structlog
 from bench.operator import BenchOperator, profile_summary
 from bench.phases import big_jobs, burst, scale
 from bench.report import PHASES, QPS50_ARGS, Options, Report, load, log, profile_path
-from bench.series import floor_and_burst
+from bench.series import by_source, floor_and_burst
 from bench.sustained import sustained
 from devcluster.install import install_crd
 from devcluster.simulated import SimulatedCluster
@@ -128,6 +128,9 @@ def parse_args(argv: list[str] | None = None) -> Options:
     parser.add_argument("--nodes", type=int, default=0, help="fake nodes (default: enough for the peak)")
     parser.add_argument("--operator-arg", action="append", default=[],
                         help="extra `mpiop run` flag for a what-if run, e.g. --operator-arg=--kube-api-qps=200")
+    parser.add_argument("--operator-source", type=Path, action="append", default=[],
+                        help="floor/burst: also run the burst with another checkout's mpiop (a git worktree of an "
+                             "older commit), runs taking this checkout and each source in turn; use with --repeat")
     parser.add_argument("--phases", default=",".join(PHASES), help=f"subset of {','.join(PHASES)}")
     parser.add_argument("--rates", default="5", help="sustained: comma-separated arrival rates, jobs/s (5)")
     parser.add_argument("--sustained-seconds", type=float, default=300.0, help="sustained: seconds per rate (300)")
@@ -157,7 +160,9 @@ def parse_args(argv: list[str] | None = None) -> Options:
                    big=tuple(int(b) for b in args.big.split(",") if b), scale_jobs=args.scale_jobs,
                    scale_workers=args.scale_workers, latency_samples=args.latency_samples,
                    latency_interval=args.latency_interval, pods_per_node=args.pods_per_node, nodes=args.nodes,
-                   operator_args=args.operator_arg, apiserver_flags=args.apiserver_flag,
+                   operator_args=args.operator_arg,
+                   operator_sources=(None, *(p.resolve() for p in args.operator_source)),
+                   apiserver_flags=args.apiserver_flag,
                    phases=tuple(p for p in args.phases.split(",") if p),
                    keep_logs=args.keep_logs, profile=args.profile, repeat=max(args.repeat, 1),
                    quiet_load=args.quiet_load, quiet_wait=args.quiet_wait, clean_pod_policy=args.clean_pod_policy,
@@ -215,7 +220,10 @@ def main(argv: list[str] | None = None) -> int:
     if by_verb:
         print("burst: operator API requests per job, by verb and resource:",
               *(f"  {k:<28} {v:>6}" for k, v in by_verb.items()), sep="\n")
-    for n, run in enumerate(report.figures.get("runs") or [], 1):
+    runs = report.figures.get("runs") or []
+    if len({r.get("operator_source") for r in runs}) > 1:
+        print("burst by operator source:", *by_source(runs), sep="\n")
+    for n, run in enumerate(runs, 1):
         print(f"floor/burst run {n}: load average {run['load_before']} -> {run['load_after']}"
               f"{'' if run['quiet'] else ' (NOT QUIET)'}")
     print(f"load average before: {load_before}; after: {report.figures['load_average_after']} "

@@ -47,6 +47,24 @@ SERIES = {
 }
 
 
+# Kept per run, and shown per operator source when runs take other checkouts' operators in turn.
+BY_SOURCE = ("operator_source", "burst_s", "burst_running_s", "burst_operator_cpu_s", "burst_pod_events",
+             "burst_cpu_s_per_1k_pod_events", "burst_cpu_ms_per_reconcile", "reconciles_per_job")
+
+
+def by_source(runs: list[dict[str, Any]]) -> list[str]:
+    """Lines of a table: each operator source's runs, their burst figures side by side (in run order)."""
+    lines = [f"{'operator source':<36} {'load':>5} {'pods s':>7} {'Running s':>9} {'CPU s':>6} {'pod ev':>7} "
+             f"{'CPU-s/1k ev':>11} {'CPU-ms/rec':>10}"]
+    for run in sorted(runs, key=lambda r: str(r.get("operator_source"))):
+        lines.append(f"{str(run.get('operator_source'))[-36:]:<36} {run['load_before'].split()[0]:>5} "
+                     f"{run.get('burst_s', '-'):>7} {run.get('burst_running_s', '-'):>9} "
+                     f"{run.get('burst_operator_cpu_s', '-'):>6} {run.get('burst_pod_events', '-'):>7} "
+                     f"{run.get('burst_cpu_s_per_1k_pod_events', '-'):>11} "
+                     f"{run.get('burst_cpu_ms_per_reconcile', '-'):>10}")
+    return lines
+
+
 def one_minute_load() -> float:
     return os.getloadavg()[0]
 
@@ -107,8 +125,10 @@ async def floor_and_burst(kube: KubeClient, cluster: SimulatedCluster, opts: Opt
         if "lifecycle" in opts.phases:
             await lifecycle_floor(kube, opts, scratch, pids)
         if "burst" in opts.phases or ("big" in opts.phases and run == opts.repeat - 1):
+            source = opts.operator_sources[run % len(opts.operator_sources)]
+            figures["operator_source"] = str(source or "this checkout")
             operator = BenchOperator(cluster.kubeconfig, logs / "operator.log", opts.operator_args,
-                                       profile_path(opts, f"burst-{run}"))
+                                     profile_path(opts, f"burst-{run}"), source)
             operator.start()
             await operator.wait_synced()
             await operator.wait_metrics()
@@ -146,7 +166,7 @@ def summarize(report: Report, runs: list[dict[str, Any]], last: Report) -> None:
     for key, value in last.figures.items():
         if key not in SERIES:
             report.figures.setdefault(key, value)
-    kept = ("load_before", "load_after", "quiet", "floor_cpu_s", "lifecycle_cpu_s", "burst_cpu_s")
+    kept = ("load_before", "load_after", "quiet", "floor_cpu_s", "lifecycle_cpu_s", "burst_cpu_s", *BY_SOURCE)
     report.figures["runs"] = [{k: r[k] for k in kept if k in r} for r in runs]
     report.figures["all_runs_quiet"] = all(r["quiet"] for r in runs)
     for key, (label, target) in SERIES.items():

@@ -72,7 +72,7 @@ from mpiop.status import progress
 
 
 def decide(job: MPIJob, observed: Observed, now: dt.datetime, settings: Settings = DEFAULT_SETTINGS) -> Plan:
-    plan = Plan(status=job.status.model_copy(deep=True))
+    plan = Plan(status=job.status.deep_copy())
     if adoption.finished_under_kubeflow(job):
         return plan
     progress.mark_created(plan, job, now)

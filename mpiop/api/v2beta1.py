@@ -59,9 +59,10 @@ Int64 = Annotated[int, Field(ge=0, json_schema_extra={"format": "int64"})]
 
 def format_time(value: dt.datetime) -> str:
     """metav1.Time's wire format: RFC 3339 in UTC, whole seconds."""
-    if value.tzinfo is None:
-        value = value.replace(tzinfo=dt.UTC)
-    return value.astimezone(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    if value.tzinfo is not None and value.utcoffset():
+        value = value.astimezone(dt.UTC)
+    # isoformat, not strftime: every status dump formats each condition's two times, twice a reconcile.
+    return value.replace(microsecond=0, tzinfo=None).isoformat() + "Z"
 
 
 Time = Annotated[dt.datetime, PlainSerializer(format_time, return_type=str, when_used="json-unless-none")]
@@ -360,6 +361,11 @@ class JobStatus(ApiModel):
     last_failure: FailureInfo | None = Field(
         default=None, description="mpiop extension: the pod blamed for the last failed attempt."
     )
+
+    def deep_copy(self) -> JobStatus:
+        """A copy to change freely: validated from a dump, which costs a third of model_copy(deep=True)'s
+        deepcopy, taken once a reconcile."""
+        return JobStatus.model_validate(self.model_dump())
 
     def condition(self, condition_type: ConditionType) -> JobCondition | None:
         return next((c for c in self.conditions if c.type == condition_type), None)

@@ -35,6 +35,8 @@ class StatusChange:
 
 
 def status_change(old: JobStatus, new: JobStatus) -> StatusChange:
+    if old == new:  # most passes change nothing: two models compare for less than two dumps cost
+        return StatusChange(None, frozenset())
     old_json, new_json = old.to_json(), new.to_json()
     old_json.pop("lastReconcileTime", None)
     new_json.pop("lastReconcileTime", None)
