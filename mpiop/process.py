@@ -131,6 +131,10 @@ def add_run_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--kubectl-image-grace-seconds", type=_at_least(0), default=300, metavar="SECONDS",
                         help="an exec job whose launcher cannot pull --kubectl-image waits this long after the "
                              "launcher was made (a registry can come back), then fails (default 300)")
+    parser.add_argument("--gpu-layout", action=argparse.BooleanOptionalAction, default=True,
+                        help="watch the nodes that have GPUs (list/watch nodes) to lay out jobs that state their "
+                             "total (spec.gpus); off (a namespaced Role cannot list nodes): such jobs wait saying "
+                             "so (default on)")
     parser.add_argument("--resync-seconds", type=float, default=300.0, help="re-reconcile every job this often")
     parser.add_argument("--field-manager", default="mpiop",
                         help="name recorded in managedFields for this process's writes (default mpiop)")
@@ -162,7 +166,7 @@ def config_from_args(args: argparse.Namespace) -> ManagerConfig:
                          max_disruption_restarts=args.max_disruption_restarts, kept_attempts=args.kept_attempts,
                          node_fault_exit_codes=args.node_fault_exit_codes, max_excluded_nodes=args.max_excluded_nodes,
                          default_launch=args.default_launch, kubectl_image=args.kubectl_image,
-                         kubectl_image_grace_seconds=args.kubectl_image_grace_seconds)
+                         kubectl_image_grace_seconds=args.kubectl_image_grace_seconds, gpu_layout=args.gpu_layout)
 
 
 def election_from_args(args: argparse.Namespace) -> ElectionConfig | None:

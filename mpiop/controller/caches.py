@@ -24,6 +24,7 @@ from mpiop.kube.client import (
     BATCH_JOBS,
     CONFIGMAPS,
     MPIJOBS,
+    NODES,
     PODS,
     ROLE_BINDINGS,
     ROLES,
@@ -220,6 +221,26 @@ async def pod_group_api_missing(client: KubeClient, scheduler: GangScheduler) ->
             f"({'Volcano' if scheduler.volcano else 'scheduler-plugins'}) first")
 
 
+def _extended_resources(obj: JSON) -> JSON:
+    """A node's allocatable extended resources (`<domain>/<name>`, not kubernetes.io's): its GPUs, MIG slices."""
+    allocatable = (obj.get("status") or {}).get("allocatable") or {}
+    return {k: v for k, v in allocatable.items() if "/" in k and not k.split("/")[0].endswith("kubernetes.io")
+            and str(v) not in ("0", "")}
+
+
+def has_extended_resources(obj: JSON) -> bool:
+    """Only nodes with GPUs (or another extended resource) are cached: a CPU cluster's nodes take no memory."""
+    return bool(_extended_resources(obj))
+
+
+def trim_node(obj: JSON) -> JSON:
+    """What laying a job out reads: labels, taints, cordon, allocatable extended resources (not the heartbeats)."""
+    spec = obj.get("spec") or {}
+    kept_spec = {k: spec[k] for k in ("taints", "unschedulable") if spec.get(k)}
+    return {"metadata": trimmed_metadata(obj), "spec": kept_spec,
+            "status": {"allocatable": _extended_resources(obj)}}
+
+
 def trim_mpijob(obj: JSON) -> JSON:
     """MPIJobs are kept whole but for managedFields, which nobody here reads."""
     obj.get("metadata", {}).pop("managedFields", None)
@@ -249,11 +270,13 @@ class Caches:
     role_bindings: Informer
     # Gang scheduling only. Not label-selected (kubeflow's PodGroups carry no labels): those an MPIJob controls.
     pod_groups: Informer | None = None
+    # Nodes with extended resources, for total-GPU jobs (policies/gpu_layout); None under --no-gpu-layout.
+    nodes: Informer | None = None
 
     @classmethod
     def build(cls, client: KubeClient, namespace: str | None, watch_timeout_seconds: int = 300,
                on_watch_restart: Callable[[str], None] | None = None,
-               gang_scheduler: GangScheduler | None = None) -> Caches:
+               gang_scheduler: GangScheduler | None = None, watch_nodes: bool = True) -> Caches:
         def owned(resource: Any, trim: Callable[[JSON], JSON], **more: Indexer) -> Informer:
             return Informer(client, resource, namespace, label_selector=names.OWNED_SELECTOR, trim=trim,
                             indexers={OWNER_INDEX: _by_owner, **more}, watch_timeout_seconds=watch_timeout_seconds,
@@ -278,10 +301,17 @@ class Caches:
                 client, pod_group_resource(gang_scheduler), namespace, trim=trim_pod_group,
                 accept=_controlled_by_mpijob, indexers={OWNER_INDEX: _by_owner},
                 watch_timeout_seconds=watch_timeout_seconds, on_watch_restart=on_watch_restart),
+            nodes=Informer(client, NODES, None, trim=trim_node, accept=has_extended_resources,
+                           watch_timeout_seconds=watch_timeout_seconds,
+                           on_watch_restart=on_watch_restart) if watch_nodes else None,
         )
 
     def all(self) -> list[Informer]:
-        return [self.mpijobs, *self.owned()]
+        return [self.mpijobs, *self.owned(), *([self.nodes] if self.nodes is not None else [])]
+
+    def node_list(self) -> list[JSON] | None:
+        """The cached GPU nodes, or None when nodes are not watched."""
+        return list(self.nodes.cached_objects()) if self.nodes is not None else None
 
     def owned(self) -> list[Informer]:
         extra = [self.pod_groups] if self.pod_groups is not None else []

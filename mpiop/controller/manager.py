@@ -22,7 +22,15 @@ import structlog
 
 from mpiop import metrics, names, podstate
 from mpiop.api.raw import JSON
-from mpiop.controller.caches import OWNER_INDEX, Caches, UnchangedFilter, owner_key, pod_group_api_missing
+from mpiop.api.v2beta1 import MPIJob
+from mpiop.controller.caches import (
+    OWNER_INDEX,
+    Caches,
+    UnchangedFilter,
+    owner_key,
+    pod_group_api_missing,
+    same_but_version,
+)
 from mpiop.controller.events import EventRecorder
 from mpiop.controller.reconciler import Reconciler, utcnow
 from mpiop.controller.supervisor import Supervisor
@@ -41,6 +49,7 @@ from mpiop.kube.client import ApiError, KubeClient
 from mpiop.kube.codec import UNDECODABLE
 from mpiop.kube.informer import object_key
 from mpiop.plan import Event
+from mpiop.policies import gpu_layout
 from mpiop.status import conditions
 
 log = structlog.get_logger(__name__)
@@ -77,6 +86,7 @@ class ManagerConfig:
     default_launch: LaunchMode = "ssh"  # for jobs without the launch annotation
     kubectl_image: str = DEFAULT_KUBECTL_IMAGE
     kubectl_image_grace_seconds: int = 300  # an exec job fails when its launcher's kubectl is unpulled this long
+    gpu_layout: bool = True  # watch GPU nodes to lay out jobs that state their total GPUs (spec.gpus)
 
     def settings(self) -> Settings:
         """The flags that shape a job's objects, as decide reads them."""
@@ -99,7 +109,7 @@ class Manager:
         self.supervisor = supervisor if supervisor is not None else Supervisor()
         self.caches = Caches.build(client, config.namespace, config.watch_timeout_seconds,
                                     on_watch_restart=metrics.observe_watch_restart,
-                                    gang_scheduler=config.gang_scheduler)
+                                    gang_scheduler=config.gang_scheduler, watch_nodes=config.gpu_layout)
         self.queue: WorkQueue[str] = WorkQueue(
             MaxOfRateLimiter(ItemExponentialFailureRateLimiter(0.005, 1000.0),
                              BucketRateLimiter(config.queue_qps, config.queue_burst)),
@@ -117,6 +127,8 @@ class Manager:
             active=lambda: self.working,
         )
         self.caches.mpijobs.handlers.append(self._on_job)
+        if self.caches.nodes is not None:
+            self.caches.nodes.handlers.append(self._on_node)
         for informer, unchanged in self.caches.owned_filters():
             informer.handlers.append(functools.partial(self._on_owned, unchanged))
         for informer in self.caches.all():
@@ -138,6 +150,14 @@ class Manager:
         key = owner_key(new if new is not None else old)  # type: ignore[arg-type]
         if key is not None:
             self.queue.add(key)
+
+    def _on_node(self, old: JSON | None, new: JSON | None) -> None:
+        """A GPU node came, went or changed shape: the jobs still to be laid out look again."""
+        if old is not None and new is not None and same_but_version(old, new):
+            return
+        for raw in list(self.caches.mpijobs.cached_objects()):
+            if (raw.get("spec") or {}).get("gpus") is not None and gpu_layout.needs_layout(MPIJob.model_validate(raw)):
+                self.queue.add(object_key(raw))
 
     async def preflight(self) -> None:
         """Fail at start, with the reason, on what would only fail later: a gang scheduler without its CRD."""

@@ -42,7 +42,7 @@ from mpiop.desired import objects
 from mpiop.desired.settings import DEFAULT_SETTINGS, Settings
 from mpiop.kube.client import BATCH_JOBS, MPIJOBS, PODS, ApiError, KubeClient
 from mpiop.plan import Observed, Plan, Refusal
-from mpiop.policies import adoption, managed_by, node_exclusion
+from mpiop.policies import adoption, gpu_layout, managed_by, node_exclusion
 
 log = structlog.get_logger(__name__)
 UPDATED_FIELDS = ("data", "rules")  # what an update changes: a ConfigMap's data, a Role's rules
@@ -117,6 +117,9 @@ class Reconciler:
             if error.not_found:  # deleted since the cache saw it: nothing of it is to be made any more
                 return None
             raise
+        if plan.job_patch is not None:
+            await self._write_job_patch(job, plan, now)
+            return plan.requeue_after  # the job's update brings the next pass, which makes its objects
         refusals = await self._apply_objects(job, plan)
         if plan.evidence is not None and plan.evidence.drop:  # older attempts' logs: off the restart's path
             self._background(self.evidence.drop(job, plan.evidence))
@@ -162,6 +165,8 @@ class Reconciler:
     async def _observe(self, job: MPIJob) -> Observed:
         """What decide sees: the cached objects, the refusals of the last pass, and a failed container's log."""
         observed = self.caches.observed(job, refused=self.refusals.of(job))
+        if gpu_layout.needs_layout(job):
+            observed.nodes = self.caches.node_list()
         await self.log_tails.fill(job, observed)  # the failure report's one I/O
         return observed
 
@@ -178,6 +183,17 @@ class Reconciler:
         metrics.count_transitions(job, plan.status, now)
         for event in plan.events:
             self.recorder.record(job, event, now)
+
+    async def _write_job_patch(self, job: MPIJob, plan: Plan, now: dt.datetime) -> None:
+        """The job's own spec and annotations (its GPU layout), only over the version this pass decided on."""
+        assert plan.job_patch is not None
+        body = {**plan.job_patch.body,
+                "metadata": {**plan.job_patch.body.get("metadata", {}),
+                             "resourceVersion": job.metadata.resource_version}}
+        updated = await self.client.patch(MPIJOBS, job.metadata.namespace, job.metadata.name, body)
+        self.caches.jobs.observe_write(updated)
+        self.recorder.record(job, plan.job_patch.event, now)
+        log.info("wrote the job's GPU layout", layout=plan.job_patch.event.message)
 
     # -- objects -----------------------------------------------------------------------------------
     async def _apply_objects(self, job: MPIJob, plan: Plan) -> list[Refusal]:

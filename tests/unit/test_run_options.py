@@ -7,8 +7,10 @@ import asyncio
 
 import pytest
 
+from mpiop.controller.caches import Caches
 from mpiop.desired.hostnetwork import PortRange
 from mpiop.desired.launch import DEFAULT_KUBECTL_IMAGE
+from mpiop.kube.client import KubeClient
 from mpiop.kube.ratelimit import TokenBucket
 from mpiop.process import add_run_arguments, config_from_args
 
@@ -156,3 +158,13 @@ def test_an_unknown_default_launch_names_the_flag(capsys: pytest.CaptureFixture[
     with pytest.raises(SystemExit):
         parse("--default-launch", "rsh")
     assert "--default-launch: invalid choice: 'rsh'" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(("argv", "watched"), [((), True), (("--no-gpu-layout",), False), (("--gpu-layout",), True)],
+                         ids=["default", "off", "on"])
+def test_gpu_layout_flag_decides_whether_nodes_are_watched(argv: tuple[str, ...], watched: bool) -> None:
+    """Off (a namespaced Role cannot list nodes), the manager starts no Node informer."""
+    config = config_from_args(parse(*argv))
+    assert config.gpu_layout is watched
+    caches = Caches.create(KubeClient.__new__(KubeClient), None, watch_nodes=config.gpu_layout)
+    assert (caches.nodes is not None) is watched
