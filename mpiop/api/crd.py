@@ -156,14 +156,14 @@ GPU_RULES: list[JSON] = [
         ),
         field_path=".gpus",
     ),
+    # The limit's value is a quantity of unbounded length: CEL's cost estimate allows only int() of it (a
+    # fraction or suffix fails the conversion, and the job with it), and no string(int) in the message.
     _rule(
         f"!has(self.gpus) || !has({_WORKER}) || !has({_WORKER}.replicas) || !{_WORKER_GPU_LIMIT_SET}"
-        f" || ({_WORKER_GPU_LIMIT}.matches('^[0-9]+$')"
-        f" && {_WORKER}.replicas * int({_WORKER_GPU_LIMIT}) == self.gpus)",
+        f" || {_WORKER}.replicas * int({_WORKER_GPU_LIMIT}) == self.gpus",
         message_expression=(
-            "'spec.gpus: ' + string(self.gpus) + ' GPUs disagree with spec.mpiReplicaSpecs.Worker.replicas ('"
-            f" + string({_WORKER}.replicas) + ') x the first worker container\\'s ' + {_GPU_RESOURCE}"
-            f" + ' limit (' + {_WORKER_GPU_LIMIT} + ')'"
+            "'spec.gpus disagrees with spec.mpiReplicaSpecs.Worker.replicas x the first worker container\\'s '"
+            f" + {_GPU_RESOURCE} + ' limit: their product must be spec.gpus'"
         ),
         field_path=".gpus",
     ),

@@ -222,6 +222,7 @@ class MPIJobSpec(ApiModel):
     gpu_resource: str | None = Field(
         default=None,
         pattern=EXTENDED_RESOURCE_PATTERN,
+        max_length=253 + 1 + 63,  # a DNS subdomain, '/', a name
         description=(
             "mpiop extension: the extended resource spec.gpus counts, e.g. amd.com/gpu, gpu.intel.com/i915 or "
             f"a MIG profile such as nvidia.com/mig-1g.5gb. Defaults to {DEFAULT_GPU_RESOURCE}."
