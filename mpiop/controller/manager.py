@@ -45,7 +45,7 @@ from mpiop.desired.hostnetwork import DEFAULT_PORT_RANGE, PortRange
 from mpiop.desired.launch import DEFAULT_KUBECTL_IMAGE, LaunchMode
 from mpiop.desired.podgroup import GangScheduler
 from mpiop.desired.settings import Settings
-from mpiop.kube.client import ApiError, KubeClient
+from mpiop.kube.client import NODES, ApiError, KubeClient
 from mpiop.kube.codec import UNDECODABLE
 from mpiop.kube.informer import object_key
 from mpiop.plan import Event
@@ -159,6 +159,20 @@ class Manager:
             if (raw.get("spec") or {}).get("gpus") is not None and gpu_layout.needs_layout(MPIJob.model_validate(raw)):
                 self.queue.add(object_key(raw))
 
+    async def _may_list_nodes(self) -> bool:
+        """Whether the operator's role lets it list nodes: one with an older (or namespaced) role runs on without
+        the Node informer, which would otherwise never sync, and total-GPU jobs wait saying so."""
+        try:
+            await self.client.list(NODES, limit=1)
+        except ApiError as error:
+            if error.status != 403:
+                return True  # the informer retries whatever this was
+            log.warning("RBAC does not grant list on nodes: jobs stating their total GPUs (spec.gpus) are not laid "
+                        "out (deploy/'s ClusterRole grants it; --no-gpu-layout says so without asking)",
+                        error=error.message[:200])
+            return False
+        return True
+
     async def preflight(self) -> None:
         """Fail at start, with the reason, on what would only fail later: a gang scheduler without its CRD."""
         gang = self.config.gang_scheduler
@@ -188,6 +202,8 @@ class Manager:
         With `leading`, reconcile only once it is set (leader election); cancel the task to stop at once.
         """
         self.supervisor.stop_on_failure(stop)
+        if self.caches.nodes is not None and not await self._may_list_nodes():
+            self.caches.nodes = None
         informers = [self.supervisor.spawn(i.run(), name=f"informer-{i.resource.plural}") for i in self.caches.all()]
         workers: list[asyncio.Task[None]] = []
         try:

@@ -195,8 +195,9 @@ def apply(plan: Plan, job: MPIJob, observed: Observed, now: dt.datetime) -> bool
         return False
     total, resource = job.spec.gpus or 0, job.spec.effective_gpu_resource
     if observed.nodes is None:
-        return _wait(plan, job, now, "mpiop does not watch nodes (it runs with --no-gpu-layout, as under a "
-                                     "namespaced Role, which cannot list nodes): set Worker.replicas and the GPU limit")
+        return _wait(plan, job, now, "mpiop does not watch nodes (it runs with --no-gpu-layout, or its role does not "
+                                     "grant list and watch on nodes, as a namespaced Role cannot): set "
+                                     "Worker.replicas and the GPU limit instead")
     eligible: Counter[int] = Counter()
     excluded: Counter[str] = Counter()
     pod_spec = _pod_spec(job)
