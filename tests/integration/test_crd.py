@@ -172,7 +172,8 @@ def _total_gpus(gpus: Any, *, replicas: int | None = None, limit: Any = None,
 
 
 REPLICAS = "spec.mpiReplicaSpecs"
-GPUS_DISAGREE = "spec.gpus disagrees with spec.mpiReplicaSpecs.Worker.replicas x the first worker"
+GPUS_DISAGREE = "spec.gpus disagrees with spec.mpiReplicaSpecs.Worker.replicas x the first worker container's"
+PRODUCT = "limit: their product must be spec.gpus"
 INVALID: list[Any] = [
     pytest.param(_delete("spec"), "spec: Required value", id="no-spec"),
     pytest.param(_delete(REPLICAS), "spec.mpiReplicaSpecs: Required value", id="no-replica-specs"),
@@ -250,10 +251,10 @@ INVALID: list[Any] = [
     pytest.param(_total_gpus(-1), "spec.gpus in body should be greater than or equal to 1", id="gpus-negative"),
     pytest.param(_total_gpus("twelve"), 'spec.gpus: Invalid value: "string": spec.gpus in body must be of type integer',
                  id="gpus-a-string"),
-    pytest.param(_total_gpus(12, replicas=2, limit=4), GPUS_DISAGREE + " container's nvidia.com/gpu limit: their product must be spec.gpus",
+    pytest.param(_total_gpus(12, replicas=2, limit=4), f"{GPUS_DISAGREE} nvidia.com/gpu {PRODUCT}",
                  id="gpus-disagree-with-limits"),
     pytest.param(_total_gpus(12, replicas=2, limit="4", resource="amd.com/gpu"),
-                 GPUS_DISAGREE + " container's amd.com/gpu limit: their product must be spec.gpus", id="gpus-disagree-with-amd-limits"),
+                 f"{GPUS_DISAGREE} amd.com/gpu {PRODUCT}", id="gpus-disagree-with-amd-limits"),
     pytest.param(_total_gpus(12, replicas=3), "spec.gpus: set both spec.mpiReplicaSpecs.Worker.replicas and the "
                  "first worker container's nvidia.com/gpu limit", id="gpus-with-replicas-only"),
     pytest.param(_total_gpus(12, limit=4), "spec.gpus: set both", id="gpus-with-limit-only"),

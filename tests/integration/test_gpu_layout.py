@@ -65,8 +65,8 @@ async def test_64_gpus_on_8_gpu_nodes_run_as_8_workers_of_8_slots(cluster: Clust
     assert record == ("64 nvidia.com/gpu as 8 workers x 8 GPUs (slotsPerWorker 8), on nodes: 2 nodes with 4 "
                       "nvidia.com/gpu, 8 nodes with 8 nvidia.com/gpu")
     assert job["spec"]["gpus"] == 64  # the request stays beside the ordinary v2beta1 fields it became
-    assert (job["spec"]["mpiReplicaSpecs"]["Worker"]["replicas"], worker_gpu_limit(job), job["spec"]["slotsPerWorker"]) \
-        == (8, "8", 8)
+    worker = job["spec"]["mpiReplicaSpecs"]["Worker"]
+    assert (worker["replicas"], worker_gpu_limit(job), job["spec"]["slotsPerWorker"]) == (8, "8", 8)
     workers = [f"big-worker-{i}" for i in range(8)]
 
     async def all_pods() -> dict[str, JSON] | None:

@@ -141,7 +141,7 @@ async def lifecycle(kube: KubeClient, token_kubeconfig: str, mpijob_crd: None) -
 
             async def laid_out() -> bool:
                 job = await cluster.job("total") or {}
-                return job.get("spec", {}).get("mpiReplicaSpecs", {}).get("Worker", {}).get("replicas") == 1
+                return bool(job.get("spec", {}).get("mpiReplicaSpecs", {}).get("Worker", {}).get("replicas") == 1)
 
             await eventually(laid_out, what="the total-GPU job laid out")
             for _ in range(2):
