@@ -71,7 +71,7 @@ class Observed:
     log_tails: dict[str, str] = field(default_factory=dict)
     pod_group: JSON | None = None  # only with gang scheduling on
     # Nodes found NotReady or deleted, with why (e.g. "deleted"): read by the controller, one GET each, for the
-    # nodes policies/node_exclusion.nodes_to_check names when an attempt fails (no Node informer).
+    # nodes policies/node_exclusion.nodes_to_check names when an attempt fails (the Node informer keeps only GPU nodes).
     node_faults: dict[str, str] = field(default_factory=dict)
     # The job's saved attempts' logs (`<job>-attempt-<n>` ConfigMaps): their metadata only.
     attempt_config_maps: list[JSON] = field(default_factory=list)
