@@ -199,7 +199,7 @@ def apply(plan: Plan, job: MPIJob, observed: Observed, now: dt.datetime) -> bool
                                      "grant list and watch on nodes, as a namespaced Role cannot): set "
                                      "Worker.replicas and the GPU limit instead")
     eligible: Counter[int] = Counter()
-    excluded: Counter[str] = Counter()
+    excluded: list[str] = []
     pod_spec = _pod_spec(job)
     for node in observed.nodes:
         gpus = gpus_of(node, resource)
@@ -209,7 +209,7 @@ def apply(plan: Plan, job: MPIJob, observed: Observed, now: dt.datetime) -> bool
         if why is None:
             eligible[gpus] += 1
         else:
-            excluded[f"{node['metadata']['name']} ({gpus} {resource}): {why}"] += 1
+            excluded.append(f"{node['metadata']['name']} ({gpus} {resource}): {why}")
     chosen = lay_out(total, eligible.elements())
     if isinstance(chosen, str):
         seen = _shapes(eligible, resource) if eligible else f"no node with allocatable {resource}"

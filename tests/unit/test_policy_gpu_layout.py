@@ -182,6 +182,16 @@ def test_the_same_wait_sends_its_event_once() -> None:
     assert again.events == [] and again.job_patch is None
 
 
+def test_a_waiting_job_is_laid_out_when_a_node_fits_and_says_so() -> None:
+    waiting = total(13).condition("Created").condition("Running", status="False", reason=WAITING, message="waits")
+    plan = decided(waiting.obj(), [*gpu_nodes("n", 4, 8), gpu_node("big", 16)])
+    assert plan.job_patch is not None
+    running = plan.status.condition("Running")
+    assert running is not None and (running.status, running.reason) == ("False", LAID_OUT)
+    assert running.message == ("MPIJob ns/big laid out: 13 nvidia.com/gpu as 1 worker x 13 GPUs (slotsPerWorker 13), "
+                               "on nodes: 4 nodes with 8 nvidia.com/gpu, 1 node with 16 nvidia.com/gpu")
+
+
 def test_a_suspended_job_is_laid_out_before_it_is_admitted() -> None:
     """Kueue creates jobs suspended; the layout comes first, so the workload it admits has the final pod sets."""
     plan = decided(total(64).run_policy(suspend=True).obj(), gpu_nodes("n", 8, 8))
