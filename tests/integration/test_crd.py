@@ -42,7 +42,8 @@ def valid_job(name: str = "pi") -> JSON:
 def test_there_are_examples() -> None:
     names = {path.name for path in EXAMPLES}
     assert {"pi-openmpi.yaml", "pi-intel.yaml", "pi-mpich.yaml", "gpu-nccl-tests.yaml",
-            "tensorflow-benchmarks.yaml", "pi-non-root.yaml", "pytorch-ddp.yaml", "deepspeed.yaml"} <= names
+            "tensorflow-benchmarks.yaml", "pi-non-root.yaml", "pytorch-ddp.yaml", "deepspeed.yaml",
+            "gpus-total.yaml"} <= names
 
 
 @pytest.mark.parametrize("example", EXAMPLES, ids=[path.name for path in EXAMPLES])
