@@ -8,6 +8,8 @@ import pytest
 
 from mpiop.api.v2beta1 import MPIJob
 from mpiop.decide import decide
+from mpiop.desired.podgroup import gang_scheduler
+from mpiop.desired.settings import Settings
 from mpiop.plan import Observed, Plan
 from mpiop.policies.gpu_layout import ANNOTATION, LAID_OUT, WAITING, Layout, lay_out, needs_layout
 from testkit.mpijobs import MPIJobBuilder, at, make_mpijob
@@ -190,6 +192,16 @@ def test_a_waiting_job_is_laid_out_when_a_node_fits_and_says_so() -> None:
     assert running is not None and (running.status, running.reason) == ("False", LAID_OUT)
     assert running.message == ("MPIJob ns/big laid out: 13 nvidia.com/gpu as 1 worker x 13 GPUs (slotsPerWorker 13), "
                                "on nodes: 4 nodes with 8 nvidia.com/gpu, 1 node with 16 nvidia.com/gpu")
+
+
+def test_no_podgroup_is_sized_before_the_layout() -> None:
+    """Under --gang-scheduling the PodGroup's minMember and minResources come from the laid-out job."""
+    settings = Settings(gang_scheduler=gang_scheduler("volcano"))
+    waiting = decide(total(13).obj(), Observed(nodes=gpu_nodes("n", 4, 8)), at(0), settings)
+    laying_out = decide(total(16).obj(), Observed(nodes=gpu_nodes("n", 4, 8)), at(0), settings)
+    assert waiting.pod_group is None and laying_out.pod_group is None and laying_out.job_patch is not None
+    laid_out = decide(total(16).gpus(8).workers(2).obj(), Observed(nodes=gpu_nodes("n", 4, 8)), at(0), settings)
+    assert laid_out.pod_group is not None and laid_out.pod_group.verb == "create"
 
 
 def test_a_suspended_job_is_laid_out_before_it_is_admitted() -> None:
