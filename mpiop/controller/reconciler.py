@@ -119,7 +119,9 @@ class Reconciler:
             raise
         if plan.job_patch is not None:
             await self._write_job_patch(job, plan, now)
-            return plan.requeue_after  # the job's update brings the next pass, which makes its objects
+            # Decide again at once, on the laid-out job the cache now holds: the watch event of this write
+            # changes nothing cached, so it queues no pass of its own.
+            return 0.0
         refusals = await self._apply_objects(job, plan)
         if plan.evidence is not None and plan.evidence.drop:  # older attempts' logs: off the restart's path
             self._background(self.evidence.drop(job, plan.evidence))

@@ -8,12 +8,15 @@ jobs tolerate node.kubernetes.io/not-ready and unreachable (as a pod may), but n
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import uuid
 from collections.abc import AsyncIterator
 
 import pytest
 
+from devcluster.controlplane import ControlPlane
+from mpiop.controller.manager import Manager, ManagerConfig
 from mpiop.kube.client import CONFIGMAPS, EVENTS, MPIJOBS, NODES, ApiError, KubeClient
 from mpiop.policies.gpu_layout import ANNOTATION, WAITING
 from testkit.mpijobs import make_mpijob
@@ -134,3 +137,33 @@ async def test_a_job_created_suspended_as_kueue_does_is_laid_out_before_it_is_re
         return found if len(found) == 2 else None
 
     assert await eventually(workers, what="queued's workers") == {"queued-worker-0", "queued-worker-1"}
+
+
+async def test_the_pass_that_writes_the_layout_asks_for_the_next_one_at_once(control_plane: ControlPlane,
+                                                                            cluster: Cluster, pool: str) -> None:
+    """The layout's own watch event changes nothing the cache holds (the write's answer is fed back first), so it
+    queues no pass: the pass that wrote it asks to be run again at once, and that one makes the pods. Run by hand
+    here, with the informers but no workers, so no other pass can hide a missing requeue."""
+    client = await KubeClient.connect(str(control_plane.kubeconfig), qps=0, burst=100)
+    manager = Manager(client, ManagerConfig(namespace=cluster.ns))
+    informers = [asyncio.create_task(i.run()) for i in manager.caches.all()]
+    try:
+        await asyncio.wait_for(asyncio.gather(*(i.synced.wait() for i in manager.caches.all())), 30)
+        await cluster.create_job(total_gpus_job("once", pool, 16))
+        key = f"{cluster.ns}/once"
+
+        async def cached() -> bool:
+            return manager.caches.jobs.get(key) is not None
+
+        await eventually(cached, what="the job in the cache")
+        assert await manager.reconciler.reconcile(key) == 0.0
+        laid_out_job = manager.caches.jobs.get(key)
+        assert laid_out_job is not None and laid_out_job["spec"]["mpiReplicaSpecs"]["Worker"]["replicas"] == 2
+        await manager.reconciler.reconcile(key)
+        assert {"once-worker-0", "once-worker-1", "once-launcher"} <= set(await cluster.pods())
+    finally:
+        for task in informers:
+            task.cancel()
+        await asyncio.gather(*informers, return_exceptions=True)
+        await manager.recorder.close(timeout=0)
+        await client.close()
