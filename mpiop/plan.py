@@ -157,7 +157,7 @@ class PodGroupWrite:
 
 
 @dataclass(frozen=True)
-class JobPatch:
+class MPIJobPatch:
     """A merge patch of the MPIJob itself (written with its resourceVersion), and the Event it is told by."""
 
     body: JSON
@@ -230,7 +230,7 @@ class Plan:
     events: list[Event] = field(default_factory=list)
     pod_group: PodGroupWrite | None = None
     evidence: Evidence | None = None
-    job_patch: JobPatch | None = None  # total-GPU mode: the layout, written before anything else of the job
+    mpijob_patch: MPIJobPatch | None = None  # total-GPU mode: the layout, written before anything else of the job
     requeue_after: float | None = None
 
     @property

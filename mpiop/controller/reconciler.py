@@ -117,8 +117,8 @@ class Reconciler:
             if error.not_found:  # deleted since the cache saw it: nothing of it is to be made any more
                 return None
             raise
-        if plan.job_patch is not None:
-            await self._write_job_patch(job, plan, now)
+        if plan.mpijob_patch is not None:
+            await self._write_mpijob_patch(job, plan, now)
             # Decide again at once, on the laid-out job the cache now holds: the watch event of this write
             # changes nothing cached, so it queues no pass of its own.
             return 0.0
@@ -186,16 +186,16 @@ class Reconciler:
         for event in plan.events:
             self.recorder.record(job, event, now)
 
-    async def _write_job_patch(self, job: MPIJob, plan: Plan, now: dt.datetime) -> None:
+    async def _write_mpijob_patch(self, job: MPIJob, plan: Plan, now: dt.datetime) -> None:
         """The job's own spec and annotations (its GPU layout), only over the version this pass decided on."""
-        assert plan.job_patch is not None
-        body = {**plan.job_patch.body,
-                "metadata": {**plan.job_patch.body.get("metadata", {}),
+        assert plan.mpijob_patch is not None
+        body = {**plan.mpijob_patch.body,
+                "metadata": {**plan.mpijob_patch.body.get("metadata", {}),
                              "resourceVersion": job.metadata.resource_version}}
         updated = await self.client.patch(MPIJOBS, job.metadata.namespace, job.metadata.name, body)
-        self.caches.jobs.observe_write(updated)
-        self.recorder.record(job, plan.job_patch.event, now)
-        log.info("wrote the job's GPU layout", layout=plan.job_patch.event.message)
+        self.caches.mpijobs.observe_write(updated)
+        self.recorder.record(job, plan.mpijob_patch.event, now)
+        log.info("wrote the job's GPU layout", layout=plan.mpijob_patch.event.message)
 
     # -- objects -----------------------------------------------------------------------------------
     async def _apply_objects(self, job: MPIJob, plan: Plan) -> list[Refusal]:

@@ -23,13 +23,12 @@ import json
 from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any
 
+from mpiop.api.raw import JSON
 from mpiop.api.v2beta1 import WORKER, MPIJob
-from mpiop.plan import MESSAGE_LIMIT, Event, JobPatch, Observed, Plan
+from mpiop.plan import MESSAGE_LIMIT, Event, MPIJobPatch, Observed, Plan
 from mpiop.status import conditions as c
 
-JSON = dict[str, Any]
 ANNOTATION = "mpiop.kubeflow.org/gpu-layout"
 WAITING = "GPULayoutUnavailable"
 LAID_OUT = "GPULayout"
@@ -221,7 +220,7 @@ def apply(plan: Plan, job: MPIJob, observed: Observed, now: dt.datetime) -> bool
     record = (f"{total} {resource} as {chosen} (slotsPerWorker "
               f"{job.spec.slots_per_worker if job.spec.slots_per_worker is not None else chosen.gpus_per_worker}), "
               f"on nodes: {_shapes(eligible, resource)}")
-    plan.job_patch = JobPatch(layout_patch(job, chosen, record[:MESSAGE_LIMIT]),
+    plan.mpijob_patch = MPIJobPatch(layout_patch(job, chosen, record[:MESSAGE_LIMIT]),
                               Event("Normal", LAID_OUT, f"laid out {record}"))
     running = plan.status.condition("Running")
     if running is not None and running.reason == WAITING:

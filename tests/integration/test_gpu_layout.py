@@ -16,12 +16,13 @@ from collections.abc import AsyncIterator
 import pytest
 
 from devcluster.controlplane import ControlPlane
+from mpiop.api.raw import JSON
 from mpiop.controller.manager import Manager, ManagerConfig
 from mpiop.kube.client import CONFIGMAPS, EVENTS, MPIJOBS, NODES, ApiError, KubeClient
 from mpiop.policies.gpu_layout import ANNOTATION, WAITING
 from testkit.mpijobs import make_mpijob
 from testkit.nodes import gpu_node, gpu_nodes, taint
-from testkit.operator import JSON, Cluster, Operator, eventually
+from testkit.operator import Cluster, Operator, eventually
 
 pytestmark = pytest.mark.integration
 POOL_LABEL = "test.mpiop.dev/gpu-pool"
@@ -153,11 +154,11 @@ async def test_the_pass_that_writes_the_layout_asks_for_the_next_one_at_once(con
         key = f"{cluster.ns}/once"
 
         async def cached() -> bool:
-            return manager.caches.jobs.get(key) is not None
+            return manager.caches.mpijobs.get(key) is not None
 
         await eventually(cached, what="the job in the cache")
         assert await manager.reconciler.reconcile(key) == 0.0
-        laid_out_job = manager.caches.jobs.get(key)
+        laid_out_job = manager.caches.mpijobs.get(key)
         assert laid_out_job is not None and laid_out_job["spec"]["mpiReplicaSpecs"]["Worker"]["replicas"] == 2
         await manager.reconciler.reconcile(key)
         assert {"once-worker-0", "once-worker-1", "once-launcher"} <= set(await cluster.pods())

@@ -60,7 +60,7 @@ def decided(job: MPIJob, nodes: list[dict[str, object]] | None, pods: list[dict[
 def waiting_message(plan: Plan) -> str:
     running = plan.status.condition("Running")
     assert running is not None and (running.status, running.reason) == ("False", WAITING)
-    assert plan.job_patch is None and not plan.create
+    assert plan.mpijob_patch is None and not plan.objects_to_create
     assert [(e.type, e.reason, e.message) for e in plan.events if e.reason != "MPIJobCreated"] == [
         ("Warning", WAITING, running.message)]
     return str(running.message)
@@ -69,16 +69,16 @@ def waiting_message(plan: Plan) -> str:
 def test_64_gpus_on_8_gpu_nodes_are_written_into_the_job_as_8_workers_of_8() -> None:
     job = total(64).obj()
     plan = decided(job, gpu_nodes("n", 10, 8))
-    assert plan.job_patch is not None
-    assert not plan.create and not plan.creates.supporting  # nothing is made before the layout is written
+    assert plan.mpijob_patch is not None
+    assert not plan.objects_to_create and not plan.creation_steps.supporting  # nothing before the layout
     record = ("64 nvidia.com/gpu as 8 workers x 8 GPUs (slotsPerWorker 8), on nodes: 10 nodes with 8 nvidia.com/gpu")
     worker = {"replicas": 8, "template": {"spec": {"containers": [
         {"name": "main", "image": job.spec.mpi_replica_specs["Worker"].template["spec"]["containers"][0]["image"],
          "resources": {"limits": {"nvidia.com/gpu": "8"}}}]}}}
-    assert plan.job_patch.body == {"metadata": {"annotations": {ANNOTATION: record}},
+    assert plan.mpijob_patch.body == {"metadata": {"annotations": {ANNOTATION: record}},
                                    "spec": {"slotsPerWorker": 8, "mpiReplicaSpecs": {"Worker": worker}}}
-    assert (plan.job_patch.event.type, plan.job_patch.event.reason) == ("Normal", LAID_OUT)
-    assert plan.job_patch.event.message == f"laid out {record}"
+    assert (plan.mpijob_patch.event.type, plan.mpijob_patch.event.reason) == ("Normal", LAID_OUT)
+    assert plan.mpijob_patch.event.message == f"laid out {record}"
 
 
 def test_the_written_layout_makes_an_ordinary_job_that_is_not_laid_out_again() -> None:
@@ -86,14 +86,14 @@ def test_the_written_layout_makes_an_ordinary_job_that_is_not_laid_out_again() -
     job = builder.obj()
     assert not needs_layout(job)
     plan = decided(job, [])
-    assert plan.job_patch is None and len(plan.creates.workers) == 3
+    assert plan.mpijob_patch is None and len(plan.creation_steps.workers) == 3
 
 
 def test_a_users_slots_per_worker_and_gpu_request_are_kept_consistent() -> None:
     job = total(16).slots(1).request("Worker", "nvidia.com/gpu", 1).obj()
     plan = decided(job, gpu_nodes("n", 2, 8))
-    assert plan.job_patch is not None
-    spec = plan.job_patch.body["spec"]
+    assert plan.mpijob_patch is not None
+    spec = plan.mpijob_patch.body["spec"]
     assert "slotsPerWorker" not in spec  # the user's choice (e.g. one rank driving a node's GPUs) stands
     resources = spec["mpiReplicaSpecs"]["Worker"]["template"]["spec"]["containers"][0]["resources"]
     assert resources == {"limits": {"nvidia.com/gpu": "8"}, "requests": {"nvidia.com/gpu": "8"}}
@@ -102,8 +102,8 @@ def test_a_users_slots_per_worker_and_gpu_request_are_kept_consistent() -> None:
 def test_mig_resource_names_are_counted_by_their_own_name() -> None:
     nodes = [*gpu_nodes("a100", 2, 7, MIG), *gpu_nodes("h100", 4, 8)]
     plan = decided(total(14, MIG).obj(), nodes)
-    assert plan.job_patch is not None
-    worker = plan.job_patch.body["spec"]["mpiReplicaSpecs"]["Worker"]
+    assert plan.mpijob_patch is not None
+    worker = plan.mpijob_patch.body["spec"]["mpiReplicaSpecs"]["Worker"]
     assert worker["replicas"] == 2
     assert worker["template"]["spec"]["containers"][0]["resources"]["limits"] == {MIG: "7"}
     assert waiting_message(decided(total(14, "nvidia.com/mig-3g.20gb").obj(), nodes)) == (
@@ -113,8 +113,8 @@ def test_mig_resource_names_are_counted_by_their_own_name() -> None:
 
 def test_amd_gpus() -> None:
     plan = decided(total(16, "amd.com/gpu").obj(), gpu_nodes("mi300", 2, 8, "amd.com/gpu"))
-    assert plan.job_patch is not None
-    assert plan.job_patch.body["spec"]["mpiReplicaSpecs"]["Worker"]["replicas"] == 2
+    assert plan.mpijob_patch is not None
+    assert plan.mpijob_patch.body["spec"]["mpiReplicaSpecs"]["Worker"]["replicas"] == 2
 
 
 def test_tainted_nodes_not_tolerated_are_left_out_and_named() -> None:
@@ -130,11 +130,11 @@ def test_tainted_nodes_not_tolerated_are_left_out_and_named() -> None:
     tolerating = total(64).pod_spec("Worker", tolerations=[
         {"key": "dedicated", "operator": "Equal", "value": "infer", "effect": "NoSchedule"}]).obj()
     plan = decided(tolerating, nodes)
-    assert plan.job_patch is not None
-    assert plan.job_patch.body["spec"]["mpiReplicaSpecs"]["Worker"]["replicas"] == 8
+    assert plan.mpijob_patch is not None
+    assert plan.mpijob_patch.body["spec"]["mpiReplicaSpecs"]["Worker"]["replicas"] == 8
     # PreferNoSchedule does not keep a pod off a node.
     soft = gpu_nodes("soft", 8, 8, taints=[taint("gpu-hint", effect="PreferNoSchedule")])
-    assert decided(total(64).obj(), soft).job_patch is not None
+    assert decided(total(64).obj(), soft).mpijob_patch is not None
 
 
 @pytest.mark.parametrize(("pod_spec", "eligible"), [
@@ -159,9 +159,9 @@ def test_only_nodes_the_worker_template_may_use_count(pod_spec: dict[str, object
              gpu_node("cordoned-0", 8, unschedulable=True)]
     job = total(8 * len(eligible)).pod_spec("Worker", **pod_spec).obj()
     plan = decided(job, nodes)
-    assert plan.job_patch is not None, plan.status.conditions
-    assert plan.job_patch.body["spec"]["mpiReplicaSpecs"]["Worker"]["replicas"] == len(eligible)
-    assert decided(total(8 * len(eligible) + 8).pod_spec("Worker", **pod_spec).obj(), nodes).job_patch is None
+    assert plan.mpijob_patch is not None, plan.status.conditions
+    assert plan.mpijob_patch.body["spec"]["mpiReplicaSpecs"]["Worker"]["replicas"] == len(eligible)
+    assert decided(total(8 * len(eligible) + 8).pod_spec("Worker", **pod_spec).obj(), nodes).mpijob_patch is None
 
 
 def test_no_gpu_nodes_the_job_waits_saying_so() -> None:
@@ -181,13 +181,13 @@ def test_the_same_wait_sends_its_event_once() -> None:
     assert running is not None
     again = decided(builder.condition("Running", status="False", reason=WAITING, message=str(running.message)).obj(),
                     gpu_nodes("n", 4, 8))
-    assert again.events == [] and again.job_patch is None
+    assert again.events == [] and again.mpijob_patch is None
 
 
 def test_a_waiting_job_is_laid_out_when_a_node_fits_and_says_so() -> None:
     waiting = total(13).condition("Created").condition("Running", status="False", reason=WAITING, message="waits")
     plan = decided(waiting.obj(), [*gpu_nodes("n", 4, 8), gpu_node("big", 16)])
-    assert plan.job_patch is not None
+    assert plan.mpijob_patch is not None
     running = plan.status.condition("Running")
     assert running is not None and (running.status, running.reason) == ("False", LAID_OUT)
     assert running.message == ("MPIJob ns/big laid out: 13 nvidia.com/gpu as 1 worker x 13 GPUs (slotsPerWorker 13), "
@@ -199,7 +199,7 @@ def test_no_podgroup_is_sized_before_the_layout() -> None:
     settings = Settings(gang_scheduler=gang_scheduler("volcano"))
     waiting = decide(total(13).obj(), Observed(nodes=gpu_nodes("n", 4, 8)), at(0), settings)
     laying_out = decide(total(16).obj(), Observed(nodes=gpu_nodes("n", 4, 8)), at(0), settings)
-    assert waiting.pod_group is None and laying_out.pod_group is None and laying_out.job_patch is not None
+    assert waiting.pod_group is None and laying_out.pod_group is None and laying_out.mpijob_patch is not None
     laid_out = decide(total(16).gpus(8).workers(2).obj(), Observed(nodes=gpu_nodes("n", 4, 8)), at(0), settings)
     assert laid_out.pod_group is not None and laid_out.pod_group.verb == "create"
 
@@ -207,17 +207,17 @@ def test_no_podgroup_is_sized_before_the_layout() -> None:
 def test_a_suspended_job_is_laid_out_before_it_is_admitted() -> None:
     """Kueue creates jobs suspended; the layout comes first, so the workload it admits has the final pod sets."""
     plan = decided(total(64).run_policy(suspend=True).obj(), gpu_nodes("n", 8, 8))
-    assert plan.job_patch is not None
+    assert plan.mpijob_patch is not None
 
 
 def test_the_layout_never_changes_once_pods_exist_or_the_job_started() -> None:
     job = total(64).obj()
     launcher = make_pod(job, "launcher").running().obj()
-    assert decided(job, gpu_nodes("n", 8, 8), [launcher]).job_patch is None
+    assert decided(job, gpu_nodes("n", 8, 8), [launcher]).mpijob_patch is None
     started = total(64).status(start_time=at(0)).obj()
-    assert decided(started, gpu_nodes("n", 8, 8)).job_patch is None
+    assert decided(started, gpu_nodes("n", 8, 8)).mpijob_patch is None
 
 
 def test_a_v2beta1_job_is_not_touched() -> None:
     plan = decided(make_mpijob("plain", "ns").gpus(8).obj(), [])
-    assert plan.job_patch is None and plan.creates.workers
+    assert plan.mpijob_patch is None and plan.creation_steps.workers

@@ -166,5 +166,5 @@ def test_gpu_layout_flag_decides_whether_nodes_are_watched(argv: tuple[str, ...]
     """Off (a namespaced Role cannot list nodes), the manager starts no Node informer."""
     config = config_from_args(parse(*argv))
     assert config.gpu_layout is watched
-    caches = Caches.create(KubeClient.__new__(KubeClient), None, watch_nodes=config.gpu_layout)
+    caches = Caches.build(KubeClient.__new__(KubeClient), None, watch_nodes=config.gpu_layout)
     assert (caches.nodes is not None) is watched
