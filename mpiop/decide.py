@@ -7,6 +7,8 @@
     bad launch annotation, or an exec launcher with its own account? -> Failed ValidationError (policies/launch_mode)
     too big?     -> Failed ValidationError
     refused?     -> Failed ValidationError (the template is wrong), else ReplicaFailure and retry
+    spec.gpus, not laid out, no pod? -> the layout written into the job, or Running=False why none fits;
+                    nothing else made until it is (policies/gpu_layout)
     name taken?  -> ReplicaFailure ErrResourceExists (the reconciler then starts nothing)
     (always)     -> SSH Secret (exec launch: the launcher's ServiceAccount, Role naming this attempt's pods
                     and RoleBinding; desired.launcher_rbac), Service, hostfile ConfigMap (discover_hosts.sh:
@@ -55,6 +57,7 @@ from mpiop.policies import (
     failure,
     forward_env,
     gang,
+    gpu_layout,
     host_ports,
     kubectl_image,
     launch_mode,
@@ -79,7 +82,8 @@ def decide(job: MPIJob, observed: Observed, now: dt.datetime, settings: Settings
     _decide(plan, job, observed, now, settings)
     evidence.apply(plan, job, observed, settings.kept_attempts)
     node_exclusion.apply(plan, job, observed, settings)
-    gang.apply(plan, job, observed, now, settings.gang_scheduler)
+    if not gpu_layout.pending(plan, job, observed):  # its PodGroup is sized once the job is laid out
+        gang.apply(plan, job, observed, now, settings.gang_scheduler)
     if plan.status.finished:
         cleanup.apply(plan, job, observed)
         adoption.cleanup(plan, job, observed)
@@ -98,6 +102,7 @@ def _decide(plan: Plan, job: MPIJob, observed: Observed, now: dt.datetime, setti
         lambda: node_exclusion.refuse_bad_annotation(plan, job, now),
         lambda: size.apply(plan, job, now),
         lambda: refused.apply(plan, job, observed, now),
+        lambda: gpu_layout.apply(plan, job, observed, now),
         lambda: squatters.apply(plan, job, observed, now),
     ]
     if _first_stop(validations):

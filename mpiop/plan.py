@@ -71,7 +71,7 @@ class Observed:
     log_tails: dict[str, str] = field(default_factory=dict)
     pod_group: JSON | None = None  # only with gang scheduling on
     # Nodes found NotReady or deleted, with why (e.g. "deleted"): read by the controller, one GET each, for the
-    # nodes policies/node_exclusion.nodes_to_check names when an attempt fails (no Node informer).
+    # nodes policies/node_exclusion.nodes_to_check names when an attempt fails (the Node informer keeps only GPU nodes).
     node_faults: dict[str, str] = field(default_factory=dict)
     # The job's saved attempts' logs (`<job>-attempt-<n>` ConfigMaps): their metadata only.
     attempt_config_maps: list[JSON] = field(default_factory=list)
@@ -80,6 +80,9 @@ class Observed:
     role: JSON | None = None
     role_binding: JSON | None = None
     refused: list[Refusal] = field(default_factory=list)
+    # Nodes with an extended resource (trimmed to their labels, taints, schedulability and allocatable extended
+    # resources), for laying out a job that states its total GPUs (policies/gpu_layout); None: not watched.
+    nodes: list[JSON] | None = None
     _states: list[podsnapshot.State] | None = field(default=None, init=False, repr=False, compare=False)
     _by_name: dict[str, Pod] | None = field(default=None, init=False, repr=False, compare=False)
     _worker_indexes: dict[str, int | None] = field(default_factory=dict, init=False, repr=False, compare=False)
@@ -154,6 +157,14 @@ class PodGroupWrite:
 
 
 @dataclass(frozen=True)
+class MPIJobPatch:
+    """A merge patch of the MPIJob itself (written with its resourceVersion), and the Event it is told by."""
+
+    body: JSON
+    event: Event
+
+
+@dataclass(frozen=True)
 class LogSource:
     """One container's log to keep, or (`unreadable`) why there is none to read."""
 
@@ -219,6 +230,7 @@ class Plan:
     events: list[Event] = field(default_factory=list)
     pod_group: PodGroupWrite | None = None
     evidence: Evidence | None = None
+    mpijob_patch: MPIJobPatch | None = None  # total-GPU mode: the layout, written before anything else of the job
     requeue_after: float | None = None
 
     @property

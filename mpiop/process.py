@@ -150,6 +150,10 @@ def add_run_arguments(parser: argparse.ArgumentParser) -> None:
                         default=_SETTINGS.kubectl_image_grace_seconds, metavar="SECONDS",
                         help="an exec job whose launcher cannot pull --kubectl-image waits this long after the "
                              "launcher was made (a registry can come back), then fails (default %(default)s)")
+    parser.add_argument("--gpu-layout", action=argparse.BooleanOptionalAction, default=_CONFIG.gpu_layout,
+                        help="watch the nodes that have GPUs (list/watch nodes) to lay out jobs that state their "
+                             "total (spec.gpus); off (a namespaced Role cannot list nodes): such jobs wait saying "
+                             f"so (default {_on_off(_CONFIG.gpu_layout)})")
     parser.add_argument("--resync-seconds", type=float, default=_CONFIG.resync_seconds,
                         help="re-reconcile every job this often (default %(default)gs)")
     parser.add_argument("--field-manager", default="mpiop",
@@ -186,7 +190,8 @@ def config_from_args(args: argparse.Namespace) -> ManagerConfig:
                         default_launch=args.default_launch, kubectl_image=args.kubectl_image,
                         kubectl_image_grace_seconds=args.kubectl_image_grace_seconds)
     return ManagerConfig(namespace=args.namespace or None, workers=args.workers, resync_seconds=args.resync_seconds,
-                         lifecycle_events=args.lifecycle_events, settings=settings)
+                         lifecycle_events=args.lifecycle_events, gpu_layout=args.gpu_layout,
+                         settings=settings)
 
 
 def election_from_args(args: argparse.Namespace) -> ElectionConfig | None:

@@ -132,6 +132,14 @@ class MPIJobBuilder:
         """A limit of `n` of `resource` on the replica's main container."""
         return self.limit(replica, resource, n)
 
+    def total_gpus(self, n: int | str, resource: str | None = None) -> Self:
+        """mpiop's total-GPU mode: spec.gpus (and spec.gpuResource), Worker.replicas left to mpiop."""
+        self._spec["gpus"] = n
+        if resource is not None:
+            self._spec["gpuResource"] = resource
+        self._replica(WORKER).pop("replicas", None)
+        return self
+
     def limit(self, replica: ReplicaType, resource: str, quantity: int | str) -> Self:
         self._container(replica).setdefault("resources", {}).setdefault("limits", {})[resource] = quantity
         return self

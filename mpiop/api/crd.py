@@ -130,6 +130,45 @@ SPEC_RULES: list[JSON] = [
     ),
 ]
 
+# spec.gpus (mpiop's total-GPU mode): Worker.replicas and the first worker container's GPU limit are mpiop's to
+# write, or the user's: both, agreeing with the total, so a laid-out job (which has both) stays valid.
+_WORKER = "self.mpiReplicaSpecs.Worker"
+_GPU_RESOURCE = f"(has(self.gpuResource) ? self.gpuResource : '{v2beta1.DEFAULT_GPU_RESOURCE}')"
+_FIRST_WORKER_CONTAINER = f"{_WORKER}.template.spec.containers[0]"
+_WORKER_GPU_LIMIT_SET = (
+    f"(has({_WORKER}.template) && has({_WORKER}.template.spec) && has({_WORKER}.template.spec.containers)"
+    f" && size({_WORKER}.template.spec.containers) > 0 && has({_FIRST_WORKER_CONTAINER}.resources)"
+    f" && has({_FIRST_WORKER_CONTAINER}.resources.limits)"
+    f" && {_GPU_RESOURCE} in {_FIRST_WORKER_CONTAINER}.resources.limits)"
+)
+_WORKER_GPU_LIMIT = f"string({_FIRST_WORKER_CONTAINER}.resources.limits[{_GPU_RESOURCE}])"
+GPU_RULES: list[JSON] = [
+    _rule(
+        f"!has(self.gpus) || has({_WORKER})",
+        message="spec.gpus needs spec.mpiReplicaSpecs.Worker: the GPUs are laid out on workers",
+        field_path=".gpus", reason="FieldValueRequired",
+    ),
+    _rule(
+        f"!has(self.gpus) || !has({_WORKER}) || has({_WORKER}.replicas) == {_WORKER_GPU_LIMIT_SET}",
+        message_expression=(
+            "'spec.gpus: set both spec.mpiReplicaSpecs.Worker.replicas and the first worker container\\'s '"
+            f" + {_GPU_RESOURCE} + ' limit (their product must be spec.gpus), or neither (mpiop lays the job out)'"
+        ),
+        field_path=".gpus",
+    ),
+    # The limit's value is a quantity of unbounded length: CEL's cost estimate allows only int() of it (a
+    # fraction or suffix fails the conversion, and the job with it), and no string(int) in the message.
+    _rule(
+        f"!has(self.gpus) || !has({_WORKER}) || !has({_WORKER}.replicas) || !{_WORKER_GPU_LIMIT_SET}"
+        f" || {_WORKER}.replicas * int({_WORKER_GPU_LIMIT}) == self.gpus",
+        message_expression=(
+            "'spec.gpus disagrees with spec.mpiReplicaSpecs.Worker.replicas x the first worker container\\'s '"
+            f" + {_GPU_RESOURCE} + ' limit: their product must be spec.gpus'"
+        ),
+        field_path=".gpus",
+    ),
+]
+
 REPLICA_DESCRIPTIONS = {
     "Launcher": "The launcher: one pod that runs mpirun (or another launcher) against the workers.",
     "Worker": "The workers: the pods whose slots the hostfile lists; they run sshd for the launcher.",
@@ -254,7 +293,7 @@ def spec_schema(pod_template: JSON) -> JSON:
     workers["description"] += f" At most {v2beta1.MAX_WORKER_REPLICAS:,} workers (the largest job mpiop is tested at)."
     minimum_resources = spec["properties"]["runPolicy"]["properties"]["schedulingPolicy"]["properties"]
     minimum_resources["minResources"]["additionalProperties"]["pattern"] = QUANTITY_PATTERN
-    spec["x-kubernetes-validations"] = copy.deepcopy(SPEC_RULES)
+    spec["x-kubernetes-validations"] = copy.deepcopy(SPEC_RULES + GPU_RULES)
     return spec
 
 

@@ -53,6 +53,10 @@ MAX_WORKER_REPLICAS = 10_000
 # Kubeflow's Go types use int32 for counts and int64 for activeDeadlineSeconds; the CRD says so too, so a
 # manifest that kubeflow's apiserver schema rejects is rejected here as well.
 Int32 = Annotated[int, Field(ge=0, le=2**31 - 1, json_schema_extra={"format": "int32"})]
+# An extended resource's name: a DNS-subdomain prefix, '/', a name (nvidia.com/gpu, amd.com/gpu,
+# gpu.intel.com/i915, nvidia.com/mig-1g.5gb).
+EXTENDED_RESOURCE_PATTERN = r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?/[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$"
+DEFAULT_GPU_RESOURCE = "nvidia.com/gpu"
 # No maximum for int64: the apiserver reads schema bounds as float64, where 2**63 - 1 overflows.
 Int64 = Annotated[int, Field(ge=0, json_schema_extra={"format": "int64"})]
 
@@ -218,6 +222,29 @@ class MPIJobSpec(ApiModel):
             "MPICH. Defaults to OpenMPI."
         ),
     )
+    gpus: int | None = Field(
+        default=None,
+        ge=1,
+        le=2**31 - 1,
+        json_schema_extra={"format": "int32"},
+        description=(
+            "mpiop extension (the MPI operator proposal's simple mode): the job's total GPUs. Before any pod "
+            "exists mpiop lays the job out on the nodes the Worker template may run on (whole nodes first, the "
+            "same GPUs per worker, fewest workers) and writes Worker.replicas, the first worker container's "
+            "GPU limit and slotsPerWorker (if unset) into the job, recorded in annotation "
+            "mpiop.kubeflow.org/gpu-layout. Leave Worker.replicas and the GPU limit out, or set both so that "
+            "replicas x limit = gpus."
+        ),
+    )
+    gpu_resource: str | None = Field(
+        default=None,
+        pattern=EXTENDED_RESOURCE_PATTERN,
+        max_length=253 + 1 + 63,  # a DNS subdomain, '/', a name
+        description=(
+            "mpiop extension: the extended resource spec.gpus counts, e.g. amd.com/gpu, gpu.intel.com/i915 or "
+            f"a MIG profile such as nvidia.com/mig-1g.5gb. Defaults to {DEFAULT_GPU_RESOURCE}."
+        ),
+    )
     mpi_replica_specs: dict[ReplicaType, ReplicaSpec] = Field(
         default_factory=dict,
         description="The Launcher and Worker replica specs.",
@@ -244,6 +271,10 @@ class MPIJobSpec(ApiModel):
     @property
     def worker_replicas(self) -> int:
         return self.worker.replica_count if self.worker is not None else 0
+
+    @property
+    def effective_gpu_resource(self) -> str:
+        return self.gpu_resource or DEFAULT_GPU_RESOURCE
 
     @property
     def effective_ssh_auth_mount_path(self) -> str:

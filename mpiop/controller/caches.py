@@ -19,10 +19,12 @@ from mpiop import names
 from mpiop.api.raw import JSON
 from mpiop.api.v2beta1 import KIND, MPIJob
 from mpiop.controller.trims import (
+    has_extended_resources,
     trim_config_map,
     trim_launcher_batch_job,
     trim_metadata_only,
     trim_mpijob,
+    trim_node,
     trim_pod,
     trim_pod_group,
     trim_role,
@@ -35,6 +37,7 @@ from mpiop.kube.client import (
     BATCH_JOBS,
     CONFIGMAPS,
     MPIJOBS,
+    NODES,
     PODS,
     ROLE_BINDINGS,
     ROLES,
@@ -149,11 +152,13 @@ class Caches:
     role_bindings: Informer
     # Gang scheduling only. Not label-selected (kubeflow's PodGroups carry no labels): those an MPIJob controls.
     pod_groups: Informer | None = None
+    # Nodes with extended resources, for total-GPU jobs (policies/gpu_layout); None under --no-gpu-layout.
+    nodes: Informer | None = None
 
     @classmethod
     def build(cls, client: KubeClient, namespace: str | None, watch_timeout_seconds: int = 300,
                on_watch_restart: Callable[[str], None] | None = None,
-               gang_scheduler: GangScheduler | None = None) -> Caches:
+               gang_scheduler: GangScheduler | None = None, watch_nodes: bool = True) -> Caches:
         def owned(resource: Any, trim: Callable[[JSON], JSON], **more: Indexer) -> Informer:
             return Informer(client, resource, namespace, label_selector=names.OWNED_SELECTOR, trim=trim,
                             indexers={OWNER_INDEX: _by_owner, **more}, watch_timeout_seconds=watch_timeout_seconds,
@@ -178,10 +183,17 @@ class Caches:
                 client, pod_group_resource(gang_scheduler), namespace, trim=trim_pod_group,
                 accept=_controlled_by_mpijob, indexers={OWNER_INDEX: _by_owner},
                 watch_timeout_seconds=watch_timeout_seconds, on_watch_restart=on_watch_restart),
+            nodes=Informer(client, NODES, None, trim=trim_node, accept=has_extended_resources,
+                           watch_timeout_seconds=watch_timeout_seconds,
+                           on_watch_restart=on_watch_restart) if watch_nodes else None,
         )
 
     def all(self) -> list[Informer]:
-        return [self.mpijobs, *self.owned()]
+        return [self.mpijobs, *self.owned(), *([self.nodes] if self.nodes is not None else [])]
+
+    def node_list(self) -> list[JSON] | None:
+        """The cached GPU nodes, or None when nodes are not watched."""
+        return list(self.nodes.cached_objects()) if self.nodes is not None else None
 
     def owned(self) -> list[Informer]:
         extra = [self.pod_groups] if self.pod_groups is not None else []

@@ -22,7 +22,15 @@ import structlog
 
 from mpiop import metrics, names, podstate
 from mpiop.api.raw import JSON
-from mpiop.controller.caches import OWNER_INDEX, Caches, UnchangedFilter, owner_key, pod_group_api_missing
+from mpiop.api.v2beta1 import MPIJob
+from mpiop.controller.caches import (
+    OWNER_INDEX,
+    Caches,
+    UnchangedFilter,
+    owner_key,
+    pod_group_api_missing,
+    same_but_version,
+)
 from mpiop.controller.events import EventRecorder
 from mpiop.controller.reconciler import Reconciler, utcnow
 from mpiop.controller.supervisor import Supervisor
@@ -34,10 +42,11 @@ from mpiop.controller.workqueue import (
     default_controller_rate_limiter,
 )
 from mpiop.desired.settings import DEFAULT_SETTINGS, Settings
-from mpiop.kube.client import ApiError, KubeClient
+from mpiop.kube.client import NODES, ApiError, KubeClient
 from mpiop.kube.codec import UNDECODABLE
 from mpiop.kube.informer import object_key
 from mpiop.plan import Event
+from mpiop.policies import gpu_layout
 from mpiop.status import conditions
 
 log = structlog.get_logger(__name__)
@@ -66,6 +75,7 @@ class ManagerConfig:
     queue_burst: int = QUEUE_BURST
     lifecycle_events: bool = True  # False: MPIJobCreated/Running/Succeeded are logged, not sent
     settings: Settings = DEFAULT_SETTINGS
+    gpu_layout: bool = True  # watch GPU nodes to lay out jobs that state their total GPUs (spec.gpus)
 
     def unsent_event_reasons(self) -> frozenset[str]:
         """Events only logged, never sent: every job's three lifecycle Events under --no-lifecycle-events."""
@@ -79,7 +89,7 @@ class Manager:
         self.supervisor = supervisor if supervisor is not None else Supervisor()
         self.caches = Caches.build(client, config.namespace, config.watch_timeout_seconds,
                                     on_watch_restart=metrics.observe_watch_restart,
-                                    gang_scheduler=config.settings.gang_scheduler)
+                                    gang_scheduler=config.settings.gang_scheduler, watch_nodes=config.gpu_layout)
         metrics.watching(informer.resource.plural for informer in self.caches.all())
         self.queue: WorkQueue[str] = WorkQueue(
             default_controller_rate_limiter(qps=config.queue_qps, burst=config.queue_burst),
@@ -97,6 +107,8 @@ class Manager:
             active=lambda: self.working,
         )
         self.caches.mpijobs.handlers.append(self._on_job)
+        if self.caches.nodes is not None:
+            self.caches.nodes.handlers.append(self._on_node)
         for informer, unchanged in self.caches.owned_filters():
             informer.handlers.append(functools.partial(self._on_owned, unchanged))
         for informer in self.caches.all():
@@ -118,6 +130,28 @@ class Manager:
         key = owner_key(new if new is not None else old)  # type: ignore[arg-type]
         if key is not None:
             self.queue.add(key)
+
+    def _on_node(self, old: JSON | None, new: JSON | None) -> None:
+        """A GPU node came, went or changed shape: the jobs still to be laid out look again."""
+        if old is not None and new is not None and same_but_version(old, new):
+            return
+        for raw in list(self.caches.mpijobs.cached_objects()):
+            if (raw.get("spec") or {}).get("gpus") is not None and gpu_layout.needs_layout(MPIJob.model_validate(raw)):
+                self.queue.add(object_key(raw))
+
+    async def _may_list_nodes(self) -> bool:
+        """Whether the operator's role lets it list nodes: one with an older (or namespaced) role runs on without
+        the Node informer, which would otherwise never sync, and total-GPU jobs wait saying so."""
+        try:
+            await self.client.list(NODES, limit=1)
+        except ApiError as error:
+            if error.status != 403:
+                return True  # the informer retries whatever this was
+            log.warning("RBAC does not grant list on nodes: jobs stating their total GPUs (spec.gpus) are not laid "
+                        "out (deploy/'s ClusterRole grants it; --no-gpu-layout says so without asking)",
+                        error=error.message[:200])
+            return False
+        return True
 
     async def preflight(self) -> None:
         """Fail at start, with the reason, on what would only fail later: a gang scheduler without its CRD."""
@@ -148,6 +182,8 @@ class Manager:
         With `leading`, reconcile only once it is set (leader election); cancel the task to stop at once.
         """
         self.supervisor.stop_on_failure(stop)
+        if self.caches.nodes is not None and not await self._may_list_nodes():
+            self.caches.nodes = None
         informers = [self.supervisor.spawn(i.run(), name=f"informer-{i.resource.plural}") for i in self.caches.all()]
         workers: list[asyncio.Task[None]] = []
         try:

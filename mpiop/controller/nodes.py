@@ -1,7 +1,8 @@
 """Whether the nodes a failing attempt ran on are NotReady or deleted (policies/node_exclusion names them).
 
 One GET per node, all at once, each bounded by CHECK_SECONDS, only on the pass that fails an attempt: mpiop keeps
-no Node informer, which at 10,000 nodes would hold every node for a rare failure. Best effort: a node that cannot
+no informer of every node, which at 10,000 nodes would hold them all for a rare failure (the one it keeps holds
+only GPU nodes, without their conditions, for laying out total-GPU jobs). Best effort: a node that cannot
 be read counts as fine. Under a namespaced Role (the chart's watchNamespace) nodes cannot be granted; the first
 refusal is logged and no node is read from then on.
 """

@@ -42,7 +42,7 @@ from mpiop.desired import objects
 from mpiop.desired.settings import DEFAULT_SETTINGS, Settings
 from mpiop.kube.client import BATCH_JOBS, MPIJOBS, PODS, ApiError, KubeClient
 from mpiop.plan import Observed, Plan, Refusal
-from mpiop.policies import adoption, managed_by, node_exclusion
+from mpiop.policies import adoption, gpu_layout, managed_by, node_exclusion
 
 log = structlog.get_logger(__name__)
 UPDATED_FIELDS = ("data", "rules")  # what an update changes: a ConfigMap's data, a Role's rules
@@ -121,6 +121,11 @@ class Reconciler:
         # whether or not the plan changed it: an Event can be planned with a write of another object alone.
         for event in plan.events:
             self.recorder.record(job, event, now)
+        if plan.mpijob_patch is not None:
+            await self._write_mpijob_patch(job, plan, now)
+            # Decide again at once, on the laid-out job the cache now holds: the watch event of this write
+            # changes nothing cached, so it queues no pass of its own.
+            return 0.0
         refusals = await self._apply_objects(job, plan)
         if plan.evidence is not None and plan.evidence.drop:  # older attempts' logs: off the restart's path
             self._background(self.evidence.drop(job, plan.evidence))
@@ -166,6 +171,8 @@ class Reconciler:
     async def _observe(self, job: MPIJob) -> Observed:
         """What decide sees: the cached objects, the refusals of the last pass, and a failed container's log."""
         observed = self.caches.observed(job, refused=self.refusals.of(job))
+        if gpu_layout.needs_layout(job):
+            observed.nodes = self.caches.node_list()
         await self.log_tails.fill(job, observed)  # the failure report's one I/O
         return observed
 
@@ -180,6 +187,17 @@ class Reconciler:
         self.caches.mpijobs.observe_write(updated)
         job.metadata.resource_version = updated["metadata"]["resourceVersion"]
         metrics.count_transitions(job, plan.status, now)
+
+    async def _write_mpijob_patch(self, job: MPIJob, plan: Plan, now: dt.datetime) -> None:
+        """The job's own spec and annotations (its GPU layout), only over the version this pass decided on."""
+        assert plan.mpijob_patch is not None
+        body = {**plan.mpijob_patch.body,
+                "metadata": {**plan.mpijob_patch.body.get("metadata", {}),
+                             "resourceVersion": job.metadata.resource_version}}
+        updated = await self.client.patch(MPIJOBS, job.metadata.namespace, job.metadata.name, body)
+        self.caches.mpijobs.observe_write(updated)
+        self.recorder.record(job, plan.mpijob_patch.event, now)
+        log.info("wrote the job's GPU layout", layout=plan.mpijob_patch.event.message)
 
     # -- objects -----------------------------------------------------------------------------------
     async def _apply_objects(self, job: MPIJob, plan: Plan) -> list[Refusal]:

@@ -232,3 +232,23 @@ def trim_launcher_batch_job(obj: JSON) -> JSON:
                            "message": c.get("message")} for c in status.get("conditions") or []]
     trimmed: TrimmedBatchJob = {"metadata": trimmed_metadata(obj), "status": kept}
     return _cached(trimmed)
+
+
+def _extended_resources(obj: JSON) -> JSON:
+    """A node's allocatable extended resources (`<domain>/<name>`, not kubernetes.io's): its GPUs, MIG slices."""
+    allocatable = (obj.get("status") or {}).get("allocatable") or {}
+    return {k: v for k, v in allocatable.items() if "/" in k and not k.split("/")[0].endswith("kubernetes.io")
+            and str(v) not in ("0", "")}
+
+
+def has_extended_resources(obj: JSON) -> bool:
+    """Only nodes with GPUs (or another extended resource) are cached: a CPU cluster's nodes take no memory."""
+    return bool(_extended_resources(obj))
+
+
+def trim_node(obj: JSON) -> JSON:
+    """What laying a job out reads: labels, taints, cordon, allocatable extended resources (not the heartbeats)."""
+    spec = obj.get("spec") or {}
+    kept_spec = {k: spec[k] for k in ("taints", "unschedulable") if spec.get(k)}
+    return {"metadata": trimmed_metadata(obj), "spec": kept_spec,
+            "status": {"allocatable": _extended_resources(obj)}}

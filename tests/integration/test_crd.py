@@ -44,7 +44,8 @@ def valid_job(name: str = "pi") -> JSON:
 def test_there_are_examples() -> None:
     names = {path.name for path in EXAMPLES}
     assert {"pi-openmpi.yaml", "pi-intel.yaml", "pi-mpich.yaml", "gpu-nccl-tests.yaml",
-            "tensorflow-benchmarks.yaml", "pi-non-root.yaml", "pytorch-ddp.yaml", "deepspeed.yaml"} <= names
+            "tensorflow-benchmarks.yaml", "pi-non-root.yaml", "pytorch-ddp.yaml", "deepspeed.yaml",
+            "gpus-total.yaml"} <= names
 
 
 @pytest.mark.parametrize("example", EXAMPLES, ids=[path.name for path in EXAMPLES])
@@ -156,7 +157,26 @@ def _name_and_workers(name: str, workers: int) -> Callable[[JSON], None]:
     return mutate
 
 
+def _total_gpus(gpus: Any, *, replicas: int | None = None, limit: Any = None,
+                resource: str | None = None) -> Callable[[JSON], None]:
+    """spec.gpus (mpiop's total-GPU mode), with Worker.replicas and the first worker container's limit as given."""
+    def mutate(job: JSON) -> None:
+        job["spec"]["gpus"] = gpus
+        if resource is not None:
+            job["spec"]["gpuResource"] = resource
+        worker = job["spec"]["mpiReplicaSpecs"]["Worker"]
+        worker.pop("replicas", None)
+        if replicas is not None:
+            worker["replicas"] = replicas
+        if limit is not None:
+            container = worker["template"]["spec"]["containers"][0]
+            container.setdefault("resources", {})["limits"] = {resource or "nvidia.com/gpu": limit}
+    return mutate
+
+
 REPLICAS = "spec.mpiReplicaSpecs"
+GPUS_DISAGREE = "spec.gpus disagrees with spec.mpiReplicaSpecs.Worker.replicas x the first worker container's"
+PRODUCT = "limit: their product must be spec.gpus"
 INVALID: list[Any] = [
     pytest.param(_delete("spec"), "spec: Required value", id="no-spec"),
     pytest.param(_delete(REPLICAS), "spec.mpiReplicaSpecs: Required value", id="no-replica-specs"),
@@ -229,6 +249,19 @@ INVALID: list[Any] = [
                       [{"name": "main", "image": "x", "resources": {"limits": {"nvidia.com/gpu": "two"}}}]),
                  "spec.mpiReplicaSpecs.Worker.template.spec.containers[0].resources.limits.nvidia.com/gpu",
                  id="bad-gpu-quantity"),
+    pytest.param(_total_gpus(0), "spec.gpus: Invalid value: 0: spec.gpus in body should be greater than or equal to 1",
+                 id="gpus-zero"),
+    pytest.param(_total_gpus(-1), "spec.gpus in body should be greater than or equal to 1", id="gpus-negative"),
+    pytest.param(_total_gpus("twelve"), 'spec.gpus: Invalid value: "string": spec.gpus in body must be of type integer',
+                 id="gpus-a-string"),
+    pytest.param(_total_gpus(12, replicas=2, limit=4), f"{GPUS_DISAGREE} nvidia.com/gpu {PRODUCT}",
+                 id="gpus-disagree-with-limits"),
+    pytest.param(_total_gpus(12, replicas=2, limit="4", resource="amd.com/gpu"),
+                 f"{GPUS_DISAGREE} amd.com/gpu {PRODUCT}", id="gpus-disagree-with-amd-limits"),
+    pytest.param(_total_gpus(12, replicas=3), "spec.gpus: set both spec.mpiReplicaSpecs.Worker.replicas and the "
+                 "first worker container's nvidia.com/gpu limit", id="gpus-with-replicas-only"),
+    pytest.param(_total_gpus(12, limit=4), "spec.gpus: set both", id="gpus-with-limit-only"),
+    pytest.param(_total_gpus(8, resource="gpu"), "spec.gpuResource in body should match", id="gpu-resource-no-domain"),
     pytest.param(_set(f"{REPLICAS}.Worker.template.spec.restartPolicy", "Sometimes"),
                  'spec.mpiReplicaSpecs.Worker.template.spec.restartPolicy: Unsupported value: "Sometimes"',
                  id="bad-pod-restart-policy"),
@@ -273,6 +306,11 @@ async def test_the_valid_base_job_is_accepted(kube: KubeClient, mpijob_crd: str,
     longest = valid_job("c" * 51)
     longest["spec"]["mpiReplicaSpecs"]["Worker"]["replicas"] = 10_000  # c*51-worker-9999: 63 characters
     await kube.create(MPIJOBS, namespace, longest)
+    for name, mutate in (("gpus", _total_gpus(64)), ("gpus-mig", _total_gpus(7, resource="nvidia.com/mig-1g.5gb")),
+                         ("gpus-laid-out", _total_gpus(12, replicas=3, limit="4"))):
+        total = valid_job(name)
+        mutate(total)
+        await kube.create(MPIJOBS, namespace, total)
     at_limit = valid_job("d" * 53)
     at_limit["spec"]["mpiReplicaSpecs"]["Worker"]["replicas"] = 100  # d*53-worker-99: 63 characters
     await kube.create(MPIJOBS, namespace, at_limit)

@@ -123,8 +123,11 @@ def test_helm_chart_passes_a_server_side_dry_run(control_plane: ControlPlane, sy
     if "watchNamespace={namespace}" in values:
         assert {"Role", "RoleBinding"} <= kinds and not {"ClusterRole", "ClusterRoleBinding"} & kinds
         assert f"--namespace={namespace}" in args and "--leader-elect-lease-duration=30s" in args
+        assert "--no-gpu-layout" in args  # a Role cannot grant nodes: no Node informer
         lease_rules = next(o for o in objects if o["metadata"]["name"] == "mpiop-leader-election")["rules"]
         assert lease_rules[1]["resourceNames"] == ["other"] and "--leader-elect-id=other" in args
+    else:
+        assert "--no-gpu-layout" not in args
     if "leaderElection.enabled=false" in values:
         assert "--leader-elect" not in args and "--metrics-addr=0" in args
         assert not {"PodDisruptionBudget", "Service"} & kinds and "Namespace" in kinds

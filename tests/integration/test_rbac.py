@@ -8,7 +8,8 @@ for the failure report and saved, the second's ConfigMap replacing the first's u
 first launcher's node is gone, so it is read and excluded) and
 restarts, Running, success, clean-up of the workers, deletion by ttlSecondsAfterFinished, and the lease's
 release at shutdown; beside it, a job kubeflow's operator left with a failed worker is taken over and
-restarted (its objects claimed, its launcher Job deleted). Every request it sends is recorded as the (verb,
+restarted (its objects claimed, its launcher Job deleted), and a job stating its total GPUs is laid out on a GPU
+node (the Node informer's list and watch, the job's patch). Every request it sends is recorded as the (verb,
 group, resource, name) the authorizer sees and compared with the rules both ways.
 """
 
@@ -27,12 +28,14 @@ from devcluster.controlplane import ControlPlane
 from mpiop.api.raw import JSON
 from mpiop.controller.manager import Manager, ManagerConfig
 from mpiop.desired.settings import Settings
-from mpiop.kube.client import BATCH_JOBS, MPIJOBS, PODS, ApiError, KubeClient
+from mpiop.kube.client import BATCH_JOBS, MPIJOBS, NODES, PODS, ApiError, KubeClient
 from mpiop.leader import LEASES, ElectionConfig, LeaderElector
 from mpiop.process import supervise
 from testkit import kubeflow
 from testkit.deploy import DEPLOY, SYSTEM
+from testkit.mpijobs import make_mpijob
 from testkit.namespaces import create_namespace, delete_namespace
+from testkit.nodes import gpu_node
 from testkit.operator import Cluster, drive_to_success, eventually, mpijob
 from testkit.rbac import Request, allows, applied, recorder, rules, service_account_kubeconfig
 
@@ -43,6 +46,7 @@ RBAC_KINDS = ("ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "Ro
 # finalizers set blockOwnerDeletion on the objects they create, which mpiop does.
 ADMISSION_ONLY = {("update", "kubeflow.org", "mpijobs/finalizers")}
 GONE_NODE = "rbac-gone-node"
+GPU_NODE = "rbac-gpu-node"  # a job stating its total GPUs is laid out on it (nodes list/watch, mpijobs patch)
 
 
 @dataclass
@@ -106,6 +110,8 @@ async def lifecycle(kube: KubeClient, token_kubeconfig: str, mpijob_crd: None) -
     namespace = f"t-rbac-{uuid.uuid4().hex[:6]}"
     await create_namespace(kube, namespace)
     with contextlib.suppress(ApiError):
+        await kube.create(NODES, None, gpu_node(GPU_NODE, 8))
+    with contextlib.suppress(ApiError):
         await kube.delete(LEASES, SYSTEM, LEASE)  # so the run also creates it
     run = Run()
     def recording(**options: Any) -> Awaitable[KubeClient]:
@@ -130,6 +136,15 @@ async def lifecycle(kube: KubeClient, token_kubeconfig: str, mpijob_crd: None) -
             await asyncio.wait_for(elector.leading.wait(), 30)
             await asyncio.wait_for(manager.synced.wait(), 30)
             await cluster.create_job(mpijob("life", workers=1, run_policy={"ttlSecondsAfterFinished": 5}))
+            await cluster.create_job(make_mpijob("total").total_gpus(8).pod_spec(
+                "Worker", nodeSelector={"kubernetes.io/hostname": GPU_NODE},
+                tolerations=[{"operator": "Exists"}]).manifest())
+
+            async def laid_out() -> bool:
+                job = await cluster.job("total") or {}
+                return bool(job.get("spec", {}).get("mpiReplicaSpecs", {}).get("Worker", {}).get("replicas") == 1)
+
+            await eventually(laid_out, what="the total-GPU job laid out")
             for _ in range(2):
                 await suspend_and_resume(cluster, "life")
             await fail_attempt(cluster, "life")
@@ -157,6 +172,8 @@ async def lifecycle(kube: KubeClient, token_kubeconfig: str, mpijob_crd: None) -
         for client in clients:
             await client.close()
         await delete_namespace(kube, namespace)
+        with contextlib.suppress(ApiError):
+            await kube.delete(NODES, None, GPU_NODE)
 
 
 async def test_a_whole_job_life_runs_on_the_service_accounts_token_alone(lifecycle: Run, token_kubeconfig: str) -> None:

@@ -46,6 +46,9 @@ async def test_a_role_without_deletecollection_falls_back_to_one_delete_per_pod(
         await drive_to_success(cluster, name, workers=3)
         deletions = [(verb, code) for verb, resource, code in operator.requests.calls
                      if resource == "pods" and verb == "DELETE"]
+        # A Role cannot grant nodes: the operator found it may not list them and runs without the Node informer.
+        assert operator.manager.caches.nodes is None
+        assert ("GET", "nodes", 403) in operator.requests.calls
     print(f"\npod deletions (verb, code): {deletions}")
     assert deletions[0] == ("DELETE", 403)  # the collection, refused once
     assert sorted(deletions[1:]) == [("DELETE", 200)] * 3

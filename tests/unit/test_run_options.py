@@ -8,10 +8,12 @@ import asyncio
 import pytest
 
 from mpiop import process
+from mpiop.controller.caches import Caches
 from mpiop.controller.manager import ManagerConfig
 from mpiop.desired.hostnetwork import PortRange
 from mpiop.desired.launch import DEFAULT_KUBECTL_IMAGE
 from mpiop.desired.settings import Settings
+from mpiop.kube.client import KubeClient
 from mpiop.kube.ratelimit import TokenBucket
 from mpiop.process import add_run_arguments, config_from_args
 
@@ -182,3 +184,13 @@ def test_help_text_reads_the_default_where_it_lives(monkeypatch: pytest.MonkeyPa
     config = config_from_args(parser.parse_args([]))
     assert (config.settings.max_disruption_restarts, config.settings.kept_attempts, config.workers,
             config.lifecycle_events) == (7, 5, 9, False)
+
+
+@pytest.mark.parametrize(("argv", "watched"), [((), True), (("--no-gpu-layout",), False), (("--gpu-layout",), True)],
+                         ids=["default", "off", "on"])
+def test_gpu_layout_flag_decides_whether_nodes_are_watched(argv: tuple[str, ...], watched: bool) -> None:
+    """Off (a namespaced Role cannot list nodes), the manager starts no Node informer."""
+    config = config_from_args(parse(*argv))
+    assert config.gpu_layout is watched
+    caches = Caches.build(KubeClient.__new__(KubeClient), None, watch_nodes=config.gpu_layout)
+    assert (caches.nodes is not None) is watched

@@ -39,7 +39,7 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
 {{- define "mpiop.rules" -}}
 - apiGroups: [kubeflow.org]
   resources: [mpijobs]
-  verbs: [list, watch, delete]
+  verbs: [list, watch, delete, patch]
 - apiGroups: [kubeflow.org]
   resources: [mpijobs/status]
   verbs: [patch]
@@ -57,11 +57,12 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
   resources: [pods/log]
   verbs: [get]
 {{- if eq .Values.watchNamespace "" }}
-# When an attempt fails, whether its pods' nodes are NotReady or deleted (then excluded). Cluster-scoped: a
-# namespaced Role cannot grant it, so under watchNamespace nodes are not read and only pod conditions count.
+# When an attempt fails, whether its pods' nodes are NotReady or deleted (then excluded); GPU nodes' shapes, to lay
+# out jobs that state their total GPUs (spec.gpus). Cluster-scoped: a namespaced Role cannot grant it, so under
+# watchNamespace nodes are not read (--no-gpu-layout) and only pod conditions count.
 - apiGroups: [""]
   resources: [nodes]
-  verbs: [get]
+  verbs: [get, list, watch]
 {{- end }}
 # configmaps: the hostfile is patched; all three: labelled when a job is taken over from kubeflow's operator.
 - apiGroups: [""]

@@ -1,0 +1,239 @@
+"""Total-GPU mode (spec.gpus): lay a job out on the node shapes its Worker template may run on, before any pod.
+
+The MPI operator proposal's simple mode: the user states the total, mpiop chooses workers x GPUs per worker and
+writes them into the job as an ordinary v2beta1 job (Worker.replicas, the first worker container's GPU limit,
+slotsPerWorker if unset, and annotation ANNOTATION recording the request and the choice), so kubectl, Kueue and
+every later pass see what runs. The choice, in order:
+
+    the total fits one node           -> 1 worker with every GPU
+    a node size divides the total     -> workers of whole nodes (the largest such size the nodes can hold)
+    a size of >= 2 divides both the total and a node's GPUs -> the largest (fewest workers; no stranded GPUs)
+    otherwise                         -> no layout: the job waits, Running=False naming the shapes seen and why
+
+So 12 GPUs on 8-GPU nodes run as 3 x 4 (one node whole, half of another), not 2 x 6 (2 GPUs stranded on each
+of two nodes); 64 as 8 x 8; a prime total larger than any node waits. Only nodes the Worker template may use
+count: schedulable, its nodeSelector and simple required node affinity matched, its NoSchedule/NoExecute taints
+tolerated. A layout is chosen once, while the job has no pod and never ran; it is never changed after.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+from collections import Counter
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from mpiop.api.raw import JSON
+from mpiop.api.v2beta1 import WORKER, MPIJob
+from mpiop.plan import MESSAGE_LIMIT, Event, MPIJobPatch, Observed, Plan
+from mpiop.policies.outcome import CONTINUE, STOP, Outcome
+from mpiop.status import conditions as c
+
+ANNOTATION = "mpiop.kubeflow.org/gpu-layout"
+WAITING = "GPULayoutUnavailable"
+LAID_OUT = "GPULayout"
+_NO_SCHEDULE_EFFECTS = ("NoSchedule", "NoExecute")
+
+
+@dataclass(frozen=True)
+class Layout:
+    workers: int
+    gpus_per_worker: int
+
+    def __str__(self) -> str:
+        return f"{self.workers} worker{'s' if self.workers != 1 else ''} x {self.gpus_per_worker} GPUs"
+
+
+def lay_out(total: int, node_gpus: Iterable[int]) -> Layout | str:
+    """The layout of `total` GPUs on nodes with these GPU counts, or why there is none."""
+    sizes = sorted((n for n in node_gpus if n > 0), reverse=True)
+    if not sizes:
+        return "no node has any"
+    if total <= sizes[0]:
+        return Layout(1, total)
+
+    def holds(per_worker: int) -> bool:
+        return sum(n // per_worker for n in sizes) * per_worker >= total
+
+    for node_size in sorted(set(sizes), reverse=True):  # whole nodes
+        if total % node_size == 0 and holds(node_size):
+            return Layout(total // node_size, node_size)
+    parts = [g for g in range(sizes[0], 1, -1)
+             if total % g == 0 and any(n % g == 0 for n in sizes) and holds(g)]
+    if parts:
+        return Layout(total // parts[0], parts[0])
+    if sum(sizes) < total:
+        return f"they have {sum(sizes)} in all, fewer than {total}"
+    return (f"no worker size of 2 GPUs or more divides both {total} and a node's GPUs, and {total} is larger "
+            "than any node")
+
+
+# -- which nodes the Worker template may run on ------------------------------------------------------------
+
+
+def _tolerated(taint: JSON, tolerations: list[JSON]) -> bool:
+    for toleration in tolerations:
+        effect = toleration.get("effect") or ""
+        if effect and effect != taint.get("effect"):
+            continue
+        key = toleration.get("key") or ""
+        if toleration.get("operator") == "Exists":
+            if not key or key == taint.get("key"):
+                return True
+        elif key == taint.get("key") and (toleration.get("value") or "") == (taint.get("value") or ""):
+            return True
+    return False
+
+
+def _expression_matches(expression: JSON, labels: dict[str, str]) -> bool:
+    key, operator, values = expression.get("key"), expression.get("operator"), expression.get("values") or []
+    value = labels.get(str(key))
+    if operator == "In":
+        return value in values
+    if operator == "NotIn":
+        return value not in values
+    if operator == "Exists":
+        return value is not None
+    if operator == "DoesNotExist":
+        return value is None
+    try:
+        number = int(str(value))
+        bound = int(str(values[0]))
+    except (ValueError, IndexError):
+        return False
+    return number > bound if operator == "Gt" else number < bound if operator == "Lt" else False
+
+
+def _affinity_matches(pod_spec: JSON, node: JSON) -> bool:
+    """Required node affinity: any term whose expressions (labels) and fields (metadata.name) all match."""
+    required = (((pod_spec.get("affinity") or {}).get("nodeAffinity") or {})
+                .get("requiredDuringSchedulingIgnoredDuringExecution") or {})
+    terms = required.get("nodeSelectorTerms") or []
+    if not terms:
+        return True
+    labels = node["metadata"].get("labels") or {}
+    fields = {"metadata.name": node["metadata"]["name"]}
+    return any(all(_expression_matches(e, labels) for e in term.get("matchExpressions") or [])
+               and all(_expression_matches(f, fields) for f in term.get("matchFields") or [])
+               for term in terms)
+
+
+def why_not_eligible(node: JSON, pod_spec: JSON) -> str | None:
+    """Why a pod of this spec cannot run on the node (None: it can, as far as GPUs go)."""
+    spec = node.get("spec") or {}
+    labels = node["metadata"].get("labels") or {}
+    if spec.get("unschedulable"):
+        return "cordoned"
+    unmatched = sorted(k for k, v in (pod_spec.get("nodeSelector") or {}).items() if labels.get(k) != v)
+    if unmatched:
+        return f"nodeSelector {', '.join(unmatched)} not matched"
+    if not _affinity_matches(pod_spec, node):
+        return "required node affinity not matched"
+    tolerations = pod_spec.get("tolerations") or []
+    for taint in spec.get("taints") or []:
+        if taint.get("effect") in _NO_SCHEDULE_EFFECTS and not _tolerated(taint, tolerations):
+            value = f"={taint['value']}" if taint.get("value") else ""
+            return f"taint {taint.get('key')}{value}:{taint.get('effect')} not tolerated"
+    return None
+
+
+def gpus_of(node: JSON, resource: str) -> int:
+    try:
+        return int(str(((node.get("status") or {}).get("allocatable") or {}).get(resource, 0)))
+    except ValueError:
+        return 0
+
+
+def _shapes(counts: Counter[int], resource: str) -> str:
+    return ", ".join(f"{n} node{'s' if n != 1 else ''} with {gpus} {resource}" for gpus, n in sorted(counts.items()))
+
+
+# -- the job ------------------------------------------------------------------------------------------------
+
+
+def _pod_spec(job: MPIJob) -> JSON:
+    worker = job.spec.worker
+    return (worker.template.get("spec") or {}) if worker is not None else {}
+
+
+def needs_layout(job: MPIJob) -> bool:
+    """spec.gpus set and not laid out yet: the first worker container has no limit of the GPU resource (the CRD
+    allows spec.gpus with Worker.replicas and that limit both set, agreeing, or neither)."""
+    if job.spec.gpus is None or job.spec.worker is None:
+        return False
+    containers = _pod_spec(job).get("containers") or []
+    limits = ((containers[0].get("resources") or {}).get("limits") or {}) if containers else {}
+    return job.spec.effective_gpu_resource not in limits
+
+
+def layout_patch(job: MPIJob, layout: Layout, record: str) -> JSON:
+    """A merge patch writing the layout into the job: Worker.replicas, the first worker container's GPU limit (the
+    containers list whole: a merge patch replaces lists), slotsPerWorker if unset, and the annotation."""
+    resource = job.spec.effective_gpu_resource
+    containers = json.loads(json.dumps(_pod_spec(job).get("containers") or []))
+    resources = containers[0].setdefault("resources", {})
+    resources.setdefault("limits", {})[resource] = str(layout.gpus_per_worker)
+    if resource in (resources.get("requests") or {}):  # extended resources: a request must equal the limit
+        resources["requests"][resource] = str(layout.gpus_per_worker)
+    spec: JSON = {"mpiReplicaSpecs": {WORKER: {"replicas": layout.workers,
+                                               "template": {"spec": {"containers": containers}}}}}
+    if job.spec.slots_per_worker is None:
+        spec["slotsPerWorker"] = layout.gpus_per_worker
+    return {"metadata": {"annotations": {ANNOTATION: record}}, "spec": spec}
+
+
+def pending(plan: Plan, job: MPIJob, observed: Observed) -> bool:
+    """Whether the job is still to be laid out: not laid out, no pod, never started (the layout never changes
+    under pods that exist or ran)."""
+    return needs_layout(job) and not observed.pods and plan.status.start_time is None
+
+
+def apply(plan: Plan, job: MPIJob, observed: Observed, now: dt.datetime) -> Outcome:
+    """STOP while the job waits to be laid out (or is being laid out): nothing else is made in this pass."""
+    if not pending(plan, job, observed):
+        return CONTINUE
+    total, resource = job.spec.gpus or 0, job.spec.effective_gpu_resource
+    if observed.nodes is None:
+        return _wait(plan, job, now, "mpiop does not watch nodes (it runs with --no-gpu-layout, or its role does not "
+                                     "grant list and watch on nodes, as a namespaced Role cannot): set "
+                                     "Worker.replicas and the GPU limit instead")
+    eligible: Counter[int] = Counter()
+    excluded: list[str] = []
+    pod_spec = _pod_spec(job)
+    for node in observed.nodes:
+        gpus = gpus_of(node, resource)
+        if gpus <= 0:
+            continue
+        why = why_not_eligible(node, pod_spec)
+        if why is None:
+            eligible[gpus] += 1
+        else:
+            excluded.append(f"{node['metadata']['name']} ({gpus} {resource}): {why}")
+    chosen = lay_out(total, eligible.elements())
+    if isinstance(chosen, str):
+        seen = _shapes(eligible, resource) if eligible else f"no node with allocatable {resource}"
+        left_out = f"; left out: {'; '.join(sorted(excluded)[:5])}" if excluded else ""
+        if len(excluded) > 5:
+            left_out += f" and {len(excluded) - 5} more"
+        return _wait(plan, job, now, f"no layout of {total} {resource} fits the nodes the Worker template may "
+                                     f"run on ({seen}{left_out}): {chosen}")
+    record = (f"{total} {resource} as {chosen} (slotsPerWorker "
+              f"{job.spec.slots_per_worker if job.spec.slots_per_worker is not None else chosen.gpus_per_worker}), "
+              f"on nodes: {_shapes(eligible, resource)}")
+    plan.mpijob_patch = MPIJobPatch(layout_patch(job, chosen, record[:MESSAGE_LIMIT]),
+                              Event("Normal", LAID_OUT, f"laid out {record}"))
+    running = plan.status.condition("Running")
+    if running is not None and running.reason == WAITING:
+        c.set_condition(plan.status, "Running", "False", LAID_OUT, f"MPIJob {job.key} laid out: {record}"[
+            :MESSAGE_LIMIT], now)
+    return STOP
+
+
+def _wait(plan: Plan, job: MPIJob, now: dt.datetime, why: str) -> Outcome:
+    message = f"MPIJob {job.key} waits: {why}"[:MESSAGE_LIMIT]
+    running = plan.status.condition("Running")
+    c.set_condition(plan.status, "Running", "False", WAITING, message, now)
+    if running is None or running.reason != WAITING or running.message != message:
+        plan.event("Warning", WAITING, message)
+    return STOP

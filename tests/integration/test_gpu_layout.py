@@ -1,0 +1,170 @@
+"""Total-GPU mode (spec.gpus) through the real apiserver: the operator's Node informer sees plain Node objects of
+mixed GPU shapes (no kubelet runs them: the test plays the kubelet for the pods), and lays jobs out before any pod.
+
+The nodes carry a label of this module's own, which the jobs select, so the session's other nodes never count.
+The apiserver's TaintNodesByCondition plugin taints a new Node not-ready, and no kubelet ever makes it Ready: the
+jobs tolerate node.kubernetes.io/not-ready and unreachable (as a pod may), but not the `dedicated` taint.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import uuid
+from collections.abc import AsyncIterator
+
+import pytest
+
+from devcluster.controlplane import ControlPlane
+from mpiop.api.raw import JSON
+from mpiop.controller.manager import Manager, ManagerConfig
+from mpiop.kube.client import CONFIGMAPS, EVENTS, MPIJOBS, NODES, ApiError, KubeClient
+from mpiop.policies.gpu_layout import ANNOTATION, WAITING
+from testkit.mpijobs import make_mpijob
+from testkit.nodes import gpu_node, gpu_nodes, taint
+from testkit.operator import Cluster, Operator, eventually
+
+pytestmark = pytest.mark.integration
+POOL_LABEL = "test.mpiop.dev/gpu-pool"
+NOT_READY_TOLERATIONS = [{"key": "node.kubernetes.io/not-ready", "operator": "Exists"},
+                         {"key": "node.kubernetes.io/unreachable", "operator": "Exists"}]
+
+
+@pytest.fixture
+async def pool(kube: KubeClient) -> AsyncIterator[str]:
+    """Eight 8-GPU nodes, two 4-GPU nodes and two 8-GPU nodes tainted dedicated=infer, in a pool of their own."""
+    name = f"p{uuid.uuid4().hex[:6]}"
+    labels = {POOL_LABEL: name}
+    nodes = [*gpu_nodes(f"{name}-eight", 8, 8, labels=labels), *gpu_nodes(f"{name}-four", 2, 4, labels=labels),
+             *gpu_nodes(f"{name}-infer", 2, 8, labels=labels, taints=[taint("dedicated", "infer")])]
+    for node in nodes:
+        await kube.create(NODES, None, node)
+    yield name
+    for node in nodes:
+        with contextlib.suppress(ApiError):
+            await kube.delete(NODES, None, node["metadata"]["name"])
+
+
+def total_gpus_job(name: str, pool: str, gpus: int, **run_policy: object) -> JSON:
+    return (make_mpijob(name).total_gpus(gpus).run_policy(**run_policy)
+            .pod_spec("Worker", nodeSelector={POOL_LABEL: pool}, tolerations=NOT_READY_TOLERATIONS).manifest())
+
+
+async def laid_out(cluster: Cluster, name: str) -> JSON | None:
+    job = await cluster.job(name)
+    return job if job is not None and ANNOTATION in (job["metadata"].get("annotations") or {}) else None
+
+
+def worker_gpu_limit(job: JSON) -> str:
+    return str(job["spec"]["mpiReplicaSpecs"]["Worker"]["template"]["spec"]["containers"][0]["resources"]["limits"]
+               ["nvidia.com/gpu"])
+
+
+async def test_64_gpus_on_8_gpu_nodes_run_as_8_workers_of_8_slots(cluster: Cluster, operator: Operator,
+                                                                   pool: str) -> None:
+    await cluster.create_job(total_gpus_job("big", pool, 64))
+    job = await eventually(lambda: laid_out(cluster, "big"), what="big laid out")
+    record = job["metadata"]["annotations"][ANNOTATION]
+    print(f"\n{ANNOTATION}: {record}")
+    assert record == ("64 nvidia.com/gpu as 8 workers x 8 GPUs (slotsPerWorker 8), on nodes: 2 nodes with 4 "
+                      "nvidia.com/gpu, 8 nodes with 8 nvidia.com/gpu")
+    assert job["spec"]["gpus"] == 64  # the request stays beside the ordinary v2beta1 fields it became
+    worker = job["spec"]["mpiReplicaSpecs"]["Worker"]
+    assert (worker["replicas"], worker_gpu_limit(job), job["spec"]["slotsPerWorker"]) == (8, "8", 8)
+    workers = [f"big-worker-{i}" for i in range(8)]
+
+    async def all_pods() -> dict[str, JSON] | None:
+        pods = await cluster.pods()
+        return pods if {*workers, "big-launcher"} <= set(pods) else None
+
+    pods = await eventually(all_pods, what="big's pods")
+    assert {pods[w]["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] for w in workers} == {"8"}
+    config = await cluster.kube.get(CONFIGMAPS, cluster.ns, "big-config")
+    hostfile = config["data"]["hostfile"].splitlines()
+    print("hostfile:\n" + "\n".join(hostfile))
+    assert hostfile == [f"big-worker-{i}.big.{cluster.ns}.svc slots=8" for i in range(8)]
+    await cluster.run_all([*workers, "big-launcher"])
+    await eventually(lambda: cluster.condition("big", "Running"), what="big Running")
+    events = (await cluster.kube.list(EVENTS, cluster.ns))["items"]
+    assert [e["message"] for e in events if e["reason"] == "GPULayout"] == [f"laid out {record}"]
+    after = await cluster.job("big")
+    assert after is not None and after["metadata"]["annotations"][ANNOTATION] == record  # never laid out again
+
+
+async def test_12_gpus_are_3_workers_of_4_and_13_waits_until_a_node_fits(cluster: Cluster, operator: Operator,
+                                                                          kube: KubeClient, pool: str) -> None:
+    await cluster.create_job(total_gpus_job("twelve", pool, 12))
+    job = await eventually(lambda: laid_out(cluster, "twelve"), what="twelve laid out")
+    print(f"\n{ANNOTATION}: {job['metadata']['annotations'][ANNOTATION]}")
+    assert (job["spec"]["mpiReplicaSpecs"]["Worker"]["replicas"], worker_gpu_limit(job)) == (3, "4")
+
+    await cluster.create_job(total_gpus_job("thirteen", pool, 13))
+
+    async def waiting() -> JSON | None:
+        job = await cluster.job("thirteen")
+        return next((c for c in (job or {}).get("status", {}).get("conditions", [])
+                     if c["type"] == "Running" and c["reason"] == WAITING), None)
+
+    condition = await eventually(waiting, what="thirteen waiting")
+    print(f"Running=False {WAITING}: {condition['message']}")
+    assert condition["message"] == (
+        f"MPIJob {cluster.ns}/thirteen waits: no layout of 13 nvidia.com/gpu fits the nodes the Worker template may "
+        f"run on (2 nodes with 4 nvidia.com/gpu, 8 nodes with 8 nvidia.com/gpu; left out: {pool}-infer-0 (8 "
+        f"nvidia.com/gpu): taint dedicated=infer:NoSchedule not tolerated; {pool}-infer-1 (8 nvidia.com/gpu): taint "
+        "dedicated=infer:NoSchedule not tolerated): no worker size of 2 GPUs or more divides both 13 and a node's "
+        "GPUs, and 13 is larger than any node")
+    assert not [p for p in await cluster.pods() if p.startswith("thirteen-")]  # it never guesses
+    # A 16-GPU node joins the pool: the Node informer wakes the waiting job, which now fits on one node.
+    await kube.create(NODES, None, gpu_node(f"{pool}-sixteen", 16, labels={POOL_LABEL: pool}))
+    try:
+        job = await eventually(lambda: laid_out(cluster, "thirteen"), what="thirteen laid out")
+        print(f"{ANNOTATION}: {job['metadata']['annotations'][ANNOTATION]}")
+        assert (job["spec"]["mpiReplicaSpecs"]["Worker"]["replicas"], worker_gpu_limit(job)) == (1, "13")
+    finally:
+        await kube.delete(NODES, None, f"{pool}-sixteen")
+
+
+async def test_a_job_created_suspended_as_kueue_does_is_laid_out_before_it_is_resumed(
+        cluster: Cluster, operator: Operator, pool: str) -> None:
+    await cluster.create_job(total_gpus_job("queued", pool, 16, suspend=True))
+    job = await eventually(lambda: laid_out(cluster, "queued"), what="queued laid out while suspended")
+    assert (job["spec"]["mpiReplicaSpecs"]["Worker"]["replicas"], worker_gpu_limit(job)) == (2, "8")
+    assert job["spec"]["runPolicy"]["suspend"] is True
+    assert not await cluster.pods()
+    await cluster.kube.patch(MPIJOBS, cluster.ns, "queued", {"spec": {"runPolicy": {"suspend": False}}})
+
+    async def workers() -> set[str] | None:
+        found = {p for p in await cluster.pods() if p.startswith("queued-worker-")}
+        return found if len(found) == 2 else None
+
+    assert await eventually(workers, what="queued's workers") == {"queued-worker-0", "queued-worker-1"}
+
+
+async def test_the_pass_that_writes_the_layout_asks_for_the_next_one_at_once(control_plane: ControlPlane,
+                                                                            cluster: Cluster, pool: str) -> None:
+    """The layout's own watch event changes nothing the cache holds (the write's answer is fed back first), so it
+    queues no pass: the pass that wrote it asks to be run again at once, and that one makes the pods. Run by hand
+    here, with the informers but no workers, so no other pass can hide a missing requeue."""
+    client = await KubeClient.connect(str(control_plane.kubeconfig), qps=0, burst=100)
+    manager = Manager(client, ManagerConfig(namespace=cluster.ns))
+    informers = [asyncio.create_task(i.run()) for i in manager.caches.all()]
+    try:
+        await asyncio.wait_for(asyncio.gather(*(i.synced.wait() for i in manager.caches.all())), 30)
+        await cluster.create_job(total_gpus_job("once", pool, 16))
+        key = f"{cluster.ns}/once"
+
+        async def cached() -> bool:
+            return manager.caches.mpijobs.get(key) is not None
+
+        await eventually(cached, what="the job in the cache")
+        assert await manager.reconciler.reconcile(key) == 0.0
+        laid_out_job = manager.caches.mpijobs.get(key)
+        assert laid_out_job is not None and laid_out_job["spec"]["mpiReplicaSpecs"]["Worker"]["replicas"] == 2
+        await manager.reconciler.reconcile(key)
+        assert {"once-worker-0", "once-worker-1", "once-launcher"} <= set(await cluster.pods())
+    finally:
+        for task in informers:
+            task.cancel()
+        await asyncio.gather(*informers, return_exceptions=True)
+        await manager.recorder.close(timeout=0)
+        await client.close()
