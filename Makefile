@@ -30,9 +30,9 @@ venv: $(STAMP)
 binaries: venv
 	$(BIN)/python -m devcluster.binaries
 
-# Tests also render the Helm chart and check the alerting rules: helm and promtool are built once from their
-# Go modules into .cache/ (hack/helm.sh, hack/promtool.sh); a real Prometheus scrapes mpiop: its binary is
-# taken out of Debian's package into .cache/ (hack/prometheus.sh); and gang-schedule on the simulated cluster:
+# Tests also render the Helm chart (helm, built once from its Go module into .cache/ by hack/helm.sh), check and
+# unit-test the alerting rules with promtool, and have a real Prometheus scrape mpiop: both binaries are taken
+# out of Debian's prometheus package into .cache/ (hack/prometheus.sh, hack/promtool.sh); and gang-schedule on the simulated cluster:
 # scheduler-plugins' kube-scheduler and controller-gen (for Volcano's PodGroup CRD) are built once from theirs
 # (devcluster/coscheduler.py).
 test-binaries: binaries

@@ -52,7 +52,7 @@ def helm() -> str:
 
 @pytest.fixture(scope="session")
 def promtool() -> str:
-    """promtool, from github.com/prometheus/prometheus/cmd/promtool (hack/promtool.sh)."""
+    """promtool, from Debian's prometheus package like the server test_prometheus runs (hack/promtool.sh)."""
     return _cached_tool("promtool.sh")
 
 

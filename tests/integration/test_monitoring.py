@@ -1,7 +1,7 @@
 """The alerting rules and the Grafana dashboard shipped in deploy/overlays/prometheus (and the Helm chart).
 
-promtool is built from its Go module by hack/promtool.sh into .cache/ (once; minutes), like helm. The rule
-groups are taken out of the PrometheusRule, checked (`promtool check rules`) and every alert is unit-tested
+promtool is taken out of Debian's prometheus package by hack/promtool.sh into .cache/, with the server. The
+rule groups are taken out of the PrometheusRule, checked (`promtool check rules`) and every alert is unit-tested
 (`promtool test rules` with alerts_test.yaml). That the queries name only metrics mpiop exports is checked
 against a real operator's /metrics in test_metrics.py (`exported_families`, `metric_names`); that each query
 returns a series and each alert fires when it should, by a real Prometheus scraping mpiop, in test_prometheus.py.
