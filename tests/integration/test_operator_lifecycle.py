@@ -42,7 +42,7 @@ async def test_two_gpu_workers_run_to_success(cluster: Cluster, operator: Operat
     running = await eventually(lambda: cluster.condition("pi", "Running"), what="Running")
     assert running["reason"] == "MPIJobRunning"
     # Replica counts and discover_hosts.sh are soft writes: they may follow Running by up to 5 s.
-    await eventually(lambda: _active_workers(cluster, "pi", 2), what="2 active workers in status")
+    await eventually(lambda: _workers(cluster, "pi", "ready", 2), what="2 ready workers in status")
     await eventually(lambda: _discovers(cluster, "pi", "echo pi-worker-1.pi."), what="discover_hosts.sh")
 
     await cluster.set_phase("pi-launcher", "Succeeded", exit_code=None)
@@ -100,10 +100,11 @@ async def test_a_settled_job_makes_no_writes(cluster: Cluster, operator: Operato
     assert sum(operator.requests.writes().values()) == before
 
 
-async def _active_workers(cluster: Cluster, name: str, active: int) -> bool:
+async def _workers(cluster: Cluster, name: str, count: str, n: int) -> bool:
+    """Whether the job's status counts `n` workers `count` ("active", "ready", ...)."""
     job = await cluster.job(name) or {}
     counts = ((job.get("status") or {}).get("replicaStatuses") or {}).get("Worker") or {}
-    return bool(counts.get("active") == active)
+    return bool(counts.get(count) == n)
 
 
 async def _discovers(cluster: Cluster, name: str, line: str) -> bool:
@@ -133,4 +134,4 @@ async def test_settle_waits_out_held_soft_writes_and_fails_while_they_wait(clust
     await operator.settle()
     config = await cluster.kube.get(CONFIGMAPS, cluster.ns, "soft-config")
     assert "echo soft-worker-0.soft." in config["data"]["discover_hosts.sh"]
-    assert await _active_workers(cluster, "soft", 1)
+    assert await _workers(cluster, "soft", "ready", 1)
