@@ -8,7 +8,6 @@ plays the kubelet by writing pod status, and the Job controller follows the laun
 
 from __future__ import annotations
 
-
 from devcluster.controlplane import ControlPlane
 from mpiop import metrics, names
 from mpiop.api.raw import JSON
