@@ -5,11 +5,12 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 
-.PHONY: help venv binaries test-binaries lint test unit integration dev-cluster dev-cluster-down crds podtemplate-schema krew run clean bench bench-node
+.PHONY: help venv binaries test-binaries lint test test-stress unit integration dev-cluster dev-cluster-down crds podtemplate-schema krew run clean bench bench-node
 
 help:
 	@echo "make run          mpiop against KUBECONFIG, else on a local node (as root: runs an Open MPI pi job first)"
 	@echo "make test         venv + binaries + ruff + mypy --strict + pytest (unit and integration)"
+	@echo "make test-stress  every test with stress-ng keeping both cores busy (finds tests that race the operator)"
 	@echo "make lint         ruff, mypy --strict and the import-layer contracts (.importlinter)"
 	@echo "make dev-cluster  start the local control plane in the background"
 	@echo "make crds         regenerate crds/ from the pydantic models"
@@ -51,6 +52,19 @@ lint: venv
 # pytest's exit code 5 ("no tests collected") is a failure like any other non-zero code.
 test: lint test-binaries
 	$(BIN)/pytest -q -p no:cacheprovider
+
+# The whole suite while stress-ng (Debian's, hack/stress-ng.sh) keeps $(STRESS_CPUS) cores busy: a test that
+# races the operator (reads a soft write once, sleeps then asserts nothing happened) fails here first.
+# stress-ng stops when pytest ends (and by itself after STRESS_SECONDS); PYTEST_ARGS narrows the run.
+STRESS_CPUS ?= 2
+STRESS_SECONDS ?= 7200
+test-stress: test-binaries
+	@stress=$$(bash hack/stress-ng.sh); \
+	echo "$$stress --cpu $(STRESS_CPUS) --timeout $(STRESS_SECONDS)s --quiet &"; \
+	$$stress --cpu $(STRESS_CPUS) --timeout $(STRESS_SECONDS)s --quiet & stress_pid=$$!; \
+	trap 'kill $$stress_pid 2>/dev/null; wait $$stress_pid 2>/dev/null' EXIT; \
+	echo "$(BIN)/pytest -q -p no:cacheprovider $(PYTEST_ARGS)"; \
+	$(BIN)/pytest -q -p no:cacheprovider $(PYTEST_ARGS)
 
 unit: venv
 	$(BIN)/pytest -q tests/unit

@@ -17,7 +17,9 @@ from mpiop.api.raw import JSON
 from mpiop.api.v2beta1 import LAUNCHER, WORKER
 from mpiop.controller.manager import Manager, ManagerConfig
 from mpiop.desired.settings import Settings
+from mpiop.kube import resourceversion
 from mpiop.kube.client import MPIJOBS, PODS, KubeClient, RequestHook
+from mpiop.kube.informer import Informer, object_key
 from testkit.mpijobs import make_mpijob
 
 T = TypeVar("T")
@@ -36,10 +38,46 @@ class RequestLog:
         return Counter((v, r) for v, r, _ in self.calls if v in ("POST", "PUT", "PATCH", "DELETE"))
 
 
+SETTLE_TIMERS_WITHIN = 2.0
+"""A delayed add due this soon is work still to do for `Operator.settle` (a refused creation's first retries,
+a pass's own requeue); later timers (a deadline, a TTL, a long backoff) are the test's to wait for."""
+
+
+async def cache_lag(informer: Informer, kube: KubeClient) -> list[str]:
+    """The keys where `informer`'s cache and the apiserver (listed now, as the informer lists) disagree: an
+    object missing, one still cached after its deletion, or another resourceVersion."""
+    query = {"labelSelector": informer.label_selector} if informer.label_selector else {}
+    listed = await kube.list(informer.resource, informer.namespace, **query)
+    undecodable = informer.undecodable()
+    live = {object_key(item): resourceversion.of(item) for item in listed["items"]
+            if object_key(item) not in undecodable and (informer.accept is None or informer.accept(item))}
+    cached = {key: resourceversion.of(obj) for key in informer.cached_keys() if (obj := informer.get(key))}
+    return sorted(key for key in live.keys() | cached.keys() if live.get(key) != cached.get(key))
+
+
 @dataclass
 class Operator:
     manager: Manager
     requests: RequestLog
+    kube: KubeClient  # the test's own client of the same apiserver (its requests are not in `requests`)
+
+    async def settle(self, timeout: float = 30.0, within: float = SETTLE_TIMERS_WITHIN) -> None:
+        """Wait until the operator is quiet: its caches hold what the apiserver holds, and it has nothing
+        left to do (`Manager.work_left`: nothing queued or in flight, no soft write held back, no delayed add
+        due within `within` s, no background work, every Event sent). Then a test may assert that nothing
+        more happens, without sleeping. Fails, saying what is still going on, after `timeout` seconds."""
+        deadline = time.monotonic() + timeout
+        while True:
+            left = self.manager.work_left(within)
+            if not left:
+                adds = self.manager.queue.adds
+                left = [f"{informer.resource.plural} {key} not in the cache as the apiserver has it"
+                        for informer in self.manager.caches.all() for key in await cache_lag(informer, self.kube)]
+                if not left and self.manager.queue.adds == adds and not self.manager.work_left(within):
+                    return
+            if time.monotonic() > deadline:
+                raise AssertionError(f"the operator is not quiet after {timeout}s: {'; '.join(left[:5])}")
+            await asyncio.sleep(0.05)
 
 
 RECONCILE_FAILED = "reconcile failed; retrying with backoff"
@@ -62,17 +100,19 @@ async def running_operator(kubeconfig: str, namespace: str, *, allow_reconcile_e
     client's hook, to see each request as it leaves; `settings`: fields of the operator's Settings."""
     requests = RequestLog()
     client = await client_class.connect(kubeconfig, qps=0, burst=1000, observer=requests, on_request=on_request)
+    probe = await KubeClient.connect(kubeconfig, qps=0, burst=1000)
     manager = Manager(client, ManagerConfig(namespace=namespace, workers=4, settings=Settings(**settings)))
     stop = asyncio.Event()
     with structlog.testing.capture_logs() as logs:
         task = asyncio.create_task(manager.run(stop))
         try:
             await asyncio.wait_for(manager.synced.wait(), 30)
-            yield Operator(manager, requests)
+            yield Operator(manager, requests, probe)
         finally:
             stop.set()
             await asyncio.wait_for(task, 30)
             await client.close()
+            await probe.close()
     errors = unexpected_reconcile_errors(logs)
     if errors and not allow_reconcile_errors:
         raise AssertionError(f"the operator logged {len(errors)} reconcile error(s): {errors[:3]}")

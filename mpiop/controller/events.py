@@ -175,6 +175,10 @@ class EventRecorder:
             return event, (*key, event.message)
         return Event(event.type, event.reason, COMBINED_PREFIX + event.message), (*key, COMBINED_PREFIX)
 
+    def unsent(self) -> int:
+        """Events waiting or being sent now (0: each one recorded so far was sent or given up on)."""
+        return len(self._pending) + len(self._in_flight)
+
     async def flush(self, timeout: float = 10.0) -> bool:
         """Wait until every queued Event was sent (or given up on); False if `timeout` passed first."""
         with contextlib.suppress(TimeoutError):

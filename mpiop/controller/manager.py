@@ -153,6 +153,27 @@ class Manager:
             return False
         return True
 
+    def work_left(self, within: float = 0.0) -> list[str]:
+        """What this operator will still do without any new change in the cluster, each said in words: keys
+        queued or being reconciled, soft writes held back, delayed adds due within `within` seconds, work a
+        pass left running, Events not sent yet. Empty: it is quiet (what a test waits for before asserting
+        that nothing more happens; later timers, a deadline or a TTL, are its to wait for)."""
+        queue, left = self.queue, []
+        if len(queue):
+            left.append(f"{len(queue)} key(s) queued")
+        if queue.in_flight():
+            left.append(f"{queue.in_flight()} key(s) being reconciled")
+        if self.reconciler.soft_writes.held():
+            left.append(f"soft writes of {self.reconciler.soft_writes.held()} job(s) held back")
+        due = queue.next_delayed_add()
+        if due is not None and due <= within:
+            left.append(f"a delayed add due in {due:.2f}s")
+        if self.reconciler.background_work():
+            left.append(f"{self.reconciler.background_work()} background task(s) of passes")
+        if self.recorder.unsent():
+            left.append(f"{self.recorder.unsent()} Event(s) not sent yet")
+        return left
+
     async def preflight(self) -> None:
         """Fail at start, with the reason, on what would only fail later: a gang scheduler without its CRD."""
         gang = self.config.settings.gang_scheduler

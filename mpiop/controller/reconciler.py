@@ -152,6 +152,10 @@ class Reconciler:
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
+    def background_work(self) -> int:
+        """Work passes left running (an older attempt's logs being dropped), not done yet."""
+        return len(self._tasks)
+
     async def finish_background(self, timeout: float = 10.0) -> None:
         """Wait (up to `timeout`) for what passes left running, at a graceful stop; cancel the rest."""
         if self._tasks:

@@ -95,3 +95,7 @@ class SoftWriteHold:
 
     def forget(self, key: str) -> None:
         self._since.pop(key, None)
+
+    def held(self) -> int:
+        """Jobs whose soft writes are waiting now (each is written by its next pass, within `delay`)."""
+        return len(self._since)

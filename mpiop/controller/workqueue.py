@@ -141,7 +141,8 @@ class WorkQueue(Generic[K]):
     Metrics hooks (no metrics library here): ``adds`` counts keys that became pending, ``retries`` counts
     ``add_after``/``add_rate_limited`` calls, ``len()`` is the depth; ``on_wait(seconds)`` is called with how
     long a key waited between being added and ``get()``, ``on_work(seconds)`` with how long it was processed;
-    ``longest_running()`` and ``unfinished_work()`` report on the keys being processed now.
+    ``longest_running()``, ``unfinished_work()`` and ``in_flight()`` report on the keys being processed now,
+    ``next_delayed_add()`` on the delayed adds.
     ``call_later`` arms the delayed adds' timer (the running loop's by default); a test passes one that keeps
     the handles, to see whether any is left pending.
     """
@@ -256,6 +257,16 @@ class WorkQueue(Generic[K]):
 
     def num_requeues(self, key: K) -> int:
         return self._limiter.num_requeues(key)
+
+    def in_flight(self) -> int:
+        """Keys handed out by ``get()`` and not ``done()`` yet."""
+        return len(self._processing)
+
+    def next_delayed_add(self) -> float | None:
+        """Seconds until the soonest delayed add comes due (0 if overdue), or None if none is waiting."""
+        if not self._waiting:
+            return None
+        return max(0.0, min(self._waiting.values()) - self._clock())
 
     def longest_running(self) -> float:
         """Seconds the longest-running key in processing has been at it (0 if none); spots stuck workers."""

@@ -8,8 +8,6 @@ plays the kubelet by writing pod status, and the Job controller follows the laun
 
 from __future__ import annotations
 
-import asyncio
-
 from devcluster.controlplane import ControlPlane
 from mpiop import metrics, names
 from mpiop.api.raw import JSON
@@ -64,7 +62,7 @@ async def test_a_running_kubeflow_job_is_adopted_and_completed_without_a_pod_del
 
         assert await eventually(adopted_events, what="the MPIJobAdopted Event") == [
             f"MPIJob {cluster.ns}/pi is taken over from kubeflow/mpi-operator: its launcher Job pi-launcher runs on."]
-        await asyncio.sleep(2.0)  # time enough to do anything wrong (it made a second launcher within 15 s)
+        await operator.settle()
         assert {n: p["metadata"]["uid"] for n, p in (await cluster.pods()).items()} == before
         assert pod_writes(operator) == [], "no pod of a running adopted job is created or deleted"
         job = await cluster.job("pi")
@@ -148,7 +146,7 @@ async def test_a_job_kubeflow_finished_is_left_alone(control_plane: ControlPlane
     before = await cluster.job("pi")
     assert before is not None and before["status"]["completionTime"] == "2026-11-23T03:17:20Z"  # TTL 60 s: long past
     async with running_operator(str(control_plane.kubeconfig), cluster.ns) as operator:
-        await asyncio.sleep(3.0)
+        await operator.settle()
         writes = operator.requests.writes()
     after = await cluster.job("pi")
     assert after is not None, "not deleted by its TTL: kubeflow's operator never deleted finished MPIJobs"
@@ -169,7 +167,7 @@ async def test_an_object_of_the_same_name_the_job_does_not_control_is_not_claime
         return any(c["type"] == "ReplicaFailure" and c["reason"] == "ErrResourceExists" for c in conditions)
 
     await eventually(conflict, what="the name conflict reported")
-    await asyncio.sleep(1.0)
+    await operator.settle()
     assert await cluster.pods() == {}
     config = await cluster.kube.get(CONFIGMAPS, cluster.ns, "mine-config")
     assert config["metadata"]["labels"] == {"app": "x"} and config["data"] == {"hostfile": "not mpiop's\n"}

@@ -6,6 +6,7 @@ the runtime's reason, exit code and message). Log tails need a real kubelet: e2e
 from __future__ import annotations
 
 from devcluster.controlplane import ControlPlane
+from mpiop import names
 from mpiop.api.raw import JSON
 from mpiop.kube.client import PODS
 from testkit.operator import Cluster, Operator, eventually, mpijob
@@ -33,12 +34,16 @@ async def _exist(cluster: Cluster, names: set[str]) -> bool:
     return names <= set(await cluster.pods())
 
 
-async def _deletions_confirmed(cluster: Cluster) -> bool:
-    """A bound pod being deleted waits for its kubelet to confirm: done here (grace period 0) for every one."""
-    going = [name for name, pod in (await cluster.pods()).items() if pod["metadata"].get("deletionTimestamp")]
-    for name in going:
-        await cluster.kube.request("DELETE", PODS.path(cluster.ns, name), query={"gracePeriodSeconds": 0})
-    return not going
+async def _attempt_deleted(cluster: Cluster, attempt: int, kept: str) -> bool:
+    """Whether the attempt's pods are gone, the failed launcher `kept` aside. A bound pod being deleted waits for
+    its kubelet to confirm: done here (grace period 0) for each. The operator deletes them after it writes the
+    Restarting status, so "no pod terminating" alone can be seen before it has started."""
+    pods = {name: pod for name, pod in (await cluster.pods()).items()
+            if pod["metadata"]["labels"].get(names.ATTEMPT_LABEL) == str(attempt) and name != kept}
+    for name, pod in pods.items():
+        if pod["metadata"].get("deletionTimestamp"):
+            await cluster.kube.request("DELETE", PODS.path(cluster.ns, name), query={"gracePeriodSeconds": 0})
+    return not pods
 
 
 async def _terminated(cluster: Cluster, pod: str, *, phase: str, reason: str, exit_code: int, message: str = "",
@@ -114,7 +119,7 @@ async def test_launcher_failing_because_a_worker_died(control_plane: ControlPlan
     assert restarting["message"] == message
     assert await eventually(lambda: _events(cluster, "MPIJobRestarting"), what="the Event") == [message]
     # The failed launcher stays (for `kubectl logs`) while the next attempt's runs under its own name.
-    await eventually(lambda: _deletions_confirmed(cluster), what="the attempt's pods deleted")
+    await eventually(lambda: _attempt_deleted(cluster, 0, kept="dead-launcher"), what="the attempt's pods deleted")
     await eventually(lambda: _exist(cluster, {"dead-launcher-1", "dead-worker-0", "dead-worker-1"}),
                      what="the next attempt")
     kept = await cluster.pod("dead-launcher")
@@ -139,7 +144,7 @@ async def test_malformed_command(control_plane: ControlPlane, cluster: Cluster, 
         f"main StartError exit 128: {START_ERROR}; the failed launcher mal-launcher is kept for `kubectl logs`; "
         "the attempt's logs are kept in ConfigMap mal-attempt-0")
 
-    await eventually(lambda: _deletions_confirmed(cluster), what="the attempt's pods deleted")
+    await eventually(lambda: _attempt_deleted(cluster, 0, kept="mal-launcher"), what="the attempt's pods deleted")
     await _running(cluster, {"mal-launcher-1": "node-a", "mal-worker-0": "node-b"})
     await _terminated(cluster, "mal-launcher-1", phase="Failed", reason="StartError", exit_code=128,
                       message=START_ERROR)

@@ -87,7 +87,7 @@ async def running_false(cluster: Cluster, name: str) -> JSON | None:
 
 async def test_without_gang_scheduling_two_jobs_deadlock(simulated: SimulatedCluster, sim_kube: KubeClient) -> None:
     async with new_namespace(sim_kube, "gang-off") as cluster, \
-            running_operator(str(simulated.kubeconfig), cluster.ns):
+            running_operator(str(simulated.kubeconfig), cluster.ns) as operator:
         await cluster.create_job(gpu_job("a"))
         await cluster.create_job(gpu_job("b"))
         await eventually(lambda: all_pods(cluster, 10), what="both jobs' pods")
@@ -101,7 +101,7 @@ async def test_without_gang_scheduling_two_jobs_deadlock(simulated: SimulatedClu
 
         await lift_gates_alternately(cluster, "a", "b",
                                      settle=lambda pod: eventually(lambda: placed_or_refused(pod), what=pod))
-        await asyncio.sleep(3)  # nothing changes any more
+        await operator.settle()  # nothing changes any more
         placed = {job: await bound(cluster, job) for job in ("a", "b")}
         print(f"\nwithout gang scheduling, bound: {placed}")
         assert placed == {"a": ["a-launcher", "a-worker-0", "a-worker-1"],

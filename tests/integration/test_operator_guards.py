@@ -6,7 +6,6 @@ without a word, and shows the job says why; the test plays the kubelet.
 
 from __future__ import annotations
 
-import asyncio
 from typing import Any
 
 import pytest
@@ -80,7 +79,7 @@ async def test_a_template_only_the_user_can_fix_fails_the_job(cluster: Cluster, 
     assert failed["reason"] == "ValidationError"
     assert f"spec.mpiReplicaSpecs.Worker.template.spec.{field}" in failed["message"]
     assert "is forbidden" in failed["message"]  # the apiserver's own words
-    await asyncio.sleep(1.0)
+    await operator.settle()
     assert len([c for c in operator.requests.calls if c[:2] == ("POST", "pods") and c[2] == 403]) == 1
 
 
@@ -112,7 +111,7 @@ async def test_squatted_secret_config_and_service_are_never_used(cluster: Cluste
     for name in ("Secret sq-ssh", "ConfigMap sq-config", "Service sq"):
         assert name in failure["message"]
     await _event(cluster, "ErrResourceExists", "Secret sq-ssh")
-    await asyncio.sleep(1.5)
+    await operator.settle()
     assert await cluster.pods() == {}  # no pod mounts their key or their hostfile
 
     # The squatters go: the job makes its own objects and starts.
@@ -138,7 +137,7 @@ async def test_a_squatted_worker_pod_keeps_the_launcher_from_starting(cluster: C
     await cluster.create_job(mpijob("sqp", workers=2))
     failure = await eventually(lambda: _condition(cluster, "sqp", "ReplicaFailure"), what="the conflict shown")
     assert failure["reason"] == "ErrResourceExists" and "Pod sqp-worker-0" in failure["message"]
-    await asyncio.sleep(1.0)
+    await operator.settle()
     assert set(await cluster.pods()) == {"sqp-worker-0", "sqp-worker-1"}  # theirs, and our other worker
     await cluster.kube.delete(PODS, cluster.ns, "sqp-worker-0", grace_period_seconds=0)
 

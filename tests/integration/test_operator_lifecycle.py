@@ -5,6 +5,8 @@ from __future__ import annotations
 import base64
 from typing import Any
 
+import pytest
+
 from mpiop.kube.client import CONFIGMAPS, MPIJOBS, SECRETS, SERVICES
 from testkit.operator import Cluster, Operator, eventually, mpijob
 
@@ -39,11 +41,9 @@ async def test_two_gpu_workers_run_to_success(cluster: Cluster, operator: Operat
     await cluster.run_all(["pi-worker-0", "pi-worker-1", "pi-launcher"])
     running = await eventually(lambda: cluster.condition("pi", "Running"), what="Running")
     assert running["reason"] == "MPIJobRunning"
-    job = await cluster.job("pi")
-    assert job is not None
-    assert job["status"]["replicaStatuses"]["Worker"]["active"] == 2
-    config = await cluster.kube.get(CONFIGMAPS, ns, "pi-config")
-    assert "echo pi-worker-1.pi." in config["data"]["discover_hosts.sh"]
+    # Replica counts and discover_hosts.sh are soft writes: they may follow Running by up to 5 s.
+    await eventually(lambda: _workers(cluster, "pi", "ready", 2), what="2 ready workers in status")
+    await eventually(lambda: _discovers(cluster, "pi", "echo pi-worker-1.pi."), what="discover_hosts.sh")
 
     await cluster.set_phase("pi-launcher", "Succeeded", exit_code=None)
     await eventually(lambda: cluster.condition("pi", "Succeeded"), what="Succeeded")
@@ -59,7 +59,7 @@ async def test_wait_for_workers_ready_holds_the_launcher(cluster: Cluster, opera
     await eventually(lambda: _pods_named(cluster, {"wait-worker-0", "wait-worker-1"}), what="workers")
     await cluster.set_phase("wait-worker-0", "Running", ready=True)
     await cluster.set_phase("wait-worker-1", "Running", ready=False)
-    await _settle(operator)
+    await operator.settle()
     assert await cluster.pod("wait-launcher") is None
     await cluster.set_phase("wait-worker-1", "Running", ready=True)
     await eventually(lambda: cluster.pod("wait-launcher"), what="launcher once all workers are Ready")
@@ -77,11 +77,11 @@ async def test_a_resumed_job_waits_for_its_new_workers_ready_again(cluster: Clus
     await eventually(lambda: _pods_are(cluster, set()), what="every pod deleted while suspended")
     await cluster.kube.patch(MPIJOBS, cluster.ns, "rs", {"spec": {"runPolicy": {"suspend": False}}})
     await eventually(lambda: _pods_named(cluster, workers), what="the workers made again on resume")
-    await _settle(operator)
+    await operator.settle()
     assert set(await cluster.pods()) == workers, "no launcher while the resumed workers are Pending"
     await cluster.set_phase("rs-worker-0", "Running", ready=True)
     await cluster.set_phase("rs-worker-1", "Running", ready=False)
-    await _settle(operator)
+    await operator.settle()
     assert await cluster.pod("rs-launcher") is None, "no launcher while one resumed worker is not Ready"
     await cluster.set_phase("rs-worker-1", "Running", ready=True)
     await eventually(lambda: cluster.pod("rs-launcher"), what="the launcher once the resumed workers are Ready")
@@ -92,25 +92,24 @@ async def test_a_settled_job_makes_no_writes(cluster: Cluster, operator: Operato
     await eventually(lambda: _pods_named(cluster, {"quiet-launcher", "quiet-worker-0"}), what="pods")
     await cluster.run_all(["quiet-worker-0", "quiet-launcher"])
     await eventually(lambda: cluster.condition("quiet", "Running"), what="Running")
-    await _settle(operator)
+    await operator.settle()
     before = sum(operator.requests.writes().values())
     for _ in range(3):
         operator.manager.queue.add(f"{cluster.ns}/quiet")
-        await _settle(operator)
+        await operator.settle()
     assert sum(operator.requests.writes().values()) == before
 
 
-async def _settle(operator: Operator) -> None:
-    """Wait until the queue is empty and no reconcile runs."""
-    import asyncio
+async def _workers(cluster: Cluster, name: str, count: str, n: int) -> bool:
+    """Whether the job's status counts `n` workers `count` ("active", "ready", ...)."""
+    job = await cluster.job(name) or {}
+    counts = ((job.get("status") or {}).get("replicaStatuses") or {}).get("Worker") or {}
+    return bool(counts.get(count) == n)
 
-    for _ in range(100):
-        await asyncio.sleep(0.05)
-        queue = operator.manager.queue
-        if len(queue) == 0 and queue.unfinished_work() == 0:
-            await asyncio.sleep(0.2)
-            if len(queue) == 0 and queue.unfinished_work() == 0:
-                return
+
+async def _discovers(cluster: Cluster, name: str, line: str) -> bool:
+    config = await cluster.kube.get(CONFIGMAPS, cluster.ns, f"{name}-config")
+    return line in config["data"].get("discover_hosts.sh", "")
 
 
 async def _pods_named(cluster: Cluster, names: set[str]) -> dict[str, dict[str, Any]] | None:
@@ -120,3 +119,19 @@ async def _pods_named(cluster: Cluster, names: set[str]) -> dict[str, dict[str, 
 
 async def _pods_are(cluster: Cluster, names: set[str]) -> bool:
     return set(await cluster.pods()) == names
+
+
+async def test_settle_waits_out_held_soft_writes_and_fails_while_they_wait(cluster: Cluster,
+                                                                           operator: Operator) -> None:
+    """One worker Running is news only for soft writes (its count, discover_hosts.sh), held up to 5 s: settle
+    says so while they wait, and returns once they are written, so one read then sees them."""
+    await cluster.create_job(mpijob("soft", workers=2))
+    await eventually(lambda: _pods_named(cluster, {"soft-launcher", "soft-worker-0", "soft-worker-1"}), what="pods")
+    await operator.settle()
+    await cluster.set_phase("soft-worker-0", "Running", ready=True)
+    with pytest.raises(AssertionError, match=r"not quiet after 0\.5s"):
+        await operator.settle(timeout=0.5)
+    await operator.settle()
+    config = await cluster.kube.get(CONFIGMAPS, cluster.ns, "soft-config")
+    assert "echo soft-worker-0.soft." in config["data"]["discover_hosts.sh"]
+    assert await _workers(cluster, "soft", "ready", 1)

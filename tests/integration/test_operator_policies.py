@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
-
 import pytest
 
 from devcluster.controlplane import ControlPlane
@@ -100,7 +98,7 @@ async def test_clean_pod_policy_after_success(cluster: Cluster, operator: Operat
         return set(await cluster.pods()) == left
 
     await eventually(only_left, what=f"pods left by cleanPodPolicy {policy}: {left}")
-    await asyncio.sleep(0.5)
+    await operator.settle()
     assert set(await cluster.pods()) == left
 
 
@@ -129,7 +127,7 @@ async def test_suspend_then_resume_from_the_current_template(cluster: Cluster, o
     await cluster.create_job(mpijob("sus", workers=1, run_policy={"suspend": True}))
     suspended = await eventually(lambda: cluster.condition("sus", "Suspended"), what="Suspended")
     assert suspended["reason"] == "MPIJobSuspended"
-    await asyncio.sleep(0.5)
+    await operator.settle()
     assert await cluster.pods() == {}
     assert await cluster.kube.get(CONFIGMAPS, cluster.ns, "sus-config")  # config is kept
     job = await cluster.job("sus")
@@ -149,7 +147,7 @@ async def test_suspend_then_resume_from_the_current_template(cluster: Cluster, o
 
 async def test_jobs_managed_by_another_controller_are_left_alone(cluster: Cluster, operator: Operator) -> None:
     await cluster.create_job(mpijob("ext", workers=1, run_policy={"managedBy": "kueue.x-k8s.io/multikueue"}))
-    await asyncio.sleep(1.5)
+    await operator.settle()
     assert await cluster.pods() == {}
     job = await cluster.job("ext")
     assert job is not None and not job.get("status")
@@ -166,7 +164,7 @@ async def test_refused_pod_template_fails_the_job_once(cluster: Cluster, operato
     failed = await eventually(lambda: cluster.condition("bad", "Failed"), what="ValidationError")
     assert failed["reason"] == "ValidationError"
     assert "Pod bad-worker-0" in failed["message"]
-    await asyncio.sleep(1.0)
+    await operator.settle()
     pod_posts = [c for c in operator.requests.calls if c[:2] == ("POST", "pods") and c[2] == 422]
     assert len(pod_posts) == 1  # no retry storm
 

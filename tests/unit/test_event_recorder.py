@@ -143,3 +143,14 @@ async def test_events_waiting_or_being_sent_at_close_are_counted_as_lost(fake: F
 def test_a_long_message_is_cut_to_the_limit() -> None:
     assert len(Event("Warning", "Long", "x" * 5000).message) == MESSAGE_LIMIT
     assert Event("Normal", "Short", "fits").message == "fits"
+
+
+async def test_unsent_counts_events_waiting_and_being_sent(fake: FakeEvents, recorder: EventRecorder) -> None:
+    fake.gate.clear()  # the apiserver does not answer yet
+    for n in range(3):
+        recorder.record(JOB, warning(n), at(n))
+    await asyncio.sleep(0.01)
+    assert len(fake.calls) == 2 and recorder.unsent() == 3  # two being sent, one waiting
+    fake.gate.set()
+    assert await recorder.flush(timeout=5)
+    assert recorder.unsent() == 0

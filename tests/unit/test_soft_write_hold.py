@@ -27,3 +27,14 @@ def test_jobs_wait_apart_and_a_deleted_job_is_forgotten() -> None:
     assert hold.wait("ns/b", True, 3) == 5.0
     hold.forget("ns/a")
     assert hold.wait("ns/a", True, 4) == 5.0
+
+
+def test_held_counts_the_jobs_waiting_until_they_write() -> None:
+    hold = SoftWriteHold(delay=5.0)
+    assert hold.held() == 0
+    hold.wait("ns/a", True, 0)
+    hold.wait("ns/b", True, 1)
+    assert hold.held() == 2
+    hold.wait("ns/a", True, 5)  # waited long enough: written
+    hold.wait("ns/b", False, 2)  # a transition took it along
+    assert hold.held() == 0

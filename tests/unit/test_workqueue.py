@@ -195,6 +195,22 @@ async def test_add_after_of_a_queued_key_is_deduplicated() -> None:
     assert await drain(q) == ["a"]
 
 
+async def test_in_flight_and_next_delayed_add_say_what_is_left_to_do() -> None:
+    clock, timers = FakeClock(), Timers()
+    q: WorkQueue[str] = WorkQueue(clock=clock, call_later=timers)
+    assert (len(q), q.in_flight(), q.next_delayed_add()) == (0, 0, None)
+    q.add_after("later", 30.0)
+    q.add_after("sooner", 2.0)
+    q.add("now")
+    key = await q.get()
+    assert (len(q), q.in_flight(), q.next_delayed_add()) == (0, 1, 2.0)
+    q.done(key)
+    clock.now += 3.0  # "sooner" is overdue (its timer has not fired): 0, not negative
+    assert (q.in_flight(), q.next_delayed_add()) == (0, 0.0)
+    q.shut_down()
+    assert q.next_delayed_add() is None
+
+
 def test_exponential_backoff_sequence_cap_and_forget() -> None:
     limiter: ItemExponentialFailureRateLimiter[str] = ItemExponentialFailureRateLimiter()
     expected = [min(1000.0, 0.005 * 2**n) for n in range(25)]
