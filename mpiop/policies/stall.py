@@ -15,12 +15,13 @@ from __future__ import annotations
 import datetime as dt
 
 from mpiop.api.v2beta1 import MPIJob, format_time
+from mpiop.desired import status_report
 from mpiop.plan import Observed, Plan
 from mpiop.policies.failure import attempt_failed
 from mpiop.policies.outcome import CONTINUE, STOP, Outcome
-from mpiop.status.failed import mark_failed
 from mpiop.status import conditions as c
 from mpiop.status import failure_report
+from mpiop.status.failed import mark_failed
 
 ANNOTATION = "mpiop.kubeflow.org/progress-deadline-seconds"
 MAX_DEADLINE = 2**31 - 1
@@ -39,9 +40,14 @@ def deadline_seconds(job: MPIJob) -> int | None:
 
 
 def refuse_bad_annotation(plan: Plan, job: MPIJob, now: dt.datetime) -> Outcome:
-    """A bad value fails the job at once (a typo must not leave a hang unwatched), naming the annotation."""
+    """A bad value of the progress annotations fails the job at once (STOP; a typo must not leave a hang
+    unwatched, or a job unable to report), naming the annotation."""
     try:
         deadline_seconds(job)
+        reports = job.metadata.annotations.get(status_report.ANNOTATION)
+        if reports not in (None, "true", "false"):
+            raise ValueError(f'metadata.annotations[{status_report.ANNOTATION}]: {reports[:100]!r} is not "true" or '
+                             '"false"')
     except ValueError as error:
         mark_failed(plan, c.VALIDATION_ERROR_REASON, f"MPIJob {job.key} has failed: {error}", now)
         return STOP

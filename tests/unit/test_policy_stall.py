@@ -109,3 +109,13 @@ def test_good_annotation_is_accepted(value: str | None) -> None:
     plan = Plan(status=job.status.model_copy(deep=True))
     assert stall.refuse_bad_annotation(plan, job, at(0)) is False
     assert not plan.status.finished
+
+
+def test_a_bad_report_progress_annotation_fails_naming_it() -> None:
+    job = running_job().annotation("mpiop.kubeflow.org/report-progress", "no").obj()
+    plan = Plan(status=job.status.model_copy(deep=True))
+    assert stall.refuse_bad_annotation(plan, job, at(0)) is True
+    failed = plan.status.condition("Failed")
+    assert failed is not None and failed.message == ("MPIJob ns/pi has failed: "
+                                                     "metadata.annotations[mpiop.kubeflow.org/report-progress]: "
+                                                     "'no' is not \"true\" or \"false\"")
