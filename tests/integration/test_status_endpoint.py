@@ -24,6 +24,7 @@ from devcluster.controlplane import ControlPlane
 from mpiop.kube.client import CONFIGMAPS
 from testkit.operator import Cluster, eventually, mpijob
 from testkit.process import OperatorProcess
+from testkit.rbac import pod_token
 
 JSON = dict[str, Any]
 AUDIENCE = "mpiop.kubeflow.org"
@@ -31,13 +32,7 @@ REPORT = {"progressPercentage": 40, "estimatedRemainingSeconds": 95, "metrics": 
 
 
 async def _token(cluster: Cluster, pod: str, audience: str = AUDIENCE) -> str:
-    uid = (await cluster.pod(pod) or {})["metadata"]["uid"]
-    request = {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest",
-               "spec": {"audiences": [audience], "expirationSeconds": 600,
-                        "boundObjectRef": {"kind": "Pod", "apiVersion": "v1", "name": pod, "uid": uid}}}
-    made = await cluster.kube.request("POST", f"/api/v1/namespaces/{cluster.ns}/serviceaccounts/default/token",
-                                      body=request)
-    return str(made["status"]["token"])
+    return await pod_token(cluster.kube, cluster.ns, await cluster.pod(pod) or {}, audience)
 
 
 def _b64(data: bytes) -> str:
