@@ -1,16 +1,16 @@
 """deploy/'s RBAC is sufficient and minimal, shown with the real apiserver's authorizer.
 
-The ServiceAccount, ClusterRole(+Binding) and leader-election Role(+Binding) are applied from deploy/base; a
-token is minted for the ServiceAccount (TokenRequest) and the operator runs in-process on that token alone,
-leader election included, through a whole job life: creation, suspended and resumed twice as Kueue would
-(the second Suspended Event bumps the first one's count), two failed attempts (whose launchers' logs are read
-for the failure report and saved, the second's ConfigMap replacing the first's under --kept-attempts 1; the
-first launcher's node is gone, so it is read and excluded) and
-restarts, a progress token reviewed as the status endpoint does, Running, success, clean-up of the workers, deletion by ttlSecondsAfterFinished, and the lease's
-release at shutdown; beside it, a job kubeflow's operator left with a failed worker is taken over and
-restarted (its objects claimed, its launcher Job deleted), and a job stating its total GPUs is laid out on a GPU
-node (the Node informer's list and watch, the job's patch). Every request it sends is recorded as the (verb,
-group, resource, name) the authorizer sees and compared with the rules both ways.
+The ServiceAccount, ClusterRole(+Binding) and leader-election Role(+Binding) are applied from deploy/base; a token
+is minted for the ServiceAccount (TokenRequest) and the operator runs in-process on that token alone, leader
+election included, through a whole job life: creation, suspended and resumed twice as Kueue would (the second
+Suspended Event bumps the first one's count), two failed attempts (whose launchers' logs are read for the failure
+report and saved, the second's ConfigMap replacing the first's under --kept-attempts 1; the first launcher's node
+is gone, so it is read and excluded) and restarts, a progress token reviewed as the status endpoint does, Running,
+success, clean-up of the workers, deletion by ttlSecondsAfterFinished, and the lease's release at shutdown; beside
+it, a job kubeflow's operator left with a failed worker is taken over and restarted (its objects claimed, its
+launcher Job deleted), and a job stating its total GPUs is laid out on a GPU node (the Node informer's list and
+watch, the job's patch). Every request it sends is recorded as the (verb, group, resource, name) the authorizer
+sees and compared with the rules both ways.
 """
 
 from __future__ import annotations

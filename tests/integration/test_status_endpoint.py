@@ -10,6 +10,7 @@ runs here); the expired one is signed with the apiserver's own service-account k
 from __future__ import annotations
 
 import base64
+import datetime as dt
 import json
 import ssl
 import time
@@ -21,7 +22,9 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import padding, rsa
 
 from devcluster.controlplane import ControlPlane
-from mpiop.kube.client import CONFIGMAPS
+from mpiop.api.v2beta1 import TrainerStatus
+from mpiop.controller.status_endpoint import StatusWriter
+from mpiop.kube.client import CONFIGMAPS, KubeClient
 from testkit.operator import Cluster, eventually, mpijob
 from testkit.process import OperatorProcess
 from testkit.rbac import pod_token
@@ -123,3 +126,32 @@ async def test_only_the_jobs_own_pods_write_its_progress(control_plane: ControlP
         assert after.value("mpiop_mpijob_estimated_remaining_seconds", namespace=cluster.ns, name="pa") == 95
     finally:
         op.stop()
+
+
+async def test_posts_are_coalesced_into_one_write_per_interval(control_plane: ControlPlane, cluster: Cluster) -> None:
+    """Fifty reports in a burst, then ten more a second later: two writes of the job's status, the last report
+    of each burst, through the real apiserver (no operator: the writer alone, counting its requests)."""
+    await cluster.create_job(mpijob("co", workers=1))
+    writes: list[tuple[str, str]] = []
+    client = await KubeClient.connect(str(control_plane.kubeconfig),
+                                      on_request=lambda method, path, query: writes.append((method, path)))
+    writer = StatusWriter(client, interval=1.0)
+    try:
+        now = dt.datetime.now(dt.UTC)
+        for percent in range(50):
+            writer.offer(cluster.ns, "co", TrainerStatus(progress_percentage=percent, last_updated_time=now))
+
+        async def shows(percent: int) -> bool:
+            job = await cluster.job("co") or {}
+            return ((job.get("status") or {}).get("trainerStatus") or {}).get("progressPercentage") == percent
+
+        await eventually(lambda: shows(49), what="the burst's last report")
+        for percent in range(50, 60):
+            writer.offer(cluster.ns, "co", TrainerStatus(progress_percentage=percent, estimated_remaining_seconds=9))
+        await eventually(lambda: shows(59), what="the second burst's last report")
+        job = await cluster.job("co") or {}
+        assert job["status"]["trainerStatus"]["estimatedRemainingSeconds"] == 9
+        assert writes == [("PATCH", f"/apis/kubeflow.org/v2beta1/namespaces/{cluster.ns}/mpijobs/co/status")] * 2
+    finally:
+        await writer.close()
+        await client.close()
