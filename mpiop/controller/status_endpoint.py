@@ -105,10 +105,10 @@ class TokenReviews:
 def check_reporter(job: JSON | None, pod: JSON | None, namespace: str, name: str, who: Reviewer) -> MPIJob:
     """The job, if the token's pod is one of its pods; else PostRefusedError saying why."""
     key = f"{namespace}/{name}"
+    if who.namespace != namespace:  # first: another namespace's pod learns nothing of this one's jobs
+        raise PostRefusedError(403, "other_job", f"the token's pod is in namespace {who.namespace}, not {namespace}")
     if job is None:
         raise PostRefusedError(404, "no_job", f"MPIJob {key} not found")
-    if who.namespace != namespace:
-        raise PostRefusedError(403, "other_job", f"the token's pod is in namespace {who.namespace}, not {namespace}")
     parsed = MPIJob.model_validate(job)
     if status_report.opted_out(parsed):
         raise PostRefusedError(403, "opted_out", f"MPIJob {key} has {status_report.ANNOTATION}: \"false\"")

@@ -31,10 +31,12 @@ def test_the_jobs_own_pod_may_report() -> None:
         (JOB, pod(uid="an-older-pod-of-that-name"), WHO, 403, "other_job"),
         (JOB, None, WHO, 403, "other_job"),
         (JOB, pod(), Reviewer("other-ns", "pa-worker-0", "pod-uid"), 403, "other_job"),
+        (None, pod(), Reviewer("other-ns", "pa-worker-0", "pod-uid"), 403, "other_job"),
         (make_mpijob("pa", "ns").uid("job-uid").annotation("mpiop.kubeflow.org/report-progress", "false").json(),
          pod(), WHO, 403, "opted_out"),
     ],
-    ids=["no-job", "another-jobs-pod", "recreated-pod", "pod-gone", "other-namespace", "opted-out"],
+    ids=["no-job", "another-jobs-pod", "recreated-pod", "pod-gone", "other-namespace", "other-namespace-no-job",
+         "opted-out"],
 )
 def test_refused_reporters(job: dict[str, object] | None, found: dict[str, object] | None, who: Reviewer, code: int,
                            reason: str) -> None:
