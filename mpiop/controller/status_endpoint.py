@@ -20,7 +20,6 @@ import hashlib
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
 
 import orjson
 import structlog
@@ -28,13 +27,13 @@ from aiohttp import web
 from pydantic import ValidationError
 
 from mpiop import metrics
+from mpiop.api.raw import JSON
 from mpiop.api.v2beta1 import MPIJob, TrainerStatus
 from mpiop.controller.caches import Caches
 from mpiop.desired import status_report
 from mpiop.kube.client import MPIJOBS, ApiError, KubeClient, Resource
 
 log = structlog.get_logger(__name__)
-JSON = dict[str, Any]
 TOKEN_REVIEWS = Resource("authentication.k8s.io", "v1", "tokenreviews", "TokenReview", namespaced=False)
 POD_NAME_CLAIM = "authentication.kubernetes.io/pod-name"
 POD_UID_CLAIM = "authentication.kubernetes.io/pod-uid"
@@ -192,8 +191,8 @@ def status_app(caches: Caches, reviews: TokenReviews, writer: StatusWriter,
             if not header.startswith("Bearer ") or not header[7:].strip():
                 raise PostRefusedError(401, "no_token", "no bearer token: send the file $MPIOP_STATUS_TOKEN names")
             who = await reviews.review(header[7:].strip())
-            check_reporter(caches.jobs.get(f"{namespace}/{name}"), caches.pods.get(f"{who.namespace}/{who.pod_name}"),
-                           namespace, name, who)
+            check_reporter(caches.mpijobs.get(f"{namespace}/{name}"),
+                           caches.pods.get(f"{who.namespace}/{who.pod_name}"), namespace, name, who)
             if request.content_length is not None and request.content_length > BODY_LIMIT:
                 raise PostRefusedError(413, "too_large", f"the body is over {BODY_LIMIT} bytes")
             report = parse_report(await request.read(), now())

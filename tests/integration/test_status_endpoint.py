@@ -15,13 +15,13 @@ import json
 import ssl
 import time
 from pathlib import Path
-from typing import Any
 
 import aiohttp
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import padding, rsa
 
 from devcluster.controlplane import ControlPlane
+from mpiop.api.raw import JSON
 from mpiop.api.v2beta1 import TrainerStatus
 from mpiop.controller.status_endpoint import StatusWriter
 from mpiop.kube.client import CONFIGMAPS, KubeClient
@@ -29,7 +29,6 @@ from testkit.operator import Cluster, eventually, mpijob
 from testkit.process import OperatorProcess
 from testkit.rbac import pod_token
 
-JSON = dict[str, Any]
 AUDIENCE = "mpiop.kubeflow.org"
 REPORT = {"progressPercentage": 40, "estimatedRemainingSeconds": 95, "metrics": [{"name": "loss", "value": "0.31"}]}
 

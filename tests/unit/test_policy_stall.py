@@ -80,7 +80,7 @@ def test_stall_restarts_saying_how_long_and_what_was_last_reported(job: MPIJobBu
     assert restarting.message == (f"MPIJob ns/pi is restarting (restart 1 of backoffLimit 1): {said}; the attempt's "
                                   "logs are kept in ConfigMap pi-attempt-0")
     assert plan.status.restart_count == 1
-    assert len(plan.delete) == 3  # every pod of the stalled attempt goes
+    assert len(plan.pods_to_delete) == 3  # every pod of the stalled attempt goes
     assert (plan.status.ranks_running_time, plan.status.scheduled_time) == (None, None)  # the next attempt's ahead
 
 
