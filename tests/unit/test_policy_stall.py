@@ -7,6 +7,7 @@ import pytest
 from mpiop.api.v2beta1 import Metric, MPIJob, TrainerStatus
 from mpiop.plan import Observed, Plan
 from mpiop.policies import stall
+from mpiop.policies.outcome import CONTINUE, STOP
 from testkit.mpijobs import MPIJobBuilder, at, make_mpijob
 from testkit.pods import make_pod
 
@@ -33,7 +34,7 @@ def pods(job: MPIJob, attempt: int = 0) -> Observed:
 
 def run(job: MPIJob, now: float) -> tuple[bool, Plan]:
     plan = Plan(status=job.status.model_copy(deep=True))
-    return stall.apply(plan, job, pods(job, job.status.restart_count or 0), at(now)), plan
+    return stall.apply(plan, job, pods(job, job.status.restart_count or 0), at(now)) is STOP, plan
 
 
 @pytest.mark.parametrize(
@@ -96,7 +97,7 @@ def test_stall_past_backoff_limit_fails_the_job_stalled() -> None:
 def test_bad_annotation_fails_naming_it(value: str) -> None:
     job = running_job(deadline=value).obj()
     plan = Plan(status=job.status.model_copy(deep=True))
-    assert stall.refuse_bad_annotation(plan, job, at(0)) is True
+    assert stall.refuse_bad_annotation(plan, job, at(0)) is STOP
     failed = plan.status.condition("Failed")
     assert failed is not None and failed.reason == "ValidationError"
     assert failed.message == (f"MPIJob ns/pi has failed: metadata.annotations[{ANNOTATION}]: {value!r} is not a "
@@ -107,14 +108,14 @@ def test_bad_annotation_fails_naming_it(value: str) -> None:
 def test_good_annotation_is_accepted(value: str | None) -> None:
     job = running_job(deadline=value).obj()
     plan = Plan(status=job.status.model_copy(deep=True))
-    assert stall.refuse_bad_annotation(plan, job, at(0)) is False
+    assert stall.refuse_bad_annotation(plan, job, at(0)) is CONTINUE
     assert not plan.status.finished
 
 
 def test_a_bad_report_progress_annotation_fails_naming_it() -> None:
     job = running_job().annotation("mpiop.kubeflow.org/report-progress", "no").obj()
     plan = Plan(status=job.status.model_copy(deep=True))
-    assert stall.refuse_bad_annotation(plan, job, at(0)) is True
+    assert stall.refuse_bad_annotation(plan, job, at(0)) is STOP
     failed = plan.status.condition("Failed")
     assert failed is not None and failed.message == ("MPIJob ns/pi has failed: "
                                                      "metadata.annotations[mpiop.kubeflow.org/report-progress]: "
