@@ -16,7 +16,7 @@ from devcluster.pi_job import pi_job
 from mpiop.api.raw import JSON
 from testkit.e2e.kube import condition, is_true, wait_for
 from testkit.e2e.mpi import assert_pi, assert_succeeded, log_or_empty
-from testkit.e2e.session import E2E, OPENMPI, REPORT
+from testkit.e2e.session import E2E, OPENMPI, REPORT, operator_process
 from testkit.e2e.training import RANKS, assert_trained, ddp_job, reference, script_config_map
 
 
@@ -66,6 +66,43 @@ def test_pytorch_ddp_worker_deleted(e2e: E2E) -> None:
     log = e2e.launcher_log("ddp-restart")
     assert " step 20 " not in log, log  # the second attempt's log, at full speed
     assert_trained(e2e, "ddp-restart", log)
+
+
+def test_pytorch_ddp_reports_progress_every_epoch(bare: E2E) -> None:
+    """Rank 0 posts its progress to mpiop's status endpoint after each of 10 epochs (examples/pytorch/train_ddp.py,
+    with mpiop/progress_client.py beside it): `kubectl get mpijob` shows PROGRESS rising and an ETA while it runs,
+    and the finished job keeps the last report. 0.1 s a step, so the 300 steps take about 30 s."""
+    bare.api.create(f"/api/v1/namespaces/{bare.ns}/configmaps", script_config_map())
+    env = [{"name": "TRAIN_STEP_SECONDS", "value": "0.1"}]
+    manifest = ddp_job("ddp-progress", bare.image, launcher_env=env,
+                       annotations={"mpiop.kubeflow.org/forward-env": "TRAIN_*"}, runPolicy={"backoffLimit": 0})
+    with operator_process(bare, "--status-write-seconds=2"):
+        started = bare.create_job(manifest)
+        seen: list[tuple[float, int, int | None]] = []
+
+        def finished() -> JSON | None:
+            job = bare.job("ddp-progress") or {}
+            report = (job.get("status") or {}).get("trainerStatus") or {}
+            if "progressPercentage" in report and (not seen or seen[-1][1] != report["progressPercentage"]):
+                seen.append((time.monotonic() - started, report["progressPercentage"],
+                             report.get("estimatedRemainingSeconds")))
+                print(bare.node.kubectl("get", "mpijob", "ddp-progress", "-n", bare.ns), flush=True)
+            return job if is_true(job, "Succeeded") or is_true(job, "Failed") else None
+
+        job = wait_for(finished, 600, "ddp-progress to finish", describe=lambda: bare.describe("ddp-progress"))
+        print(bare.node.kubectl("get", "mpijob", "ddp-progress", "-n", bare.ns, "-o", "wide"))
+    bare.record("pytorch-ddp-progress", time.monotonic() - started)
+    print("seconds after creation, PROGRESS, ETA:", seen)
+    assert_succeeded(job)
+    log = bare.launcher_log("ddp-progress")
+    assert "rank 0/4 epoch 10 reported: 202" in log, log[-3000:]
+    percents = [p for _, p, _ in seen]
+    assert percents == sorted(percents) and len(set(percents)) >= 3, f"PROGRESS seen while running: {seen}"
+    assert any(eta is not None and eta > 0 for _, p, eta in seen if p < 100), seen
+    final = job["status"]["trainerStatus"]
+    assert final["progressPercentage"] == 100 and {"name": "epoch", "value": "10"} in final["metrics"], final
+    status = job["status"]
+    assert status["firstProgressTime"] >= status["ranksRunningTime"] >= status["scheduledTime"], status
 
 
 def test_intel_mpi_pi(e2e: E2E) -> None:

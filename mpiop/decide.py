@@ -5,6 +5,7 @@
     bad forward-env annotation? -> Failed ValidationError                      (policies/forward_env)
     bad exclude-failed-nodes annotation? -> Failed ValidationError             (policies/node_exclusion,
     bad launch annotation, or an exec launcher with its own account? -> Failed ValidationError (policies/launch_mode)
+    bad progress-deadline-seconds annotation? -> Failed ValidationError          (policies/stall)
     too big?     -> Failed ValidationError
     refused?     -> Failed ValidationError (the template is wrong), else ReplicaFailure and retry
     spec.gpus, not laid out, no pod? -> the layout written into the job, or Running=False why none fits;
@@ -29,8 +30,11 @@
                                                 (policies/kubectl_image)
     attempt failed? -> its launcher's and failed pods' logs saved in <job>-attempt-<n> first (policies/evidence);
                     its node avoided by the next attempts if it failed for the node's reason (policies/node_exclusion)
-    otherwise    -> Running when all pods run; create what is missing, the launcher when its creation
-                    policy allows (policies/launcher_creation); update the hostfile (host network: per-pod SSH ports,
+    silent?      -> all ranks run but no progress within progress-deadline-seconds: Restarting or Failed
+                    Stalled, every rank's log kept (policies/stall); else woken at the deadline
+    otherwise    -> Running when all pods run (milestones: scheduled, ranks running, first progress;
+                    status.milestones); create what is missing, the launcher when its creation policy allows
+                    (policies/launcher_creation); update the hostfile (host network: per-pod SSH ports,
                     desired.hostnetwork)
     gang?        -> its PodGroup made before any pod and the new pods put in it; deleted while suspended
                     or finished; why the gang waits in Running=False (policies/gang, --gang-scheduling)
@@ -66,12 +70,13 @@ from mpiop.policies import (
     refused,
     size,
     squatters,
+    stall,
     success,
     suspend,
     ttl,
 )
 from mpiop.policies.outcome import STOP, Outcome
-from mpiop.status import progress
+from mpiop.status import milestones, progress
 
 
 def decide(job: MPIJob, observed: Observed, now: dt.datetime, settings: Settings = DEFAULT_SETTINGS) -> Plan:
@@ -100,6 +105,7 @@ def _decide(plan: Plan, job: MPIJob, observed: Observed, now: dt.datetime, setti
         lambda: forward_env.apply(plan, job, now),
         lambda: launch_mode.apply(plan, job, now, settings.default_launch),
         lambda: node_exclusion.refuse_bad_annotation(plan, job, now),
+        lambda: stall.refuse_bad_annotation(plan, job, now),
         lambda: size.apply(plan, job, now),
         lambda: refused.apply(plan, job, observed, now),
         lambda: gpu_layout.apply(plan, job, observed, now),
@@ -113,6 +119,7 @@ def _decide(plan: Plan, job: MPIJob, observed: Observed, now: dt.datetime, setti
         return
     if plan.status.start_time is None:  # first start, or a resume: a new attempt too
         plan.status.start_time = plan.status.attempt_start_time = now
+        milestones.new_attempt(plan.status)
     plan.status.attempt_start_time = plan.status.attempt_start_time or plan.status.start_time
     running: list[Callable[[], Outcome]] = [
         lambda: deadline.apply(plan, job, now),
@@ -125,6 +132,9 @@ def _decide(plan: Plan, job: MPIJob, observed: Observed, now: dt.datetime, setti
     if _first_stop(running):
         return
     progress.mark_running(plan, job, observed, now)
+    milestones.apply(plan, job, observed, now)
+    if stall.apply(plan, job, observed, now) is STOP:
+        return
     node_exclusion.explain_wait(plan, job, observed, now)
     attempt = plan.status.restart_count or 0
     launcher_may_start = launcher_creation.launcher_may_start(job, observed, attempt)

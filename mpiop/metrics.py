@@ -69,6 +69,9 @@ EVENTS = Counter("mpiop_events", "Events on MPIJobs by what became of them: crea
 WATCH_RESTARTS = Counter("mpiop_watch_restarts", "Watch streams re-opened", ["resource"])
 UNDECODABLE_OBJECTS = Counter("mpiop_undecodable_objects", "Objects (each version once) that could not be decoded "
                               "and were skipped", ["kind"])
+STATUS_POSTS = Counter("mpiop_status_posts", "Progress posts to the status endpoint by answer: 202 accepted, else "
+                       "the 4xx and why (no_token, unauthenticated, not_a_pod, other_job, opted_out, no_job, "
+                       "bad_body, out_of_range, too_large)", ["code", "reason"])
 PHASES = ("Pending", "Created", "Running", "Restarting", "Suspended", "Succeeded", "Failed")
 
 
@@ -150,13 +153,23 @@ class MPIJobSource:
 
 
 class MPIJobCollector(Collector):
-    """`mpi_operator_job_info{launcher,namespace}` and `mpiop_jobs{phase}`, computed on scrape."""
+    """`mpi_operator_job_info{launcher,namespace}`, `mpiop_jobs{phase}` and each reporting job's progress
+    (`mpiop_mpijob_progress_ratio`, `mpiop_mpijob_estimated_remaining_seconds`), computed on scrape."""
 
     def __init__(self) -> None:
         self.source: MPIJobSource | None = None
 
     def describe(self) -> Iterable[Metric]:
-        return [self._info(), self._phases()]
+        return [self._info(), self._phases(), *self._progress()]
+
+    @staticmethod
+    def _progress() -> tuple[GaugeMetricFamily, GaugeMetricFamily]:
+        return (GaugeMetricFamily("mpiop_mpijob_progress_ratio", "How complete a job is, 0 to 1, as it last "
+                                  "reported (status.trainerStatus.progressPercentage / 100)",
+                                  labels=["namespace", "name"]),
+                GaugeMetricFamily("mpiop_mpijob_estimated_remaining_seconds", "The training time a job last "
+                                  "estimated it has left (status.trainerStatus.estimatedRemainingSeconds)",
+                                  labels=["namespace", "name"]))
 
     @staticmethod
     def _info() -> GaugeMetricFamily:
@@ -168,6 +181,7 @@ class MPIJobCollector(Collector):
 
     def collect(self) -> Iterator[Metric]:
         info, phases = self._info(), self._phases()
+        ratio, remaining = self._progress()
         source = self.source
         if source is not None and source.active():
             counts = dict.fromkeys(PHASES, 0)
@@ -177,10 +191,18 @@ class MPIJobCollector(Collector):
                 launcher = f"{meta.get('name')}-launcher"
                 if source.has_launcher(str(meta.get("namespace")), str(meta.get("name"))):
                     info.add_metric([launcher, str(meta.get("namespace"))], 1)
+                report = (job.get("status") or {}).get("trainerStatus") or {}
+                labels = [str(meta.get("namespace")), str(meta.get("name"))]
+                if report.get("progressPercentage") is not None:
+                    ratio.add_metric(labels, float(report["progressPercentage"]) / 100)
+                if report.get("estimatedRemainingSeconds") is not None:
+                    remaining.add_metric(labels, float(report["estimatedRemainingSeconds"]))
             for phase, count in counts.items():
                 phases.add_metric([phase], count)
         yield info
         yield phases
+        yield ratio
+        yield remaining
 
 
 MPIJOB_GAUGES = MPIJobCollector()

@@ -183,6 +183,7 @@ class Evidence:
     summary: str  # the Restarting or Failed condition's message
     logs: list[LogSource]
     drop: list[str] = field(default_factory=list)
+    progress: str = ""  # the job's last progress report (status.trainerStatus as JSON), if it made one
 
 
 @dataclass

@@ -11,10 +11,13 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
+import datetime as dt
 import os
 import re
 import signal
 import socket
+import urllib.parse
 import uuid
 from collections.abc import Callable
 from pathlib import Path
@@ -24,12 +27,15 @@ import uvloop
 
 from mpiop import logging as mpiop_logging
 from mpiop import metrics
+from mpiop.certs import Certificates
 from mpiop.controller.manager import Manager, ManagerConfig
+from mpiop.controller.status_endpoint import StatusWriter, TokenReviews, status_app
 from mpiop.controller.supervisor import Supervisor
 from mpiop.desired.hostnetwork import PortRange
 from mpiop.desired.launch import LAUNCH_ANNOTATION, LAUNCH_MODES
 from mpiop.desired.podgroup import gang_scheduler
 from mpiop.desired.settings import DEFAULT_SETTINGS, Settings
+from mpiop.desired.status_report import StatusEndpoint
 from mpiop.kube.client import KubeClient
 from mpiop.leader import ElectionConfig, LeaderElector, LeadershipLostError
 from mpiop.server import Checks, Servers, health_app, metrics_app
@@ -154,6 +160,18 @@ def add_run_arguments(parser: argparse.ArgumentParser) -> None:
                         help="watch the nodes that have GPUs (list/watch nodes) to lay out jobs that state their "
                              "total (spec.gpus); off (a namespaced Role cannot list nodes): such jobs wait saying "
                              f"so (default {_on_off(_CONFIG.gpu_layout)})")
+    status = parser.add_argument_group("progress reports (the status endpoint the jobs' pods post to)")
+    status.add_argument("--status-endpoint", action=argparse.BooleanOptionalAction, default=True,
+                        help="serve the endpoint where a job's pods post their progress (status.trainerStatus), and "
+                             "give every pod a token and CA for it; off: no endpoint, no token (default on)")
+    status.add_argument("--status-addr", default=":8443",
+                        help="address the status endpoint listens on, HTTPS ([host]:port; default %(default)s)")
+    status.add_argument("--status-url", default="https://mpiop-status.mpiop-system.svc:8443",
+                        help="the endpoint's URL as the pods reach it (its host goes in the serving certificate; "
+                             "default %(default)s, the manifests' Service)")
+    status.add_argument("--status-write-seconds", type=float, default=10.0, metavar="SECONDS",
+                        help="write a job's reported progress at most this often, the posts in between coalesced "
+                             "(default %(default)g)")
     parser.add_argument("--resync-seconds", type=float, default=_CONFIG.resync_seconds,
                         help="re-reconcile every job this often (default %(default)gs)")
     parser.add_argument("--field-manager", default="mpiop",
@@ -192,6 +210,37 @@ def config_from_args(args: argparse.Namespace) -> ManagerConfig:
     return ManagerConfig(namespace=args.namespace or None, workers=args.workers, resync_seconds=args.resync_seconds,
                          lifecycle_events=args.lifecycle_events, gpu_layout=args.gpu_layout,
                          settings=settings)
+
+
+def status_certificates(args: argparse.Namespace) -> Certificates | None:
+    """The status endpoint's CA and serving certificate, for the host of --status-url (and loopback)."""
+    if not args.status_endpoint:
+        return None
+    host = urllib.parse.urlsplit(args.status_url).hostname
+    if not args.status_url.startswith("https://") or not host:
+        raise SystemExit(f"--status-url must be https://host[:port], not {args.status_url!r}")
+    hosts = [host, *(h for h in ("localhost", "127.0.0.1") if h != host)]
+    if host.endswith(".svc"):  # the Service's other names
+        hosts += [host.split(".")[0], ".".join(host.split(".")[:2]), f"{host}.cluster.local"]
+    return Certificates(hosts)
+
+
+async def serve_status(servers: Servers, manager: Manager, client: KubeClient, args: argparse.Namespace,
+                       certificates: Certificates, leading: asyncio.Event | None) -> None:
+    """The status endpoint, once leading (only the leader may write): it serves until the process stops, and its
+    serving certificate is renewed from the same CA when due (checked hourly)."""
+    if leading is not None:
+        await leading.wait()
+    writer = StatusWriter(client, interval=args.status_write_seconds)
+    await servers.start(status_app(manager.caches, TokenReviews(client), writer), args.status_addr,
+                        "the status endpoint", ssl_context=certificates.context)
+    try:
+        while True:
+            await asyncio.sleep(3600)
+            if certificates.rotate_if_due(dt.datetime.now(dt.UTC)):
+                log.info("status endpoint certificate renewed", not_after=certificates.not_after.isoformat())
+    finally:
+        await writer.close()
 
 
 def election_from_args(args: argparse.Namespace) -> ElectionConfig | None:
@@ -281,6 +330,10 @@ async def run(args: argparse.Namespace) -> int:
         loop.add_signal_handler(signum, stop.set)
     election = election_from_args(args)
     config = config_from_args(args)
+    certificates = status_certificates(args)
+    if certificates is not None:
+        config.settings = dataclasses.replace(config.settings,
+                                              status_endpoint=StatusEndpoint(args.status_url, certificates.ca_pem))
     # Its own client, outside the QPS bucket: a backlog of reconcile writes must never delay a renewal.
     lease_client = None if election is None else await KubeClient.connect(
         args.kubeconfig, qps=0, burst=10, observer=metrics.observe_request, field_manager=args.field_manager)
@@ -296,10 +349,20 @@ async def run(args: argparse.Namespace) -> int:
         metrics.IS_LEADER.set(0 if elector is not None else 1)
         await servers.start(health_app(health_checks(manager, elector)), args.health_addr, "health probes")
         await servers.start(metrics_app(), args.metrics_addr, "metrics")
+        status_server = None if certificates is None else asyncio.create_task(serve_status(
+            servers, manager, client, args, certificates, elector.leading if elector is not None else None),
+            name="status-endpoint")
+        if status_server is not None:  # a port it cannot bind stops the process, as a dead informer does
+            status_server.add_done_callback(
+                lambda task: None if task.cancelled() or task.exception() is None
+                else manager.supervisor.fail("status-endpoint", task.exception()))
         log.info("mpiop starting", namespace=args.namespace or "(all)", workers=args.workers,
                  gang_scheduling=args.gang_scheduling or "off", default_launch=args.default_launch,
                  leader_election=election.identity if election else "off", field_manager=args.field_manager)
         code = await supervise(manager, elector, stop)
+        if status_server is not None:
+            status_server.cancel()
+            await asyncio.gather(status_server, return_exceptions=True)
     finally:
         await servers.stop()
         await client.close()

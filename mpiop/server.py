@@ -6,6 +6,7 @@ Probes and metrics listen on separate addresses (controller-runtime's --health-p
 
 from __future__ import annotations
 
+import ssl
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
@@ -73,7 +74,8 @@ class Servers:
     def __init__(self) -> None:
         self._runners: list[web.AppRunner] = []
 
-    async def start(self, app: web.Application, address: str, what: str) -> None:
+    async def start(self, app: web.Application, address: str, what: str,
+                    ssl_context: ssl.SSLContext | None = None) -> None:
         parsed = parse_address(address)
         if parsed is None:
             return
@@ -81,7 +83,7 @@ class Servers:
         runner = web.AppRunner(app, access_log=None, handle_signals=False)
         await runner.setup()
         self._runners.append(runner)
-        await web.TCPSite(runner, host, port, reuse_address=True).start()
+        await web.TCPSite(runner, host, port, reuse_address=True, ssl_context=ssl_context).start()
         log.info("serving " + what, address=address)
 
     async def stop(self) -> None:

@@ -32,7 +32,7 @@ class Metrics:
                     metrics.counting.add(sample.name)
         return metrics
 
-    def value(self, name: str, **labels: str) -> float:
+    def value(self, name: str, /, **labels: str) -> float:
         """The sum of `name`'s samples whose labels include `labels`."""
         wanted = labels.items()
         return sum(v for (n, have), v in self.samples.items() if n == name and wanted <= dict(have).items())

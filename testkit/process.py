@@ -39,16 +39,19 @@ def terminate(process: subprocess.Popen[bytes] | None, grace: float) -> int | No
 
 
 class OperatorProcess:
-    """`python -m <module> --kubeconfig K --log-format=json --metrics-addr ... --health-addr ... [args]`.
+    """`python -m <module> --kubeconfig K --log-format=json --metrics-addr ... --health-addr ... --status-addr ...
+    [args]`.
 
     `module` is `mpiop run` unless a caller wraps it (the bench's `bench.operator_main`); `health_port` 0
     turns the probes off; `env` and `cwd` can run the operator from another checkout (e2e's
-    MPIOP_E2E_OPERATOR_SOURCE). The log is appended to, and read from where this process started writing.
+    MPIOP_E2E_OPERATOR_SOURCE); `status_host` is where the status endpoint listens and the pods reach it.
+    The log is appended to, and read from where this process started writing.
     """
 
     def __init__(self, kubeconfig: str | Path, log_path: Path, args: Iterable[str] = (), *,
                  field_manager: str = "mpiop", module: tuple[str, ...] = ("mpiop", "run"),
-                 health: bool = True, env: Mapping[str, str] | None = None, cwd: Path = ROOT) -> None:
+                 health: bool = True, env: Mapping[str, str] | None = None, cwd: Path = ROOT,
+                 status_host: str = "127.0.0.1") -> None:
         self.kubeconfig = str(kubeconfig)
         self.log_path = log_path
         self.args = list(args)
@@ -56,6 +59,8 @@ class OperatorProcess:
         self.module = module
         self.metrics_port = free_port()
         self.health_port = free_port() if health else 0
+        self.status_port = free_port()  # the status endpoint's (HTTPS), on `status_host` (pods on a node: its bridge)
+        self.status_host = status_host
         self.env = dict(env or {})
         self.cwd = cwd
         self.process: subprocess.Popen[bytes] | None = None
@@ -73,6 +78,10 @@ class OperatorProcess:
         return op
 
     @property
+    def status_url(self) -> str:
+        return f"https://{self.status_host}:{self.status_port}"
+
+    @property
     def pid(self) -> int:
         assert self.process is not None
         return self.process.pid
@@ -80,7 +89,8 @@ class OperatorProcess:
     def start(self) -> None:
         health = f"127.0.0.1:{self.health_port}" if self.health_port else "0"
         argv = [sys.executable, "-m", *self.module, f"--kubeconfig={self.kubeconfig}", "--log-format=json",
-                f"--metrics-addr=127.0.0.1:{self.metrics_port}", f"--health-addr={health}", *self.args]
+                f"--metrics-addr=127.0.0.1:{self.metrics_port}", f"--health-addr={health}",
+                f"--status-addr={self.status_host}:{self.status_port}", f"--status-url={self.status_url}", *self.args]
         self._log_offset = self.log_path.stat().st_size if self.log_path.exists() else 0
         with self.log_path.open("ab") as log:
             self.spawned_wall = time.time()

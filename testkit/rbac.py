@@ -70,6 +70,19 @@ def allows(rule: JSON, request: Request) -> bool:
             and (not rule.get("resourceNames") or name in rule["resourceNames"]))
 
 
+async def pod_token(kube: KubeClient, namespace: str, pod: JSON, audience: str = "mpiop.kubeflow.org",
+                    account: str = "default") -> str:
+    """A token of `account` bound to `pod` with `audience`: what the kubelet's projected volume holds."""
+    meta = pod["metadata"]
+    answer = await kube.request(
+        "POST", f"/api/v1/namespaces/{namespace}/serviceaccounts/{account}/token",
+        body={"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest",
+              "spec": {"audiences": [audience], "expirationSeconds": 600,
+                       "boundObjectRef": {"kind": "Pod", "apiVersion": "v1", "name": meta["name"],
+                                          "uid": meta["uid"]}}})
+    return str(answer["status"]["token"])
+
+
 async def service_account_kubeconfig(control_plane: ControlPlane, kube: KubeClient, path: Path,
                                      namespace: str = SYSTEM, account: str = ACCOUNT) -> str:
     """Write to `path` a kubeconfig holding only a fresh token of a ServiceAccount (mpiop's) and the cluster's CA."""

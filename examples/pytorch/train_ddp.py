@@ -13,6 +13,10 @@ in one process over whole global batches: its final parameters equal every rank'
 Each rank prints its loss at the first and the last step and a checksum of its final parameters: the sha256
 of their float32 bytes, and 8 fixed random projections of them for a comparison within a tolerance.
 
+Rank 0 reports its progress to mpiop after every epoch (EPOCH_STEPS steps): percent done, an ETA from the pace
+so far, the loss and the epoch (`kubectl get mpijob` shows PROGRESS and ETA). It uses progress_client.py, a copy of
+mpiop/progress_client.py beside this script; without it, or outside an MPIJob, nothing is reported.
+
     mpirun -n 4 python3 train_ddp.py           # in the launcher (2 workers x 2 slots)
     python3 train_ddp.py --reference 4         # one process, the global batches of a 4-rank run
 """
@@ -28,6 +32,11 @@ import time
 
 import torch
 import torch.distributed as dist
+
+try:  # mpiop's stdlib-only progress client, copied beside this script (mpiop/progress_client.py)
+    from progress_client import ProgressReporter
+except ImportError:
+    ProgressReporter = None
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
@@ -35,6 +44,7 @@ SEED = 1234
 SAMPLES, FEATURES, HIDDEN = 4096, 16, 32
 PER_RANK_BATCH = 32
 STEPS = 300
+EPOCH_STEPS = 30
 LEARNING_RATE = 0.05
 PROBES = 8
 
@@ -78,8 +88,9 @@ def checksum(net: nn.Module) -> str:
     return f"sha256={digest} probes={','.join(f'{v:.9e}' for v in probes)}"
 
 
-def train(net: nn.Module, rows: slice, ranks: int, label: str) -> None:
+def train(net: nn.Module, rows: slice, ranks: int, label: str, report: bool = False) -> None:
     x, y = dataset()
+    reporter = ProgressReporter(STEPS) if report and ProgressReporter is not None else None
     optimizer = torch.optim.SGD(net.parameters(), lr=LEARNING_RATE)
     pause = float(os.environ.get("TRAIN_STEP_SECONDS", "0"))  # the e2e restart test slows the first run
     first = last = 0.0
@@ -97,6 +108,10 @@ def train(net: nn.Module, rows: slice, ranks: int, label: str) -> None:
             print(f"{label} step {step} loss {last:.6f}", flush=True)
         if pause:
             time.sleep(pause)
+        if reporter is not None and (step + 1) % EPOCH_STEPS == 0:
+            answer = reporter.step(step + 1, force=True, loss=f"{last:.6f}", epoch=(step + 1) // EPOCH_STEPS,
+                                   epochs=STEPS // EPOCH_STEPS)
+            print(f"{label} epoch {(step + 1) // EPOCH_STEPS} reported: {answer}", flush=True)
     print(f"{label} last loss {last:.6f} (step {STEPS - 1}) fell {first / last:.1f}x", flush=True)
 
 
@@ -123,7 +138,8 @@ def main() -> None:
     dist.init_process_group("gloo", init_method="env://", rank=rank, world_size=size,
                             timeout=dt.timedelta(minutes=5))
     net = DistributedDataParallel(model())
-    train(net, slice(rank * PER_RANK_BATCH, (rank + 1) * PER_RANK_BATCH), size, f"rank {rank}/{size}")
+    train(net, slice(rank * PER_RANK_BATCH, (rank + 1) * PER_RANK_BATCH), size, f"rank {rank}/{size}",
+          report=rank == 0)
     print(f"rank {rank}/{size} params {checksum(net.module)}", flush=True)
     dist.destroy_process_group()
 

@@ -181,6 +181,10 @@ PRINTER_COLUMNS: list[JSON] = [
      "description": "Worker pods the job asks for."},
     {"name": "Ready", "type": "integer", "jsonPath": ".status.replicaStatuses.Worker.ready",
      "description": "Worker pods that are running and ready."},
+    {"name": "Progress", "type": "integer", "jsonPath": ".status.trainerStatus.progressPercentage",
+     "description": "Percent of the training done, as the job last reported it (status.trainerStatus)."},
+    {"name": "ETA", "type": "integer", "jsonPath": ".status.trainerStatus.estimatedRemainingSeconds",
+     "description": "Seconds of training left, as the job last estimated it."},
     {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
     {"name": "Restarts", "type": "integer", "jsonPath": ".status.restartCount", "priority": 1,
      "description": "Whole-job restarts after a failed pod."},
@@ -192,6 +196,14 @@ PRINTER_COLUMNS: list[JSON] = [
      "description": "When the current attempt started."},
     {"name": "Excluded Nodes", "type": "string", "jsonPath": ".status.excludedNodes", "priority": 1,
      "description": "Nodes the next attempts avoid: an attempt failed there for a node's reason."},
+    {"name": "Scheduled", "type": "date", "jsonPath": ".status.scheduledTime", "priority": 1,
+     "description": "When every pod of the current attempt had been scheduled."},
+    {"name": "Ranks Running", "type": "date", "jsonPath": ".status.ranksRunningTime", "priority": 1,
+     "description": "When the current attempt's launcher and every worker first ran."},
+    {"name": "First Progress", "type": "date", "jsonPath": ".status.firstProgressTime", "priority": 1,
+     "description": "When the current attempt first reported progress."},
+    {"name": "Last Progress", "type": "date", "jsonPath": ".status.trainerStatus.lastUpdatedTime", "priority": 1,
+     "description": "When the job last reported progress."},
 ]
 
 _API_VERSION_DESCRIPTION = (
@@ -207,7 +219,7 @@ _KIND_DESCRIPTION = (
 
 
 _COPIED_KEYWORDS = frozenset({
-    "type", "enum", "format", "minimum", "maximum", "required", "pattern", "minLength", "maxLength",
+    "type", "enum", "format", "minimum", "maximum", "required", "pattern", "minLength", "maxLength", "maxItems",
     "x-kubernetes-int-or-string", "anyOf",  # anyOf only survives _collapse_union as int-or-string
 })
 

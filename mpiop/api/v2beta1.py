@@ -8,11 +8,15 @@ schema, and every field in them, known to us or not, survives a parse/serialize 
 
 from __future__ import annotations
 
-import datetime as dt
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, PlainSerializer, field_validator
-from pydantic.alias_generators import to_camel
+from pydantic import Field, field_validator
+
+from mpiop.api.base import ApiModel as ApiModel
+from mpiop.api.base import Time as Time
+from mpiop.api.base import format_time as format_time
+from mpiop.api.trainer import Metric as Metric
+from mpiop.api.trainer import TrainerStatus as TrainerStatus
 
 GROUP = "kubeflow.org"
 VERSION = "v2beta1"
@@ -59,31 +63,6 @@ EXTENDED_RESOURCE_PATTERN = r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?/[A-Za-z0-9]([-A-Za
 DEFAULT_GPU_RESOURCE = "nvidia.com/gpu"
 # No maximum for int64: the apiserver reads schema bounds as float64, where 2**63 - 1 overflows.
 Int64 = Annotated[int, Field(ge=0, json_schema_extra={"format": "int64"})]
-
-
-def format_time(value: dt.datetime) -> str:
-    """metav1.Time's wire format: RFC 3339 in UTC, whole seconds."""
-    if value.tzinfo is not None and value.utcoffset():
-        value = value.astimezone(dt.UTC)
-    # isoformat, not strftime: every status dump formats each condition's two times, twice a reconcile.
-    return value.replace(microsecond=0, tzinfo=None).isoformat() + "Z"
-
-
-Time = Annotated[dt.datetime, PlainSerializer(format_time, return_type=str, when_used="json-unless-none")]
-
-
-class ApiModel(BaseModel):
-    """camelCase on the wire, snake_case in Python; unknown fields are ignored, as a pruning apiserver would."""
-
-    model_config = ConfigDict(
-        alias_generator=to_camel,
-        populate_by_name=True,
-        extra="ignore",
-    )
-
-    def to_json(self) -> dict[str, Any]:
-        """The wire form: camelCase, unset optionals left out."""
-        return self.model_dump(mode="json", by_alias=True, exclude_none=True)
 
 
 class ReplicaSpec(ApiModel):
@@ -391,6 +370,23 @@ class JobStatus(ApiModel):
     )
     last_failure: FailureInfo | None = Field(
         default=None, description="mpiop extension: the pod blamed for the last failed attempt."
+    )
+    scheduled_time: Time | None = Field(
+        default=None,
+        description="mpiop extension: when every pod of the current attempt had been scheduled to a node.",
+    )
+    ranks_running_time: Time | None = Field(
+        default=None,
+        description=("mpiop extension: when the current attempt's launcher and every worker first ran (the Running "
+                     "condition); the progress deadline counts from it until the first report."),
+    )
+    first_progress_time: Time | None = Field(
+        default=None, description="mpiop extension: when mpiop first saw the current attempt report progress.",
+    )
+    trainer_status: TrainerStatus | None = Field(
+        default=None,
+        description=("mpiop extension, Kubeflow Trainer's trainerStatus (KEP-2779): the progress the job last "
+                     "reported to mpiop's status endpoint (kept after the job finished)."),
     )
 
     def deep_copy(self) -> JobStatus:

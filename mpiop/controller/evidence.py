@@ -33,7 +33,7 @@ class AttemptEvidence:
         reads = await self.reads.read_all(job.metadata.namespace,
                                           [(s, run_of(observed, s.pod)) for s in wanted.logs])
         logs = [(evidence.log_key(s.pod, s.container), r.evidence()) for s, r in zip(wanted.logs, reads, strict=True)]
-        body = evidence.config_map(job, wanted.attempt, wanted.summary, logs)
+        body = evidence.config_map(job, wanted.attempt, wanted.summary, logs, wanted.progress)
         try:
             created = await self.client.create(CONFIGMAPS, job.metadata.namespace, body)
             self.caches.config_maps.observe_write(created)

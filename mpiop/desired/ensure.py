@@ -57,7 +57,8 @@ def supporting_objects(plan: Plan, job: MPIJob, observed: Observed, ports: hostn
     workers = observed.worker_states(job, attempt)
     count = job.spec.worker_replicas
     running = [i for i, s in workers.items() if i < count and s.running]
-    wanted = objects.config_map(job, running, settings.cluster_domain, ports, settings.discover_hosts, exec_launch)
+    wanted = objects.config_map(job, running, settings.cluster_domain, ports, settings.discover_hosts, exec_launch,
+                                settings.status_endpoint)
     if observed.config_map is None:
         plan.creation_steps.supporting.append(wanted)
     elif observed.config_map.get("data") != wanted["data"]:

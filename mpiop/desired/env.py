@@ -103,13 +103,13 @@ def _launcher_container(job: MPIJob) -> dict[str, Any]:
     return dict(containers[0]) if containers else {}
 
 
-def forwarded_names(job: MPIJob) -> list[str]:
-    """The presets, then the user's entries; `PREFIX*` expands to the launcher container's `env` names.
+def forwarded_names(job: MPIJob, also: tuple[str, ...] = ()) -> list[str]:
+    """The presets and `also`, then the user's entries; `PREFIX*` expands to the launcher container's `env` names.
 
     mpiop cannot see values from envFrom or the image, and Open MPI refuses a listed name the launcher does
     not have: a pattern only matches what the launcher's `env` declares; a plain name is taken as given."""
     declared = [str(e.get("name")) for e in _launcher_container(job).get("env") or [] if isinstance(e, dict)]
-    result = list(presets.PRESET_NAMES)
+    result = [*presets.PRESET_NAMES, *also]
     for entry in forward_env_entries(job):
         if not _FORWARDABLE.fullmatch(entry):
             continue
@@ -124,8 +124,8 @@ def _forwards_with_dash_x(job: MPIJob) -> bool:
     return any(_DASH_X.search(w) for w in words)
 
 
-def forwarding_env(job: MPIJob) -> list[EnvVar]:
-    """How the launcher's MPI is told to pass the presets (and the user's list) on to every rank."""
+def forwarding_env(job: MPIJob, also: tuple[str, ...] = ()) -> list[EnvVar]:
+    """How the launcher's MPI is told to pass the presets, `also` (and the user's list) on to every rank."""
     implementation = job.spec.effective_mpi_implementation
     if implementation == "Intel":
         return [{"name": "I_MPI_HYDRA_ENV", "value": "all"}]
@@ -134,13 +134,13 @@ def forwarding_env(job: MPIJob) -> list[EnvVar]:
     if _forwards_with_dash_x(job):
         return []
     # Open MPI 4 (orterun) and 5 (PRRTE's ompi personality) both read this list: `;`-separated names.
-    return [{"name": OPENMPI_ENV_LIST, "value": ";".join(forwarded_names(job))}]
+    return [{"name": OPENMPI_ENV_LIST, "value": ";".join(forwarded_names(job, also))}]
 
 
-def framework_env(job: MPIJob, cluster_domain: str = "",
-                  master_port: int = presets.DEFAULT_MASTER_PORT) -> list[EnvVar]:
-    """The launcher's presets and their forwarding; workers get `presets.presets` alone."""
-    return presets.presets(job, cluster_domain, master_port) + forwarding_env(job)
+def framework_env(job: MPIJob, cluster_domain: str = "", master_port: int = presets.DEFAULT_MASTER_PORT,
+                  also: tuple[str, ...] = ()) -> list[EnvVar]:
+    """The launcher's presets and their forwarding (with `also`); workers get `presets.presets` alone."""
+    return presets.presets(job, cluster_domain, master_port) + forwarding_env(job, also)
 
 
 def _host_network_ssh_args(job: MPIJob) -> str:

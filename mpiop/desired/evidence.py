@@ -17,6 +17,7 @@ LOG_BYTES = 64 * 1024
 ATTEMPT_BYTES = 256 * 1024
 SUMMARY_BYTES = 4 * 1024
 SUMMARY_KEY = "failure"
+PROGRESS_KEY = "progress.json"  # the job's last progress report (status.trainerStatus), small: bounded by the CRD
 
 
 def log_key(pod: str, container: str | None) -> str:
@@ -34,10 +35,14 @@ def tail_bytes(text: str, size: int) -> str:
     return kept[cut + 1:] if 0 <= cut < len(kept) - 1 else kept
 
 
-def config_map(job: MPIJob, attempt: int, summary: str, logs: list[tuple[str, str]]) -> dict[str, Any]:
-    """The attempt's ConfigMap: the failure's summary and each (key, log text), ATTEMPT_BYTES in all."""
+def config_map(job: MPIJob, attempt: int, summary: str, logs: list[tuple[str, str]],
+               progress: str = "") -> dict[str, Any]:
+    """The attempt's ConfigMap: the failure's summary, the last progress report, and each (key, log text),
+    ATTEMPT_BYTES in all."""
     data = {SUMMARY_KEY: tail_bytes(summary, SUMMARY_BYTES)}
-    left = ATTEMPT_BYTES - len(data[SUMMARY_KEY].encode())
+    if progress:
+        data[PROGRESS_KEY] = tail_bytes(progress, SUMMARY_BYTES)
+    left = ATTEMPT_BYTES - sum(len(v.encode()) for v in data.values())
     for position, (key, text) in enumerate(logs):
         share = min(LOG_BYTES, left // (len(logs) - position))
         data[key] = tail_bytes(text, share)

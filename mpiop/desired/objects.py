@@ -8,7 +8,8 @@ from typing import Any
 
 from mpiop import names
 from mpiop.api.v2beta1 import MPIJob
-from mpiop.desired import hostfile, hostnetwork, kubexec, ssh_config
+from mpiop.desired import hostfile, hostnetwork, kubexec, ssh_config, status_report
+from mpiop.desired.status_report import StatusEndpoint
 
 
 def ssh_secret(job: MPIJob, private_key: bytes, public_key: bytes) -> dict[str, Any]:
@@ -28,7 +29,7 @@ def ssh_secret(job: MPIJob, private_key: bytes, public_key: bytes) -> dict[str, 
 
 def config_map_data(job: MPIJob, running_worker_indexes: Iterable[int], cluster_domain: str = "",
                     ports: hostnetwork.Ports = hostnetwork.NO_PORTS, discover_hosts: bool = True,
-                    exec_launch: bool = False) -> dict[str, str]:
+                    exec_launch: bool = False, status_endpoint: StatusEndpoint | None = None) -> dict[str, str]:
     """The hostfile, discover_hosts.sh, with host-network ports the SSH client config naming them, and under exec
     launch mpirun's remote agent kubexec.sh.
 
@@ -43,17 +44,19 @@ def config_map_data(job: MPIJob, running_worker_indexes: Iterable[int], cluster_
         data[ssh_config.NAME] = ssh_config.render(job, ports, cluster_domain)
     if exec_launch:
         data[kubexec.SCRIPT_NAME] = kubexec.SCRIPT
+    data.update(status_report.config_map_data(job, status_endpoint))  # the CA of mpiop's status endpoint
     return data
 
 
 def config_map(job: MPIJob, running_worker_indexes: Iterable[int], cluster_domain: str = "",
                ports: hostnetwork.Ports = hostnetwork.NO_PORTS, discover_hosts: bool = True,
-               exec_launch: bool = False) -> dict[str, Any]:
+               exec_launch: bool = False, status_endpoint: StatusEndpoint | None = None) -> dict[str, Any]:
     return {
         "apiVersion": "v1",
         "kind": "ConfigMap",
         "metadata": names.owned_metadata(job, names.config_map_name(job), names.supporting_labels(job)),
-        "data": config_map_data(job, running_worker_indexes, cluster_domain, ports, discover_hosts, exec_launch),
+        "data": config_map_data(job, running_worker_indexes, cluster_domain, ports, discover_hosts, exec_launch,
+                                status_endpoint),
     }
 
 

@@ -14,7 +14,7 @@ from typing import Any
 
 from mpiop import names
 from mpiop.api.v2beta1 import DEFAULT_SSH_AUTH_MOUNT_PATH, MPIJob, ReplicaSpec
-from mpiop.desired import affinity, env, hostnetwork, kubexec, launch, presets, ssh_config
+from mpiop.desired import affinity, env, hostnetwork, kubexec, launch, presets, ssh_config, status_report
 from mpiop.desired.settings import DEFAULT_SETTINGS, Settings
 
 SSH_VOLUME = "ssh-auth"
@@ -137,6 +137,7 @@ def worker_pod(job: MPIJob, index: int, attempt: int, cluster_domain: str = "",
         main["command"] = list(WORKER_DEFAULT_COMMAND) + (["-p", str(ssh_port)] if ssh_port is not None else [])
     framework = presets.presets(job, cluster_domain, _master_port(job, ports))
     main["env"] = env.merge_env(main.get("env"), env.worker_env(ssh_port) + framework)
+    status_report.add_to_pod(pod, job, settings.status_endpoint)
     return pod
 
 
@@ -159,6 +160,8 @@ def launcher_pod(job: MPIJob, attempt: int, cluster_domain: str = "",
         added += kubexec.agent_env(job, attempt)
     if ssh_port is not None:
         added.append({"name": hostnetwork.SSH_PORT_ENV, "value": str(ssh_port)})
-    added += env.framework_env(job, cluster_domain, _master_port(job, ports))
+    added += env.framework_env(job, cluster_domain, _master_port(job, ports),
+                               status_report.forwarded(job, settings.status_endpoint))
     main["env"] = env.merge_env(main.get("env"), added)
+    status_report.add_to_pod(pod, job, settings.status_endpoint)
     return pod

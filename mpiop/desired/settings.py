@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from mpiop.desired.hostnetwork import DEFAULT_PORT_RANGE, PortRange
 from mpiop.desired.launch import DEFAULT_KUBECTL_IMAGE, LaunchMode
 from mpiop.desired.podgroup import GangScheduler
+from mpiop.desired.status_report import StatusEndpoint
 
 
 @dataclass(frozen=True)
@@ -26,6 +27,8 @@ class Settings:
     kubectl_image: str = DEFAULT_KUBECTL_IMAGE  # --kubectl-image: where exec launchers get kubectl from
     # --kubectl-image-grace-seconds: how long an exec job waits for that image to be pulled before it fails
     kubectl_image_grace_seconds: int = 300
+    # mpiop's status endpoint and its CA, for the pods to report progress to; None: --no-status-endpoint
+    status_endpoint: StatusEndpoint | None = None
 
 
 DEFAULT_SETTINGS = Settings()

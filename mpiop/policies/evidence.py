@@ -1,29 +1,35 @@
 """Evidence: a failed attempt's logs are saved before its pods go, so a restart does not erase why it failed.
 
-When this pass fails an attempt (a restart or the final failure: status.lastFailure is new), the reconciler
-reads the logs named here and, before it deletes the attempt's pods, saves them in ConfigMap
-`<job>-attempt-<n>` (desired/evidence bounds their size): the launcher's (mpirun's account of the failure)
-and each failed or disrupted pod's, and the pod the failure blames: when the launcher's failure is seen before
-the dead worker's, the worker still looks alive, and only mpirun's log (status/failure_report) names it. A pod
-whose containers never started is recorded as such. The last `keep` of a job's attempt ConfigMaps stay; older
-ones are deleted, and all go with the job (owner reference).
+When this pass fails an attempt (a restart or the final failure: status.lastFailure is new), the reconciler reads
+the logs named here and, before it deletes the attempt's pods, saves them in ConfigMap `<job>-attempt-<n>`
+(desired/evidence bounds their size): the launcher's (mpirun's account of the failure) and each failed or disrupted
+pod's, and the pod the failure blames: when the launcher's failure is seen before the dead worker's, the worker
+still looks alive, and only mpirun's log (status/failure_report) names it. A pod whose containers never started is
+recorded as such. A stalled attempt (policies/stall) blames no rank: every worker's log is kept, and with any
+failure the job's last progress report (status.trainerStatus). The last `keep` of a job's attempt ConfigMaps stay;
+older ones are deleted, and all go with the job (owner reference).
 """
 
 from __future__ import annotations
+
+import json
 
 from mpiop import names, podstate
 from mpiop.api.v2beta1 import MPIJob
 from mpiop.plan import Evidence, LogSource, Observed, Plan
 from mpiop.policies.outcome import CONTINUE, Outcome
+from mpiop.status import conditions as c
 
 
-def log_sources(job: MPIJob, observed: Observed, attempt: int, blamed: str | None = None) -> list[LogSource]:
-    """The attempt's launcher, then its failed, restarted-in-place or disrupted workers and the `blamed` one, by
-    index."""
+def log_sources(job: MPIJob, observed: Observed, attempt: int, blamed: str | None = None,
+                every_worker: bool = False) -> list[LogSource]:
+    """The attempt's launcher, then its failed, restarted-in-place or disrupted workers and the `blamed` one (or,
+    `every_worker`, all of them: a stall blames no rank, any may be the one stuck), by index."""
     launcher = observed.launcher(job, attempt)
     workers = observed.workers(job, attempt)
     failed = [workers[i] for i in sorted(workers)
-              if podstate.phase(workers[i]) == "Failed" or podstate.container_failure(workers[i]) is not None
+              if every_worker or podstate.phase(workers[i]) == "Failed"
+              or podstate.container_failure(workers[i]) is not None
               or podstate.disruption(workers[i]) is not None or podstate.name(workers[i]) == blamed]
     return [_source(pod) for pod in ([launcher] if launcher is not None else []) + failed]
 
@@ -58,6 +64,10 @@ def apply(plan: Plan, job: MPIJob, observed: Observed, keep: int) -> Outcome:
     older = sorted((m for m in observed.attempt_config_maps if m["metadata"]["name"] != name),
                    key=_attempt_of, reverse=True)
     summary = (state.message or "") if state is not None else ""
-    plan.evidence = Evidence(name, failure.attempt, summary, log_sources(job, observed, failure.attempt, failure.pod),
-                             [m["metadata"]["name"] for m in older[max(keep - 1, 0):]])
+    stalled = failure.reason == c.STALLED_REASON
+    report = plan.status.trainer_status
+    plan.evidence = Evidence(name, failure.attempt, summary,
+                             log_sources(job, observed, failure.attempt, failure.pod, every_worker=stalled),
+                             [m["metadata"]["name"] for m in older[max(keep - 1, 0):]],
+                             progress=json.dumps(report.to_json()) if report is not None else "")
     return CONTINUE

@@ -26,7 +26,7 @@ from mpiop.api.v2beta1 import MPIJob
 from mpiop.plan import MESSAGE_LIMIT, Observed, Plan
 from mpiop.policies.outcome import CONTINUE, STOP, Outcome
 from mpiop.status import conditions as c
-from mpiop.status import failure_report, in_place, progress
+from mpiop.status import failure_report, in_place, milestones, progress
 from mpiop.status.failed import mark_failed
 
 
@@ -95,10 +95,11 @@ def restarted_in_place(plan: Plan, job: MPIJob, observed: Observed, now: dt.date
 
 
 def attempt_failed(plan: Plan, job: MPIJob, observed: Observed, now: dt.datetime,
-                   why: failure_report.Report | str, permanent: bool = False, disrupted: bool = False) -> None:
-    """The current attempt failed: restart the job, or fail it at backoffLimit. `why` is the failure report,
-    or a summary where no pod is to blame (an adopted job's launcher Job that failed). A `disrupted` attempt
-    (policies/disruption) restarts without spending backoffLimit."""
+                   why: failure_report.Report | str, permanent: bool = False, disrupted: bool = False,
+                   failed_reason: str = c.FAILED_REASON) -> None:
+    """The current attempt failed: restart the job, or fail it at backoffLimit (with `failed_reason`). `why` is
+    the failure report, or a summary where no pod is to blame (an adopted job's launcher Job that failed). A
+    `disrupted` attempt (policies/disruption) restarts without spending backoffLimit."""
     found = why if isinstance(why, failure_report.Report) else failure_report.summary_only(why)
     status = plan.status
     attempt = status.restart_count or 0
@@ -112,9 +113,10 @@ def attempt_failed(plan: Plan, job: MPIJob, observed: Observed, now: dt.datetime
     if not disrupted and (permanent or failures > limit):
         reached = "permanent exit code (restartPolicy ExitCode)" if permanent else f"backoffLimit {limit}"
         head = f"MPIJob {key} has failed ({reached} reached after {attempt} restarts)"
-        mark_failed(plan, c.FAILED_REASON, found.message(head, saved), now,
+        mark_failed(plan, failed_reason, found.message(head, saved), now,
                     event_message=found.message(head, saved, limit=MESSAGE_LIMIT))
         return
+    milestones.new_attempt(status)
     status.restart_count = attempt + 1
     status.disruption_restarts = disruptions or None
     status.attempt_start_time = now

@@ -21,6 +21,8 @@ FAILED_REASON = "MPIJobFailed"
 SUSPENDED_REASON = "MPIJobSuspended"
 RESUMED_REASON = "MPIJobResumed"
 DEADLINE_EXCEEDED_REASON = "DeadlineExceeded"
+# No progress reported within the job's progress deadline (policies/stall): the attempt's and the final reason.
+STALLED_REASON = "Stalled"
 # Containers restarted in place (restartPolicy OnFailure) passed backoffLimit: the Job controller's reason.
 BACKOFF_LIMIT_EXCEEDED_REASON = "BackoffLimitExceeded"
 CONTAINER_RESTARTED_REASON = "ContainerRestarted"  # a container failed and the kubelet restarts it in place

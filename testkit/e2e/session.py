@@ -20,6 +20,7 @@ import pytest
 from devcluster import images
 from devcluster.binaries import cache_dir
 from devcluster.node import Node
+from devcluster.nodehost import GATEWAY
 from mpiop import names
 from mpiop.api.v2beta1 import MPIJob
 from testkit.e2e.kube import MPIJOBS, Api, ApiError, is_true, wait_for
@@ -101,8 +102,9 @@ def operator_process(bare: E2E, *flags: str) -> Iterator[OperatorProcess]:
         # Development aid: run the operator from another checkout (e.g. `git archive HEAD`), not this tree.
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [source, os.environ.get("PYTHONPATH")]))
         cwd = Path(source)
+    # The status endpoint on the node's bridge, where the pods reach the host.
     operator = OperatorProcess(bare.node.kubeconfig, bare.node.workdir / "logs" / f"operator-{bare.ns}.log",
-                               ["--namespace", bare.ns, *flags], env=env, cwd=cwd)
+                               ["--namespace", bare.ns, *flags], env=env, cwd=cwd, status_host=GATEWAY)
     operator.start()
 
     def tail(lines: int) -> str:

@@ -12,6 +12,7 @@ from testkit.e2e.kube import PODS, wait_for
 from testkit.e2e.session import E2E, REPORT
 
 SCRIPT = Path(__file__).resolve().parents[2] / "examples" / "pytorch" / "train_ddp.py"
+PROGRESS_CLIENT = SCRIPT.parents[2] / "mpiop" / "progress_client.py"  # copied beside the script, as a user would
 MOUNT = "/opt/train"
 RANKS = 4
 # mpirun as the SSH launcher starts it: once every worker's sshd answers, as root.
@@ -25,7 +26,7 @@ IDENTITY = re.compile(r"^rank (\d+)/(\d+) local (\d+)/(\S+) on (\S+): MASTER_ADD
 
 def script_config_map() -> dict[str, Any]:
     return {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "train-ddp"},
-            "data": {"train_ddp.py": SCRIPT.read_text()}}
+            "data": {"train_ddp.py": SCRIPT.read_text(), "progress_client.py": PROGRESS_CLIENT.read_text()}}
 
 
 def with_script(pod_spec: dict[str, Any]) -> dict[str, Any]:

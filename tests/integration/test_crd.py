@@ -70,12 +70,17 @@ async def test_get_shows_printer_columns(control_plane: ControlPlane, kube: Kube
             {"type": "Running", "status": "True", "reason": "MPIJobRunning"},
         ],
         "replicaStatuses": {"Launcher": {"active": 1}, "Worker": {"active": 2, "ready": 2}},
+        "trainerStatus": {"progressPercentage": 40, "estimatedRemainingSeconds": 95,
+                          "lastUpdatedTime": "2026-11-26T15:00:00Z"},
     }
     await kube.patch(MPIJOBS, namespace, "columns", {"status": status}, subresource="status")
     out = await kubectl(control_plane, "get", "mpij", "-n", namespace)
     header, row = out.strip().splitlines()
-    assert header.split() == ["NAME", "STATE", "WORKERS", "READY", "AGE"]
-    assert row.split()[:4] == ["columns", "Running", "2", "2"]
+    assert header.split() == ["NAME", "STATE", "WORKERS", "READY", "PROGRESS", "ETA", "AGE"]
+    assert row.split()[:6] == ["columns", "Running", "2", "2", "40", "95"]
+    wide = (await kubectl(control_plane, "get", "mpij", "-n", namespace, "-o", "wide")).strip().splitlines()[0]
+    for column in ("SCHEDULED", "RANKS RUNNING", "FIRST PROGRESS", "LAST PROGRESS"):  # the attempt's milestones
+        assert column in wide, wide
     # The categories put MPIJobs into `kubectl get all` and `kubectl get kubeflow`.
     listed = await kubectl(control_plane, "get", "kubeflow", "-o", "name", "-n", namespace)
     assert "mpijob.kubeflow.org/columns" in listed

@@ -87,7 +87,7 @@ BASE_OBJECTS = {
     "namespace/mpiop-system", "customresourcedefinition.apiextensions.k8s.io/mpijobs.kubeflow.org",
     "serviceaccount/mpiop", "clusterrole.rbac.authorization.k8s.io/mpiop",
     "clusterrolebinding.rbac.authorization.k8s.io/mpiop", "role.rbac.authorization.k8s.io/mpiop-leader-election",
-    "rolebinding.rbac.authorization.k8s.io/mpiop-leader-election", "service/mpiop-metrics",
+    "rolebinding.rbac.authorization.k8s.io/mpiop-leader-election", "service/mpiop-metrics", "service/mpiop-status",
     "deployment.apps/mpiop", "poddisruptionbudget.policy/mpiop",
 }
 
@@ -126,11 +126,13 @@ def test_helm_chart_passes_a_server_side_dry_run(control_plane: ControlPlane, sy
         assert "--no-gpu-layout" in args  # a Role cannot grant nodes: no Node informer
         lease_rules = next(o for o in objects if o["metadata"]["name"] == "mpiop-leader-election")["rules"]
         assert lease_rules[1]["resourceNames"] == ["other"] and "--leader-elect-id=other" in args
+        assert "--no-status-endpoint" in args, "a namespaced Role cannot grant tokenreviews"
     else:
         assert "--no-gpu-layout" not in args
     if "leaderElection.enabled=false" in values:
         assert "--leader-elect" not in args and "--metrics-addr=0" in args
-        assert not {"PodDisruptionBudget", "Service"} & kinds and "Namespace" in kinds
+        services = {o["metadata"]["name"] for o in objects if o["kind"] == "Service"}
+        assert "PodDisruptionBudget" not in kinds and services == {"mpiop-status"} and "Namespace" in kinds
     if "metrics.serviceMonitor.enabled=true" in values:
         assert {"ServiceMonitor", "PrometheusRule", "ConfigMap"} <= kinds
         assert "--log-format=console" in args and "--workers=16" in args

@@ -96,8 +96,9 @@ async def test_oom_killed_worker(control_plane: ControlPlane, cluster: Cluster, 
                                             "exitCode": 137, "node": "node-c", "ranks": "4-7", "attempt": 0,
                                             "time": job["status"]["lastFailure"]["time"]}
     wide = _show(control_plane, cluster, "oom").splitlines()
-    assert wide[0].split() == ["NAME", "STATE", "WORKERS", "READY", "AGE", "RESTARTS", "LAST", "FAILURE", "FAILED",
-                               "POD", "ATTEMPT", "AGE", "EXCLUDED", "NODES"]
+    assert wide[0].split() == ["NAME", "STATE", "WORKERS", "READY", "PROGRESS", "ETA", "AGE", "RESTARTS", "LAST",
+                               "FAILURE", "FAILED", "POD", "ATTEMPT", "AGE", "EXCLUDED", "NODES", "SCHEDULED", "RANKS",
+                               "RUNNING", "FIRST", "PROGRESS", "LAST", "PROGRESS"]
     assert wide[1].split()[:2] == ["oom", "Restarting"] and wide[1].split()[5:8] == ["1", "OOMKilled", "oom-worker-1"]
 
 

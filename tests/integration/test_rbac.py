@@ -1,16 +1,16 @@
 """deploy/'s RBAC is sufficient and minimal, shown with the real apiserver's authorizer.
 
-The ServiceAccount, ClusterRole(+Binding) and leader-election Role(+Binding) are applied from deploy/base; a
-token is minted for the ServiceAccount (TokenRequest) and the operator runs in-process on that token alone,
-leader election included, through a whole job life: creation, suspended and resumed twice as Kueue would
-(the second Suspended Event bumps the first one's count), two failed attempts (whose launchers' logs are read
-for the failure report and saved, the second's ConfigMap replacing the first's under --kept-attempts 1; the
-first launcher's node is gone, so it is read and excluded) and
-restarts, Running, success, clean-up of the workers, deletion by ttlSecondsAfterFinished, and the lease's
-release at shutdown; beside it, a job kubeflow's operator left with a failed worker is taken over and
-restarted (its objects claimed, its launcher Job deleted), and a job stating its total GPUs is laid out on a GPU
-node (the Node informer's list and watch, the job's patch). Every request it sends is recorded as the (verb,
-group, resource, name) the authorizer sees and compared with the rules both ways.
+The ServiceAccount, ClusterRole(+Binding) and leader-election Role(+Binding) are applied from deploy/base; a token
+is minted for the ServiceAccount (TokenRequest) and the operator runs in-process on that token alone, leader
+election included, through a whole job life: creation, suspended and resumed twice as Kueue would (the second
+Suspended Event bumps the first one's count), two failed attempts (whose launchers' logs are read for the failure
+report and saved, the second's ConfigMap replacing the first's under --kept-attempts 1; the first launcher's node
+is gone, so it is read and excluded) and restarts, a progress token reviewed as the status endpoint does, Running,
+success, clean-up of the workers, deletion by ttlSecondsAfterFinished, and the lease's release at shutdown; beside
+it, a job kubeflow's operator left with a failed worker is taken over and restarted (its objects claimed, its
+launcher Job deleted), and a job stating its total GPUs is laid out on a GPU node (the Node informer's list and
+watch, the job's patch). Every request it sends is recorded as the (verb, group, resource, name) the authorizer
+sees and compared with the rules both ways.
 """
 
 from __future__ import annotations
@@ -27,6 +27,7 @@ import pytest
 from devcluster.controlplane import ControlPlane
 from mpiop.api.raw import JSON
 from mpiop.controller.manager import Manager, ManagerConfig
+from mpiop.controller.status_endpoint import TokenReviews
 from mpiop.desired.settings import Settings
 from mpiop.kube.client import BATCH_JOBS, MPIJOBS, NODES, PODS, ApiError, KubeClient
 from mpiop.leader import LEASES, ElectionConfig, LeaderElector
@@ -37,7 +38,7 @@ from testkit.mpijobs import make_mpijob
 from testkit.namespaces import create_namespace, delete_namespace
 from testkit.nodes import gpu_node
 from testkit.operator import Cluster, drive_to_success, eventually, mpijob
-from testkit.rbac import Request, allows, applied, recorder, rules, service_account_kubeconfig
+from testkit.rbac import Request, allows, applied, pod_token, recorder, rules, service_account_kubeconfig
 
 LEASE = "mpiop"
 RBAC_KINDS = ("ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding")
@@ -91,6 +92,13 @@ async def fail_attempt(cluster: Cluster, name: str, attempt: int = 0) -> str:
     return f"{name}-launcher-{attempt + 1}"
 
 
+async def review_a_pods_token(cluster: Cluster, client: KubeClient, name: str) -> None:
+    """The status endpoint's one request (`tokenreviews create`): a TokenReview of a pod's progress token."""
+    pod = await eventually(lambda: cluster.pod(f"{name}-worker-0"), what=f"{name}-worker-0")
+    who = await TokenReviews(client).review(await pod_token(cluster.kube, cluster.ns, pod))
+    assert (who.namespace, who.pod_name) == (cluster.ns, f"{name}-worker-0")
+
+
 async def suspend_and_resume(cluster: Cluster, name: str) -> None:
     """Suspend a job whose pods exist (they go), then resume it."""
     wanted = {f"{name}-launcher", f"{name}-worker-0"}
@@ -136,6 +144,7 @@ async def lifecycle(kube: KubeClient, token_kubeconfig: str, mpijob_crd: None) -
             await asyncio.wait_for(elector.leading.wait(), 30)
             await asyncio.wait_for(manager.synced.wait(), 30)
             await cluster.create_job(mpijob("life", workers=1, run_policy={"ttlSecondsAfterFinished": 5}))
+            await review_a_pods_token(cluster, main, "life")
             await cluster.create_job(make_mpijob("total").total_gpus(8).pod_spec(
                 "Worker", nodeSelector={"kubernetes.io/hostname": GPU_NODE},
                 tolerations=[{"operator": "Exists"}]).manifest())

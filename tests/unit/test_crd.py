@@ -108,15 +108,22 @@ def test_names_columns_and_subresources() -> None:
         "State": ".status.conditions[-1:].type",
         "Workers": ".spec.mpiReplicaSpecs.Worker.replicas",
         "Ready": ".status.replicaStatuses.Worker.ready",
+        "Progress": ".status.trainerStatus.progressPercentage",
+        "ETA": ".status.trainerStatus.estimatedRemainingSeconds",
         "Age": ".metadata.creationTimestamp",
         "Restarts": ".status.restartCount",
         "Last Failure": ".status.lastFailure.reason",
         "Failed Pod": ".status.lastFailure.pod",
         "Attempt Age": ".status.attemptStartTime",
         "Excluded Nodes": ".status.excludedNodes",
+        "Scheduled": ".status.scheduledTime",
+        "Ranks Running": ".status.ranksRunningTime",
+        "First Progress": ".status.firstProgressTime",
+        "Last Progress": ".status.trainerStatus.lastUpdatedTime",
     }
     wide_only = {c["name"] for c in version["additionalPrinterColumns"] if c.get("priority") == 1}
-    assert wide_only == {"Restarts", "Last Failure", "Failed Pod", "Attempt Age", "Excluded Nodes"}, (
+    assert wide_only == {"Restarts", "Last Failure", "Failed Pod", "Attempt Age", "Excluded Nodes", "Scheduled",
+                         "Ranks Running", "First Progress", "Last Progress"}, (
         "`-o wide` shows them")
 
 

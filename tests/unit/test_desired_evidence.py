@@ -59,3 +59,10 @@ def test_the_operators_cache_keeps_an_attempts_config_map_by_name_only() -> None
                                                              "controller": True}]}}
     hostfile = objects.config_map(JOB, [])
     assert trim_config_map(hostfile)["data"] == hostfile["data"]
+
+
+def test_the_last_progress_report_is_kept_beside_the_logs() -> None:
+    data = evidence.config_map(JOB, 0, "stalled", [("pi-launcher.main.log", "a\n")],
+                               progress='{"progressPercentage":40}')["data"]
+    assert data == {"failure": "stalled", "progress.json": '{"progressPercentage":40}', "pi-launcher.main.log": "a\n"}
+    assert "progress.json" not in evidence.config_map(JOB, 0, "failed", [])["data"]

@@ -75,10 +75,15 @@ def test_status_names_state_attempt_nodes_milestones_and_the_last_failure() -> N
 
 
 def test_status_shows_reported_progress_whatever_its_shape() -> None:
+    """The raw trainerStatus, fields this version does not know (`step`) included, flattened."""
     raw = restarted_once()
-    raw["status"]["trainerStatus"] = {"step": 120, "metrics": {"loss": 0.42}, "lastReportTime": "T"}
+    raw["status"]["trainerStatus"] = {"progressPercentage": 40, "step": 120,
+                                      "metrics": [{"name": "loss", "value": "0.42"}],
+                                      "lastUpdatedTime": "2026-11-26T15:00:00Z"}
     out = status_text(raw, [], NOW)
-    assert "Progress:\n  step: 120\n  metrics.loss: 0.42\n  lastReportTime: T\n" in out
+    assert "Progress:\n  progressPercentage: 40\n  step: 120\n" in out
+    assert "lastUpdatedTime: 2026-11-26T15:00:00Z" in out
+    assert "loss" in out and "0.42" in out
 
 
 @pytest.mark.parametrize(("saved", "expected"), [

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
-from mpiop.api.v2beta1 import MPIJob
+from mpiop.api.v2beta1 import MPIJob, TrainerStatus
 from mpiop.decide import decide
 from mpiop.desired.settings import Settings
 from mpiop.plan import Evidence, LogSource, Observed
@@ -143,3 +145,19 @@ def test_the_config_maps_number_is_the_attempts_everywhere() -> None:
     assert (launcher["metadata"]["name"], launcher["metadata"]["labels"]["mpiop.kubeflow.org/attempt"]) == (
         "pi-launcher-1", "1")
     assert plan.evidence.logs[0].pod == "pi-launcher-1"
+
+
+def test_a_stalled_attempt_saves_every_rank_and_the_last_report() -> None:
+    """A stall blames no pod: the launcher's and every worker's log, and the last progress report."""
+    report = TrainerStatus(progress_percentage=40, last_updated_time=at(20))
+    job = (base().annotation("mpiop.kubeflow.org/progress-deadline-seconds", "30")
+           .status(ranks_running_time=at(10), trainer_status=report).obj())
+    pods = [make_pod(job, "launcher").running().started().on_node("n1"),
+            *(make_pod(job, "worker", i).running().started().on_node("n1") for i in range(3))]
+    found = evidence_of(job, pods)
+    assert found is not None
+    assert [(s.pod, s.container, s.previous) for s in found.logs] == [
+        ("pi-launcher", "main", False), ("pi-worker-0", "main", False), ("pi-worker-1", "main", False),
+        ("pi-worker-2", "main", False)]
+    assert json.loads(found.progress) == {"progressPercentage": 40, "lastUpdatedTime": "2024-05-01T12:00:20Z"}
+    assert "no progress for 80s" in found.summary

@@ -57,6 +57,11 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
   resources: [pods/log]
   verbs: [get]
 {{- if eq .Values.watchNamespace "" }}
+# The status endpoint: whose is the token a pod posts its progress with (a TokenReview, audience mpiop.kubeflow.org).
+# Cluster-scoped: under watchNamespace the endpoint is off (--no-status-endpoint).
+- apiGroups: [authentication.k8s.io]
+  resources: [tokenreviews]
+  verbs: [create]
 # When an attempt fails, whether its pods' nodes are NotReady or deleted (then excluded); GPU nodes' shapes, to lay
 # out jobs that state their total GPUs (spec.gpus). Cluster-scoped: a namespaced Role cannot grant it, so under
 # watchNamespace nodes are not read (--no-gpu-layout) and only pod conditions count.

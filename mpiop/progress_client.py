@@ -1,0 +1,85 @@
+"""Report a training job's progress to mpiop, with nothing but the Python standard library.
+
+Copy this file into a training image, or `from mpiop.progress_client import ProgressReporter`. In a pod of an
+MPIJob, mpiop sets MPIOP_STATUS_URL (where to post), MPIOP_STATUS_TOKEN (the file holding the pod's token, which
+the kubelet renews) and MPIOP_STATUS_CA (the CA of mpiop's certificate); every rank sees them (mpirun passes them
+on). Outside such a pod (the variables unset) reporting does nothing, so the same script runs anywhere.
+
+    reporter = ProgressReporter(total_steps=1000)
+    for step in range(1000):
+        train_one_step()
+        reporter.step(step + 1, loss=f"{loss:.4f}")   # posts at most every `every` seconds, ETA estimated
+
+A failed post is printed to stderr and training goes on: progress is best effort. The body is Kubeflow
+Trainer's trainerStatus (KEP-2779), so a Trainer callback works once pointed at MPIOP_STATUS_URL.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import os
+import ssl
+import sys
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable
+from pathlib import Path
+
+URL_ENV, TOKEN_ENV, CA_ENV = "MPIOP_STATUS_URL", "MPIOP_STATUS_TOKEN", "MPIOP_STATUS_CA"
+
+
+def post_status(progress_percentage: int | None = None, estimated_remaining_seconds: int | None = None,
+                metrics: dict[str, object] | None = None, timeout: float = 5.0) -> int | None:
+    """Post one report; the HTTP status (202 accepted), or None when not in an MPIJob's pod or unreachable."""
+    url, token_path, ca_path = (os.environ.get(n) for n in (URL_ENV, TOKEN_ENV, CA_ENV))
+    if not url or not token_path:
+        return None
+    report: dict[str, object] = {"lastUpdatedTime": dt.datetime.now(dt.timezone.utc)  # noqa: UP017
+                                                    .strftime("%Y-%m-%dT%H:%M:%SZ")}  # (Python < 3.11 too)
+    if progress_percentage is not None:
+        report["progressPercentage"] = max(0, min(100, int(progress_percentage)))
+    if estimated_remaining_seconds is not None:
+        report["estimatedRemainingSeconds"] = max(0, int(estimated_remaining_seconds))
+    if metrics:
+        report["metrics"] = [{"name": str(k), "value": str(v)} for k, v in metrics.items()]
+    try:
+        token = Path(token_path).read_text().strip()  # read each time: the kubelet renews the token
+        request = urllib.request.Request(url, data=json.dumps({"trainerStatus": report}).encode(), method="POST",
+                                         headers={"Authorization": f"Bearer {token}",
+                                                  "Content-Type": "application/json"})
+        context = ssl.create_default_context(cafile=ca_path or None)
+        with urllib.request.urlopen(request, timeout=timeout, context=context) as response:
+            return int(response.status)
+    except urllib.error.HTTPError as error:
+        print(f"mpiop progress: refused ({error.code}): {error.read()[:300]!r}", file=sys.stderr)
+        return int(error.code)
+    except (OSError, ValueError) as error:
+        print(f"mpiop progress: not sent: {error}", file=sys.stderr)
+        return None
+
+
+class ProgressReporter:
+    """Steps done out of `total_steps`, posted at most every `every` seconds, with an ETA from the pace so far.
+
+    Only one rank need report (e.g. rank 0); more are harmless: mpiop keeps the last report of the job.
+    """
+
+    def __init__(self, total_steps: int, every: float = 10.0, clock: Callable[[], float] = time.monotonic) -> None:
+        self.total_steps = max(1, total_steps)
+        self.every = every
+        self.clock = clock
+        self.started = self.clock()
+        self.last_post: float | None = None
+
+    def step(self, done: int, force: bool = False, **metrics: object) -> int | None:
+        """Record `done` steps; post if `every` seconds passed since the last post (or `force`, or the last step)."""
+        now = self.clock()
+        if not force and done < self.total_steps and self.last_post is not None and now - self.last_post < self.every:
+            return None
+        self.last_post = now
+        elapsed = now - self.started
+        remaining = elapsed / done * (self.total_steps - done) if done > 0 else None
+        return post_status(int(100 * min(done, self.total_steps) / self.total_steps),
+                           None if remaining is None else round(remaining), metrics)

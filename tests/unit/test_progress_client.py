@@ -1,0 +1,59 @@
+"""mpiop/progress_client.py: the standard library only (users copy it into images), a no-op outside an MPIJob's
+pod, and posts paced by ProgressReporter."""
+
+from __future__ import annotations
+
+import ast
+import sys
+from pathlib import Path
+
+import pytest
+
+from mpiop import progress_client
+from mpiop.progress_client import ProgressReporter, post_status
+
+SOURCE = Path(progress_client.__file__)
+
+
+def test_it_imports_nothing_but_the_standard_library() -> None:
+    imported = set()
+    for node in ast.walk(ast.parse(SOURCE.read_text())):
+        if isinstance(node, ast.Import):
+            imported |= {alias.name.split(".")[0] for alias in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            imported.add(node.module.split(".")[0])
+    assert imported - {"__future__"} <= sys.stdlib_module_names, imported - set(sys.stdlib_module_names)
+
+
+def test_outside_an_mpijob_nothing_is_sent(monkeypatch: pytest.MonkeyPatch) -> None:
+    for name in ("MPIOP_STATUS_URL", "MPIOP_STATUS_TOKEN", "MPIOP_STATUS_CA"):
+        monkeypatch.delenv(name, raising=False)
+    assert post_status(50) is None
+
+
+def test_an_unreachable_endpoint_is_told_not_raised(monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
+                                                    capsys: pytest.CaptureFixture[str]) -> None:
+    (tmp_path / "token").write_text("t")
+    monkeypatch.setenv("MPIOP_STATUS_URL", "https://127.0.0.1:1/status")
+    monkeypatch.setenv("MPIOP_STATUS_TOKEN", str(tmp_path / "token"))
+    monkeypatch.delenv("MPIOP_STATUS_CA", raising=False)
+    assert post_status(50, timeout=2) is None
+    assert "mpiop progress: not sent:" in capsys.readouterr().err
+
+
+def test_the_reporter_paces_posts_and_estimates_the_eta(monkeypatch: pytest.MonkeyPatch) -> None:
+    sent: list[tuple[int | None, int | None, dict[str, object] | None]] = []
+
+    def record(p: int | None = None, e: int | None = None, m: dict[str, object] | None = None,
+               timeout: float = 5.0) -> int:
+        sent.append((p, e, m))
+        return 202
+
+    monkeypatch.setattr(progress_client, "post_status", record)
+    now = [0.0]
+    reporter = ProgressReporter(100, every=10, clock=lambda: now[0])
+    for done, at_seconds in ((10, 5.0), (20, 9.0), (30, 15.0), (40, 20.0), (100, 21.0)):
+        now[0] = at_seconds
+        reporter.step(done, loss="0.5")
+    # 10 steps in 5 s: 90 left take 45 s; 20 at 9 s is within 10 s of the last post; the last step always posts.
+    assert sent == [(10, 45, {"loss": "0.5"}), (30, 35, {"loss": "0.5"}), (100, 0, {"loss": "0.5"})]
