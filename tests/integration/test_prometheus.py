@@ -15,18 +15,22 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import datetime as dt
+import os
 import socket
+import subprocess
+import sys
 import time
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
 
 from devcluster.controlplane import ControlPlane, free_port
-from mpiop.kube.client import KubeClient, Resource
+from mpiop.kube.client import CONFIGMAPS, KubeClient, Resource
 from mpiop.leader import LEASES
 from testkit.operator import Cluster, drive_to_success, eventually, mpijob
 from testkit.process import OperatorProcess
 from testkit.prometheus import PrometheusServer, Series, dashboard_queries, finite, rules_with_for
+from testkit.rbac import pod_token
 
 FOR = "3s"
 POLL = 0.25
@@ -122,12 +126,35 @@ async def _admission_webhook(kube: KubeClient, manifest: dict[str, Any]) -> Asyn
         await kube.delete(WEBHOOKS, None, manifest["metadata"]["name"])
 
 
-async def _healthy_run(cluster: Cluster) -> None:
-    """One job restarts once (its worker OOM-killed), then succeeds."""
+async def _report_progress(cluster: Cluster, job: str, pod_name: str, tmp_path: Path) -> None:
+    """`pod_name` reports half its job done as a training program does: mpiop's stdlib client, with the URL of
+    the pod's environment, a token bound to the pod (what its projected volume holds) and the job's CA."""
+    pod = await cluster.pod(pod_name)
+    assert pod is not None
+    env = {e["name"]: e.get("value") for e in pod["spec"]["containers"][0].get("env") or []}
+    token, ca = tmp_path / f"{pod_name}.token", tmp_path / f"{job}-ca.crt"
+    token.write_text(await pod_token(cluster.kube, cluster.ns, pod))
+    ca.write_text((await cluster.kube.get(CONFIGMAPS, cluster.ns, f"{job}-config"))["data"]["mpiop-status-ca.crt"])
+    program = "from mpiop.progress_client import post_status; print(post_status(50, 60, {'loss': 0.25}))"
+    posted = await asyncio.to_thread(
+        subprocess.run, [sys.executable, "-c", program], capture_output=True, text=True, timeout=60, check=False,
+        env={**os.environ, "MPIOP_STATUS_URL": env["MPIOP_STATUS_URL"], "MPIOP_STATUS_TOKEN": str(token),
+             "MPIOP_STATUS_CA": str(ca)})
+    assert posted.stdout.strip() == "202", (posted.stdout, posted.stderr)
+
+    async def written() -> object:
+        return ((await cluster.job(job) or {}).get("status") or {}).get("trainerStatus")
+    await eventually(written, what=f"{job}'s progress in its status")
+
+
+async def _healthy_run(cluster: Cluster, tmp_path: Path) -> None:
+    """One job restarts once (its worker OOM-killed), reports its progress, then succeeds."""
     await cluster.create_job(mpijob("ok", workers=1, run_policy={"backoffLimit": 3}))
     await _pods_of(cluster, "ok-launcher", "ok-worker-0")
     await cluster.run_all(["ok-worker-0", "ok-launcher"])
     await _restart(cluster, "ok", 0)
+    await _pods_of(cluster, "ok-launcher-1", "ok-worker-0")
+    await _report_progress(cluster, "ok", "ok-worker-0", tmp_path)
     await drive_to_success(cluster, "ok", launcher="ok-launcher-1")
 
 
@@ -205,7 +232,8 @@ async def test_a_real_prometheus_scrapes_mpiop_and_fires_each_shipped_alert(
         print(line)
         prometheus_report.append(line)
 
-    election = [f"--namespace={cluster.ns}", "--workers=4", "--leader-elect", f"--leader-elect-namespace={cluster.ns}"]
+    election = [f"--namespace={cluster.ns}", "--workers=4", "--leader-elect", f"--leader-elect-namespace={cluster.ns}",
+                "--status-write-seconds=1"]
     leader = OperatorProcess(control_plane.kubeconfig, tmp_path / "leader.log", election)
     standby = OperatorProcess(control_plane.kubeconfig, tmp_path / "standby.log", election)
     rules, shipped_for = rules_with_for(FOR)
@@ -231,7 +259,7 @@ async def test_a_real_prometheus_scrapes_mpiop_and_fires_each_shipped_alert(
         async with AlertWatch(server).running() as watch:
             # A healthy run: no alert fires, and every dashboard query returns a series with a value.
             healthy = time.monotonic()
-            await _healthy_run(cluster)
+            await _healthy_run(cluster, tmp_path)
             await asyncio.sleep(QUIET_AFTER_HEALTHY)
             quiet = time.monotonic() - healthy
             assert not watch.firing_at, f"alerts fired on a healthy run: {watch.firing_at}"
