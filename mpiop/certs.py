@@ -67,6 +67,8 @@ class Certificates:
                                                  key_encipherment=False, data_encipherment=False, key_agreement=False,
                                                  key_cert_sign=True, crl_sign=True, encipher_only=False,
                                                  decipher_only=False), critical=True)
+                    .add_extension(x509.SubjectKeyIdentifier.from_public_key(self._ca_key.public_key()),
+                                   critical=False)
                     .sign(self._ca_key, hashes.SHA256()))
         self.ca_pem = _pem(self._ca)
         self.context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
@@ -84,6 +86,11 @@ class Certificates:
                 .not_valid_before(now - dt.timedelta(minutes=5)).not_valid_after(self.not_after)
                 .add_extension(x509.SubjectAlternativeName(_names(self.hosts)), critical=False)
                 .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
+                # Strict verification (Python 3.13's default context: VERIFY_X509_STRICT) refuses a certificate
+                # without the key identifiers that link it to its CA.
+                .add_extension(x509.SubjectKeyIdentifier.from_public_key(key.public_key()), critical=False)
+                .add_extension(x509.AuthorityKeyIdentifier.from_issuer_public_key(self._ca_key.public_key()),
+                               critical=False)
                 .sign(self._ca_key, hashes.SHA256()))
         self.serving_pem = _pem(cert)
         with tempfile.TemporaryDirectory() as scratch:  # ssl loads chains from files only

@@ -33,3 +33,31 @@ def test_renewed_at_two_thirds_of_its_life_from_the_same_ca() -> None:
     assert certs.serving_pem != first and certs.ca_pem == ca
     renewed = x509.load_pem_x509_certificate(certs.serving_pem.encode())
     renewed.verify_directly_issued_by(x509.load_pem_x509_certificate(ca.encode()))
+
+
+def test_a_strict_client_accepts_the_serving_certificate() -> None:
+    """Python 3.13's default client context verifies strictly (VERIFY_X509_STRICT), as trixie's image's python
+    does: a serving certificate without key identifiers fails there with 'Missing Authority Key Identifier'.
+    The handshake runs in memory (two BIO pairs), server and client as the endpoint and a pod have them."""
+    certs = Certificates(["127.0.0.1"], now=dt.datetime.now(dt.UTC))
+    client_context = ssl.create_default_context(cadata=certs.ca_pem)
+    client_context.verify_flags |= ssl.VERIFY_X509_STRICT
+    to_server, to_client = ssl.MemoryBIO(), ssl.MemoryBIO()
+    from_server, from_client = ssl.MemoryBIO(), ssl.MemoryBIO()
+    server = certs.context.wrap_bio(to_server, from_server, server_side=True)
+    client = client_context.wrap_bio(to_client, from_client, server_hostname="127.0.0.1")
+    done = {"server": False, "client": False}
+    for _ in range(10):
+        for side, tls in (("client", client), ("server", server)):
+            if not done[side]:
+                try:
+                    tls.do_handshake()
+                    done[side] = True
+                except ssl.SSLWantReadError:
+                    pass
+        to_server.write(from_client.read())
+        to_client.write(from_server.read())
+        if all(done.values()):
+            break
+    assert all(done.values()), done
+    assert client.getpeercert() is not None
