@@ -151,22 +151,30 @@ def go_binary_name(package: str) -> str:
     return parts[-2] if re.fullmatch(r"v\d+", parts[-1]) and len(parts) > 1 else parts[-1]
 
 
-def _build_in_wrapper(root: Path, commands: dict[str, str], *, what: str, ldflags: str,
-                      write_module: Callable[[Path], None]) -> Path:
+def _prepare_wrapper(root: Path, *, what: str, write_module: Callable[[Path], None], tidy: bool = True) -> Path:
+    """`root/gomod`, written (and tidied) once; its go.sum is written last, so it marks a finished module."""
+    workdir = root / "gomod"
+    if not (workdir / "go.sum").is_file():
+        report(f"preparing the Go wrapper module for {what} in {workdir}")
+        write_module(workdir)
+        if tidy:
+            _run_go(["mod", "tidy"], workdir)
+    return workdir
+
+
+def build_in_wrapper(root: Path, commands: dict[str, str], *, what: str, ldflags: str,
+                     write_module: Callable[[Path], None], tidy: bool = True) -> Path:
     """Build `commands` (binary name -> Go package) in the wrapper module `root/gomod` into `root/bin`.
 
     For Go modules whose go.mod has replace directives, which `go install module@version` refuses: the
-    wrapper requires the module instead, so its replaces are ignored and its required versions used."""
+    wrapper requires the module instead, so its replaces are ignored and its required versions used.
+    `tidy=False`: `write_module` writes a go.sum itself, and `go build -mod=mod` adds what is missing."""
     bin_dir = root / "bin"
     with build_lock(root):
         missing = [c for c in sorted(commands) if not (bin_dir / c).is_file()]
         if not missing:
             return bin_dir
-        workdir = root / "gomod"
-        if not (workdir / "go.sum").is_file():
-            report(f"preparing the Go wrapper module for {what} in {workdir}")
-            write_module(workdir)
-            _run_go(["mod", "tidy"], workdir)
+        workdir = _prepare_wrapper(root, what=what, write_module=write_module, tidy=tidy)
         report(f"building {', '.join(missing)} ({what}; first time only, minutes on 2 cores)")
         staging_out = root / "bin.partial"
         staging_out.mkdir(parents=True, exist_ok=True)
@@ -191,21 +199,29 @@ def version_ldflags(version: str) -> str:
     return " ".join(flags)
 
 
+def _write_kubernetes_module(workdir: Path, version: str) -> None:
+    workdir.mkdir(parents=True, exist_ok=True)
+    (workdir / "go.mod").write_text("module mpiop.local/kubebins\n\ngo 1.24.0\n")  # for `go mod download`
+    staging = staging_version(version)
+    write_wrapper_module(workdir, "mpiop.local/kubebins", f"k8s.io/kubernetes {version}", KUBE_COMMANDS.values(),
+                         [f"{m} => {m} {staging}" for m in _staging_replaces(version, workdir)])
+
+
 def build_kubernetes(commands: Iterable[str], version: str = KUBERNETES_VERSION) -> Path:
     """Build the named commands of k8s.io/kubernetes@version into the cache; return the bin dir.
 
     Its wrapper module pins every k8s.io staging module to its v0.Y.Z tag, as scheduler-plugins does."""
-    def write_module(workdir: Path) -> None:
-        workdir.mkdir(parents=True, exist_ok=True)
-        (workdir / "go.mod").write_text("module mpiop.local/kubebins\n\ngo 1.24.0\n")  # for `go mod download`
-        staging = staging_version(version)
-        write_wrapper_module(workdir, "mpiop.local/kubebins", f"k8s.io/kubernetes {version}",
-                             KUBE_COMMANDS.values(),
-                             [f"{m} => {m} {staging}" for m in _staging_replaces(version, workdir)])
+    return build_in_wrapper(kube_bin_dir(version).parent, {c: KUBE_COMMANDS[c] for c in commands},
+                            what=f"Kubernetes {version}", ldflags=version_ldflags(version),
+                            write_module=lambda workdir: _write_kubernetes_module(workdir, version))
 
-    return _build_in_wrapper(kube_bin_dir(version).parent, {c: KUBE_COMMANDS[c] for c in commands},
-                             what=f"Kubernetes {version}", ldflags=version_ldflags(version),
-                             write_module=write_module)
+
+def kubernetes_module(version: str = KUBERNETES_VERSION) -> Path:
+    """The Kubernetes binaries' wrapper module directory (go.mod and go.sum), prepared if it is not yet."""
+    root = kube_bin_dir(version).parent
+    with build_lock(root):
+        return _prepare_wrapper(root, what=f"Kubernetes {version}",
+                                write_module=lambda workdir: _write_kubernetes_module(workdir, version))
 
 
 def go_install(package: str, version: str, bin_dir: Path, binary: str, *, what: str,
@@ -213,7 +229,7 @@ def go_install(package: str, version: str, bin_dir: Path, binary: str, *, what: 
     """`go install package@version` into `bin_dir` once (under a build lock); the built `binary`.
 
     For modules without replace directives (CoreDNS, KWOK); Kubernetes and etcd need a wrapper module
-    (`_build_in_wrapper`). `binary` is the installed file's name (the package's last element).
+    (`build_in_wrapper`). `binary` is the installed file's name (the package's last element).
     """
     with build_lock(bin_dir.parent):
         if (bin_dir / binary).is_file():
@@ -247,8 +263,8 @@ def build_etcd(version: str = ETCD_VERSION) -> Path:
     def write_module(workdir: Path) -> None:
         write_wrapper_module(workdir, "mpiop.local/etcdbin", f"{ETCD_PACKAGE} {version}", [ETCD_PACKAGE])
 
-    return _build_in_wrapper(etcd_dir(version), {"etcd": ETCD_PACKAGE}, what=f"etcd {version}",
-                             ldflags=etcd_ldflags(version), write_module=write_module) / "etcd"
+    return build_in_wrapper(etcd_dir(version), {"etcd": ETCD_PACKAGE}, what=f"etcd {version}",
+                            ldflags=etcd_ldflags(version), write_module=write_module) / "etcd"
 
 
 # KWOK's own default Stages of the pinned release (node-initialize, node heartbeat with a Lease, pod-ready,

@@ -14,10 +14,11 @@ ETCD_VERSION = "v3.6.16"
 # Stages instead of containers. v0.8.0 is built with client-go v0.36, which speaks to a v1.34 apiserver.
 KWOK_VERSION = "v0.8.0"
 
-# Gang scheduling: scheduler-plugins' kube-scheduler with the Coscheduling plugin (and its PodGroup CRD), built
-# on Kubernetes v1.33 (one minor behind the apiserver, within the supported skew). Volcano's PodGroup API of
-# that release, whose CRD controller-gen generates from the module's Go types (the module ships none).
-SCHEDULER_PLUGINS_VERSION = "v0.33.5"
+# Gang scheduling: scheduler-plugins' kube-scheduler with the Coscheduling plugin (and its PodGroup CRD): the
+# release for Kubernetes v1.34, built on the pinned KUBERNETES_VERSION itself (devcluster/coscheduler.py), so
+# it shares the Kubernetes binaries' compiled packages. Volcano's PodGroup API of that release, whose CRD
+# controller-gen generates from the module's Go types (the module ships none).
+SCHEDULER_PLUGINS_VERSION = "v0.34.7"
 VOLCANO_APIS_VERSION = "v1.12.1"
 CONTROLLER_TOOLS_VERSION = "v0.17.3"
 

@@ -1,6 +1,6 @@
 import pytest
 
-from devcluster import binaries
+from devcluster import binaries, coscheduler
 from devcluster.versions import ETCD_VERSION, KUBERNETES_VERSION, staging_version
 
 
@@ -88,3 +88,30 @@ def test_the_etcd_wrapper_module_requires_the_server_module_without_its_replaces
     go_mod = (tmp_path / "go.mod").read_text()
     assert f"require go.etcd.io/etcd/server/v3 {ETCD_VERSION}" in go_mod and "replace" not in go_mod
     assert '_ "go.etcd.io/etcd/server/v3"' in (tmp_path / "tools.go").read_text()
+
+
+KUBEBINS_GO_MOD = """module mpiop.local/kubebins
+
+go 1.24.0
+
+require k8s.io/kubernetes v1.34.4
+
+require (
+\tgithub.com/go-logr/logr v1.4.2 // indirect
+\tgolang.org/x/net v0.38.0 // indirect
+)
+
+replace k8s.io/api => k8s.io/api v0.34.4
+"""
+
+
+def test_the_coscheduler_module_pins_every_module_of_the_kubernetes_binaries_to_their_version() -> None:
+    go_mod = coscheduler.coscheduler_go_mod(KUBEBINS_GO_MOD, "v0.34.7")
+    assert "require sigs.k8s.io/scheduler-plugins v0.34.7" in go_mod
+    for pin in ("k8s.io/kubernetes => k8s.io/kubernetes v1.34.4", "k8s.io/api => k8s.io/api v0.34.4",
+                "github.com/go-logr/logr => github.com/go-logr/logr v1.4.2",
+                "golang.org/x/net => golang.org/x/net v0.38.0"):
+        assert f"\t{pin}\n" in go_mod
+    assert coscheduler.pinned_versions(KUBEBINS_GO_MOD) == {
+        "k8s.io/kubernetes": "v1.34.4", "k8s.io/api": "v0.34.4", "github.com/go-logr/logr": "v1.4.2",
+        "golang.org/x/net": "v0.38.0"}
