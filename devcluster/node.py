@@ -37,7 +37,7 @@ from typing import IO
 
 import yaml
 
-from devcluster import binaries, images, nodeparts, oci
+from devcluster import binaries, diskspace, images, nodeparts, oci
 from devcluster.binaries import cache_dir
 from devcluster.controlplane import Component, ControlPlane, ControlPlaneError, free_port
 from devcluster.nodehost import (
@@ -106,6 +106,7 @@ class Node:
     # -- bring-up ---------------------------------------------------------------------------------------
     def start(self, timeout: float = 300.0) -> None:
         begin = time.monotonic()
+        diskspace.require_free(cache_dir() / "e2e", diskspace.NODE_START_BYTES, "starting the e2e node")
         self._take_lock()
         try:
             self._start(timeout)
@@ -239,7 +240,12 @@ class Node:
             fields = line.split()
             if len(fields) >= 3:
                 present[fields[0]] = fields[2]
-        for image in wanted:
+        ordered: list[oci.Image] = []
+        for image in wanted:  # an archive that leaves its base's layers out is taken once containerd has them
+            for needed in (image.base, image):
+                if needed is not None and needed not in ordered:
+                    ordered.append(needed)
+        for image in ordered:
             # Older builds of the same image (another tag of that name) only take space in the kept store.
             repository = image.ref.rsplit(":", 1)[0]
             stale = [ref for ref in present if ref.rsplit(":", 1)[0] == repository and ref != image.ref]
@@ -340,6 +346,8 @@ def _http_ok(url: str) -> bool:
 
 def prepare() -> dict[str, Path]:
     """Build (or find) every binary and image a node needs, without starting anything."""
+    if not all(image.archive.is_file() for image in images.all_images()):
+        diskspace.require_free(cache_dir() / "e2e", diskspace.FIRST_RUN_BYTES, "building the e2e node's images")
     paths = binaries.ensure_all(["kubelet", "kube-apiserver", "kube-controller-manager", "kube-scheduler",
                                  "kubectl", "etcd"])
     paths["coredns"] = coredns_binary()

@@ -6,6 +6,7 @@ import io
 import tarfile
 from pathlib import Path
 
+from devcluster import oci
 from devcluster.exec_images import openssh_files, whiteout_layer
 
 
@@ -38,3 +39,18 @@ def test_openssh_files_are_the_packages_files_present_in_the_layer(tmp_path: Pat
     whiteouts = whiteout_layer(openssh_files(layer), tmp_path / "wh.tar")
     with tarfile.open(whiteouts) as tar:
         assert tar.getnames() == ["usr/bin/.wh.ssh", "usr/sbin/.wh.sshd"]
+
+
+def test_a_derived_archive_names_its_bases_layer_without_carrying_it(tmp_path: Path) -> None:
+    base_layer = _layer(tmp_path / "base.tar", {"usr/bin/ssh": b"ssh" * 1000}, [], {})
+    oci.write_oci_archive(tmp_path / "mpi.tar", "mpiop.local/mpi:1", [base_layer], {})
+    [shared] = oci.layers_of(tmp_path / "mpi.tar")
+    assert shared == oci.SharedLayer(oci.sha256_file(base_layer), base_layer.stat().st_size)
+
+    extra = whiteout_layer(["usr/bin/ssh"], tmp_path / "wh.tar")
+    oci.write_oci_archive(tmp_path / "derived.tar", "mpiop.local/derived:1", [shared, extra], {})
+    with tarfile.open(tmp_path / "derived.tar") as tar:
+        blobs = {name.removeprefix("blobs/sha256/") for name in tar.getnames()}
+    assert shared.digest not in blobs and oci.sha256_file(extra) in blobs
+    assert oci.layers_of(tmp_path / "derived.tar") == [shared, oci.SharedLayer(oci.sha256_file(extra),
+                                                                               extra.stat().st_size)]
