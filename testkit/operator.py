@@ -18,7 +18,7 @@ from mpiop.api.v2beta1 import LAUNCHER, WORKER
 from mpiop.controller.manager import Manager, ManagerConfig
 from mpiop.desired.settings import Settings
 from mpiop.kube import resourceversion
-from mpiop.kube.client import MPIJOBS, PODS, KubeClient, RequestHook
+from mpiop.kube.client import MPIJOBS, NODES, PODS, KubeClient, RequestHook
 from mpiop.kube.informer import Informer, object_key
 from testkit.mpijobs import make_mpijob
 
@@ -193,6 +193,23 @@ class Cluster:
     async def run_all(self, names: list[str]) -> None:
         for name in names:
             await self.set_phase(name, "Running", ready=True)
+
+    async def bind(self, pod: str, node: str) -> None:
+        """What the scheduler does: the pod's nodeName set through its binding subresource."""
+        await self.kube.request("POST", PODS.path(self.ns, pod, "binding"), body={
+            "apiVersion": "v1", "kind": "Binding", "metadata": {"name": pod},
+            "target": {"apiVersion": "v1", "kind": "Node", "name": node}})
+
+    @asynccontextmanager
+    async def bare_node(self, suffix: str = "node") -> AsyncIterator[str]:
+        """A Node object named after the namespace, with no kubelet behind it (a pod bound to it and deleted
+        gracefully stays terminating); deleted afterwards."""
+        name = f"{self.ns}-{suffix}"
+        await self.kube.create(NODES, None, {"apiVersion": "v1", "kind": "Node", "metadata": {"name": name}})
+        try:
+            yield name
+        finally:
+            await self.kube.delete(NODES, None, name)
 
 
 async def drive_to_success(cluster: Cluster, name: str, launcher: str = "", workers: int = 1) -> None:

@@ -15,25 +15,15 @@ import pytest
 from devcluster.controlplane import ControlPlane
 from mpiop import names
 from mpiop.api.raw import JSON
-from mpiop.kube.client import PODS, Resource
+from mpiop.kube.client import PODS
 from testkit.operator import Cluster, eventually, mpijob, running_operator
-
-NODES = Resource("", "v1", "nodes", "Node", namespaced=False)
 
 
 @pytest.fixture
 async def node(cluster: Cluster) -> AsyncIterator[str]:
     """A Node object for pods to be bound to (no kubelet behind it)."""
-    name = f"{cluster.ns}-node"
-    await cluster.kube.create(NODES, None, {"apiVersion": "v1", "kind": "Node", "metadata": {"name": name}})
-    yield name
-    await cluster.kube.delete(NODES, None, name)
-
-
-async def _bind(cluster: Cluster, pod: str, node: str) -> None:
-    await cluster.kube.request("POST", PODS.path(cluster.ns, pod, "binding"), body={
-        "apiVersion": "v1", "kind": "Binding", "metadata": {"name": pod},
-        "target": {"apiVersion": "v1", "kind": "Node", "name": node}})
+    async with cluster.bare_node() as name:
+        yield name
 
 
 async def _status(cluster: Cluster, name: str) -> JSON:
@@ -55,7 +45,7 @@ async def test_evictions_restart_without_spending_backoff_limit_and_leave_no_pod
         first = ["ev-launcher", "ev-worker-0", "ev-worker-1"]
         await eventually(lambda: _has(cluster, first), what="attempt 0's pods")
         for pod in first[1:]:
-            await _bind(cluster, pod, node)
+            await cluster.bind(pod, node)
         await cluster.run_all(first)
         await eventually(lambda: cluster.condition("ev", "Running"), what="Running")
 

@@ -14,11 +14,8 @@ import time
 from devcluster.controlplane import ControlPlane
 from mpiop.api.raw import JSON
 from mpiop.controller.logreads import READ_SECONDS
-from mpiop.kube.client import CONFIGMAPS, EVENTS, PODS, Resource
+from mpiop.kube.client import CONFIGMAPS, EVENTS, NODES, PODS
 from testkit.operator import Cluster, Operator, eventually, mpijob, running_operator
-
-NODES = Resource("", "v1", "nodes", "Node", namespaced=False)
-
 
 
 async def _restarts(cluster: Cluster, name: str) -> int:
@@ -107,9 +104,7 @@ async def test_a_node_that_does_not_answer_delays_the_restart_by_one_bound(opera
         pods = ["slow-launcher", "slow-worker-0"]
         await eventually(lambda: _has(cluster, pods), what="the pods")
         for pod in pods:
-            await cluster.kube.request("POST", PODS.path(cluster.ns, pod, "binding"), body={
-                "apiVersion": "v1", "kind": "Binding", "metadata": {"name": pod},
-                "target": {"apiVersion": "v1", "kind": "Node", "name": node}})
+            await cluster.bind(pod, node)
         await cluster.run_all(pods)
         await cluster.kube.patch(PODS, cluster.ns, "slow-launcher", {"status": {"containerStatuses": [{
             "name": "main", "ready": True, "restartCount": 0, "image": "img", "imageID": "",

@@ -16,17 +16,11 @@ START_ERROR = ('failed to create containerd task: failed to create shim task: OC
                'executable file not found in $PATH: unknown')
 
 
-async def _bind(cluster: Cluster, pod: str, node: str) -> None:
-    """What the scheduler does: the pod's nodeName is set through its binding subresource."""
-    await cluster.kube.request("POST", PODS.path(cluster.ns, pod, "binding"), body={
-        "apiVersion": "v1", "kind": "Binding", "metadata": {"name": pod}, "target": {"kind": "Node", "name": node}})
-
-
 async def _running(cluster: Cluster, pods: dict[str, str]) -> None:
     """Bind each pod to its node and run it, as the scheduler and kubelet would."""
     await eventually(lambda: _exist(cluster, set(pods)), what=f"pods {sorted(pods)}")
     for pod, node in pods.items():
-        await _bind(cluster, pod, node)
+        await cluster.bind(pod, node)
         await cluster.set_phase(pod, "Running", ready=True)
 
 

@@ -21,12 +21,11 @@ from prometheus_client import REGISTRY
 from devcluster.controlplane import ControlPlane
 from mpiop import names
 from mpiop.api.raw import JSON
-from mpiop.kube.client import CONFIGMAPS, PODS, Resource
+from mpiop.kube.client import CONFIGMAPS, PODS
 from testkit.operator import Cluster, Operator, eventually, mpijob, running_operator
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(180)]
 
-NODES = Resource("", "v1", "nodes", "Node", namespaced=False)
 
 
 def reconciles_done() -> float:
@@ -50,16 +49,8 @@ async def a_pass_after(change: Callable[[], Awaitable[None]]) -> None:
 @pytest.fixture
 async def node(cluster: Cluster) -> AsyncIterator[str]:
     """A Node object (no kubelet behind it): a pod bound to it is deleted gracefully, staying terminating."""
-    name = f"{cluster.ns}-node"
-    await cluster.kube.create(NODES, None, {"apiVersion": "v1", "kind": "Node", "metadata": {"name": name}})
-    yield name
-    await cluster.kube.delete(NODES, None, name)
-
-
-async def bind(cluster: Cluster, pod: str, node: str) -> None:
-    await cluster.kube.request("POST", PODS.path(cluster.ns, pod, "binding"), body={
-        "apiVersion": "v1", "kind": "Binding", "metadata": {"name": pod},
-        "target": {"apiVersion": "v1", "kind": "Node", "name": node}})
+    async with cluster.bare_node() as name:
+        yield name
 
 
 async def has_pods(cluster: Cluster, wanted: set[str]) -> bool:
@@ -104,7 +95,7 @@ async def test_810_no_launcher_is_made_while_the_earlier_one_is_terminating(clus
                                                                             node: str) -> None:
     await cluster.create_job(mpijob("tl", workers=1))
     await eventually(lambda: has_pods(cluster, {"tl-launcher", "tl-worker-0"}), what="pods")
-    await bind(cluster, "tl-launcher", node)
+    await cluster.bind("tl-launcher", node)
     await start(cluster, "tl", 1)
 
     # A worker fails: the attempt's pods are deleted, the launcher gracefully (bound to a node, it stays

@@ -29,7 +29,7 @@ from mpiop.api.raw import JSON
 from mpiop.controller.manager import Manager, ManagerConfig
 from mpiop.controller.status_endpoint import TokenReviews
 from mpiop.desired.settings import Settings
-from mpiop.kube.client import BATCH_JOBS, MPIJOBS, NODES, PODS, ApiError, KubeClient
+from mpiop.kube.client import BATCH_JOBS, MPIJOBS, NODES, ApiError, KubeClient
 from mpiop.leader import LEASES, ElectionConfig, LeaderElector
 from mpiop.process import supervise
 from testkit import kubeflow
@@ -78,9 +78,7 @@ async def fail_attempt(cluster: Cluster, name: str, attempt: int = 0) -> str:
     launcher = f"{name}-launcher-{attempt}" if attempt else f"{name}-launcher"
     await eventually(lambda: cluster.pod(launcher), what=f"{launcher}")
     if attempt == 0:  # on a node that is gone: read when the attempt fails (`nodes get`), then excluded
-        await cluster.kube.request("POST", PODS.path(cluster.ns, launcher, "binding"), body={
-            "apiVersion": "v1", "kind": "Binding", "metadata": {"name": launcher},
-            "target": {"apiVersion": "v1", "kind": "Node", "name": GONE_NODE}})
+        await cluster.bind(launcher, GONE_NODE)
     await cluster.set_phase(launcher, "Failed", exit_code=1)
 
     async def restarted() -> bool:
