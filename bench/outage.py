@@ -18,15 +18,12 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
-import sys
-import tempfile
 import time
 from pathlib import Path
 
 from bench.harness import bench_job, fresh_namespace
 from bench.operator import BenchOperator
-from bench.report import load, log
+from bench.report import load, log, run_and_print
 from devcluster.install import install_crd
 from devcluster.simulated import SimulatedCluster
 from mpiop import names
@@ -96,11 +93,11 @@ async def wait_for_job(kubeconfig: Path, name: str, workers: int, since: float, 
     return figures
 
 
-async def wait_all_running(kube: KubeClient, count: int, timeout: float) -> float:
-    """Wait until `count` jobs of the namespace have their Running condition; seconds taken."""
+async def wait_all_running(kube: KubeClient, count: int, timeout: float, namespace: str = NAMESPACE) -> float:
+    """Wait until `count` jobs of `namespace` have their Running condition; seconds taken."""
     started = time.monotonic()
     while True:
-        jobs = (await kube.list(MPIJOBS, NAMESPACE)).get("items", [])
+        jobs = (await kube.list(MPIJOBS, namespace)).get("items", [])
         running = sum(any(c.get("type") == "Running" and c.get("status") == "True"
                           for c in (j.get("status") or {}).get("conditions") or []) for j in jobs)
         if running >= count:
@@ -170,15 +167,7 @@ def main() -> None:
                              "its spread: where the backoffs stand at the return is chance)")
     parser.add_argument("--keep-logs", type=Path, default=None, help="keep the operator's log in this directory")
     args = parser.parse_args()
-    if args.keep_logs is not None:
-        args.keep_logs.mkdir(parents=True, exist_ok=True)
-        results = asyncio.run(run(args, args.keep_logs))
-    else:
-        with tempfile.TemporaryDirectory(prefix="mpiop-outage-") as tmp:
-            results = asyncio.run(run(args, Path(tmp)))
-    for key, value in results.items():
-        print(f"  {key:<40} {value}", file=sys.stderr)
-    print(json.dumps(results))
+    run_and_print(run, args, "mpiop-outage-")
 
 
 if __name__ == "__main__":

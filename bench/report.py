@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+import argparse
+import asyncio
+import json
 import os
 import sys
+import tempfile
 import time
+from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -88,3 +93,18 @@ def profile_path(opts: Options, name: str) -> Path | None:
 
 
 # -- the whole run ----------------------------------------------------------------------------------------
+
+
+def run_and_print(run: Callable[[argparse.Namespace, Path], Coroutine[Any, Any, dict[str, object]]],
+                  args: argparse.Namespace, prefix: str) -> None:
+    """Run a standalone bench (`args.keep_logs`: its logs' directory, else a temporary one), then print its
+    figures one per line on stderr and as one JSON line on stdout."""
+    if args.keep_logs is not None:
+        args.keep_logs.mkdir(parents=True, exist_ok=True)
+        results = asyncio.run(run(args, args.keep_logs))
+    else:
+        with tempfile.TemporaryDirectory(prefix=prefix) as tmp:
+            results = asyncio.run(run(args, Path(tmp)))
+    for key, value in results.items():
+        print(f"  {key:<40} {value}", file=sys.stderr)
+    print(json.dumps(results))

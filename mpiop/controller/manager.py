@@ -30,6 +30,7 @@ from mpiop.controller.caches import (
     owner_key,
     pod_group_api_missing,
     same_but_version,
+    same_mpijob_but_progress,
 )
 from mpiop.controller.events import EventRecorder
 from mpiop.controller.reconciler import Reconciler, utcnow
@@ -122,6 +123,8 @@ class Manager:
                 or self.caches.launcher_batch_jobs.get(f"{namespace}/{job}-launcher") is not None)
 
     def _on_job(self, old: JSON | None, new: JSON | None) -> None:
+        if old is not None and new is not None and same_mpijob_but_progress(old, new):
+            return
         self.queue.add(object_key(new if new is not None else old))  # type: ignore[arg-type]
 
     def _on_owned(self, unchanged: UnchangedFilter, old: JSON | None, new: JSON | None) -> None:

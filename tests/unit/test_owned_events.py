@@ -10,7 +10,7 @@ import pytest
 
 from mpiop.api.raw import JSON
 from mpiop.controller import trims
-from mpiop.controller.caches import Caches, same_but_version, same_pod_but_binding
+from mpiop.controller.caches import Caches, same_but_version, same_mpijob_but_progress, same_pod_but_binding
 from mpiop.controller.trims import trim_pod
 from mpiop.desired.podgroup import GangScheduler
 from mpiop.kube.access import ClusterAccess
@@ -82,3 +82,30 @@ def test_every_owned_informer_has_its_filter_and_only_pods_ignore_the_node() -> 
     assert filters.pop("Pod") is same_pod_but_binding
     assert set(filters.values()) == {same_but_version}
     assert "PodGroup" in filters
+
+
+REPORTED: JSON = {
+    "metadata": {"name": "pi", "namespace": "ns", "uid": "j", "resourceVersion": "10", "generation": 1},
+    "spec": {"mpiReplicaSpecs": {}},
+    "status": {"conditions": [{"type": "Running", "status": "True"}], "ranksRunningTime": "2026-11-27T02:00:00Z",
+               "firstProgressTime": "2026-11-27T02:00:10Z",
+               "trainerStatus": {"progressPercentage": 10, "lastUpdatedTime": "2026-11-27T02:00:10Z"}},
+}
+NEXT_REPORT = {"status.trainerStatus": {"progressPercentage": 11, "lastUpdatedTime": "2026-11-27T02:00:20Z"}}
+
+
+def test_a_later_progress_report_queues_no_reconcile() -> None:
+    assert same_mpijob_but_progress(REPORTED, changed(REPORTED, NEXT_REPORT))
+
+
+@pytest.mark.parametrize(("old", "change"), [
+    (changed(REPORTED, {"status.firstProgressTime": None, "status.trainerStatus": None}), {}),
+    (changed(REPORTED, {"status.firstProgressTime": None}), {}),
+    (REPORTED, {**NEXT_REPORT, "status.conditions": [{"type": "Running", "status": "False"}]}),
+    (REPORTED, {**NEXT_REPORT, "metadata.generation": 2}),
+    (REPORTED, {"metadata.annotations": {"mpiop.kubeflow.org/progress-deadline-seconds": "30"}}),
+], ids=["the-first-report", "first-progress-not-yet-recorded", "with-a-condition", "with-a-spec-change",
+        "an-annotation"])
+def test_the_first_report_and_any_other_change_are_news(old: JSON, change: dict[str, Any]) -> None:
+    new = changed(REPORTED, change) if change else changed(REPORTED, NEXT_REPORT)
+    assert not same_mpijob_but_progress(old, new)
