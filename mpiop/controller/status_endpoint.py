@@ -140,14 +140,22 @@ def parse_report(body: bytes, now: dt.datetime) -> TrainerStatus:
 
 @dataclass
 class StatusWriter:
-    """The last report of each job, written at most once per `interval` seconds per job."""
+    """The last report of each job, written at most once per `interval` seconds per job, and at most
+    `in_flight` of them at once: progress is the least urgent write mpiop makes, and a thousand jobs' reports
+    sent all at once would queue every reconcile's writes (a new job's first status) behind them at the
+    apiserver. A report that waits for its turn is replaced by a newer one meanwhile, so it is never stale."""
 
     client: KubeClient
     interval: float = 10.0
     clock: Callable[[], float] = time.monotonic
+    in_flight: int = 4
+    _slots: asyncio.Semaphore = field(init=False)
     _pending: dict[tuple[str, str], TrainerStatus] = field(default_factory=dict)
     _last: dict[tuple[str, str], float] = field(default_factory=dict)
     _tasks: dict[tuple[str, str], asyncio.Task[None]] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self._slots = asyncio.Semaphore(self.in_flight)
 
     def offer(self, namespace: str, name: str, report: TrainerStatus) -> None:
         key = (namespace, name)
@@ -159,10 +167,11 @@ class StatusWriter:
     async def _write_after(self, key: tuple[str, str], wait: float) -> None:
         try:
             await asyncio.sleep(wait)
-            report = self._pending.pop(key)
-            self._last[key] = self.clock()
-            patch = {"status": {"trainerStatus": {**dict.fromkeys(REPORT_FIELDS), **report.to_json()}}}
-            await self.client.patch(MPIJOBS, key[0], key[1], patch, subresource="status")
+            async with self._slots:
+                report = self._pending.pop(key)
+                self._last[key] = self.clock()
+                patch = {"status": {"trainerStatus": {**dict.fromkeys(REPORT_FIELDS), **report.to_json()}}}
+                await self.client.patch(MPIJOBS, key[0], key[1], patch, subresource="status")
         except ApiError as error:
             log.warning("a job's progress could not be written", job=f"{key[0]}/{key[1]}", code=error.status,
                         error=error.message[:200])

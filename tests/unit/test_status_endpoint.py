@@ -2,12 +2,23 @@
 
 from __future__ import annotations
 
+import asyncio
 import datetime as dt
 import json
+from typing import cast
 
 import pytest
 
-from mpiop.controller.status_endpoint import PostRefusedError, Reviewer, check_reporter, parse_report
+from mpiop.api.raw import JSON
+from mpiop.api.v2beta1 import TrainerStatus
+from mpiop.controller.status_endpoint import (
+    PostRefusedError,
+    Reviewer,
+    StatusWriter,
+    check_reporter,
+    parse_report,
+)
+from mpiop.kube.client import KubeClient, Resource
 from testkit.mpijobs import at, make_mpijob
 
 JOB = make_mpijob("pa", "ns").uid("job-uid").json()
@@ -87,3 +98,45 @@ def test_last_updated_time(sent: str | None, stamped: dt.datetime) -> None:
         report["lastUpdatedTime"] = sent
     parsed = parse_report(json.dumps({"trainerStatus": report}).encode(), NOW)
     assert (parsed.progress_percentage, parsed.last_updated_time) == (40, stamped)
+
+
+class HeldPatches:
+    """KubeClient.patch for the writer alone: every write is held until released, and those in flight counted."""
+
+    def __init__(self, expected: int) -> None:
+        self.expected = expected
+        self.all_written = asyncio.Event()
+        self.in_flight = 0
+        self.most_in_flight = 0
+        self.written: list[tuple[str, int]] = []
+        self.release = asyncio.Event()
+
+    async def patch(self, resource: Resource, namespace: str, name: str, body: JSON, subresource: str = "") -> JSON:
+        self.in_flight += 1
+        self.most_in_flight = max(self.most_in_flight, self.in_flight)
+        await self.release.wait()
+        self.in_flight -= 1
+        self.written.append((name, body["status"]["trainerStatus"]["progressPercentage"]))
+        if len(self.written) == self.expected:
+            self.all_written.set()
+        return {}
+
+
+async def test_progress_writes_wait_for_a_slot_and_then_write_the_newest_report() -> None:
+    """At most `in_flight` progress writes at once, so reconcile writes never queue behind a thousand of them; a
+    job that waits for its slot writes the report it has by then, not the one it had when it began waiting."""
+    client = HeldPatches(expected=6)
+    writer = StatusWriter(cast(KubeClient, client), interval=0.0, in_flight=2)
+    for index in range(6):
+        writer.offer("ns", f"job-{index}", TrainerStatus(progress_percentage=1))
+    for _ in range(10):
+        await asyncio.sleep(0)
+    assert client.in_flight == 2
+    writer.offer("ns", "job-5", TrainerStatus(progress_percentage=50))
+    client.release.set()
+    async with asyncio.timeout(5):
+        await client.all_written.wait()
+    await writer.close()
+    assert client.most_in_flight == 2
+    assert sorted(client.written) == [("job-0", 1), ("job-1", 1), ("job-2", 1), ("job-3", 1), ("job-4", 1),
+                                      ("job-5", 50)]
