@@ -12,8 +12,8 @@ over HTTPS with the job's CA, spread evenly over each second. Printed:
 * `status_writes_per_job_minute`: the apiserver's PATCHes of mpijobs/status per job per minute, read from
   its own `apiserver_request_total` (bounded by `--status-write-seconds`: 6 at the default 10 s);
 * `other_job_created_s` before and during the load: the seconds from creating one more job to its first
-  status (mpiop's `Created` condition), `--probes` times each, so the status latency of jobs that do not post
-  is compared with and without the load.
+  status (mpiop's `Created` condition), `--probes` times each (during the load, spread evenly over its
+  window), so the status latency of jobs that do not post is compared with and without the load.
 
 One JSON line ends the run.
 """
@@ -66,11 +66,15 @@ async def created_after(kube: KubeClient, name: str, timeout: float = 120.0) -> 
     raise TimeoutError(f"{name}: no Created condition within {timeout}s")
 
 
-async def probe_jobs(kube: KubeClient, prefix: str, count: int) -> list[float]:
+async def probe_jobs(kube: KubeClient, prefix: str, count: int, every: float = 1.0) -> list[float]:
+    """`count` jobs, one each `every` seconds from `every / 2` on: spread over the load's window, so its first
+    seconds (every token reviewed once) weigh as much as the rest and no more."""
     figures = []
+    await asyncio.sleep(every / 2)
     for index in range(count):
+        started = time.monotonic()
         figures.append(await created_after(kube, f"{prefix}-{index}"))
-        await asyncio.sleep(1.0)
+        await asyncio.sleep(max(0.0, every - (time.monotonic() - started)))
     return figures
 
 
@@ -152,7 +156,7 @@ async def run(args: argparse.Namespace, workdir: Path) -> dict[str, object]:
             load_start = load()
             (latencies, codes), busy = await asyncio.gather(
                 post_load(urls, bound, ca, args.seconds),
-                probe_jobs(kube, "busy", args.probes))
+                probe_jobs(kube, "busy", args.probes, every=args.seconds / args.probes))
             window = time.monotonic() - window_start
             cpu = meter.stop()
             generator = time.process_time() - generator_before
@@ -188,7 +192,7 @@ def main() -> None:
     parser.add_argument("--jobs", type=int, default=1000, help="running jobs, each posting (default 1000)")
     parser.add_argument("--seconds", type=float, default=120.0, help="how long every job posts (default 120)")
     parser.add_argument("--probes", type=int, default=5,
-                        help="other jobs created before and during the load, one a second (default 5)")
+                        help="other jobs created before the load (one a second) and spread over it (default 5)")
     parser.add_argument("--status-write-seconds", type=float, default=10.0,
                         help="the operator's coalescing interval (its default, 10)")
     parser.add_argument("--keep-logs", type=Path, default=None, help="keep the operator's log in this directory")
