@@ -29,7 +29,7 @@ from mpiop import logging as mpiop_logging
 from mpiop import metrics
 from mpiop.certs import Certificates
 from mpiop.controller.manager import Manager, ManagerConfig
-from mpiop.controller.status_endpoint import StatusWriter, TokenReviews, status_app
+from mpiop.controller.status_endpoint import OwnPod, StatusWriter, TokenReviews, status_app
 from mpiop.controller.supervisor import Supervisor
 from mpiop.desired.hostnetwork import PortRange
 from mpiop.desired.launch import LAUNCH_ANNOTATION, LAUNCH_MODES
@@ -226,14 +226,18 @@ def status_certificates(args: argparse.Namespace) -> Certificates | None:
 
 
 async def serve_status(servers: Servers, manager: Manager, client: KubeClient, args: argparse.Namespace,
-                       certificates: Certificates, leading: asyncio.Event | None) -> None:
+                       certificates: Certificates, leading: asyncio.Event | None,
+                       labelled: tuple[OwnPod, KubeClient] | None) -> None:
     """The status endpoint, once leading (only the leader may write): it serves until the process stops, and its
-    serving certificate is renewed from the same CA when due (checked hourly)."""
+    serving certificate is renewed from the same CA when due (checked hourly). Once it listens, the process's
+    pod is labelled for the Service that routes the jobs' posts."""
     if leading is not None:
         await leading.wait()
     writer = StatusWriter(client, interval=args.status_write_seconds)
     await servers.start(status_app(manager.caches, TokenReviews(client), writer), args.status_addr,
                         "the status endpoint", ssl_context=certificates.context)
+    if labelled is not None:
+        await labelled[0].mark(labelled[1], serving=True)
     try:
         while True:
             await asyncio.sleep(3600)
@@ -349,9 +353,14 @@ async def run(args: argparse.Namespace) -> int:
         metrics.IS_LEADER.set(0 if elector is not None else 1)
         await servers.start(health_app(health_checks(manager, elector)), args.health_addr, "health probes")
         await servers.start(metrics_app(), args.metrics_addr, "metrics")
+        # Unguarded (the standby may not write through `client`): this one label, on the process's own pod.
+        own_pod = None if certificates is None else OwnPod.from_env()
+        labelled = None if own_pod is None else (own_pod, lease_client or client)
+        if labelled is not None:
+            await labelled[0].mark(labelled[1], serving=False)
         status_server = None if certificates is None else asyncio.create_task(serve_status(
-            servers, manager, client, args, certificates, elector.leading if elector is not None else None),
-            name="status-endpoint")
+            servers, manager, client, args, certificates, elector.leading if elector is not None else None,
+            labelled), name="status-endpoint")
         if status_server is not None:  # a port it cannot bind stops the process, as a dead informer does
             status_server.add_done_callback(
                 lambda task: None if task.cancelled() or task.exception() is None
@@ -363,6 +372,8 @@ async def run(args: argparse.Namespace) -> int:
         if status_server is not None:
             status_server.cancel()
             await asyncio.gather(status_server, return_exceptions=True)
+        if labelled is not None:  # no post is routed to a process that stopped serving (a restarting container)
+            await labelled[0].mark(labelled[1], serving=False)
     finally:
         await servers.stop()
         await client.close()

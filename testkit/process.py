@@ -69,11 +69,11 @@ class OperatorProcess:
 
     @classmethod
     def in_namespace(cls, kubeconfig: str | Path, namespace: str, field_manager: str, logs: Path,
-                     *args: str) -> OperatorProcess:
+                     *args: str, env: Mapping[str, str] | None = None) -> OperatorProcess:
         """Started on one namespace with its own field manager, logging to `logs/<field_manager>.log`."""
         op = cls(kubeconfig, logs / f"{field_manager}.log",
                  [f"--namespace={namespace}", "--workers=4", f"--field-manager={field_manager}", *args],
-                 field_manager=field_manager)
+                 field_manager=field_manager, env=env)
         op.start()
         return op
 

@@ -17,8 +17,9 @@ from __future__ import annotations
 import asyncio
 import datetime as dt
 import hashlib
+import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 import orjson
@@ -31,7 +32,7 @@ from mpiop.api.raw import JSON
 from mpiop.api.v2beta1 import MPIJob, TrainerStatus
 from mpiop.controller.caches import Caches
 from mpiop.desired import status_report
-from mpiop.kube.client import MPIJOBS, ApiError, KubeClient, Resource
+from mpiop.kube.client import MPIJOBS, PODS, ApiError, KubeClient, Resource
 
 log = structlog.get_logger(__name__)
 TOKEN_REVIEWS = Resource("authentication.k8s.io", "v1", "tokenreviews", "TokenReview", namespaced=False)
@@ -41,6 +42,8 @@ BODY_LIMIT = 64 * 1024
 REVIEW_SECONDS = 60.0  # a token accepted is trusted this long without asking again
 REFUSED_REVIEW_SECONDS = 10.0
 REPORT_FIELDS = ("progressPercentage", "estimatedRemainingSeconds", "metrics", "lastUpdatedTime")
+SERVING_LABEL = "mpiop.kubeflow.org/status-endpoint"
+SERVING = "serving"
 
 
 class PostRefusedError(Exception):
@@ -189,6 +192,35 @@ class StatusWriter:
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
+
+
+@dataclass(frozen=True)
+class OwnPod:
+    """The pod this process runs in (the downward API's POD_NAME and POD_NAMESPACE). It carries SERVING_LABEL
+    while its status endpoint serves, and the Service mpiop-status selects that label: with two replicas, posts
+    reach the leader, the only one serving, and never the standby (which would refuse the connection)."""
+
+    namespace: str
+    name: str
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] = os.environ) -> OwnPod | None:
+        namespace, name = env.get("POD_NAMESPACE", ""), env.get("POD_NAME", "")
+        return cls(namespace, name) if namespace and name else None
+
+    async def mark(self, client: KubeClient, serving: bool) -> bool:
+        """Set (or, as a process starts, clear: a restarted container keeps its pod's labels) SERVING_LABEL.
+        A refusal is logged, not raised: the endpoint still serves whoever reaches it."""
+        try:
+            await client.patch(PODS, self.namespace, self.name,
+                               {"metadata": {"labels": {SERVING_LABEL: SERVING if serving else None}}})
+        except (ApiError, OSError) as error:
+            forbidden = isinstance(error, ApiError) and error.status == 403
+            log.error("could not label this process's pod for the status Service" + (
+                ": its ServiceAccount needs pods patch in its namespace (deploy/base/rbac.yaml)" if forbidden else ""),
+                pod=f"{self.namespace}/{self.name}", label=SERVING_LABEL, serving=serving, error=str(error)[:200])
+            return False
+        return True
 
 
 def status_app(caches: Caches, reviews: TokenReviews, writer: StatusWriter,

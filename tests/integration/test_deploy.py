@@ -88,6 +88,8 @@ BASE_OBJECTS = {
     "serviceaccount/mpiop", "clusterrole.rbac.authorization.k8s.io/mpiop",
     "clusterrolebinding.rbac.authorization.k8s.io/mpiop", "role.rbac.authorization.k8s.io/mpiop-leader-election",
     "rolebinding.rbac.authorization.k8s.io/mpiop-leader-election", "service/mpiop-metrics", "service/mpiop-status",
+    "role.rbac.authorization.k8s.io/mpiop-status-endpoint",
+    "rolebinding.rbac.authorization.k8s.io/mpiop-status-endpoint",
     "deployment.apps/mpiop", "poddisruptionbudget.policy/mpiop",
 }
 

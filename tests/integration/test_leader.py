@@ -1,5 +1,7 @@
 """Two `mpiop run --leader-elect` processes against the real apiserver: one reconciles, a killed leader is
-replaced within 20 s, no object is ever written by both, and SIGTERM releases the lease."""
+replaced within 20 s, no object is ever written by both, and SIGTERM releases the lease. Each process is told
+its pod (POD_NAME, as the Deployment's downward API does; a kubelet-less pod here): the one serving the status
+endpoint, the leader, labels its pod for the status Service, and a process starting in a pod clears the label."""
 
 from __future__ import annotations
 
@@ -9,6 +11,7 @@ from pathlib import Path
 
 from devcluster.controlplane import ControlPlane
 from mpiop.api.raw import JSON
+from mpiop.controller.status_endpoint import SERVING, SERVING_LABEL
 from mpiop.kube.client import CONFIGMAPS, EVENTS, MPIJOBS, PODS, SECRETS, SERVICES
 from mpiop.leader import LEASES
 from testkit.operator import Cluster, drive_to_success, eventually, mpijob
@@ -47,14 +50,33 @@ async def _holders(cluster: Cluster, name: str, since: str, holder: str) -> list
     return seen
 
 
+async def _serving_pods(cluster: Cluster) -> set[str]:
+    """The operator pods the status Service selects."""
+    return {name for name, pod in (await cluster.pods()).items()
+            if name.startswith("op-") and (pod["metadata"].get("labels") or {}).get(SERVING_LABEL) == SERVING}
+
+
 async def test_one_leader_reconciles_and_a_killed_leader_is_replaced(
         control_plane: ControlPlane, cluster: Cluster, tmp_path: Path) -> None:
     election = ["--leader-elect", f"--leader-elect-namespace={cluster.ns}", "--leader-elect-id=mpiop-test",
                 "--leader-elect-lease-duration=5s", "--leader-elect-renew-deadline=4s",
                 "--leader-elect-retry-period=500ms"]
     kubeconfig = str(control_plane.kubeconfig)
-    operators = [OperatorProcess.in_namespace(kubeconfig, cluster.ns, manager, tmp_path, *election)
-                 for manager in ("mpiop-a", "mpiop-b")]
+    for pod in ("op-a", "op-b"):
+        await cluster.kube.create(PODS, cluster.ns, {
+            "apiVersion": "v1", "kind": "Pod", "metadata": {"name": pod, "labels": {SERVING_LABEL: SERVING}},
+            "spec": {"containers": [{"name": "mpiop", "image": "mpiop"}]}})
+
+    def in_pod(manager: str, pod: str) -> OperatorProcess:
+        return OperatorProcess.in_namespace(kubeconfig, cluster.ns, manager, tmp_path, *election,
+                                            env={"POD_NAME": pod, "POD_NAMESPACE": cluster.ns})
+
+    operators = [in_pod("mpiop-a", "op-a"), in_pod("mpiop-b", "op-b")]
+    pods = {"mpiop-a": "op-a", "mpiop-b": "op-b"}
+
+    async def serving_is(expected: set[str]) -> bool:
+        return await _serving_pods(cluster) == expected
+
     try:
         async def one_leader() -> OperatorProcess | None:
             leading = [op for op in operators if await op.is_leader()]
@@ -64,6 +86,9 @@ async def test_one_leader_reconciles_and_a_killed_leader_is_replaced(
         standby = next(op for op in operators if op is not leader)
         for op in operators:
             await eventually(op.ready, timeout=30, what=f"{op.field_manager} ready (leading or standing by)")
+        # Both pods started labelled (as after a container restart): the standby cleared its own.
+        await eventually(lambda: serving_is({pods[leader.field_manager]}),
+                         what="only the leader's pod labelled for the status Service")
         lease = await _lease(cluster, "mpiop-test")
         assert lease is not None and lease["spec"]["holderIdentity"]
 
@@ -72,7 +97,8 @@ async def test_one_leader_reconciles_and_a_killed_leader_is_replaced(
         quiet = await standby.metrics()
         assert await standby.is_leader() is False
         assert quiet.value("mpiop_reconcile_duration_seconds_count") == 0, "the standby reconciled"
-        assert quiet.writes() == 0, "the standby wrote to the apiserver"
+        assert quiet.by_verb()["PATCH pods"] == 1, "the standby cleared its own pod's label, once"
+        assert quiet.writes() == 1, "the standby wrote to the apiserver"
         assert (await leader.metrics()).value("mpiop_reconcile_duration_seconds_count") > 0
 
         killed = time.monotonic()
@@ -82,9 +108,13 @@ async def test_one_leader_reconciles_and_a_killed_leader_is_replaced(
         print(f"\nleader handover after SIGKILL: {handover:.2f}s (lease 5s, renew deadline 4s, retry 0.5s)")
         lease = await _lease(cluster, "mpiop-test")
         assert lease is not None and lease["spec"]["leaseTransitions"] >= 1
-        # The killed pod comes back (as its Deployment would restart it), as a standby.
-        operators.append(OperatorProcess.in_namespace(kubeconfig, cluster.ns, "mpiop-c", tmp_path, *election))
+        await eventually(lambda: serving_is({pods[leader.field_manager], pods[standby.field_manager]}),
+                         what="the new leader's pod labelled too")
+        # The killed process's container restarts in its pod, as a standby: the pod's stale label goes.
+        operators.append(in_pod("mpiop-c", pods[leader.field_manager]))
         replacement = operators[-1]
+        await eventually(lambda: serving_is({pods[standby.field_manager]}),
+                         what="the restarted standby's pod no longer labelled")
 
         await cluster.create_job(mpijob("second", workers=1))
         await drive_to_success(cluster, "second")
@@ -112,6 +142,9 @@ async def test_one_leader_reconciles_and_a_killed_leader_is_replaced(
         assert any("released the lease" in line for line in standby.log_lines()), standby.log_lines()[-10:]
         await eventually(replacement.is_leader, timeout=10, what="the released lease taken over")
         print(f"handover after SIGTERM (lease released): {time.monotonic() - stopped:.2f}s")
+        await eventually(lambda: serving_is({pods[leader.field_manager]}),
+                         what="the new leader's pod labelled, the stopped leader's label cleared as it stopped")
+        print(f"pods the status Service selects: {sorted(await _serving_pods(cluster))}")
         # Released, not waited out: the lease went from the stopped leader to nobody (for 1 s), then was taken.
         seen = await asyncio.wait_for(holders, 30)
         assert seen[0] == ("", 1) and seen[-1][0], seen

@@ -5,7 +5,8 @@ is minted for the ServiceAccount (TokenRequest) and the operator runs in-process
 election included, through a whole job life: creation, suspended and resumed twice as Kueue would (the second
 Suspended Event bumps the first one's count), two failed attempts (whose launchers' logs are read for the failure
 report and saved, the second's ConfigMap replacing the first's under --kept-attempts 1; the first launcher's node
-is gone, so it is read and excluded) and restarts, a progress token reviewed as the status endpoint does, Running,
+is gone, so it is read and excluded) and restarts, a progress token reviewed as the status endpoint does (and the
+operator's own pod labelled for the status Service, cleared as it starts, set once it leads), Running,
 success, clean-up of the workers, deletion by ttlSecondsAfterFinished, and the lease's release at shutdown; beside
 it, a job kubeflow's operator left with a failed worker is taken over and restarted (its objects claimed, its
 launcher Job deleted), and a job stating its total GPUs is laid out on a GPU node (the Node informer's list and
@@ -27,9 +28,9 @@ import pytest
 from devcluster.controlplane import ControlPlane
 from mpiop.api.raw import JSON
 from mpiop.controller.manager import Manager, ManagerConfig
-from mpiop.controller.status_endpoint import TokenReviews
+from mpiop.controller.status_endpoint import SERVING, SERVING_LABEL, OwnPod, TokenReviews
 from mpiop.desired.settings import Settings
-from mpiop.kube.client import BATCH_JOBS, MPIJOBS, NODES, ApiError, KubeClient
+from mpiop.kube.client import BATCH_JOBS, MPIJOBS, NODES, PODS, ApiError, KubeClient
 from mpiop.leader import LEASES, ElectionConfig, LeaderElector
 from mpiop.process import supervise
 from testkit import kubeflow
@@ -48,6 +49,7 @@ RBAC_KINDS = ("ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "Ro
 ADMISSION_ONLY = {("update", "kubeflow.org", "mpijobs/finalizers")}
 GONE_NODE = "rbac-gone-node"
 GPU_NODE = "rbac-gpu-node"  # a job stating its total GPUs is laid out on it (nodes list/watch, mpijobs patch)
+OWN_POD = "mpiop-rbac-own"  # the operator's own pod, labelled for the status Service (pods patch in its namespace)
 
 
 @dataclass
@@ -130,7 +132,16 @@ async def lifecycle(kube: KubeClient, token_kubeconfig: str, mpijob_crd: None) -
         lease_duration=15, renew_deadline=10, retry_period=2))  # the lease is free: taken at once
     main = await recording(write_guard=elector.guard_write)
     clients = [main, lease_client]
+    with contextlib.suppress(ApiError):
+        await kube.delete(PODS, SYSTEM, OWN_POD, grace_period_seconds=0)
+    restricted = {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}, "runAsNonRoot": True,
+                  "seccompProfile": {"type": "RuntimeDefault"}}  # the namespace enforces Pod Security "restricted"
+    await kube.create(PODS, SYSTEM, {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": OWN_POD}, "spec": {
+        "serviceAccountName": "mpiop",
+        "containers": [{"name": "mpiop", "image": "mpiop", "securityContext": restricted}]}})
+    own_pod = OwnPod(SYSTEM, OWN_POD)
     try:
+        assert await own_pod.mark(lease_client, serving=False), "the pod's label cleared as the process starts"
         cluster = Cluster(kube, namespace)
         await eventually(lambda: cluster.kube.request("GET", f"/api/v1/namespaces/{namespace}/serviceaccounts/default"),
                          what="the namespace's default ServiceAccount")
@@ -141,6 +152,9 @@ async def lifecycle(kube: KubeClient, token_kubeconfig: str, mpijob_crd: None) -
         try:
             await asyncio.wait_for(elector.leading.wait(), 30)
             await asyncio.wait_for(manager.synced.wait(), 30)
+            assert await own_pod.mark(lease_client, serving=True), "the leader's pod labelled as it serves"
+            labels = (await kube.get(PODS, SYSTEM, OWN_POD))["metadata"]["labels"]
+            assert labels[SERVING_LABEL] == SERVING
             await cluster.create_job(mpijob("life", workers=1, run_policy={"ttlSecondsAfterFinished": 5}))
             await review_a_pods_token(cluster, main, "life")
             await cluster.create_job(make_mpijob("total").total_gpus(8).pod_spec(
@@ -181,6 +195,8 @@ async def lifecycle(kube: KubeClient, token_kubeconfig: str, mpijob_crd: None) -
         await delete_namespace(kube, namespace)
         with contextlib.suppress(ApiError):
             await kube.delete(NODES, None, GPU_NODE)
+        with contextlib.suppress(ApiError):
+            await kube.delete(PODS, SYSTEM, OWN_POD, grace_period_seconds=0)
 
 
 async def test_a_whole_job_life_runs_on_the_service_accounts_token_alone(lifecycle: Run, token_kubeconfig: str) -> None:

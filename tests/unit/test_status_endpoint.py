@@ -12,6 +12,7 @@ import pytest
 from mpiop.api.raw import JSON
 from mpiop.api.v2beta1 import TrainerStatus
 from mpiop.controller.status_endpoint import (
+    OwnPod,
     PostRefusedError,
     Reviewer,
     StatusWriter,
@@ -140,3 +141,13 @@ async def test_progress_writes_wait_for_a_slot_and_then_write_the_newest_report(
     assert client.most_in_flight == 2
     assert sorted(client.written) == [("job-0", 1), ("job-1", 1), ("job-2", 1), ("job-3", 1), ("job-4", 1),
                                       ("job-5", 50)]
+
+
+@pytest.mark.parametrize(("env", "found"), [
+    ({"POD_NAME": "mpiop-7d9c-x2", "POD_NAMESPACE": "mpiop-system"}, OwnPod("mpiop-system", "mpiop-7d9c-x2")),
+    ({"POD_NAME": "mpiop-7d9c-x2"}, None),  # a process outside a pod (make run) labels nothing
+    ({"POD_NAMESPACE": "mpiop-system", "POD_NAME": ""}, None),
+    ({}, None),
+])
+def test_own_pod_from_the_downward_api(env: dict[str, str], found: OwnPod | None) -> None:
+    assert OwnPod.from_env(env) == found
