@@ -1,16 +1,13 @@
 """Total-GPU mode (spec.gpus) through the real apiserver: the operator's Node informer sees plain Node objects of
 mixed GPU shapes (no kubelet runs them: the test plays the kubelet for the pods), and lays jobs out before any pod.
 
-The nodes carry a label of this module's own, which the jobs select, so the session's other nodes never count.
-The apiserver's TaintNodesByCondition plugin taints a new Node not-ready, and no kubelet ever makes it Ready: the
-jobs tolerate node.kubernetes.io/not-ready and unreachable (as a pod may), but not the `dedicated` taint.
+The nodes are a pool of the test's own (testkit/gpupool.py), whose jobs tolerate the not-ready taint that no
+kubelet lifts, but not the `dedicated` taint.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import uuid
 from collections.abc import AsyncIterator
 
 import pytest
@@ -18,46 +15,24 @@ import pytest
 from devcluster.controlplane import ControlPlane
 from mpiop.api.raw import JSON
 from mpiop.controller.manager import Manager, ManagerConfig
-from mpiop.kube.client import CONFIGMAPS, EVENTS, MPIJOBS, NODES, ApiError, KubeClient
+from mpiop.kube.client import CONFIGMAPS, EVENTS, MPIJOBS, NODES, KubeClient
 from mpiop.policies.gpu_layout import ANNOTATION, WAITING
-from testkit.mpijobs import make_mpijob
+from testkit.gpupool import POOL_LABEL, gpu_pool, laid_out, total_gpus_job, worker_gpu_limit
 from testkit.nodes import gpu_node, gpu_nodes, taint
 from testkit.operator import Cluster, Operator, eventually
 
 pytestmark = pytest.mark.integration
-POOL_LABEL = "test.mpiop.dev/gpu-pool"
-NOT_READY_TOLERATIONS = [{"key": "node.kubernetes.io/not-ready", "operator": "Exists"},
-                         {"key": "node.kubernetes.io/unreachable", "operator": "Exists"}]
 
 
 @pytest.fixture
 async def pool(kube: KubeClient) -> AsyncIterator[str]:
     """Eight 8-GPU nodes, two 4-GPU nodes and two 8-GPU nodes tainted dedicated=infer, in a pool of their own."""
-    name = f"p{uuid.uuid4().hex[:6]}"
-    labels = {POOL_LABEL: name}
-    nodes = [*gpu_nodes(f"{name}-eight", 8, 8, labels=labels), *gpu_nodes(f"{name}-four", 2, 4, labels=labels),
-             *gpu_nodes(f"{name}-infer", 2, 8, labels=labels, taints=[taint("dedicated", "infer")])]
-    for node in nodes:
-        await kube.create(NODES, None, node)
-    yield name
-    for node in nodes:
-        with contextlib.suppress(ApiError):
-            await kube.delete(NODES, None, node["metadata"]["name"])
+    def nodes(name: str, labels: dict[str, str]) -> list[JSON]:
+        return [*gpu_nodes(f"{name}-eight", 8, 8, labels=labels), *gpu_nodes(f"{name}-four", 2, 4, labels=labels),
+                *gpu_nodes(f"{name}-infer", 2, 8, labels=labels, taints=[taint("dedicated", "infer")])]
 
-
-def total_gpus_job(name: str, pool: str, gpus: int, **run_policy: object) -> JSON:
-    return (make_mpijob(name).total_gpus(gpus).run_policy(**run_policy)
-            .pod_spec("Worker", nodeSelector={POOL_LABEL: pool}, tolerations=NOT_READY_TOLERATIONS).manifest())
-
-
-async def laid_out(cluster: Cluster, name: str) -> JSON | None:
-    job = await cluster.job(name)
-    return job if job is not None and ANNOTATION in (job["metadata"].get("annotations") or {}) else None
-
-
-def worker_gpu_limit(job: JSON) -> str:
-    return str(job["spec"]["mpiReplicaSpecs"]["Worker"]["template"]["spec"]["containers"][0]["resources"]["limits"]
-               ["nvidia.com/gpu"])
+    async with gpu_pool(kube, nodes) as name:
+        yield name
 
 
 async def test_64_gpus_on_8_gpu_nodes_run_as_8_workers_of_8_slots(cluster: Cluster, operator: Operator,

@@ -1,0 +1,56 @@
+"""A pool of GPU Nodes of a test's own, and jobs of total GPUs (`spec.gpus`) that may run only there.
+
+The nodes are plain Node objects (no kubelet runs them) carrying a label of the pool's own, which the jobs
+select, so the session's other nodes never count in a layout. The apiserver's TaintNodesByCondition plugin
+taints a new Node not-ready, and no kubelet ever makes it Ready: the jobs tolerate node.kubernetes.io/not-ready
+and unreachable (as a pod may), and nothing else.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import uuid
+from collections.abc import AsyncIterator, Callable
+
+from mpiop.api.raw import JSON
+from mpiop.kube.client import NODES, ApiError, KubeClient
+from mpiop.policies.gpu_layout import ANNOTATION
+from testkit.mpijobs import make_mpijob
+from testkit.operator import Cluster
+
+POOL_LABEL = "test.mpiop.dev/gpu-pool"
+NOT_READY_TOLERATIONS = [{"key": "node.kubernetes.io/not-ready", "operator": "Exists"},
+                         {"key": "node.kubernetes.io/unreachable", "operator": "Exists"}]
+
+
+@contextlib.asynccontextmanager
+async def gpu_pool(kube: KubeClient, nodes: Callable[[str, dict[str, str]], list[JSON]]) -> AsyncIterator[str]:
+    """The Nodes `nodes(pool name, the pool's labels)` returns, created for the block and deleted after it;
+    yields the pool's name (a prefix for the nodes' names, unique per pool)."""
+    name = f"p{uuid.uuid4().hex[:6]}"
+    made = nodes(name, {POOL_LABEL: name})
+    for node in made:
+        await kube.create(NODES, None, node)
+    try:
+        yield name
+    finally:
+        for node in made:
+            with contextlib.suppress(ApiError):
+                await kube.delete(NODES, None, node["metadata"]["name"])
+
+
+def total_gpus_job(name: str, pool: str, gpus: int, **run_policy: object) -> JSON:
+    """`gpus` in all, laid out by mpiop on the pool's nodes."""
+    return (make_mpijob(name).total_gpus(gpus).run_policy(**run_policy)
+            .pod_spec("Worker", nodeSelector={POOL_LABEL: pool}, tolerations=NOT_READY_TOLERATIONS).manifest())
+
+
+async def laid_out(cluster: Cluster, name: str) -> JSON | None:
+    """The job, once mpiop wrote its layout (the annotation recording it)."""
+    job = await cluster.job(name)
+    return job if job is not None and ANNOTATION in (job["metadata"].get("annotations") or {}) else None
+
+
+def worker_gpu_limit(job: JSON) -> str:
+    return str(job["spec"]["mpiReplicaSpecs"]["Worker"]["template"]["spec"]["containers"][0]["resources"]["limits"]
+               ["nvidia.com/gpu"])
