@@ -3,7 +3,7 @@
 
 from mpiop import KUBERNETES_VERSION
 
-__all__ = ["CONTROLLER_TOOLS_VERSION", "ETCD_VERSION", "KUBERNETES_VERSION", "KWOK_VERSION",
+__all__ = ["CONTROLLER_TOOLS_VERSION", "ETCD_VERSION", "KUBERNETES_VERSION", "KUEUE_VERSION", "KWOK_VERSION",
            "SCHEDULER_PLUGINS_VERSION", "VOLCANO_APIS_VERSION", "staging_version"]
 
 # etcd for every control plane (dev, tests, bench, the e2e node) unless KUBEBUILDER_ASSETS has one: the 3.6
@@ -21,6 +21,11 @@ KWOK_VERSION = "v0.8.0"
 SCHEDULER_PLUGINS_VERSION = "v0.34.7"
 VOLCANO_APIS_VERSION = "v1.12.1"
 CONTROLLER_TOOLS_VERSION = "v0.17.3"
+
+# Kueue's controller manager for the test that runs it on an MPIJob of total GPUs (devcluster/kueue.py): the
+# newest release the Go module proxy serves. Built on its own Kubernetes libraries (v0.35), which speak to a
+# v1.34 apiserver.
+KUEUE_VERSION = "v0.17.0"
 
 
 def staging_version(kubernetes_version: str = KUBERNETES_VERSION) -> str:
