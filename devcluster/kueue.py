@@ -7,17 +7,18 @@
 * ``Kueue``: the manager on loopback ports, integration ``kubeflow.org/mpijob`` only, no leader election.
 
 How it runs without a Pod network. Kueue's manager refuses to start without TLS material: with
-``internalCertManagement`` off it reads the metrics certificate from a fixed ``/etc/kueue/metrics/certs``; with
-it on (its default, used here) it makes a CA and a serving certificate for ``<service>.<namespace>.svc`` into a
-Secret and its webhook cert dir, and injects the CA into its webhook configurations (skipped when they do not
-exist) and into its CRDs' conversion webhooks (it waits for that, so the CRDs need the conversion stanza its
-kustomization adds). It then waits for the certificate files in its cert dir, where a kubelet would mount the
-Secret: ``Kueue`` plays that kubelet, writing the Secret's tls.crt and tls.key there while Kueue starts. The apiserver reaches a webhook Service by its ClusterIP, which nothing routes here (no
-kube-proxy); an ``ExternalName`` Service is resolved to its name instead, so ``kueue-webhook-service`` is one
-naming ``localhost``, and Kueue's webhook server listens on 127.0.0.1 at the port the CRDs name: conversion works,
-with TLS checked against the injected CA. No admission webhook configuration is installed: the control plane
-is shared with other tests, and Kueue's webhooks would judge their Jobs and Pods too; a test makes an MPIJob as
-Kueue's MPIJob webhook would leave it (suspended, with its queue-name label).
+``internalCertManagement`` off it reads the metrics certificate from a fixed ``/etc/kueue/metrics/certs``; with it
+on (its default, used here) it makes a CA and a serving certificate for ``<service>.<namespace>.svc`` into a Secret,
+and injects the CA into its webhook configurations (skipped when they do not exist) and
+into its CRDs' conversion webhooks (it waits for that, so the CRDs need the conversion stanza its kustomization
+adds). It then waits for the certificate files in its cert dir, where a kubelet would mount the Secret: ``Kueue``
+plays that kubelet, writing the Secret's tls.crt and tls.key there while Kueue starts. The apiserver reaches a
+webhook Service by its ClusterIP, which nothing routes here (no kube-proxy); an ``ExternalName`` Service is
+resolved to its name instead, so ``kueue-webhook-service`` is one naming ``localhost``, and Kueue's webhook server
+listens on 127.0.0.1 at the port the CRDs name: conversion works, with TLS checked against the injected CA. No
+admission webhook configuration is installed: the control plane is shared with other tests, and Kueue's webhooks
+would judge their Jobs and Pods too; a test makes an MPIJob as Kueue's MPIJob webhook would leave it (suspended,
+with its queue-name label).
 """
 
 from __future__ import annotations
