@@ -4,21 +4,23 @@
   has no replace directives, so no wrapper module is needed; it brings its own Kubernetes libraries, v0.35).
 * ``kueue_crds()``: Kueue's CRDs as its own kustomization installs them: the bases, with the conversion webhook
   patches applied (the v1beta1 <-> v1beta2 conversion of five of them goes through Kueue's webhook server).
+* ``kueue_webhooks()``: its webhook configurations, with the webhooks of its own API only.
 * ``Kueue``: the manager on loopback ports, integration ``kubeflow.org/mpijob`` only, no leader election.
 
 How it runs without a Pod network. Kueue's manager refuses to start without TLS material: with
 ``internalCertManagement`` off it reads the metrics certificate from a fixed ``/etc/kueue/metrics/certs``; with it
-on (its default, used here) it makes a CA and a serving certificate for ``<service>.<namespace>.svc`` into a Secret,
-and injects the CA into its webhook configurations (skipped when they do not exist) and
-into its CRDs' conversion webhooks (it waits for that, so the CRDs need the conversion stanza its kustomization
-adds). It then waits for the certificate files in its cert dir, where a kubelet would mount the Secret: ``Kueue``
-plays that kubelet, writing the Secret's tls.crt and tls.key there while Kueue starts. The apiserver reaches a
-webhook Service by its ClusterIP, which nothing routes here (no kube-proxy); an ``ExternalName`` Service is
-resolved to its name instead, so ``kueue-webhook-service`` is one naming ``localhost``, and Kueue's webhook server
-listens on 127.0.0.1 at the port the CRDs name: conversion works, with TLS checked against the injected CA. No
-admission webhook configuration is installed: the control plane is shared with other tests, and Kueue's webhooks
-would judge their Jobs and Pods too; a test makes an MPIJob as Kueue's MPIJob webhook would leave it (suspended,
-with its queue-name label).
+on (its default, used here) it makes a CA and a serving certificate for ``<service>.<namespace>.svc`` into a
+Secret, and injects the CA into its webhook configurations (skipped when they do not exist) and into its CRDs'
+conversion webhooks (it waits for that, so the CRDs need the conversion stanza its kustomization adds). It then
+waits for the certificate files in its cert dir, where a kubelet would mount the Secret: ``Kueue`` plays that
+kubelet, writing the Secret's tls.crt and tls.key there while Kueue starts. The apiserver reaches a webhook Service
+by its ClusterIP, which nothing routes here (no kube-proxy); an ``ExternalName`` Service is resolved to its name
+instead, so ``kueue-webhook-service`` is one naming ``localhost``, and Kueue's webhook server listens on 127.0.0.1
+at the port the CRDs and webhooks name: conversion and admission work, with TLS checked against the injected CA. Of
+its admission webhooks only those of its own API (kueue.x-k8s.io) are installed, and removed when it stops: the
+control plane is shared with other tests, and its job webhooks would judge their Jobs and Pods too (and refuse them
+once Kueue is gone); a test makes an MPIJob as Kueue's MPIJob webhook would leave it (suspended, with its
+queue-name label).
 """
 
 from __future__ import annotations
@@ -41,13 +43,15 @@ from devcluster.versions import KUEUE_VERSION
 
 KUEUE_MODULE = "sigs.k8s.io/kueue"
 KUEUE_COMMAND = f"{KUEUE_MODULE}/cmd/kueue"
-CRD_DIR = "config/components/crd"  # kustomization.yaml, bases/, patches/ in the module
+CONFIG_DIR = "config/components"  # in the module: crd/ (kustomization.yaml, bases/, patches/), webhook/
+WEBHOOKS = "webhook/manifests.yaml"
 NAMESPACE = "kueue-system"
 WEBHOOK_SERVICE = "kueue-webhook-service"
 WEBHOOK_SECRET = "kueue-webhook-server-cert"
 MPIJOB_FRAMEWORK = "kubeflow.org/mpijob"
 QUEUE_NAME_LABEL = "kueue.x-k8s.io/queue-name"
-API_VERSION = "kueue.x-k8s.io/v1beta2"
+API_GROUP = "kueue.x-k8s.io"
+API_VERSION = f"{API_GROUP}/v1beta2"
 
 
 def _root(version: str) -> Path:
@@ -65,26 +69,28 @@ def kueue_binary(version: str = KUEUE_VERSION) -> Path:
                                ldflags=kueue_ldflags(version))
 
 
-def kueue_crd_dir(version: str = KUEUE_VERSION) -> Path:
-    """The module's config/components/crd (kustomization, bases, patches), copied once into the cache."""
-    crds = _root(version) / "crd"  # its own lock: not held up by a build of the manager
-    with binaries.build_lock(crds):
-        if not (crds / "kustomization.yaml").is_file():
-            source = binaries.go_mod_download(KUEUE_MODULE, version, crds, "Dir") / CRD_DIR
-            for part in ("bases", "patches"):
-                shutil.rmtree(crds / part, ignore_errors=True)
-                shutil.copytree(source / part, crds / part)
-                for copied in (crds / part, *(crds / part).rglob("*")):
-                    copied.chmod(0o755 if copied.is_dir() else 0o644)  # the module cache's copies are read-only
-            shutil.copyfile(source / "kustomization.yaml", crds / "kustomization.yaml")  # last: marks the copy
-            (crds / "kustomization.yaml").chmod(0o644)
-    return crds
+def kueue_config_dir(version: str = KUEUE_VERSION) -> Path:
+    """The module's config/components/crd (kustomization, bases, patches) and webhook/manifests.yaml, copied once
+    into the cache."""
+    root = _root(version) / "config"  # its own lock: not held up by a build of the manager
+    with binaries.build_lock(root):
+        if not (root / "crd" / "kustomization.yaml").is_file():
+            source = binaries.go_mod_download(KUEUE_MODULE, version, root, "Dir") / CONFIG_DIR
+            (root / "webhook").mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(source / WEBHOOKS, root / WEBHOOKS)
+            for part in ("crd/bases", "crd/patches"):
+                shutil.rmtree(root / part, ignore_errors=True)
+                shutil.copytree(source / part, root / part)
+            for copied in (root, *root.rglob("*")):
+                copied.chmod(0o755 if copied.is_dir() else 0o644)  # the module cache's copies are read-only
+            shutil.copyfile(source / "crd/kustomization.yaml", root / "crd/kustomization.yaml")  # last: marks it
+    return root
 
 
 def kueue_crds(namespace: str, webhook_port: int, version: str = KUEUE_VERSION) -> list[dict[str, Any]]:
     """Every CRD of Kueue's kustomization, each conversion patch applied with its Service named as installed
     here (kustomize's prefix and namespace: `kueue-webhook-service` in `namespace`) at `webhook_port`."""
-    crds = kueue_crd_dir(version)
+    crds = kueue_config_dir(version) / "crd"
     kustomization = yaml.safe_load((crds / "kustomization.yaml").read_text())
     by_name = {}
     for resource in kustomization["resources"]:
@@ -99,6 +105,24 @@ def kueue_crds(namespace: str, webhook_port: int, version: str = KUEUE_VERSION) 
                                                              "port": webhook_port}
         by_name[patch["metadata"]["name"]]["spec"]["conversion"] = conversion
     return list(by_name.values())
+
+
+def kueue_webhooks(namespace: str, webhook_port: int, version: str = KUEUE_VERSION) -> list[dict[str, Any]]:
+    """Kueue's mutating and validating webhook configurations, named as its kustomization names them (the names
+    its certificate rotator injects the CA into), with only the webhooks of Kueue's own API: they default its
+    objects and keep, e.g., a Workload's pod sets from changing once it holds quota."""
+    configurations = []
+    for body in yaml.safe_load_all((kueue_config_dir(version) / WEBHOOKS).read_text()):
+        if not body:
+            continue
+        body["metadata"]["name"] = f"kueue-{body['metadata']['name']}"
+        body["webhooks"] = [w for w in body["webhooks"]
+                            if {g for rule in w["rules"] for g in rule["apiGroups"]} == {API_GROUP}]
+        for webhook in body["webhooks"]:
+            webhook["clientConfig"]["service"] |= {"namespace": namespace, "name": WEBHOOK_SERVICE,
+                                                   "port": webhook_port}
+        configurations.append(body)
+    return configurations
 
 
 def webhook_objects(namespace: str, webhook_port: int) -> list[dict[str, Any]]:
@@ -144,6 +168,7 @@ class Kueue:
     metrics_port: int = field(default_factory=free_port)
     health_port: int = field(default_factory=free_port)
     component: Component | None = None
+    webhooks: list[dict[str, Any]] = field(default_factory=list)
 
     def __enter__(self) -> Kueue:
         self.start()
@@ -163,7 +188,8 @@ class Kueue:
         assert self.control_plane.workdir is not None
         workdir = self.control_plane.workdir / "kueue"
         workdir.mkdir(parents=True, exist_ok=True)
-        documents = [*webhook_objects(self.namespace, self.webhook_port), *crds]
+        self.webhooks = kueue_webhooks(self.namespace, self.webhook_port, self.version)
+        documents = [*webhook_objects(self.namespace, self.webhook_port), *crds, *self.webhooks]
         self.control_plane.kubectl("apply", "--server-side", "--force-conflicts", "-f", "-",
                                    input_text=yaml.safe_dump_all(documents))
         self.control_plane.kubectl("wait", "--for=condition=Established", "--timeout=60s",
@@ -206,6 +232,10 @@ class Kueue:
         raise ControlPlaneError(f"kueue not ready in time:\n{self.component.log_tail()}")
 
     def stop(self) -> None:
+        """Its webhook configurations go first: no Kueue object could be written with them and Kueue gone."""
+        for webhook in self.webhooks:
+            self.control_plane.kubectl("delete", "--ignore-not-found", f"{webhook['kind'].lower()}",
+                                       webhook["metadata"]["name"], check=False)
         if self.component is not None:
             self.component.stop()
 
@@ -216,4 +246,4 @@ def _read(path: Path) -> bytes | None:
 
 if __name__ == "__main__":
     print(kueue_binary())
-    print(kueue_crd_dir())
+    print(kueue_config_dir())
