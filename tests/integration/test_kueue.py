@@ -1,16 +1,17 @@
 """Kueue's own controller (v0.17, built from its module: devcluster/kueue.py) and mpiop on one apiserver: a job of
 total GPUs queued in Kueue ends with the Workload Kueue admitted made of mpiop's layout, and runs as laid out.
 
-Kueue's admission webhooks are not installed (the control plane is the session's), so each job is created as
-Kueue's MPIJob webhook leaves one: suspended, with its queue-name label. The GPU nodes are a pool of the test's
-own: four 8-GPU nodes, so 16 GPUs are 2 workers x 8 and 32 are 4 x 8; the ClusterQueue has 16 GPUs of quota.
+Of Kueue's admission webhooks only those of its own objects are installed (the control plane is the session's), so
+each job is created as Kueue's MPIJob webhook leaves one: suspended, with its queue-name label. The GPU nodes are a
+pool of the test's own: four 8-GPU nodes, so 16 GPUs are 2 workers x 8 and 32 are 4 x 8; the ClusterQueue has 16
+GPUs of quota.
 
-Kueue and mpiop both act on the new job, and neither waits for the other. Here Kueue is usually first: it makes a
-Workload of the job as written (1 worker, no GPU: within any quota), admits it and resumes the job, all before
-mpiop's layout lands; mpiop lays out the resumed job (it has no pod yet), Kueue finds the job no longer matches
-its Workload, suspends it, deletes that Workload and makes one of the layout. The tests wait for that end and
-print Kueue's Events and mpiop's pod writes, which show whether the race happened and whether mpiop made pods
-in between (the job was resumed with quota for none of its GPUs).
+Kueue and mpiop both act on the new job. mpiop lays it out in its first pass (not held back like a suspended
+job's first status: controller/soft_writes.py); Kueue's first sight of the job may still be the job as written,
+of which it makes a Workload (1 worker, no GPU, within any quota) and may admit it; seeing the layout while the
+job is still suspended, it deletes that Workload ("Deleted not matching Workload") and makes one of the layout.
+The tests wait for that end, and print Kueue's Events and mpiop's pod writes: a `Stopped` Event, or more than
+3 POSTs, would say Kueue had resumed the job under a Workload not of its layout.
 """
 
 from __future__ import annotations
@@ -146,7 +147,12 @@ async def test_kueue_admits_the_laid_out_job_and_mpiop_then_makes_its_pods(
     assert admission["clusterQueue"] == f"{cluster.ns}-cq"
     assert (assignments["worker"]["count"], assignments["worker"]["resourceUsage"][GPU]) == (2, "16")
     assert assignments["worker"]["flavors"] == {GPU: f"{cluster.ns}-flavor"}
-    # Stored as v1beta2; read as v1beta1 through Kueue's conversion webhook (devcluster/kueue.py: its Service).
+    # Kueue's webhooks serve (devcluster/kueue.py): its pod sets are fixed while it holds quota; and, stored as
+    # v1beta2, it reads as v1beta1 through the conversion webhook.
+    bigger = [{**p, "count": 3} if p["name"] == "worker" else p for p in workload["spec"]["podSets"]]
+    with pytest.raises(ApiError) as refused:
+        await kube.patch(WORKLOADS, cluster.ns, workload["metadata"]["name"], {"spec": {"podSets": bigger}})
+    print(f"Kueue's webhook on 3 workers: {refused.value}")
     old = await kube.get(replace(WORKLOADS, version="v1beta1"), cluster.ns, workload["metadata"]["name"])
     assert (old["apiVersion"], pod_sets(old)) == ("kueue.x-k8s.io/v1beta1", pod_sets(workload))
     wanted = {"train-launcher", "train-worker-0", "train-worker-1"}
