@@ -10,10 +10,7 @@ One transition waits too: a suspended job's first status (Created, Suspended). A
 kubeflow's operator, which is slower to write it, creates a suspended job and updates its spec (resumes it)
 from the create response without reading it again; a status written meanwhile changes the resourceVersion
 and that update fails with 409 Conflict. A suspended job has nothing urgent to report, so its first pass is
-held like a soft one; the resume, or the delay running out, makes the pass write. Unless the pass lays out a job
-of total GPUs: Kueue, which creates its jobs suspended, makes its Workload from the job's pod sets within about a
-second, admits it and resumes the job, so a layout held back lands after that admission of the job as written
-(tests/integration/test_kueue.py showed it in every run).
+held like a soft one; the resume, or the delay running out, makes the pass write.
 """
 
 from __future__ import annotations
@@ -73,9 +70,8 @@ def suspended_first_status(job: MPIJob) -> bool:
 
 
 def may_wait(job: MPIJob, plan: Plan, status: StatusChange, config_map: JSON | None = None) -> bool:
-    """Whether this pass's writes may be held back: all soft, or a suspended job's first status (unless the pass
-    lays the job out)."""
-    return (suspended_first_status(job) and plan.mpijob_patch is None) or only_soft_writes(plan, status, config_map)
+    """Whether this pass's writes may be held back: all soft, or a suspended job's first status."""
+    return suspended_first_status(job) or only_soft_writes(plan, status, config_map)
 
 
 @dataclass

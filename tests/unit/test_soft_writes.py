@@ -7,9 +7,8 @@ import pytest
 from mpiop.api.v2beta1 import MPIJob, ReplicaStatus
 from mpiop.controller.soft_writes import may_wait, only_soft_writes, status_change, suspended_first_status
 from mpiop.decide import decide
-from mpiop.plan import Event, Observed, Plan
+from mpiop.plan import Event, Plan
 from testkit.mpijobs import at, make_mpijob
-from testkit.nodes import gpu_nodes
 from testkit.pods import make_pod, observe
 
 JOB = make_mpijob("pi", "ns").workers(2).obj()
@@ -102,11 +101,3 @@ def test_a_suspended_jobs_first_status_may_wait(job: MPIJob, held: bool) -> None
     assert not only_soft_writes(plan, status)
     assert suspended_first_status(job) is held
     assert may_wait(job, plan, status) is held
-
-
-def test_a_suspended_jobs_first_pass_that_lays_it_out_does_not_wait() -> None:
-    """Kueue admits a job created suspended within about a second: its layout must be there before that."""
-    job = make_mpijob("bench", "ns").total_gpus(16).suspend(True).obj()
-    plan = decide(job, Observed(nodes=gpu_nodes("n", 4, 8)), at(0))
-    assert plan.mpijob_patch is not None and suspended_first_status(job)
-    assert not may_wait(job, plan, status_change(job.status, plan.status))
