@@ -10,7 +10,11 @@ One transition waits too: a suspended job's first status (Created, Suspended). A
 kubeflow's operator, which is slower to write it, creates a suspended job and updates its spec (resumes it)
 from the create response without reading it again; a status written meanwhile changes the resourceVersion
 and that update fails with 409 Conflict. A suspended job has nothing urgent to report, so its first pass is
-held like a soft one; the resume, or the delay running out, makes the pass write.
+held like a soft one; the resume, or the delay running out, makes the pass write. So is a pass that lays out a
+job of total GPUs, on purpose: under Kueue (v0.17.0, tests/integration/test_kueue.py) a layout written at once
+lands while Kueue admits the Workload it made of the job as written, updates that Workload in place, and its
+scheduler admits the old pod sets (1 worker, no GPU) for the job that runs 16 GPUs, for good; landing after Kueue
+resumed the job as written, it makes Kueue stop the job and remake its Workload.
 """
 
 from __future__ import annotations

@@ -7,8 +7,9 @@ import pytest
 from mpiop.api.v2beta1 import MPIJob, ReplicaStatus
 from mpiop.controller.soft_writes import may_wait, only_soft_writes, status_change, suspended_first_status
 from mpiop.decide import decide
-from mpiop.plan import Event, Plan
+from mpiop.plan import Event, Observed, Plan
 from testkit.mpijobs import at, make_mpijob
+from testkit.nodes import gpu_nodes
 from testkit.pods import make_pod, observe
 
 JOB = make_mpijob("pi", "ns").workers(2).obj()
@@ -101,3 +102,12 @@ def test_a_suspended_jobs_first_status_may_wait(job: MPIJob, held: bool) -> None
     assert not only_soft_writes(plan, status)
     assert suspended_first_status(job) is held
     assert may_wait(job, plan, status) is held
+
+
+def test_a_suspended_jobs_first_pass_that_lays_it_out_waits_too() -> None:
+    """On purpose (soft_writes' docstring): written at once, the layout races Kueue's admission of the job as
+    written, and Kueue v0.17.0 can end admitting the old pod sets for the laid-out job."""
+    job = make_mpijob("bench", "ns").total_gpus(16).suspend(True).obj()
+    plan = decide(job, Observed(nodes=gpu_nodes("n", 4, 8)), at(0))
+    assert plan.mpijob_patch is not None
+    assert may_wait(job, plan, status_change(job.status, plan.status))
