@@ -6,12 +6,13 @@ each job is created as Kueue's MPIJob webhook leaves one: suspended, with its qu
 pool of the test's own: four 8-GPU nodes, so 16 GPUs are 2 workers x 8 and 32 are 4 x 8; the ClusterQueue has 16
 GPUs of quota.
 
-Kueue and mpiop both act on the new job. mpiop lays it out in its first pass (not held back like a suspended
-job's first status: controller/soft_writes.py); Kueue's first sight of the job may still be the job as written,
-of which it makes a Workload (1 worker, no GPU, within any quota) and may admit it; seeing the layout while the
-job is still suspended, it deletes that Workload ("Deleted not matching Workload") and makes one of the layout.
-The tests wait for that end, and print Kueue's Events and mpiop's pod writes: a `Stopped` Event, or more than
-3 POSTs, would say Kueue had resumed the job under a Workload not of its layout.
+Kueue and mpiop both act on the new job, and Kueue is first: mpiop holds a suspended job's first pass, layout and
+all, up to 5 s (controller/soft_writes.py, which says why), and within about a second Kueue makes a Workload of the
+job as written (1 worker, no GPU, within any quota), admits it and resumes the job. mpiop then lays out the resumed
+job (it has no pod yet); Kueue finds the job no longer matches its Workload, stops it, deletes that Workload
+("Deleted not matching Workload") and makes one of the layout. The tests wait for that end, and print Kueue's
+Events and mpiop's pod writes: more than 3 POSTs say mpiop made the pods in the window where the job ran under the
+Workload of the job as written.
 """
 
 from __future__ import annotations
@@ -132,7 +133,7 @@ async def test_kueue_admits_the_laid_out_job_and_mpiop_then_makes_its_pods(
     await cluster.create_job(queued("train", pool, 16))
 
     async def admitted_as_laid_out() -> JSON | None:
-        """Kueue's admitted Workload, once it has the job's laid-out pod sets (after the race, if Kueue won it)."""
+        """Kueue's admitted Workload, once it has the job's laid-out pod sets (the second one Kueue makes)."""
         job, workload = await laid_out(cluster, "train"), await workload_of(kube, cluster.ns, "MPIJob", "train")
         if job is None or workload is None or not admitted(workload):
             return None
