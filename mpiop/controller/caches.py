@@ -207,8 +207,10 @@ class Caches:
         return [self.mpijobs, *self.owned(), *([self.nodes] if self.nodes is not None else [])]
 
     def node_list(self) -> list[JSON] | None:
-        """The cached GPU nodes, or None when nodes are not watched."""
-        return list(self.nodes.cached_objects()) if self.nodes is not None else None
+        """The cached GPU nodes, or None when nodes are not watched (or not listed yet)."""
+        if self.nodes is None or not self.nodes.synced.is_set():
+            return None
+        return list(self.nodes.cached_objects())
 
     def owned(self) -> list[Informer]:
         extra = [self.pod_groups] if self.pod_groups is not None else []

@@ -33,6 +33,7 @@ from mpiop.status import conditions as c
 ANNOTATION = "mpiop.kubeflow.org/gpu-layout"
 WAITING = "GPULayoutUnavailable"
 LAID_OUT = "GPULayout"
+AT_ADMISSION = ", at admission"  # the end of the record of a job laid out by the admission webhook
 _NO_SCHEDULE_EFFECTS = ("NoSchedule", "NoExecute")
 
 
@@ -189,19 +190,13 @@ def pending(plan: Plan, job: MPIJob, observed: Observed) -> bool:
     return needs_layout(job) and not observed.pods and plan.status.start_time is None
 
 
-def apply(plan: Plan, job: MPIJob, observed: Observed, now: dt.datetime) -> Outcome:
-    """STOP while the job waits to be laid out (or is being laid out): nothing else is made in this pass."""
-    if not pending(plan, job, observed):
-        return CONTINUE
+def choose(job: MPIJob, nodes: Iterable[JSON]) -> tuple[Layout, str] | str:
+    """The job's layout on these nodes and its record (the annotation's text), or why none fits."""
     total, resource = job.spec.gpus or 0, job.spec.effective_gpu_resource
-    if observed.nodes is None:
-        return _wait(plan, job, now, "mpiop does not watch nodes (it runs with --no-gpu-layout, or its role does not "
-                                     "grant list and watch on nodes, as a namespaced Role cannot): set "
-                                     "Worker.replicas and the GPU limit instead")
     eligible: Counter[int] = Counter()
     excluded: list[str] = []
     pod_spec = _pod_spec(job)
-    for node in observed.nodes:
+    for node in nodes:
         gpus = gpus_of(node, resource)
         if gpus <= 0:
             continue
@@ -216,13 +211,30 @@ def apply(plan: Plan, job: MPIJob, observed: Observed, now: dt.datetime) -> Outc
         left_out = f"; left out: {'; '.join(sorted(excluded)[:5])}" if excluded else ""
         if len(excluded) > 5:
             left_out += f" and {len(excluded) - 5} more"
-        return _wait(plan, job, now, f"no layout of {total} {resource} fits the nodes the Worker template may "
-                                     f"run on ({seen}{left_out}): {chosen}")
-    record = (f"{total} {resource} as {chosen} (slotsPerWorker "
-              f"{job.spec.slots_per_worker if job.spec.slots_per_worker is not None else chosen.gpus_per_worker}), "
-              f"on nodes: {_shapes(eligible, resource)}")
-    plan.mpijob_patch = MPIJobPatch(layout_patch(job, chosen, record[:MESSAGE_LIMIT]),
-                              Event("Normal", LAID_OUT, f"laid out {record}"))
+        return (f"no layout of {total} {resource} fits the nodes the Worker template may run on "
+                f"({seen}{left_out}): {chosen}")
+    slots = job.spec.slots_per_worker if job.spec.slots_per_worker is not None else chosen.gpus_per_worker
+    return chosen, f"{total} {resource} as {chosen} (slotsPerWorker {slots}), on nodes: {_shapes(eligible, resource)}"
+
+
+def apply(plan: Plan, job: MPIJob, observed: Observed, now: dt.datetime) -> Outcome:
+    """STOP while the job waits to be laid out (or is being laid out): nothing else is made in this pass.
+    A job laid out at admission (controller/layout_webhook) gets its Event on its first pass."""
+    if not pending(plan, job, observed):
+        record = job.metadata.annotations.get(ANNOTATION, "")
+        if record.endswith(AT_ADMISSION) and job.status.condition("Created") is None:
+            plan.event("Normal", LAID_OUT, f"laid out {record}"[:MESSAGE_LIMIT])
+        return CONTINUE
+    if observed.nodes is None:
+        return _wait(plan, job, now, "mpiop does not watch nodes (it runs with --no-gpu-layout, or its role does not "
+                                     "grant list and watch on nodes, as a namespaced Role cannot): set "
+                                     "Worker.replicas and the GPU limit instead")
+    chosen = choose(job, observed.nodes)
+    if isinstance(chosen, str):
+        return _wait(plan, job, now, chosen)
+    layout, record = chosen
+    plan.mpijob_patch = MPIJobPatch(layout_patch(job, layout, record[:MESSAGE_LIMIT]),
+                                    Event("Normal", LAID_OUT, f"laid out {record}"[:MESSAGE_LIMIT]))
     running = plan.status.condition("Running")
     if running is not None and running.reason == WAITING:
         c.set_condition(plan.status, "Running", "False", LAID_OUT, f"MPIJob {job.key} laid out: {record}"[

@@ -1,0 +1,142 @@
+"""The mutating admission webhook that lays out a total-GPU job (spec.gpus) as it is created.
+
+Laid out by the controller, a job is first stored as written (1 worker, no GPU), and whatever acts on a new job
+before mpiop's first pass sees that: Kueue makes its Workload of the job as written, admits it within about a
+second and resumes the job, then stops it again once mpiop writes the layout (docs/api.md, "Under Kueue"). Laid
+out here, in the request that creates it, the job is stored laid out: Kueue, kubectl and every later pass see one
+ordinary v2beta1 job from the start.
+
+The webhook never refuses (the CRD's CEL rules do): it answers allowed, with a JSON patch when the job is laid
+out, or with a warning saying why not (no node fits, nodes not watched yet) and no patch, and the controller then
+lays the job out or sets Running=False as before. It serves on the status endpoint's HTTPS server, so only the
+leader answers (its Service selects the leader's pod); the leader writes its CA into the webhook's configuration
+(`install_ca_bundle`) once it serves. failurePolicy Ignore: with mpiop down, jobs are still created.
+"""
+
+from __future__ import annotations
+
+import base64
+from collections.abc import Callable
+
+import orjson
+import structlog
+from aiohttp import web
+from pydantic import ValidationError
+
+from mpiop.api.raw import JSON
+from mpiop.api.v2beta1 import MPIJob
+from mpiop.kube.client import ApiError, KubeClient, Resource
+from mpiop.plan import MESSAGE_LIMIT
+from mpiop.policies import gpu_layout
+
+log = structlog.get_logger(__name__)
+PATH = "/gpu-layout"
+CONFIGURATIONS = Resource("admissionregistration.k8s.io", "v1", "mutatingwebhookconfigurations",
+                          "MutatingWebhookConfiguration", namespaced=False)
+
+
+def _pointer(key: str) -> str:
+    return key.replace("~", "~0").replace("/", "~1")
+
+
+def layout_patch(raw: JSON, nodes: list[JSON] | None) -> tuple[list[JSON], str | None]:
+    """The JSON patch laying out a new job, and a warning for the user; ([], None) when it needs no layout.
+
+    The patch replaces spec whole with the laid-out one (the merge patch the controller would write, applied) and
+    adds the record annotation."""
+    try:
+        job = MPIJob.model_validate(raw)
+    except ValidationError as error:
+        return [], f"mpiop did not lay this job out: it does not parse ({error.errors()[0]['msg']})"
+    if not gpu_layout.needs_layout(job):
+        return [], None
+    if nodes is None:
+        return [], "spec.gpus: mpiop does not watch nodes yet; it lays the job out once it does"
+    chosen = gpu_layout.choose(job, nodes)
+    if isinstance(chosen, str):
+        return [], f"spec.gpus: {chosen}; the job waits until a layout fits"[:MESSAGE_LIMIT]
+    layout, record = chosen
+    record = record[:MESSAGE_LIMIT - len(gpu_layout.AT_ADMISSION)] + gpu_layout.AT_ADMISSION
+    merge = gpu_layout.layout_patch(job, layout, record)
+    spec = _merged(raw.get("spec") or {}, merge["spec"])
+    annotations = (raw.get("metadata") or {}).get("annotations")
+    annotation: JSON = ({"op": "add", "path": f"/metadata/annotations/{_pointer(gpu_layout.ANNOTATION)}",
+                         "value": record} if annotations is not None else
+                        {"op": "add", "path": "/metadata/annotations", "value": {gpu_layout.ANNOTATION: record}})
+    return [{"op": "replace", "path": "/spec", "value": spec}, annotation], None
+
+
+def _merged(target: JSON, patch: JSON) -> JSON:
+    """RFC 7386: `patch` merged into `target` (a copy): objects merge, null removes, anything else replaces."""
+    merged = dict(target)
+    for key, value in patch.items():
+        if value is None:
+            merged.pop(key, None)
+        elif isinstance(value, dict) and isinstance(merged.get(key), dict):
+            merged[key] = _merged(merged[key], value)
+        else:
+            merged[key] = value
+    return merged
+
+
+def review(admission: JSON, nodes: list[JSON] | None) -> JSON:
+    """The AdmissionReview answering `admission` (admission.k8s.io/v1): always allowed."""
+    request = admission.get("request") or {}
+    response: JSON = {"uid": request.get("uid", ""), "allowed": True}
+    if request.get("operation") == "CREATE" and isinstance(request.get("object"), dict):
+        patch, warning = layout_patch(request["object"], nodes)
+        if patch:
+            response["patchType"] = "JSONPatch"
+            response["patch"] = base64.b64encode(orjson.dumps(patch)).decode()
+        if warning:
+            response["warnings"] = [warning]
+    return {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "response": response}
+
+
+def add_route(app: web.Application, nodes: Callable[[], list[JSON] | None]) -> None:
+    """POST PATH on `app`: `nodes()` gives the cached GPU nodes (None while not watched or not synced)."""
+
+    async def handle(request: web.Request) -> web.Response:
+        try:
+            admission = orjson.loads(await request.read())
+        except orjson.JSONDecodeError as error:
+            return web.Response(status=400, text=f"the body is not an AdmissionReview: {error}")
+        if not isinstance(admission, dict):
+            return web.Response(status=400, text="the body is not an AdmissionReview")
+        answer = review(admission, nodes())
+        response = answer["response"]
+        if "patch" in response or "warnings" in response:
+            obj = (admission.get("request") or {}).get("object") or {}
+            log.info("admission: total-GPU job", job=f"{(admission.get('request') or {}).get('namespace')}/"
+                     f"{(obj.get('metadata') or {}).get('name') or (obj.get('metadata') or {}).get('generateName')}",
+                     laid_out="patch" in response, warning=(response.get("warnings") or [None])[0])
+        return web.Response(body=orjson.dumps(answer), content_type="application/json")
+
+    app.router.add_post(PATH, handle)
+
+
+async def install_ca_bundle(client: KubeClient, name: str, ca_pem: str) -> bool:
+    """Write `ca_pem` as the caBundle of every webhook of MutatingWebhookConfiguration `name` that calls PATH, so
+    the apiserver trusts this process's serving certificate. A missing configuration or a refusal is logged, not
+    raised: jobs are then laid out by the controller."""
+    bundle = base64.b64encode(ca_pem.encode()).decode()
+    try:
+        configuration = await client.get(CONFIGURATIONS, None, name)
+        ours = [i for i, hook in enumerate(configuration.get("webhooks") or [])
+                if (((hook.get("clientConfig") or {}).get("service") or {}).get("path")
+                    or (hook.get("clientConfig") or {}).get("url") or "").endswith(PATH)]
+        if not ours:
+            log.warning("the GPU layout webhook's configuration has no webhook calling " + PATH, configuration=name)
+            return False
+        patch = [{"op": "add", "path": f"/webhooks/{i}/clientConfig/caBundle", "value": bundle} for i in ours]
+        await client.patch(CONFIGURATIONS, None, name, patch, patch_type="json")
+    except (ApiError, OSError) as error:
+        status = error.status if isinstance(error, ApiError) else None
+        log.warning("total-GPU jobs are laid out after they are created, not at admission: " + (
+            f"MutatingWebhookConfiguration {name} not found (deploy/ installs it)" if status == 404 else
+            f"could not write the CA of MutatingWebhookConfiguration {name}" + (
+                " (its ClusterRole needs get and patch on it: deploy/base/rbac.yaml)" if status == 403 else "")),
+            error=str(error)[:200])
+        return False
+    log.info("GPU layout webhook trusts this process's CA", configuration=name, webhooks=len(ours))
+    return True

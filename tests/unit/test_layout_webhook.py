@@ -1,0 +1,116 @@
+"""mpiop.controller.layout_webhook: a total-GPU job is laid out in the request that creates it (a JSON patch in the
+AdmissionReview), so it is stored laid out; the webhook never refuses, and says in a warning why it laid nothing
+out. The apiserver applying the patch is tests/integration/test_gpu_layout.py's."""
+
+from __future__ import annotations
+
+import base64
+import json
+
+import pytest
+from aiohttp import web
+from aiohttp.test_utils import TestClient, TestServer
+
+from mpiop.api.raw import JSON
+from mpiop.api.v2beta1 import MPIJob
+from mpiop.controller import layout_webhook
+from mpiop.controller.layout_webhook import PATH, review
+from mpiop.decide import decide
+from mpiop.plan import Observed
+from mpiop.policies.gpu_layout import ANNOTATION, AT_ADMISSION, LAID_OUT, needs_layout
+from testkit.mpijobs import at, make_mpijob
+from testkit.nodes import gpu_nodes
+
+EIGHTS = gpu_nodes("n", 10, 8)
+
+
+def admission(obj: JSON, operation: str = "CREATE") -> JSON:
+    return {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
+            "request": {"uid": "705ab4f5-6393-11e8-b7cc-42010a800002", "operation": operation, "namespace": "ns",
+                        "object": obj}}
+
+
+def patched(answer: JSON) -> list[JSON]:
+    response = answer["response"]
+    assert (response["uid"], response["allowed"], response["patchType"]) == (
+        "705ab4f5-6393-11e8-b7cc-42010a800002", True, "JSONPatch")
+    return list(json.loads(base64.b64decode(response["patch"])))
+
+
+def apply(obj: JSON, patch: list[JSON]) -> JSON:
+    """The two operations the webhook sends, as the apiserver applies them."""
+    result: JSON = json.loads(json.dumps(obj))
+    for op in patch:
+        *parents, last = [p.replace("~1", "/").replace("~0", "~") for p in op["path"].split("/")[1:]]
+        target = result
+        for part in parents:
+            target = target[part]
+        target[last] = op["value"]
+    return result
+
+
+def test_64_gpus_are_stored_as_8_workers_of_8_with_the_record() -> None:
+    job = make_mpijob("big", "ns").total_gpus(64).manifest()
+    answer = review(admission(job), EIGHTS)
+    assert "warnings" not in answer["response"]
+    laid_out = apply(job, patched(answer))
+    record = laid_out["metadata"]["annotations"][ANNOTATION]
+    assert record == ("64 nvidia.com/gpu as 8 workers x 8 GPUs (slotsPerWorker 8), on nodes: 10 nodes with 8 "
+                      "nvidia.com/gpu" + AT_ADMISSION)
+    worker = laid_out["spec"]["mpiReplicaSpecs"]["Worker"]
+    assert worker["replicas"] == 8 and laid_out["spec"]["slotsPerWorker"] == 8
+    assert worker["template"]["spec"]["containers"][0]["resources"] == {"limits": {"nvidia.com/gpu": "8"}}
+    assert laid_out["spec"]["gpus"] == 64  # the request stays beside its layout
+    # Everything else is as written, and the controller sees an ordinary job.
+    assert laid_out["spec"]["mpiReplicaSpecs"]["Launcher"] == job["spec"]["mpiReplicaSpecs"]["Launcher"]
+    assert not needs_layout(MPIJob.model_validate(laid_out))
+
+
+def test_the_record_is_added_beside_other_annotations() -> None:
+    job = make_mpijob("big", "ns").total_gpus(8).annotation("team", "vision").json()
+    patch = patched(review(admission(job), EIGHTS))
+    assert patch[1] == {"op": "add", "path": "/metadata/annotations/mpiop.kubeflow.org~1gpu-layout",
+                        "value": "8 nvidia.com/gpu as 1 worker x 8 GPUs (slotsPerWorker 8), on nodes: 10 nodes with "
+                                 "8 nvidia.com/gpu" + AT_ADMISSION}
+    assert apply(job, patch)["metadata"]["annotations"]["team"] == "vision"
+
+
+@pytest.mark.parametrize(("obj", "operation", "nodes", "warning"), [
+    pytest.param(make_mpijob("plain", "ns").gpus(8).manifest(), "CREATE", EIGHTS, None, id="v2beta1-job-untouched"),
+    pytest.param(make_mpijob("laid", "ns").total_gpus(16).gpus(8).workers(2).manifest(), "CREATE", EIGHTS, None,
+                 id="laid-out-already"),
+    pytest.param(make_mpijob("big", "ns").total_gpus(64).manifest(), "UPDATE", EIGHTS, None, id="update"),
+    pytest.param(make_mpijob("big", "ns").total_gpus(64).manifest(), "CREATE", None,
+                 "spec.gpus: mpiop does not watch nodes yet; it lays the job out once it does", id="nodes-not-synced"),
+    pytest.param(make_mpijob("odd", "ns").total_gpus(13).manifest(), "CREATE", EIGHTS,
+                 "spec.gpus: no layout of 13 nvidia.com/gpu fits the nodes the Worker template may run on (10 nodes "
+                 "with 8 nvidia.com/gpu): no worker size of 2 GPUs or more divides both 13 and a node's GPUs, and 13 "
+                 "is larger than any node; the job waits until a layout fits", id="none-fits"),
+])
+def test_allowed_unchanged(obj: JSON, operation: str, nodes: list[JSON] | None, warning: str | None) -> None:
+    response = review(admission(obj, operation), nodes)["response"]
+    assert response["allowed"] is True and "patch" not in response
+    assert response.get("warnings") == ([warning] if warning else None)
+
+
+def test_the_first_pass_of_a_job_laid_out_at_admission_says_so_in_an_event() -> None:
+    job = make_mpijob("big", "ns").total_gpus(64).manifest()
+    stored = MPIJob.model_validate(apply(job, patched(review(admission(job), EIGHTS))))
+    first = decide(stored, Observed(nodes=EIGHTS), at(0))
+    assert first.mpijob_patch is None and len(first.creation_steps.workers) == 8
+    laid_out = [e.message for e in first.events if e.reason == LAID_OUT]
+    assert laid_out == [f"laid out {stored.metadata.annotations[ANNOTATION]}"]
+    again = MPIJob.model_validate({**stored.to_json(), "status": first.status.to_json()})
+    assert not [e for e in decide(again, Observed(nodes=EIGHTS), at(1)).events
+                if e.reason == LAID_OUT]
+
+
+async def test_served_over_http_a_bad_body_is_a_400() -> None:
+    app = web.Application()
+    layout_webhook.add_route(app, lambda: EIGHTS)
+    async with TestClient(TestServer(app)) as client:
+        good = await client.post(PATH, json=admission(make_mpijob("big", "ns").total_gpus(16).manifest()))
+        assert good.status == 200
+        assert patched(await good.json())[0]["value"]["mpiReplicaSpecs"]["Worker"]["replicas"] == 2
+        bad = await client.post(PATH, data=b"{not json")
+        assert bad.status == 400 and "not an AdmissionReview" in await bad.text()
