@@ -28,6 +28,7 @@ import uvloop
 from mpiop import logging as mpiop_logging
 from mpiop import metrics
 from mpiop.certs import Certificates
+from mpiop.controller import layout_webhook
 from mpiop.controller.manager import Manager, ManagerConfig
 from mpiop.controller.status_endpoint import OwnPod, StatusWriter, TokenReviews, status_app
 from mpiop.controller.supervisor import Supervisor
@@ -160,6 +161,10 @@ def add_run_arguments(parser: argparse.ArgumentParser) -> None:
                         help="watch the nodes that have GPUs (list/watch nodes) to lay out jobs that state their "
                              "total (spec.gpus); off (a namespaced Role cannot list nodes): such jobs wait saying "
                              f"so (default {_on_off(_CONFIG.gpu_layout)})")
+    parser.add_argument("--gpu-layout-webhook", default="mpiop-gpu-layout", metavar="NAME",
+                        help="the MutatingWebhookConfiguration whose webhook lays such jobs out as they are created "
+                             "(served with the status endpoint, by the leader, which writes its CA there); '' turns "
+                             "it off: the controller lays them out after they are created (default %(default)s)")
     status = parser.add_argument_group("progress reports (the status endpoint the jobs' pods post to)")
     status.add_argument("--status-endpoint", action=argparse.BooleanOptionalAction, default=True,
                         help="serve the endpoint where a job's pods post their progress (status.trainerStatus), and "
@@ -230,14 +235,20 @@ async def serve_status(servers: Servers, manager: Manager, client: KubeClient, a
                        labelled: tuple[OwnPod, KubeClient] | None) -> None:
     """The status endpoint, once leading (only the leader may write): it serves until the process stops, and its
     serving certificate is renewed from the same CA when due (checked hourly). Once it listens, the process's
-    pod is labelled for the Service that routes the jobs' posts."""
+    pod is labelled for the Service that routes the jobs' posts, and the GPU layout webhook (served beside it)
+    is given the CA."""
     if leading is not None:
         await leading.wait()
     writer = StatusWriter(client, interval=args.status_write_seconds)
-    await servers.start(status_app(manager.caches, TokenReviews(client), writer), args.status_addr,
-                        "the status endpoint", ssl_context=certificates.context)
+    app = status_app(manager.caches, TokenReviews(client), writer)
+    webhook = args.gpu_layout_webhook if args.gpu_layout else ""
+    if webhook:
+        layout_webhook.add_route(app, manager.caches.node_list)
+    await servers.start(app, args.status_addr, "the status endpoint", ssl_context=certificates.context)
     if labelled is not None:
         await labelled[0].mark(labelled[1], serving=True)
+    if webhook:
+        await layout_webhook.install_ca_bundle(client, webhook, certificates.ca_pem)
     try:
         while True:
             await asyncio.sleep(3600)

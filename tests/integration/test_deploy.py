@@ -91,6 +91,7 @@ BASE_OBJECTS = {
     "role.rbac.authorization.k8s.io/mpiop-status-endpoint",
     "rolebinding.rbac.authorization.k8s.io/mpiop-status-endpoint",
     "deployment.apps/mpiop", "poddisruptionbudget.policy/mpiop",
+    "mutatingwebhookconfiguration.admissionregistration.k8s.io/mpiop-gpu-layout",
 }
 
 
@@ -129,8 +130,13 @@ def test_helm_chart_passes_a_server_side_dry_run(control_plane: ControlPlane, sy
         lease_rules = next(o for o in objects if o["metadata"]["name"] == "mpiop-leader-election")["rules"]
         assert lease_rules[1]["resourceNames"] == ["other"] and "--leader-elect-id=other" in args
         assert "--no-status-endpoint" in args, "a namespaced Role cannot grant tokenreviews"
+        assert "MutatingWebhookConfiguration" not in kinds  # no status endpoint to serve it, no nodes to lay out on
     else:
         assert "--no-gpu-layout" not in args
+        webhook = by_kind(objects)["MutatingWebhookConfiguration"]
+        service = webhook["webhooks"][0]["clientConfig"]["service"]
+        assert (service["name"], service["port"]) == ("mpiop-status", 8443)  # the leader's status endpoint
+        assert f"--gpu-layout-webhook={webhook['metadata']['name']}" in args
     if "leaderElection.enabled=false" in values:
         assert "--leader-elect" not in args and "--metrics-addr=0" in args
         services = {o["metadata"]["name"] for o in objects if o["kind"] == "Service"}
@@ -165,6 +171,7 @@ def test_helm_renders_the_objects_kustomize_does(kustomized: list[JSON], helm: s
                 "volumeMounts"):
         assert container[key] == base_container[key], key
     assert ours["Service"]["spec"]["ports"] == theirs["Service"]["spec"]["ports"]
+    assert ours["MutatingWebhookConfiguration"]["webhooks"] == theirs["MutatingWebhookConfiguration"]["webhooks"]
     assert ours["PodDisruptionBudget"]["spec"]["minAvailable"] == 1
     labels = ours["Namespace"]["metadata"]["labels"]
     assert labels["pod-security.kubernetes.io/enforce"] == theirs["Namespace"]["metadata"]["labels"][

@@ -6,7 +6,8 @@ election included, through a whole job life: creation, suspended and resumed twi
 Suspended Event bumps the first one's count), two failed attempts (whose launchers' logs are read for the failure
 report and saved, the second's ConfigMap replacing the first's under --kept-attempts 1; the first launcher's node
 is gone, so it is read and excluded) and restarts, a progress token reviewed as the status endpoint does (and the
-operator's own pod labelled for the status Service, cleared as it starts, set once it leads), Running,
+operator's own pod labelled for the status Service, cleared as it starts, set once it leads, and its CA written
+into the GPU layout webhook's configuration), Running,
 success, clean-up of the workers, deletion by ttlSecondsAfterFinished, and the lease's release at shutdown; beside
 it, a job kubeflow's operator left with a failed worker is taken over and restarted (its objects claimed, its
 launcher Job deleted), and a job stating its total GPUs is laid out on a GPU node (the Node informer's list and
@@ -27,6 +28,8 @@ import pytest
 
 from devcluster.controlplane import ControlPlane
 from mpiop.api.raw import JSON
+from mpiop.certs import Certificates
+from mpiop.controller import layout_webhook
 from mpiop.controller.manager import Manager, ManagerConfig
 from mpiop.controller.status_endpoint import SERVING, SERVING_LABEL, OwnPod, TokenReviews
 from mpiop.desired.settings import Settings
@@ -35,6 +38,7 @@ from mpiop.leader import LEASES, ElectionConfig, LeaderElector
 from mpiop.process import supervise
 from testkit import kubeflow
 from testkit.deploy import DEPLOY, SYSTEM
+from testkit.layout_webhook import configuration
 from testkit.mpijobs import make_mpijob
 from testkit.namespaces import create_namespace, delete_namespace
 from testkit.nodes import gpu_node
@@ -49,6 +53,7 @@ RBAC_KINDS = ("ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "Ro
 ADMISSION_ONLY = {("update", "kubeflow.org", "mpijobs/finalizers")}
 GONE_NODE = "rbac-gone-node"
 GPU_NODE = "rbac-gpu-node"  # a job stating its total GPUs is laid out on it (nodes list/watch, mpijobs patch)
+WEBHOOK = "mpiop-gpu-layout"  # deploy/base/webhook.yaml's (for the test's namespace only: the apiserver is shared)
 OWN_POD = "mpiop-rbac-own"  # the operator's own pod, labelled for the status Service (pods patch in its namespace)
 
 
@@ -140,6 +145,9 @@ async def lifecycle(kube: KubeClient, token_kubeconfig: str, mpijob_crd: None) -
         "serviceAccountName": "mpiop",
         "containers": [{"name": "mpiop", "image": "mpiop", "securityContext": restricted}]}})
     own_pod = OwnPod(SYSTEM, OWN_POD)
+    with contextlib.suppress(ApiError):
+        await kube.delete(layout_webhook.CONFIGURATIONS, None, WEBHOOK)
+    await kube.create(layout_webhook.CONFIGURATIONS, None, configuration(WEBHOOK, "https://127.0.0.1:9", namespace))
     try:
         assert await own_pod.mark(lease_client, serving=False), "the pod's label cleared as the process starts"
         cluster = Cluster(kube, namespace)
@@ -155,6 +163,8 @@ async def lifecycle(kube: KubeClient, token_kubeconfig: str, mpijob_crd: None) -
             assert await own_pod.mark(lease_client, serving=True), "the leader's pod labelled as it serves"
             labels = (await kube.get(PODS, SYSTEM, OWN_POD))["metadata"]["labels"]
             assert labels[SERVING_LABEL] == SERVING
+            # The leader's CA in the GPU layout webhook's configuration (`mutatingwebhookconfigurations get, patch`).
+            assert await layout_webhook.install_ca_bundle(main, WEBHOOK, Certificates(["127.0.0.1"]).ca_pem)
             await cluster.create_job(mpijob("life", workers=1, run_policy={"ttlSecondsAfterFinished": 5}))
             await review_a_pods_token(cluster, main, "life")
             await cluster.create_job(make_mpijob("total").total_gpus(8).pod_spec(
@@ -197,6 +207,8 @@ async def lifecycle(kube: KubeClient, token_kubeconfig: str, mpijob_crd: None) -
             await kube.delete(NODES, None, GPU_NODE)
         with contextlib.suppress(ApiError):
             await kube.delete(PODS, SYSTEM, OWN_POD, grace_period_seconds=0)
+        with contextlib.suppress(ApiError):
+            await kube.delete(layout_webhook.CONFIGURATIONS, None, WEBHOOK)
 
 
 async def test_a_whole_job_life_runs_on_the_service_accounts_token_alone(lifecycle: Run, token_kubeconfig: str) -> None:

@@ -1,6 +1,7 @@
 """The status endpoint against the real apiserver: pod-bound tokens reviewed by TokenReview, a report written
 into status.trainerStatus, and every refusal (no token, another job's pod, a wrong audience, an expired token,
-a body that does not parse or is out of range) a 4xx saying why, counted, with no status write.
+a body that does not parse or is out of range) a 4xx saying why, counted, with no status write. And the GPU layout
+webhook the process serves beside it.
 
 The operator runs as `mpiop run` (its endpoint on loopback, --status-write-seconds 1). Tokens come from the
 apiserver's TokenRequest API bound to the job's pods, as the kubelet's projected volume gets them (no kubelet
@@ -23,8 +24,13 @@ from cryptography.hazmat.primitives.asymmetric import padding, rsa
 from devcluster.controlplane import ControlPlane
 from mpiop.api.raw import JSON
 from mpiop.api.v2beta1 import TrainerStatus
+from mpiop.controller import layout_webhook
 from mpiop.controller.status_endpoint import StatusWriter
-from mpiop.kube.client import CONFIGMAPS, KubeClient
+from mpiop.kube.client import CONFIGMAPS, MPIJOBS, KubeClient
+from mpiop.policies.gpu_layout import ANNOTATION, AT_ADMISSION
+from testkit.gpupool import gpu_pool, total_gpus_job
+from testkit.layout_webhook import configuration
+from testkit.nodes import gpu_nodes
 from testkit.operator import Cluster, eventually, mpijob
 from testkit.process import OperatorProcess
 from testkit.rbac import pod_token
@@ -154,3 +160,31 @@ async def test_posts_are_coalesced_into_one_write_per_interval(control_plane: Co
     finally:
         await writer.close()
         await client.close()
+
+
+async def test_mpiop_run_serves_the_gpu_layout_webhook_beside_its_endpoint(control_plane: ControlPlane,
+                                                                          cluster: Cluster, tmp_path: Path) -> None:
+    """The process wiring: `mpiop run` serves the webhook on its status endpoint's address and certificate, and writes
+    its CA into the configuration --gpu-layout-webhook names; the apiserver then lays a total-GPU job out as it is
+    created, from the process's own Node informer."""
+    name = f"{cluster.ns}-gpu-layout"
+    op = OperatorProcess(control_plane.kubeconfig, tmp_path / "mpiop.log",
+                         [f"--namespace={cluster.ns}", f"--gpu-layout-webhook={name}"])
+    async with gpu_pool(cluster.kube, lambda pool, labels: gpu_nodes(f"{pool}-eight", 2, 8, labels=labels)) as pool:
+        await cluster.kube.create(layout_webhook.CONFIGURATIONS, None, configuration(name, op.status_url, cluster.ns))
+        op.start()
+        try:
+            async def laid_out_at_admission() -> bool:
+                answer = await cluster.kube.request("POST", MPIJOBS.path(cluster.ns), query={"dryRun": "All"},
+                                                    body=total_gpus_job("probe", pool, 16))
+                return ANNOTATION in (answer["metadata"].get("annotations") or {})
+
+            await eventually(laid_out_at_admission, timeout=60, what="the webhook in effect")
+            created = await cluster.create_job(total_gpus_job("big", pool, 16))
+            print(f"\n{ANNOTATION}: {created['metadata']['annotations'][ANNOTATION]}")
+            assert created["metadata"]["annotations"][ANNOTATION].endswith(AT_ADMISSION)
+            assert created["spec"]["mpiReplicaSpecs"]["Worker"]["replicas"] == 2
+            assert any(line.get("event") == "GPU layout webhook trusts this process's CA" for line in op.json_log())
+        finally:
+            op.stop()
+            await cluster.kube.delete(layout_webhook.CONFIGURATIONS, None, name)

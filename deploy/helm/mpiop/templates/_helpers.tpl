@@ -88,6 +88,13 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
 - apiGroups: [rbac.authorization.k8s.io]
   resources: [roles, rolebindings]
   verbs: [list, watch]
+{{- if and .Values.statusEndpoint.enabled (eq .Values.watchNamespace "") }}
+# The GPU layout webhook (served beside the status endpoint): the leader writes its CA into the webhook's caBundle.
+- apiGroups: [admissionregistration.k8s.io]
+  resources: [mutatingwebhookconfigurations]
+  resourceNames: [{{ include "mpiop.fullname" . }}-gpu-layout]
+  verbs: [get, patch]
+{{- end }}
 # patch: a repeated Event bumps the count of the one already made (client-go's event correlator).
 - apiGroups: [""]
   resources: [events]
