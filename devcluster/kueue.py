@@ -4,7 +4,8 @@
   has no replace directives, so no wrapper module is needed; it brings its own Kubernetes libraries, v0.35).
 * ``kueue_crds()``: Kueue's CRDs as its own kustomization installs them: the bases, with the conversion webhook
   patches applied (the v1beta1 <-> v1beta2 conversion of five of them goes through Kueue's webhook server).
-* ``kueue_webhooks()``: its webhook configurations, with the webhooks of its own API only.
+* ``kueue_webhooks()``: its webhook configurations, with the webhooks of its own API, and its MPIJob webhooks for
+  namespaces labelled JOB_WEBHOOKS_LABEL only.
 * ``Kueue``: the manager on loopback ports, integration ``kubeflow.org/mpijob`` only, no leader election.
 
 How it runs without a Pod network. Kueue's manager refuses to start without TLS material: with
@@ -17,10 +18,10 @@ kubelet, writing the Secret's tls.crt and tls.key there while Kueue starts. The 
 by its ClusterIP, which nothing routes here (no kube-proxy); an ``ExternalName`` Service is resolved to its name
 instead, so ``kueue-webhook-service`` is one naming ``localhost``, and Kueue's webhook server listens on 127.0.0.1
 at the port the CRDs and webhooks name: conversion and admission work, with TLS checked against the injected CA. Of
-its admission webhooks only those of its own API (kueue.x-k8s.io) are installed, and removed when it stops: the
-control plane is shared with other tests, and its job webhooks would judge their Jobs and Pods too (and refuse them
-once Kueue is gone); a test makes an MPIJob as Kueue's MPIJob webhook would leave it (suspended, with its
-queue-name label).
+its admission webhooks those of its own API (kueue.x-k8s.io) are installed, and its MPIJob webhooks for the
+namespaces labelled JOB_WEBHOOKS_LABEL=true, and removed when it stops: the control plane is shared with other
+tests, and its job webhooks would judge their Jobs and Pods too (and refuse them once Kueue is gone). Its other
+job webhooks (Jobs, Pods, ...) are left out.
 """
 
 from __future__ import annotations
@@ -45,6 +46,7 @@ KUEUE_MODULE = "sigs.k8s.io/kueue"
 KUEUE_COMMAND = f"{KUEUE_MODULE}/cmd/kueue"
 CONFIG_DIR = "config/components"  # in the module: crd/ (kustomization.yaml, bases/, patches/), webhook/
 WEBHOOKS = "webhook/manifests.yaml"
+JOB_WEBHOOKS_LABEL = "test.mpiop.dev/kueue-job-webhooks"  # a namespace whose MPIJobs Kueue's webhooks judge
 NAMESPACE = "kueue-system"
 WEBHOOK_SERVICE = "kueue-webhook-service"
 WEBHOOK_SECRET = "kueue-webhook-server-cert"
@@ -107,18 +109,27 @@ def kueue_crds(namespace: str, webhook_port: int, version: str = KUEUE_VERSION) 
     return list(by_name.values())
 
 
+def _is_mpijob_webhook(webhook: dict[str, Any]) -> bool:
+    return {(g, r) for rule in webhook["rules"] for g in rule["apiGroups"] for r in rule["resources"]} == {
+        ("kubeflow.org", "mpijobs")}
+
+
 def kueue_webhooks(namespace: str, webhook_port: int, version: str = KUEUE_VERSION) -> list[dict[str, Any]]:
     """Kueue's mutating and validating webhook configurations, named as its kustomization names them (the names
-    its certificate rotator injects the CA into), with only the webhooks of Kueue's own API: they default its
-    objects and keep, e.g., a Workload's pod sets from changing once it holds quota."""
+    its certificate rotator injects the CA into), with the webhooks of Kueue's own API (they default its objects
+    and keep, e.g., a Workload's pod sets from changing once it holds quota) and its MPIJob webhooks (which
+    suspend a new job of a queue, and guard its queue name) for namespaces labelled JOB_WEBHOOKS_LABEL=true."""
     configurations = []
     for body in yaml.safe_load_all((kueue_config_dir(version) / WEBHOOKS).read_text()):
         if not body:
             continue
         body["metadata"]["name"] = f"kueue-{body['metadata']['name']}"
         body["webhooks"] = [w for w in body["webhooks"]
-                            if {g for rule in w["rules"] for g in rule["apiGroups"]} == {API_GROUP}]
+                            if {g for rule in w["rules"] for g in rule["apiGroups"]} == {API_GROUP}
+                            or _is_mpijob_webhook(w)]
         for webhook in body["webhooks"]:
+            if _is_mpijob_webhook(webhook):
+                webhook["namespaceSelector"] = {"matchLabels": {JOB_WEBHOOKS_LABEL: "true"}}
             webhook["clientConfig"]["service"] |= {"namespace": namespace, "name": WEBHOOK_SERVICE,
                                                    "port": webhook_port}
         configurations.append(body)

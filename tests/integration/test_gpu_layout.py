@@ -18,6 +18,7 @@ from mpiop.controller.manager import Manager, ManagerConfig
 from mpiop.kube.client import CONFIGMAPS, EVENTS, MPIJOBS, NODES, KubeClient
 from mpiop.policies.gpu_layout import ANNOTATION, WAITING
 from testkit.gpupool import POOL_LABEL, gpu_pool, laid_out, total_gpus_job, worker_gpu_limit
+from testkit.layout_webhook import serving_layout_webhook
 from testkit.nodes import gpu_node, gpu_nodes, taint
 from testkit.operator import Cluster, Operator, eventually
 
@@ -33,6 +34,13 @@ async def pool(kube: KubeClient) -> AsyncIterator[str]:
 
     async with gpu_pool(kube, nodes) as name:
         yield name
+
+
+async def waiting(cluster: Cluster, name: str) -> JSON | None:
+    """The job's Running=False condition of a job that waits for a layout."""
+    job = await cluster.job(name)
+    return next((c for c in (job or {}).get("status", {}).get("conditions", [])
+                 if c["type"] == "Running" and c["reason"] == WAITING), None)
 
 
 async def test_64_gpus_on_8_gpu_nodes_run_as_8_workers_of_8_slots(cluster: Cluster, operator: Operator,
@@ -74,13 +82,7 @@ async def test_12_gpus_are_3_workers_of_4_and_13_waits_until_a_node_fits(cluster
     assert (job["spec"]["mpiReplicaSpecs"]["Worker"]["replicas"], worker_gpu_limit(job)) == (3, "4")
 
     await cluster.create_job(total_gpus_job("thirteen", pool, 13))
-
-    async def waiting() -> JSON | None:
-        job = await cluster.job("thirteen")
-        return next((c for c in (job or {}).get("status", {}).get("conditions", [])
-                     if c["type"] == "Running" and c["reason"] == WAITING), None)
-
-    condition = await eventually(waiting, what="thirteen waiting")
+    condition = await eventually(lambda: waiting(cluster, "thirteen"), what="thirteen waiting")
     print(f"Running=False {WAITING}: {condition['message']}")
     assert condition["message"] == (
         f"MPIJob {cluster.ns}/thirteen waits: no layout of 13 nvidia.com/gpu fits the nodes the Worker template may "
@@ -97,6 +99,36 @@ async def test_12_gpus_are_3_workers_of_4_and_13_waits_until_a_node_fits(cluster
         assert (job["spec"]["mpiReplicaSpecs"]["Worker"]["replicas"], worker_gpu_limit(job)) == (1, "13")
     finally:
         await kube.delete(NODES, None, f"{pool}-sixteen")
+
+
+async def test_with_the_webhook_a_job_is_stored_laid_out_and_one_that_fits_nowhere_as_written(
+        cluster: Cluster, operator: Operator, kube: KubeClient, pool: str) -> None:
+    """deploy/'s MutatingWebhookConfiguration, mpiop's webhook and the real apiserver: the create's answer is the
+    laid-out job, the controller never writes the spec, and the first pass says in an Event how it was laid out."""
+    async with serving_layout_webhook(operator, kube, cluster.ns, total_gpus_job("probe", pool, 16)):
+        created = await cluster.create_job(total_gpus_job("big", pool, 64))
+        record = created["metadata"]["annotations"][ANNOTATION]
+        print(f"\nthe create's answer: {ANNOTATION}: {record}")
+        assert record == ("64 nvidia.com/gpu as 8 workers x 8 GPUs (slotsPerWorker 8), on nodes: 2 nodes with 4 "
+                          "nvidia.com/gpu, 8 nodes with 8 nvidia.com/gpu, at admission")
+        worker = created["spec"]["mpiReplicaSpecs"]["Worker"]
+        assert (worker["replicas"], worker_gpu_limit(created), created["spec"]["slotsPerWorker"],
+                created["spec"]["gpus"]) == (8, "8", 8, 64)
+        odd = await cluster.create_job(total_gpus_job("thirteen", pool, 13))
+        assert ANNOTATION not in (odd["metadata"].get("annotations") or {})  # allowed as written: the controller
+        # then says why it waits, as without the webhook
+
+        async def all_pods() -> dict[str, JSON] | None:
+            pods = await cluster.pods()
+            return pods if {*(f"big-worker-{i}" for i in range(8)), "big-launcher"} <= set(pods) else None
+
+        await eventually(all_pods, what="big's pods")
+        await eventually(lambda: waiting(cluster, "thirteen"), what="thirteen waiting")
+        await operator.settle()
+    events = (await cluster.kube.list(EVENTS, cluster.ns))["items"]
+    assert [e["message"] for e in events if e["reason"] == "GPULayout"] == [f"laid out {record}"]
+    assert operator.requests.writes()[("PATCH", "mpijobs")] == 0  # only status: the spec was laid out at admission
+    assert not [p for p in await cluster.pods() if p.startswith("thirteen-")]
 
 
 async def test_a_job_created_suspended_as_kueue_does_is_laid_out_before_it_is_resumed(
