@@ -10,36 +10,20 @@ from collections.abc import Iterator
 
 import pytest
 
-from devcluster.nodehost import NODE_NAME
-from devcluster.pi_job import SAMPLES, pi_job
 from mpiop.policies.gpu_layout import ANNOTATION
-from testkit.e2e.kube import wait_for
+from testkit.e2e.gpus import GPU, fake_gpus, total_gpus_pi_job
 from testkit.e2e.mpi import assert_pi, assert_succeeded
 from testkit.e2e.session import E2E
-
-GPU = "nvidia.com/gpu"
-NODE = f"/api/v1/nodes/{NODE_NAME}"
 
 
 @pytest.fixture
 def four_fake_gpus(e2e: E2E) -> Iterator[None]:
-    """The node's status says it has 4 GPUs (the kubelet keeps an extended resource it does not manage); removed
-    afterwards."""
-    e2e.api.merge_patch(f"{NODE}/status", {"status": {"capacity": {GPU: "4"}, "allocatable": {GPU: "4"}}})
-    wait_for(lambda: (e2e.api.get(NODE)["status"].get("allocatable") or {}).get(GPU) == "4", 30, "4 GPUs allocatable")
-    try:
+    with fake_gpus(e2e.api, 4):
         yield
-    finally:
-        e2e.api.merge_patch(f"{NODE}/status", {"status": {"capacity": {GPU: None}, "allocatable": {GPU: None}}})
 
 
 def test_a_total_gpu_job_runs_openmpi_pi_on_the_laid_out_ranks(e2e: E2E, four_fake_gpus: None) -> None:
-    command = ["mpi-wait-hosts", "mpirun.openmpi", "--allow-run-as-root", "/usr/local/bin/pi-openmpi", SAMPLES]
-    manifest = pi_job("gpus", e2e.image, launcher_command=command)
-    spec = manifest["spec"]
-    del spec["slotsPerWorker"], spec["mpiReplicaSpecs"]["Worker"]["replicas"]
-    spec["gpus"] = 4
-    started = e2e.create_job(manifest)
+    started = e2e.create_job(total_gpus_pi_job("gpus", e2e.image, 4))
     job = e2e.wait_finished("gpus")
     e2e.record("total-gpus-pi", time.monotonic() - started)
     assert_succeeded(job)

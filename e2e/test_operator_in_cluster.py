@@ -1,6 +1,7 @@
 """The operator itself in the cluster: deploy/base (its ServiceAccount, least-privilege RBAC, two replicas
-with leader election) on an operator image built the same way as the MPI image, then an MPIJob that
-only the in-cluster operator can run (no `mpiop run` process in this test)."""
+with leader election, the GPU layout webhook) on an operator image built the same way as the MPI image, then an
+MPIJob that only the in-cluster operator can run (no `mpiop run` process in this test): Open MPI's pi stating only
+its total GPUs, laid out by the leader's webhook as it is created."""
 
 from __future__ import annotations
 
@@ -12,8 +13,9 @@ import yaml
 
 from devcluster import images, oci
 from devcluster.binaries import project_root
-from devcluster.pi_job import pi_job
-from testkit.e2e.kube import is_true, wait_for
+from mpiop.policies.gpu_layout import ANNOTATION, AT_ADMISSION
+from testkit.e2e.gpus import fake_gpus, total_gpus_pi_job
+from testkit.e2e.kube import MPIJOBS, is_true, wait_for
 from testkit.e2e.mpi import assert_pi, assert_succeeded
 from testkit.e2e.session import E2E
 
@@ -73,14 +75,28 @@ def test_operator_in_cluster(bare: E2E) -> None:
             f"/apis/coordination.k8s.io/v1/namespaces/{NAMESPACE}/leases/mpiop"), 60, "the leader Lease")
         assert lease["spec"]["holderIdentity"].split("_")[0] in {p["metadata"]["name"] for p in pods}, lease
 
-        job_started = bare.create_job(pi_job("pi-in-cluster", bare.image))
-        job = bare.wait_finished("pi-in-cluster", timeout=240)
-        bare.record("operator-in-cluster: openmpi-pi", time.monotonic() - job_started)
+        with fake_gpus(bare.api, 4):
+            # The leader serves the GPU layout webhook behind Service mpiop-status (the apiserver reaches it through
+            # kube-proxy) once it has written its CA into the webhook's configuration: a dry run shows when.
+            manifest = total_gpus_pi_job("pi-in-cluster", bare.image, 4)
+            wait_for(lambda: ANNOTATION in (bare.api.create(f"{MPIJOBS.format(ns=bare.ns)}?dryRun=All", manifest)
+                                            ["metadata"].get("annotations") or {}), 120,
+                     "the GPU layout webhook answering through Service mpiop-status", describe=describe)
+            job_started = time.monotonic()
+            created = bare.api.create(MPIJOBS.format(ns=bare.ns), manifest)
+            record = created["metadata"]["annotations"][ANNOTATION]
+            bare.report("in_cluster_gpu_layout", record)
+            assert record == ("4 nvidia.com/gpu as 1 worker x 4 GPUs (slotsPerWorker 4), on nodes: 1 node with 4 "
+                              "nvidia.com/gpu" + AT_ADMISSION)
+            job = bare.wait_finished("pi-in-cluster", timeout=240)
+            bare.record("operator-in-cluster: openmpi-pi of 4 GPUs laid out at admission",
+                        time.monotonic() - job_started)
         assert_succeeded(job)
         assert is_true(job, "Created")
-        assert_pi(bare.launcher_log("pi-in-cluster"), "pi-in-cluster")
+        assert_pi(bare.launcher_log("pi-in-cluster"), "pi-in-cluster", ranks=4, hosts=1)
     finally:
         # Not the CRD (other tests' jobs): the operator's namespace and its cluster-scoped RBAC.
         node.kubectl("delete", "namespace", NAMESPACE, "--ignore-not-found", "--wait=true", "--timeout=120s",
                      check=False)
         node.kubectl("delete", "clusterrolebinding,clusterrole", "mpiop", "--ignore-not-found", check=False)
+        node.kubectl("delete", "mutatingwebhookconfiguration", "mpiop-gpu-layout", "--ignore-not-found", check=False)
