@@ -31,6 +31,7 @@ from mpiop.policies import gpu_layout
 
 log = structlog.get_logger(__name__)
 PATH = "/gpu-layout"
+WARNING_LIMIT = 256  # the apiserver may truncate a longer admission warning
 CONFIGURATIONS = Resource("admissionregistration.k8s.io", "v1", "mutatingwebhookconfigurations",
                           "MutatingWebhookConfiguration", namespaced=False)
 
@@ -54,7 +55,8 @@ def layout_patch(raw: JSON, nodes: list[JSON] | None) -> tuple[list[JSON], str |
         return [], "spec.gpus: mpiop does not watch nodes yet; it lays the job out once it does"
     chosen = gpu_layout.choose(job, nodes)
     if isinstance(chosen, str):
-        return [], f"spec.gpus: {chosen}; the job waits until a layout fits"[:MESSAGE_LIMIT]
+        warning = f"spec.gpus: the job waits until a layout fits (its Running condition says why): {chosen}"
+        return [], warning if len(warning) <= WARNING_LIMIT else warning[:WARNING_LIMIT - 3] + "..."
     layout, record = chosen
     record = record[:MESSAGE_LIMIT - len(gpu_layout.AT_ADMISSION)] + gpu_layout.AT_ADMISSION
     merge = gpu_layout.layout_patch(job, layout, record)

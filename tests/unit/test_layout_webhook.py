@@ -83,9 +83,9 @@ def test_the_record_is_added_beside_other_annotations() -> None:
     pytest.param(make_mpijob("big", "ns").total_gpus(64).manifest(), "CREATE", None,
                  "spec.gpus: mpiop does not watch nodes yet; it lays the job out once it does", id="nodes-not-synced"),
     pytest.param(make_mpijob("odd", "ns").total_gpus(13).manifest(), "CREATE", EIGHTS,
-                 "spec.gpus: no layout of 13 nvidia.com/gpu fits the nodes the Worker template may run on (10 nodes "
-                 "with 8 nvidia.com/gpu): no worker size of 2 GPUs or more divides both 13 and a node's GPUs, and 13 "
-                 "is larger than any node; the job waits until a layout fits", id="none-fits"),
+                 "spec.gpus: the job waits until a layout fits (its Running condition says why): no layout of 13 "
+                 "nvidia.com/gpu fits the nodes the Worker template may run on (10 nodes with 8 nvidia.com/gpu): no "
+                 "worker size of 2 GPUs or more divides both 13 and a node's G...", id="none-fits-cut-at-256"),
 ])
 def test_allowed_unchanged(obj: JSON, operation: str, nodes: list[JSON] | None, warning: str | None) -> None:
     response = review(admission(obj, operation), nodes)["response"]
