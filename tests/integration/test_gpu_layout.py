@@ -8,10 +8,12 @@ kubelet lifts, but not the `dedicated` taint.
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import AsyncIterator
 
 import pytest
 
+from devcluster.binaries import kube_binary
 from devcluster.controlplane import ControlPlane
 from mpiop.api.raw import JSON
 from mpiop.controller.manager import Manager, ManagerConfig
@@ -102,7 +104,7 @@ async def test_12_gpus_are_3_workers_of_4_and_13_waits_until_a_node_fits(cluster
 
 
 async def test_with_the_webhook_a_job_is_stored_laid_out_and_one_that_fits_nowhere_as_written(
-        cluster: Cluster, operator: Operator, kube: KubeClient, pool: str) -> None:
+        control_plane: ControlPlane, cluster: Cluster, operator: Operator, kube: KubeClient, pool: str) -> None:
     """deploy/'s MutatingWebhookConfiguration, mpiop's webhook and the real apiserver: the create's answer is the
     laid-out job, the controller never writes the spec, and the first pass says in an Event how it was laid out."""
     async with serving_layout_webhook(operator, kube, cluster.ns, total_gpus_job("probe", pool, 16)):
@@ -114,9 +116,17 @@ async def test_with_the_webhook_a_job_is_stored_laid_out_and_one_that_fits_nowhe
         worker = created["spec"]["mpiReplicaSpecs"]["Worker"]
         assert (worker["replicas"], worker_gpu_limit(created), created["spec"]["slotsPerWorker"],
                 created["spec"]["gpus"]) == (8, "8", 8, 64)
-        odd = await cluster.create_job(total_gpus_job("thirteen", pool, 13))
-        assert ANNOTATION not in (odd["metadata"].get("annotations") or {})  # allowed as written: the controller
-        # then says why it waits, as without the webhook
+        # kubectl prints the webhook's warning; the job is stored as written, and the controller says why it waits.
+        kubectl = await asyncio.create_subprocess_exec(
+            str(kube_binary("kubectl")), f"--kubeconfig={control_plane.kubeconfig}", "create", "-n", cluster.ns,
+            "-f", "-", "-o", "json", stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE)
+        out, err = await kubectl.communicate(json.dumps(total_gpus_job("thirteen", pool, 13)).encode())
+        print(f"kubectl create (13 GPUs): {err.decode().strip()}")
+        assert kubectl.returncode == 0 and err.decode().startswith(
+            "Warning: spec.gpus: the job waits until a layout fits (its Running condition says why): no layout of 13 "
+            "nvidia.com/gpu fits")
+        assert ANNOTATION not in (json.loads(out)["metadata"].get("annotations") or {})
 
         async def all_pods() -> dict[str, JSON] | None:
             pods = await cluster.pods()
