@@ -72,6 +72,9 @@ UNDECODABLE_OBJECTS = Counter("mpiop_undecodable_objects", "Objects (each versio
 STATUS_POSTS = Counter("mpiop_status_posts", "Progress posts to the status endpoint by answer: 202 accepted, else "
                        "the 4xx and why (no_token, unauthenticated, not_a_pod, other_job, opted_out, no_job, "
                        "bad_body, out_of_range, too_large)", ["code", "reason"])
+GPU_LAYOUT_ADMISSIONS = Counter("mpiop_gpu_layout_admissions", "Total-GPU jobs the GPU layout webhook answered, by "
+                                "result: laid_out, or stored as written: no_fit (the job waits), no_nodes (the node "
+                                "cache not synced yet), unparsed", ["result"])
 PHASES = ("Pending", "Created", "Running", "Restarting", "Suspended", "Succeeded", "Failed")
 
 

@@ -17,12 +17,14 @@ from __future__ import annotations
 
 import base64
 from collections.abc import Callable
+from dataclasses import dataclass, field
 
 import orjson
 import structlog
 from aiohttp import web
 from pydantic import ValidationError
 
+from mpiop import metrics
 from mpiop.api.raw import JSON
 from mpiop.api.v2beta1 import MPIJob
 from mpiop.kube.client import ApiError, KubeClient, Resource
@@ -40,23 +42,33 @@ def _pointer(key: str) -> str:
     return key.replace("~", "~0").replace("/", "~1")
 
 
-def layout_patch(raw: JSON, nodes: list[JSON] | None) -> tuple[list[JSON], str | None]:
-    """The JSON patch laying out a new job, and a warning for the user; ([], None) when it needs no layout.
+@dataclass(frozen=True)
+class Answer:
+    """What the webhook says of one new job: the JSON patch laying it out, a warning for the user, and the
+    result counted in mpiop_gpu_layout_admissions_total (None: not a job to lay out)."""
 
-    The patch replaces spec whole with the laid-out one (the merge patch the controller would write, applied) and
-    adds the record annotation."""
+    patch: list[JSON] = field(default_factory=list)
+    warning: str | None = None
+    result: str | None = None
+
+
+def layout_patch(raw: JSON, nodes: list[JSON] | None) -> Answer:
+    """The patch laying out a new job: spec replaced whole with the laid-out one (the merge patch the controller
+    would write, applied) and the record annotation added; or why not."""
     try:
         job = MPIJob.model_validate(raw)
     except ValidationError as error:
-        return [], f"mpiop did not lay this job out: it does not parse ({error.errors()[0]['msg']})"
+        return Answer([], f"mpiop did not lay this job out: it does not parse ({error.errors()[0]['msg']})",
+                      "unparsed")
     if not gpu_layout.needs_layout(job):
-        return [], None
+        return Answer()
     if nodes is None:
-        return [], "spec.gpus: mpiop does not watch nodes yet; it lays the job out once it does"
+        return Answer([], "spec.gpus: mpiop does not watch nodes yet; it lays the job out once it does", "no_nodes")
     chosen = gpu_layout.choose(job, nodes)
     if isinstance(chosen, str):
         warning = f"spec.gpus: the job waits until a layout fits (its Running condition says why): {chosen}"
-        return [], warning if len(warning) <= WARNING_LIMIT else warning[:WARNING_LIMIT - 3] + "..."
+        return Answer([], warning if len(warning) <= WARNING_LIMIT else warning[:WARNING_LIMIT - 3] + "...",
+                      "no_fit")
     layout, record = chosen
     record = record[:MESSAGE_LIMIT - len(gpu_layout.AT_ADMISSION)] + gpu_layout.AT_ADMISSION
     merge = gpu_layout.layout_patch(job, layout, record)
@@ -65,7 +77,7 @@ def layout_patch(raw: JSON, nodes: list[JSON] | None) -> tuple[list[JSON], str |
     annotation: JSON = ({"op": "add", "path": f"/metadata/annotations/{_pointer(gpu_layout.ANNOTATION)}",
                          "value": record} if annotations is not None else
                         {"op": "add", "path": "/metadata/annotations", "value": {gpu_layout.ANNOTATION: record}})
-    return [{"op": "replace", "path": "/spec", "value": spec}, annotation], None
+    return Answer([{"op": "replace", "path": "/spec", "value": spec}, annotation], None, "laid_out")
 
 
 def _merged(target: JSON, patch: JSON) -> JSON:
@@ -86,12 +98,14 @@ def review(admission: JSON, nodes: list[JSON] | None) -> JSON:
     request = admission.get("request") or {}
     response: JSON = {"uid": request.get("uid", ""), "allowed": True}
     if request.get("operation") == "CREATE" and isinstance(request.get("object"), dict):
-        patch, warning = layout_patch(request["object"], nodes)
-        if patch:
+        answer = layout_patch(request["object"], nodes)
+        if answer.patch:
             response["patchType"] = "JSONPatch"
-            response["patch"] = base64.b64encode(orjson.dumps(patch)).decode()
-        if warning:
-            response["warnings"] = [warning]
+            response["patch"] = base64.b64encode(orjson.dumps(answer.patch)).decode()
+        if answer.warning:
+            response["warnings"] = [answer.warning]
+        if answer.result is not None:
+            metrics.GPU_LAYOUT_ADMISSIONS.labels(answer.result).inc()
     return {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "response": response}
 
 

@@ -185,6 +185,7 @@ async def test_mpiop_run_serves_the_gpu_layout_webhook_beside_its_endpoint(contr
             assert created["metadata"]["annotations"][ANNOTATION].endswith(AT_ADMISSION)
             assert created["spec"]["mpiReplicaSpecs"]["Worker"]["replicas"] == 2
             assert any(line.get("event") == "GPU layout webhook trusts this process's CA" for line in op.json_log())
+            assert (await op.metrics()).value("mpiop_gpu_layout_admissions_total", result="laid_out") >= 2
         finally:
             op.stop()
             await cluster.kube.delete(layout_webhook.CONFIGURATIONS, None, name)

@@ -10,6 +10,7 @@ import json
 import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
+from prometheus_client import REGISTRY
 
 from mpiop.api.raw import JSON
 from mpiop.api.v2beta1 import MPIJob
@@ -114,3 +115,15 @@ async def test_served_over_http_a_bad_body_is_a_400() -> None:
         assert patched(await good.json())[0]["value"]["mpiReplicaSpecs"]["Worker"]["replicas"] == 2
         bad = await client.post(PATH, data=b"{not json")
         assert bad.status == 400 and "not an AdmissionReview" in await bad.text()
+
+
+def test_each_answer_is_counted_by_its_result() -> None:
+    def counted(result: str) -> float:
+        return REGISTRY.get_sample_value("mpiop_gpu_layout_admissions_total", {"result": result}) or 0.0
+
+    before = {r: counted(r) for r in ("laid_out", "no_fit", "no_nodes")}
+    review(admission(make_mpijob("big", "ns").total_gpus(16).manifest()), EIGHTS)
+    review(admission(make_mpijob("odd", "ns").total_gpus(13).manifest()), EIGHTS)
+    review(admission(make_mpijob("early", "ns").total_gpus(8).manifest()), None)
+    review(admission(make_mpijob("plain", "ns").gpus(8).manifest()), EIGHTS)  # not one to lay out: not counted
+    assert {r: counted(r) - before[r] for r in before} == {"laid_out": 1, "no_fit": 1, "no_nodes": 1}
