@@ -47,7 +47,9 @@ from testkit.layout_webhook import serving_layout_webhook
 from testkit.nodes import GPU, gpu_nodes
 from testkit.operator import Cluster, Operator, eventually
 
-pytestmark = pytest.mark.integration
+# The first test starts Kueue, built first if it is not yet (about 10 minutes on a fresh machine; tests/integration/
+# conftest.py runs this module last, so .ci/run's background build has the rest of the suite's time).
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(1800)]
 QUEUE = "user-queue"
 QUOTA = {"cpu": "64", "memory": "512Gi", GPU: "16"}
 
