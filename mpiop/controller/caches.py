@@ -19,6 +19,7 @@ from mpiop import names
 from mpiop.api.raw import JSON
 from mpiop.api.v2beta1 import KIND, MPIJob
 from mpiop.controller.trims import (
+    PodShape,
     has_extended_resources,
     trim_config_map,
     trim_launcher_batch_job,
@@ -174,15 +175,16 @@ class Caches:
     def build(cls, client: KubeClient, namespace: str | None, watch_timeout_seconds: int = 300,
                on_watch_restart: Callable[[str], None] | None = None,
                gang_scheduler: GangScheduler | None = None, watch_nodes: bool = True) -> Caches:
-        def owned(resource: Any, trim: Callable[[JSON], JSON], **more: Indexer) -> Informer:
+        def owned(resource: Any, trim: Callable[[JSON], JSON], shape: type[Any] | None = None,
+                  **more: Indexer) -> Informer:
             return Informer(client, resource, namespace, label_selector=names.OWNED_SELECTOR, trim=trim,
                             indexers={OWNER_INDEX: _by_owner, **more}, watch_timeout_seconds=watch_timeout_seconds,
-                            on_watch_restart=on_watch_restart)
+                            on_watch_restart=on_watch_restart, shape=shape)
 
         return cls(
             mpijobs=Informer(client, MPIJOBS, namespace, trim=trim_mpijob,
                              watch_timeout_seconds=watch_timeout_seconds, on_watch_restart=on_watch_restart),
-            pods=owned(PODS, trim_pod, **{JOB_LABEL_INDEX: _by_job_label}),
+            pods=owned(PODS, trim_pod, PodShape, **{JOB_LABEL_INDEX: _by_job_label}),
             config_maps=owned(CONFIGMAPS, trim_config_map),
             secrets=owned(SECRETS, trim_secret),
             services=owned(SERVICES, trim_service),

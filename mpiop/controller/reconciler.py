@@ -237,7 +237,8 @@ class Reconciler:
         informer = self.caches.informer_for(kind)
         async with self.write_limit:
             try:
-                created = await self.client.create(informer.resource, obj["metadata"]["namespace"], obj)
+                created = await self.client.create(informer.resource, obj["metadata"]["namespace"], obj,
+                                                   decoder=informer.decode_object)  # only cached: as its watch
             except ApiError as error:
                 if error.already_exists and (self._controls(job, kind, name)
                                              or (kind != "Pod" and await self._claim(job, kind, name))):

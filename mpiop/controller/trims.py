@@ -10,6 +10,7 @@ from typing import Any, Literal, Required, TypedDict, cast
 
 from mpiop import names, podsnapshot, podstate
 from mpiop.api.raw import JSON, TrimmedMetadata
+from mpiop.kube.trim import MetadataShape
 from mpiop.kube.trim import metadata as trimmed_metadata
 from mpiop.podsnapshot import (
     ContainerRun,
@@ -22,6 +23,62 @@ from mpiop.podsnapshot import (
 )
 
 _KEPT_POD_STATUS: tuple[Literal["phase", "reason", "message"], ...] = ("phase", "reason", "message")
+
+
+class _PodConditionShape(TypedDict, total=False):
+    type: Any
+    status: Any
+    reason: Any
+    message: Any
+
+
+class _WaitingShape(TypedDict, total=False):
+    reason: Any
+    message: Any
+
+
+class _TerminatedShape(TypedDict, total=False):
+    exitCode: Any
+    reason: Any
+    message: Any
+
+
+class _ContainerRunShape(TypedDict, total=False):
+    waiting: _WaitingShape
+    terminated: _TerminatedShape
+
+
+class _ContainerStatusShape(TypedDict, total=False):
+    name: Any
+    restartCount: Any
+    state: _ContainerRunShape
+    lastState: _ContainerRunShape
+
+
+class _PodStatusShape(TypedDict, total=False):
+    phase: Any
+    reason: Any
+    message: Any
+    conditions: list[_PodConditionShape]
+    initContainerStatuses: list[_ContainerStatusShape]
+    containerStatuses: list[_ContainerStatusShape]
+
+
+class _PodSpecShape(TypedDict, total=False):
+    nodeName: Any
+    restartPolicy: Any
+
+
+class PodShape(TypedDict, total=False):
+    """Every field `trim_pod` (and the pod informer's indexers) reads: what the pod informer decodes of a pod
+    (codec.Shaped), a few hundred bytes of its several KiB. A field read here must be in it (tests/unit/test_trim_pod
+    checks the trim of the shape is the trim of the whole)."""
+
+    apiVersion: Any
+    kind: Any
+    metadata: MetadataShape
+    status: _PodStatusShape
+    spec: _PodSpecShape
 
 
 def trim_pod(pod: JSON) -> JSON:

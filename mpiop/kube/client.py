@@ -132,10 +132,14 @@ def _resource_of(path: str) -> str:
     return f"{resource}/{parts[2]}" if len(parts) >= 3 else resource
 
 
-def _decoded(raw: bytes) -> Any:
+Decode = Callable[[bytes], Any]
+"""Bytes of JSON to what they hold: codec.decode, or an informer's `Shaped` decoder of its kind's objects."""
+
+
+def _decoded(raw: bytes, decoder: Decode = decode) -> Any:
     """A body as JSON; as text when it is not JSON (e.g. a proxy's error page)."""
     try:
-        return decode(raw) if raw else {}
+        return decoder(raw) if raw else {}
     except ValueError:
         return raw.decode(errors="replace")
 
@@ -254,9 +258,11 @@ class KubeClient:
 
     async def request(self, method: str, path: str, *, query: Mapping[str, Any] | None = None,
                       body: Any = None, content_type: str = "application/json",
-                      timeout: float = 60.0, accept: str = JSON_MEDIA_TYPE) -> JSON:
+                      timeout: float = 60.0, accept: str = JSON_MEDIA_TYPE, decoder: Decode = decode) -> JSON:
+        """The answer decoded: `decoder` may be an informer's (`Informer.decode_object`), for an answer only fed to its
+        cache."""
         decoded = _decoded(await self.request_raw(method, path, query=query, body=body, content_type=content_type,
-                                                  timeout=timeout, accept=accept))
+                                                  timeout=timeout, accept=accept), decoder)
         return cast(JSON, decoded) if isinstance(decoded, dict) else {}
 
     # -- verbs -------------------------------------------------------------------------------------
@@ -279,9 +285,9 @@ class KubeClient:
         """A list's undecoded body: `list_metadata` reads its continue token without decoding the items."""
         return await self.request_raw("GET", resource.path(namespace), query=query)
 
-    async def create(self, resource: Resource, namespace: str | None, body: JSON) -> JSON:
+    async def create(self, resource: Resource, namespace: str | None, body: JSON, *, decoder: Decode = decode) -> JSON:
         return await self.request("POST", resource.path(namespace), body=body,
-                                  query={"fieldManager": self.field_manager})
+                                  query={"fieldManager": self.field_manager}, decoder=decoder)
 
     async def replace(self, resource: Resource, namespace: str | None, name: str, body: JSON,
                       subresource: str | None = None) -> JSON:
@@ -289,14 +295,15 @@ class KubeClient:
                                   query={"fieldManager": self.field_manager})
 
     async def patch(self, resource: Resource, namespace: str | None, name: str, body: JSON | Sequence[JSON],
-                    subresource: str | None = None, patch_type: str = "merge") -> JSON:
+                    subresource: str | None = None, patch_type: str = "merge", decoder: Decode = decode) -> JSON:
         content_type = {
             "merge": "application/merge-patch+json",
             "json": "application/json-patch+json",
             "strategic": "application/strategic-merge-patch+json",
         }[patch_type]
         return await self.request("PATCH", resource.path(namespace, name, subresource), body=body,
-                                  content_type=content_type, query={"fieldManager": self.field_manager})
+                                  content_type=content_type, query={"fieldManager": self.field_manager},
+                                  decoder=decoder)
 
     async def delete(self, resource: Resource, namespace: str | None, name: str, *,
                      propagation: str = "Background", uid: str | None = None,
@@ -373,8 +380,9 @@ class KubeClient:
 
     async def watch(self, resource: Resource, namespace: str | None, *, resource_version: str,
                     label_selector: str | None = None, timeout_seconds: int = 300,
-                    idle_timeout: float | None = None) -> AsyncIterator[JSON]:
-        """Yield watch events ({type, object}) as raw dicts until the server closes the stream.
+                    idle_timeout: float | None = None, decoder: Decode = decode_event) -> AsyncIterator[JSON]:
+        """Yield watch events ({type, object}) as raw dicts until the server closes the stream; each line decoded
+        by `decoder` (an informer's `Shaped.event` keeps only what it reads of the object).
 
         `idle_timeout` is a watchdog: a stream silent for longer raises TimeoutError. An event whose object
         is too deep to decode carries codec.py's stub instead; a line that is not JSON raises ValueError.
@@ -398,4 +406,4 @@ class KubeClient:
                 *lines, pending = pending.split(b"\n")
                 for line in lines:
                     if line.strip():
-                        yield cast(JSON, decode_event(line))
+                        yield cast(JSON, decoder(line))

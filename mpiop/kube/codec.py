@@ -6,6 +6,12 @@ orjson's 1,024 levels (the stdlib's json stops at Python's recursion limit, lowe
 preserves unknown fields. Such an item of a list, or such a watch event, becomes a *stub*: its identity
 (apiVersion, kind, metadata but managedFields), read from a copy cut off at a safe depth, and
 ``UNDECODABLE: why``. The informer reports a stub and never caches it.
+
+An informer that keeps only some fields of its objects decodes them straight into their *shape* (`Shaped`): a
+TypedDict naming the fields its trim reads, which msgspec fills while skipping everything else (a pod's
+managedFields, spec and most of its status: most of its bytes), so the Python objects for them are never made.
+Whatever does not fit the shape (a field of another type, a BOOKMARK or ERROR event, a line too deep to decode)
+is decoded whole as above: the trim then sees exactly what it would have.
 """
 
 from __future__ import annotations
@@ -14,8 +20,9 @@ import contextlib
 import gc
 import re
 from collections.abc import Callable
-from typing import Any, cast
+from typing import Any, Generic, TypedDict, TypeVar, cast
 
+import msgspec
 import orjson
 
 from mpiop.api.raw import JSON
@@ -108,6 +115,42 @@ def decode_event(line: bytes) -> Any:
             if isinstance(event, dict) and (obj := stub(event.get("object"), str(error))) is not None:
                 return {"type": event.get("type"), "object": obj}
         raise
+
+
+_OBJECT_EVENTS = frozenset(("ADDED", "MODIFIED", "DELETED"))
+_Shape = TypeVar("_Shape")
+
+
+class _WatchEvent(TypedDict, Generic[_Shape]):
+    type: Any
+    object: _Shape
+
+
+class Shaped:
+    """Decoders of one kind's objects and watch lines into `shape` (a TypedDict of the fields its trim reads, every
+    leaf `Any`), each falling back to the whole decode above for what does not fit it."""
+
+    def __init__(self, shape: type[Any]) -> None:
+        self.shape = shape
+        self._object = msgspec.json.Decoder(shape)
+        self._event = msgspec.json.Decoder(_WatchEvent[shape])  # type: ignore[valid-type]
+
+    def event(self, line: bytes) -> Any:
+        """One watch line: an ADDED, MODIFIED or DELETED event's object in the shape; anything else as decode_event."""
+        try:
+            event = self._event.decode(line)
+        except (msgspec.MsgspecError, RecursionError):
+            return decode_event(line)
+        if event["type"] not in _OBJECT_EVENTS:  # a BOOKMARK or an ERROR (a Status): read whole
+            return decode_event(line)
+        return event
+
+    def object(self, raw: bytes) -> Any:
+        """An answer's body (the object written) in the shape; anything else (a Status) as decode."""
+        try:
+            return self._object.decode(raw)
+        except (msgspec.MsgspecError, RecursionError):
+            return decode(raw)
 
 
 def list_metadata(raw: bytes) -> JSON | None:

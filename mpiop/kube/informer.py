@@ -12,7 +12,8 @@ restarted apiserver's 429 "storage is (re)initializing") is waited instead. A wa
 watch event is logged and answered with a re-list; an object that cannot be decoded (codec.py's stubs) is
 reported through `on_undecodable` and never cached, so it cannot stop the others. Anything else (a bug)
 ends `run()` with the exception, for the process's supervisor to see.
-Cached objects are trimmed to what the controller decides on, to keep memory flat at scale.
+Cached objects are trimmed to what the controller decides on, to keep memory flat at scale; with a `shape` (the
+fields the trim reads), watch events and answers to writes are decoded straight into it (codec.Shaped).
 Writes the controller makes are fed back with `observe_write`, so the next reconcile sees them at once.
 """
 
@@ -33,8 +34,8 @@ import structlog
 from mpiop.api.raw import JSON
 from mpiop.kube import resourceversion
 from mpiop.kube.backoff import Backoff
-from mpiop.kube.client import ApiError, KubeClient, Resource
-from mpiop.kube.codec import UNDECODABLE, ListSplitter, list_metadata
+from mpiop.kube.client import ApiError, Decode, KubeClient, Resource
+from mpiop.kube.codec import UNDECODABLE, ListSplitter, Shaped, decode, decode_event, list_metadata
 from mpiop.kube.reachability import Reachability, unreachable
 
 log = structlog.get_logger(__name__)
@@ -81,6 +82,8 @@ class Informer:
     accept: Accept | None = None
     on_undecodable: UndecodableHandler | None = None
     backoff: Backoff = field(default_factory=Backoff)
+    # A TypedDict of every field `trim`, `accept` and the indexers read: nothing else of a watched object is decoded.
+    shape: type[Any] | None = None
 
     _store: dict[str, JSON] = field(default_factory=dict, init=False)
     _indexes: dict[str, defaultdict[str, set[str]]] = field(default_factory=dict, init=False)
@@ -91,9 +94,16 @@ class Informer:
     _tombstones: OrderedDict[str, str] = field(default_factory=OrderedDict, init=False)
     # key -> stub of each undecodable object present (reported once per resourceVersion).
     _undecodable: dict[str, JSON] = field(default_factory=dict, init=False)
+    decode_line: Decode = field(init=False, repr=False)
+    """A watch line to its event, the object in the shape if one is set (KubeClient.watch's `decoder`)."""
+    decode_object: Decode = field(init=False, repr=False)
+    """An answer's body for `observe_write` alone (KubeClient.create's `decoder`), in the shape if one is set."""
 
     def __post_init__(self) -> None:
         self._indexes = {name: defaultdict(set) for name in self.indexers}
+        shaped = Shaped(self.shape) if self.shape is not None else None
+        self.decode_line = shaped.event if shaped is not None else decode_event
+        self.decode_object = shaped.object if shaped is not None else decode
 
     # -- reading the cache (views: only the informer writes it) ----------------------------------
     def get(self, key: str) -> JSON | None:
@@ -319,7 +329,7 @@ class Informer:
                 async for event in self.client.watch(
                     self.resource, self.namespace, resource_version=self._resource_version,
                     label_selector=self.label_selector, timeout_seconds=self.watch_timeout_seconds,
-                    idle_timeout=self.watch_timeout_seconds + 30,
+                    idle_timeout=self.watch_timeout_seconds + 30, decoder=self.decode_line,
                 ):
                     self.backoff.reset()  # the watch delivers
                     if self.apply_event(event):

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal, TypedDict
 
 from mpiop.api.raw import JSON, TrimmedMetadata
 
@@ -22,3 +22,26 @@ def metadata(obj: JSON) -> TrimmedMetadata:
         if key in meta:
             kept[key] = meta[key]
     return kept
+
+
+class OwnerReferenceShape(TypedDict, total=False):
+    """What `metadata` reads of an owner reference."""
+
+    kind: Any
+    name: Any
+    uid: Any
+    controller: Any
+
+
+class MetadataShape(TypedDict, total=False):
+    """What `metadata` (and an informer's key, version and indexers) read of an object's metadata: the part of a
+    shape (codec.Shaped) that every trim shares. Every leaf is Any: a shape only leaves fields out."""
+
+    name: Any
+    namespace: Any
+    uid: Any
+    resourceVersion: Any
+    labels: Any
+    deletionTimestamp: Any
+    creationTimestamp: Any
+    ownerReferences: list[OwnerReferenceShape]
