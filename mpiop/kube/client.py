@@ -25,7 +25,7 @@ import aiohttp
 from mpiop import __version__
 from mpiop.api.raw import JSON
 from mpiop.kube.access import ClusterAccess, load_access
-from mpiop.kube.codec import ListSplitter, decode, decode_event, encode
+from mpiop.kube.codec import ListSplitter, Shaped, decode, decode_event, encode
 from mpiop.kube.ratelimit import TokenBucket
 
 RequestObserver = Callable[[str, str, int, float], None]
@@ -159,6 +159,24 @@ USER_AGENT = f"mpiop/{__version__}"
 JSON_MEDIA_TYPE = "application/json"
 # A list answer of metadata only (what client-go's metadata client asks for), plain JSON from a server without it.
 METADATA_LIST_MEDIA_TYPE = "application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1, application/json"
+
+
+class _Name(TypedDict, total=False):
+    name: Any
+
+
+class _Named(TypedDict, total=False):
+    metadata: _Name
+
+
+class _NamedList(TypedDict, total=False):
+    """What delete_collection reads of its answer: the deleted objects' names (a list of 8 pods' metadata is
+    ~27 KB, nearly all managedFields)."""
+
+    items: list[_Named]
+
+
+_NAMES = Shaped(_NamedList)
 
 
 class ClientOptions(TypedDict, total=False):
@@ -343,7 +361,7 @@ class KubeClient:
         query = {"labelSelector": label_selector, "fieldSelector": field_selector, "resourceVersion": "0"}
         options: JSON = {"kind": "DeleteOptions", "apiVersion": "v1", "propagationPolicy": propagation}
         answer = await self.request("DELETE", resource.path(namespace), query=query, body=options,
-                                    accept=METADATA_LIST_MEDIA_TYPE)
+                                    accept=METADATA_LIST_MEDIA_TYPE, decoder=_NAMES.object)
         return {str(item["metadata"]["name"]) for item in answer.get("items") or []}
 
     async def list_each(self, resource: Resource, namespace: str | None, handle: Callable[[JSON], None],

@@ -9,6 +9,7 @@ from typing import Any
 from devcluster.controlplane import ControlPlane
 from mpiop.kube.access import ClusterAccess
 from mpiop.kube.client import PODS, KubeClient, Resource
+from mpiop.kube.codec import decode
 from testkit.operator import Cluster, drive_to_success, mpijob, running_operator
 from testkit.rbac import Request, recorder
 
@@ -38,17 +39,18 @@ async def test_a_pod_the_collection_did_not_list_is_deleted_by_name(control_plan
 
 
 class AnswerRecordingClient(KubeClient):
-    """Keeps the decoded answer of every DELETE it sends (a request hook sees no answers)."""
+    """Keeps the answer of every DELETE it sends, decoded whole (a request hook sees no answers; delete_collection
+    itself decodes only the names)."""
 
     def __init__(self, access: ClusterAccess) -> None:
         super().__init__(access)
         self.answers: list[dict[str, Any]] = []
 
-    async def request(self, method: str, path: str, **options: Any) -> dict[str, Any]:
-        answer = await super().request(method, path, **options)
+    async def request_raw(self, method: str, path: str, **options: Any) -> bytes:
+        raw = await super().request_raw(method, path, **options)
         if method == "DELETE":
-            self.answers.append(answer)
-        return answer
+            self.answers.append(decode(raw))
+        return raw
 
 
 async def test_a_collection_deletes_what_its_labels_match_and_answers_their_metadata_only(
