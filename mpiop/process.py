@@ -13,6 +13,7 @@ import argparse
 import asyncio
 import dataclasses
 import datetime as dt
+import gc
 import os
 import re
 import signal
@@ -338,7 +339,16 @@ def health_checks(manager: Manager, elector: LeaderElector | None) -> Checks:
                   readyz={"informers": synced, "background-tasks": tasks, "leader-election": standing})
 
 
+# The cyclic GC, for a process whose garbage is nearly all freed by reference counting (JSON, trimmed objects,
+# requests' objects): at CPython's default, a young collection every 700 net allocations, the burst of 200 jobs
+# (bench) ran ~400 young, ~36 middle and 3 full collections that found almost nothing, 0.5 s of the operator's
+# ~8 s of CPU (its main thread's CPU time inside them). Every 10,000: ~11 young, 1 middle, 0.04 s. Objects of cyclic
+# garbage (a caught exception's traceback) wait a little longer to be freed.
+GC_YOUNG_THRESHOLD = 10_000
+
+
 async def run(args: argparse.Namespace) -> int:
+    gc.set_threshold(GC_YOUNG_THRESHOLD, *gc.get_threshold()[1:])
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGTERM, signal.SIGINT):
