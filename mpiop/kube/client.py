@@ -15,6 +15,7 @@ Every request but watches passes a client-side token bucket (``ratelimit.py``: `
 from __future__ import annotations
 
 import contextlib
+import functools
 import time
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -118,8 +119,10 @@ class ApiError(Exception):
         return self.status in (400, 422)
 
 
+@functools.lru_cache(maxsize=4096)
 def _resource_of(path: str) -> str:
-    """The plural (and subresource) a path addresses, for metrics labels."""
+    """The plural (and subresource) a path addresses, for metrics labels; cached, as it is read for every request
+    (most paths repeat: a kind's collection, each job's status)."""
     parts = [p for p in path.split("?")[0].split("/") if p]
     if "namespaces" in parts:
         i = parts.index("namespaces")
