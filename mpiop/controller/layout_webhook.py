@@ -106,6 +106,11 @@ def review(admission: JSON, nodes: list[JSON] | None) -> JSON:
             response["warnings"] = [answer.warning]
         if answer.result is not None:
             metrics.GPU_LAYOUT_ADMISSIONS.labels(answer.result).inc()
+        if answer.patch or answer.warning:
+            meta = request["object"].get("metadata") or {}
+            log.info("admission: total-GPU job", job=f"{request.get('namespace')}/"
+                     f"{meta.get('name') or meta.get('generateName')}",
+                     laid_out=bool(answer.patch), warning=answer.warning)
     return {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "response": response}
 
 
@@ -119,14 +124,7 @@ def add_route(app: web.Application, nodes: Callable[[], list[JSON] | None]) -> N
             return web.Response(status=400, text=f"the body is not an AdmissionReview: {error}")
         if not isinstance(admission, dict):
             return web.Response(status=400, text="the body is not an AdmissionReview")
-        answer = review(admission, nodes())
-        response = answer["response"]
-        if "patch" in response or "warnings" in response:
-            obj = (admission.get("request") or {}).get("object") or {}
-            log.info("admission: total-GPU job", job=f"{(admission.get('request') or {}).get('namespace')}/"
-                     f"{(obj.get('metadata') or {}).get('name') or (obj.get('metadata') or {}).get('generateName')}",
-                     laid_out="patch" in response, warning=(response.get("warnings") or [None])[0])
-        return web.Response(body=orjson.dumps(answer), content_type="application/json")
+        return web.Response(body=orjson.dumps(review(admission, nodes())), content_type="application/json")
 
     app.router.add_post(PATH, handle)
 
