@@ -121,12 +121,19 @@ def same_mpijob_but_progress(old: JSON, new: JSON) -> bool:
     return unreported(old, old_status) == unreported(new, new_status)
 
 
-def same_pod_but_binding(old: JSON, new: JSON) -> bool:
-    """A pod bound to a node decides nothing. Its node is kept for the failure report, which reads it only once
-    the pod has failed (a change of its own)."""
+def same_pod_but_binding_or_deletion_time(old: JSON, new: JSON) -> bool:
+    """A pod bound to a node, or the time of a deletion already seen moved, decides nothing.
+
+    Its node is kept for the failure report, which reads it only once the pod has failed (a change of its own).
+    Decisions read only whether a pod is terminating (podstate.is_terminating), never when: the operator caches
+    the pods it deleted as terminating at its own clock's time, the watch then brings the apiserver's (now plus
+    the grace period) and the kubelet's final one; each queued a pass of a finished job that did nothing.
+    """
     def unbound(obj: JSON) -> JSON:
         spec = {k: v for k, v in (obj.get("spec") or {}).items() if k != "nodeName"}
-        return {**_unversioned(obj), "spec": spec}
+        meta = obj["metadata"]
+        return {**obj, "spec": spec, "metadata": {**meta, "resourceVersion": None,
+                                                  "deletionTimestamp": bool(meta.get("deletionTimestamp"))}}
 
     return unbound(old) == unbound(new)
 
@@ -221,7 +228,8 @@ class Caches:
 
     def owned_filters(self) -> list[tuple[Informer, UnchangedFilter]]:
         """Each owned kind's informer with the filter for its trim: which updates need no reconcile."""
-        return [(self.pods, same_pod_but_binding), *((i, same_but_version) for i in self.owned() if i is not self.pods)]
+        return [(self.pods, same_pod_but_binding_or_deletion_time),
+                *((i, same_but_version) for i in self.owned() if i is not self.pods)]
 
     def observed(self, job: MPIJob, refused: list[Refusal] | None = None) -> Observed:
         """The job's cached objects (those of its uid), with what the apiserver refused in the last pass."""

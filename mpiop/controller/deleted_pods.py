@@ -15,12 +15,40 @@ a newer pod of the same name. A DELETE by name carries the pod's uid as a precon
 
 from __future__ import annotations
 
-from collections.abc import Collection
+from collections.abc import Collection, Iterable, Iterator
+from contextlib import contextmanager
 
 from mpiop import podstate
 from mpiop.api.raw import JSON
+from mpiop.controller.caches import same_pod_but_binding_or_deletion_time
 from mpiop.kube.client import ApiError
 from mpiop.kube.informer import Informer, object_key
+
+
+class DeletionsInFlight:
+    """The pods whose DELETE (by name, or in a collection) this operator has sent and not had answered yet.
+
+    The watch often brings a pod's deletionTimestamp before the DELETE's answer arrives (a collection's answer
+    is long). That event is the pass's own write coming back: the pass caches the pod as terminating once
+    answered, so the event queues no pass of its own (a second pass of every finished job did nothing else).
+    """
+
+    def __init__(self) -> None:
+        self._keys: set[str] = set()
+
+    @contextmanager
+    def sending(self, pods: Iterable[podstate.Pod]) -> Iterator[None]:
+        keys = {object_key(p) for p in pods} - self._keys  # a key another pass is deleting stays its
+        self._keys |= keys
+        try:
+            yield
+        finally:
+            self._keys -= keys
+
+    def only_this_deletion(self, old: JSON, new: JSON) -> bool:
+        """`new` is `old` with the deletion in flight accepted, and nothing else a decision reads changed."""
+        return (object_key(new) in self._keys and podstate.is_terminating(new)
+                and same_pod_but_binding_or_deletion_time(podstate.marked_terminating(old, "sent"), new))
 
 
 def observe_collection(pods: Informer, planned: list[podstate.Pod], deleted: Collection[str], deleted_at: str) -> None:

@@ -53,6 +53,10 @@ from mpiop.status import conditions
 log = structlog.get_logger(__name__)
 
 
+def _either(first: UnchangedFilter, second: UnchangedFilter) -> UnchangedFilter:
+    return lambda old, new: first(old, new) or second(old, new)
+
+
 async def _until(awaited: asyncio.Future[Any], stop: asyncio.Event) -> bool:
     """Wait for `awaited` or `stop`, whichever first; True when `awaited` finished (and stop is not set)."""
     stopped: asyncio.Future[Any] = asyncio.ensure_future(stop.wait())
@@ -111,6 +115,8 @@ class Manager:
         if self.caches.nodes is not None:
             self.caches.nodes.handlers.append(self._on_node)
         for informer, unchanged in self.caches.owned_filters():
+            if informer is self.caches.pods:
+                unchanged = _either(unchanged, self.reconciler.deleting.only_this_deletion)
             informer.handlers.append(functools.partial(self._on_owned, unchanged))
         for informer in self.caches.all():
             informer.on_undecodable = self._on_undecodable

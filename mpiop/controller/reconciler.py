@@ -85,6 +85,7 @@ class Reconciler:
         self.log_tails = LogTails(reads)
         self.refusals = Refusals()
         self.soft_writes = SoftWriteHold()
+        self.deleting = deleted_pods.DeletionsInFlight()
         self.evidence = AttemptEvidence(client, caches, reads)
         self.nodes = NodeChecks(client)
         self._tasks: set[asyncio.Task[None]] = set()  # work a pass left running (_background)
@@ -302,13 +303,14 @@ class Reconciler:
         """One DELETE collection when it deletes exactly these pods (bulk_delete), else one request each."""
         collection = None if self._collections_forbidden else bulk_delete.collection_for(
             job, pods, self.caches.labelled_pods(job))
-        deleted = None if collection is None else await self._delete_collection(job, collection)
-        if deleted is None:
-            await _each(pods, self._delete_pod)
-            return
-        # A pod the apiserver's cache did not list yet goes by name.
-        deleted_pods.observe_collection(self.caches.pods, pods, deleted, format_time(self.clock()))
-        await _each([p for p in pods if podstate.name(p) not in deleted], self._delete_pod)
+        with self.deleting.sending(pods):
+            deleted = None if collection is None else await self._delete_collection(job, collection)
+            if deleted is None:
+                await _each(pods, self._delete_pod)
+                return
+            # A pod the apiserver's cache did not list yet goes by name.
+            deleted_pods.observe_collection(self.caches.pods, pods, deleted, format_time(self.clock()))
+            await _each([p for p in pods if podstate.name(p) not in deleted], self._delete_pod)
 
     async def _delete_collection(self, job: MPIJob, collection: bulk_delete.Collection) -> set[str] | None:
         """The names of the pods it deleted; None if the operator's role does not grant it (one from before it

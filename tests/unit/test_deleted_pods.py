@@ -98,3 +98,23 @@ def test_after_a_collection_only_the_pods_it_deleted_are_terminating() -> None:
     pods = informer_with(("ADDED", OLD), ("ADDED", other))
     deleted_pods.observe_collection(pods, [OLD, other], {"pi-worker-1"}, DELETED_AT)
     assert [podstate.is_terminating(p) for p in (pods.get(KEY), pods.get("ns/pi-worker-0")) if p] == [True, False]
+
+
+def test_a_deletion_in_flight_coming_back_on_the_watch_is_not_news() -> None:
+    """Only while its DELETE is unanswered, only for the pods it deletes, and only the deletion itself."""
+    deleting = deleted_pods.DeletionsInFlight()
+    live = pod("a", 10)
+    terminating = pod("a", 11, deletionTimestamp=DELETED_AT)
+    failed = {**terminating, "status": {"phase": "Failed"}}
+    other = {**pod("b", 12), "metadata": {**pod("b", 12)["metadata"], "name": "pi-worker-2"}}
+    other_terminating = {**other, "metadata": {**other["metadata"], "deletionTimestamp": DELETED_AT}}
+    assert not deleting.only_this_deletion(live, terminating)
+    with deleting.sending([live]):
+        assert deleting.only_this_deletion(live, terminating)
+        assert not deleting.only_this_deletion(live, failed)
+        assert not deleting.only_this_deletion(live, live)
+        assert not deleting.only_this_deletion(other, other_terminating)
+        with deleting.sending([live, other]):  # another pass's pods: the first pass's key stays its own
+            assert deleting.only_this_deletion(other, other_terminating)
+        assert deleting.only_this_deletion(live, terminating)
+    assert not deleting.only_this_deletion(live, terminating)

@@ -10,7 +10,12 @@ import pytest
 
 from mpiop.api.raw import JSON
 from mpiop.controller import trims
-from mpiop.controller.caches import Caches, same_but_version, same_mpijob_but_progress, same_pod_but_binding
+from mpiop.controller.caches import (
+    Caches,
+    same_but_version,
+    same_mpijob_but_progress,
+    same_pod_but_binding_or_deletion_time,
+)
 from mpiop.controller.trims import trim_pod
 from mpiop.desired.podgroup import GangScheduler
 from mpiop.kube.access import ClusterAccess
@@ -47,7 +52,18 @@ def changed(obj: JSON, change: dict[str, Any], version: str = "11") -> JSON:
 def test_binding_changes_only_the_version_of_the_cached_pod() -> None:
     bound = changed(PENDING, {"spec.nodeName": "node-1",
                               "status.conditions": [{"type": "PodScheduled", "status": "True"}]})
-    assert same_pod_but_binding(trim_pod(PENDING), trim_pod(bound))
+    assert same_pod_but_binding_or_deletion_time(trim_pod(PENDING), trim_pod(bound))
+
+
+def test_a_later_time_of_a_deletion_already_cached_is_not_news() -> None:
+    """The operator's own mark (its clock), then the apiserver's time (grace period), then the kubelet's."""
+    marked = changed(PENDING, {"metadata.deletionTimestamp": "2024-05-01T12:00:00Z"})
+    graceful = changed(PENDING, {"metadata.deletionTimestamp": "2024-05-01T12:00:30Z"}, version="12")
+    forced = changed(PENDING, {"metadata.deletionTimestamp": "2024-05-01T12:00:01Z"}, version="13")
+    assert same_pod_but_binding_or_deletion_time(trim_pod(marked), trim_pod(graceful))
+    assert same_pod_but_binding_or_deletion_time(trim_pod(graceful), trim_pod(forced))
+    failed = changed(graceful, {"status.phase": "Failed"}, version="14")
+    assert not same_pod_but_binding_or_deletion_time(trim_pod(graceful), trim_pod(failed))
 
 
 @pytest.mark.parametrize("change", [
@@ -56,7 +72,7 @@ def test_binding_changes_only_the_version_of_the_cached_pod() -> None:
     {"metadata.labels": {"training.kubeflow.org/job-role": "launcher"}},
 ], ids=["running-and-ready", "deletion", "labels"])
 def test_other_pod_changes_are_news(change: dict[str, Any]) -> None:
-    assert not same_pod_but_binding(trim_pod(PENDING), trim_pod(changed(PENDING, change)))
+    assert not same_pod_but_binding_or_deletion_time(trim_pod(PENDING), trim_pod(changed(PENDING, change)))
 
 
 @pytest.mark.parametrize(("trim", "obj", "change"), [
@@ -79,7 +95,7 @@ def test_every_owned_informer_has_its_filter_and_only_pods_ignore_the_node() -> 
     cached = Caches.build(client, "ns", gang_scheduler=GangScheduler("scheduler-plugins-scheduler"))
     filters = dict((informer.resource.kind, unchanged) for informer, unchanged in cached.owned_filters())
     assert len(filters) == len(cached.owned())
-    assert filters.pop("Pod") is same_pod_but_binding
+    assert filters.pop("Pod") is same_pod_but_binding_or_deletion_time
     assert set(filters.values()) == {same_but_version}
     assert "PodGroup" in filters
 
