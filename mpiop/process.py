@@ -180,6 +180,10 @@ def add_run_arguments(parser: argparse.ArgumentParser) -> None:
                              "(default %(default)g)")
     parser.add_argument("--resync-seconds", type=float, default=_CONFIG.resync_seconds,
                         help="re-reconcile every job this often (default %(default)gs)")
+    parser.add_argument("--pod-event-batch-seconds", type=float, default=_CONFIG.pod_event_batch_seconds,
+                        metavar="SECONDS",
+                        help="a pod's event queues its job's pass this much later, so the events of a job's pods "
+                             "in that time cost one pass (0: at once; default %(default)gs)")
     parser.add_argument("--field-manager", default="mpiop",
                         help="name recorded in managedFields for this process's writes (default %(default)s)")
     parser.add_argument("--health-addr", default=":8081",
@@ -215,7 +219,7 @@ def config_from_args(args: argparse.Namespace) -> ManagerConfig:
                         kubectl_image_grace_seconds=args.kubectl_image_grace_seconds)
     return ManagerConfig(namespace=args.namespace or None, workers=args.workers, resync_seconds=args.resync_seconds,
                          lifecycle_events=args.lifecycle_events, gpu_layout=args.gpu_layout,
-                         settings=settings)
+                         pod_event_batch_seconds=args.pod_event_batch_seconds, settings=settings)
 
 
 def status_certificates(args: argparse.Namespace) -> Certificates | None:

@@ -81,6 +81,9 @@ class ManagerConfig:
     lifecycle_events: bool = True  # False: MPIJobCreated/Running/Succeeded are logged, not sent
     settings: Settings = DEFAULT_SETTINGS
     gpu_layout: bool = True  # watch GPU nodes to lay out jobs that state their total GPUs (spec.gpus)
+    # A pod's event queues its job's pass this much later, so the events of a job's pods in that time cost one
+    # pass (the Job controller of kube-controller-manager batches pod events the same way, for a second).
+    pod_event_batch_seconds: float = 0.5
 
     def unsent_event_reasons(self) -> frozenset[str]:
         """Events only logged, never sent: every job's three lifecycle Events under --no-lifecycle-events."""
@@ -115,9 +118,11 @@ class Manager:
         if self.caches.nodes is not None:
             self.caches.nodes.handlers.append(self._on_node)
         for informer, unchanged in self.caches.owned_filters():
+            batch = 0.0
             if informer is self.caches.pods:
                 unchanged = _either(unchanged, self.reconciler.deleting.only_this_deletion)
-            informer.handlers.append(functools.partial(self._on_owned, unchanged))
+                batch = config.pod_event_batch_seconds
+            informer.handlers.append(functools.partial(self._on_owned, unchanged, batch))
         for informer in self.caches.all():
             informer.on_undecodable = self._on_undecodable
 
@@ -133,12 +138,16 @@ class Manager:
             return
         self.queue.add(object_key(new if new is not None else old))  # type: ignore[arg-type]
 
-    def _on_owned(self, unchanged: UnchangedFilter, old: JSON | None, new: JSON | None) -> None:
+    def _on_owned(self, unchanged: UnchangedFilter, batch: float, old: JSON | None, new: JSON | None) -> None:
         if old is not None and new is not None and unchanged(old, new):
             return  # e.g. a pod bound to a node: nothing a decision reads changed
         key = owner_key(new if new is not None else old)  # type: ignore[arg-type]
-        if key is not None:
+        if key is None:
+            return
+        if batch <= 0:
             self.queue.add(key)
+        elif not self.queue.waiting_to_start(key):  # a pass still to start reads the cache as it is then
+            self.queue.add_after(key, batch)
 
     def _on_node(self, old: JSON | None, new: JSON | None) -> None:
         """A GPU node came, went or changed shape: the jobs still to be laid out look again."""

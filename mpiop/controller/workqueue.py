@@ -258,6 +258,11 @@ class WorkQueue(Generic[K]):
     def num_requeues(self, key: K) -> int:
         return self._limiter.num_requeues(key)
 
+    def waiting_to_start(self, key: K) -> bool:
+        """Whether ``key`` is queued and not being processed: ``get()`` will hand it out, so its processing
+        starts after anything that happened until now."""
+        return key in self._dirty and key not in self._processing
+
     def in_flight(self) -> int:
         """Keys handed out by ``get()`` and not ``done()`` yet."""
         return len(self._processing)

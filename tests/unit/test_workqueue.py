@@ -215,6 +215,23 @@ async def test_in_flight_and_next_delayed_add_say_what_is_left_to_do() -> None:
     assert q.next_delayed_add() is None
 
 
+async def test_waiting_to_start_is_queued_and_not_processing() -> None:
+    """What a caller may skip an add for: a key whose processing is still to start sees everything until now."""
+    q: WorkQueue[str] = WorkQueue()
+    assert not q.waiting_to_start("a")
+    q.add_after("a", 30.0)
+    assert not q.waiting_to_start("a")  # delayed: not queued yet
+    q.add("a")
+    assert q.waiting_to_start("a")
+    key = await q.get()
+    assert not q.waiting_to_start(key)  # processing: a change now may come too late for it
+    q.add(key)
+    assert not q.waiting_to_start(key)  # dirty again, but queued only at done()
+    q.done(key)
+    assert q.waiting_to_start(key)
+    q.shut_down()
+
+
 def test_exponential_backoff_sequence_cap_and_forget() -> None:
     limiter: ItemExponentialFailureRateLimiter[str] = ItemExponentialFailureRateLimiter()
     expected = [min(1000.0, 0.005 * 2**n) for n in range(25)]
