@@ -14,6 +14,7 @@ Every request but watches passes a client-side token bucket (``ratelimit.py``: `
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import functools
 import time
@@ -191,6 +192,30 @@ class ClientOptions(TypedDict, total=False):
     field_manager: str
     write_guard: WriteGuard | None
     on_request: RequestHook | None
+
+
+class _Watchdog:
+    """Closes a stream that has been silent for `seconds`, on one timer checked against the time of its last chunk
+    (`last`, which the reader sets). aiohttp's sock_read re-arms a timer on every chunk the socket delivers: a
+    watch of every pod in a cluster pays that for each event."""
+
+    def __init__(self, response: aiohttp.ClientResponse, seconds: float) -> None:
+        self.loop = asyncio.get_running_loop()
+        self.response, self.seconds = response, seconds
+        self.last = self.loop.time()
+        self.fired = False
+        self._handle = self.loop.call_later(seconds, self._check)
+
+    def _check(self) -> None:
+        silent = self.loop.time() - self.last
+        if silent >= self.seconds:
+            self.fired = True
+            self.response.close()
+        else:
+            self._handle = self.loop.call_later(self.seconds - silent, self._check)
+
+    def cancel(self) -> None:
+        self._handle.cancel()
 
 
 class KubeClient:
@@ -413,18 +438,32 @@ class KubeClient:
             "watch": "true", "resourceVersion": resource_version, "allowWatchBookmarks": "true",
             "timeoutSeconds": str(timeout_seconds), "labelSelector": label_selector,
         }
-        timeout = aiohttp.ClientTimeout(total=None, sock_connect=30, sock_read=idle_timeout)
+        timeout = aiohttp.ClientTimeout(total=None, sock_connect=30)
         with self._timed("WATCH", path) as timing:  # until the answer's headers: the stream lasts minutes
-            response = await self._send("GET", path, query, None, "application/json", timeout)
+            async with asyncio.timeout(idle_timeout):
+                response = await self._send("GET", path, query, None, "application/json", timeout)
             timing.status = response.status
         async with response:
             await _raise_for(response, "WATCH", path)
-            # Split the chunked stream ourselves: aiohttp's readline() refuses lines over 128 KiB,
-            # and a Pod or MPIJob with a large template can be longer.
-            pending = b""
-            async for chunk in response.content.iter_any():
-                pending += chunk
-                *lines, pending = pending.split(b"\n")
-                for line in lines:
-                    if line.strip():
-                        yield cast(JSON, decoder(line))
+            watchdog = None if idle_timeout is None else _Watchdog(response, idle_timeout)
+            try:
+                # Split the chunked stream ourselves: aiohttp's readline() refuses lines over 128 KiB,
+                # and a Pod or MPIJob with a large template can be longer.
+                pending = b""
+                async for chunk in response.content.iter_any():
+                    if watchdog is not None:
+                        watchdog.last = watchdog.loop.time()
+                    pending += chunk
+                    *lines, pending = pending.split(b"\n")
+                    for line in lines:
+                        if line.strip():
+                            yield cast(JSON, decoder(line))
+            except aiohttp.ClientError as error:
+                if watchdog is not None and watchdog.fired:
+                    raise TimeoutError(f"watch silent for {idle_timeout:g}s") from error
+                raise
+            finally:
+                if watchdog is not None:
+                    watchdog.cancel()
+            if watchdog is not None and watchdog.fired:
+                raise TimeoutError(f"watch silent for {idle_timeout:g}s")

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import time
 from collections.abc import AsyncIterator
 from typing import Any
 
+import pytest
 from structlog.testing import capture_logs
 
 from devcluster.controlplane import ControlPlane
@@ -257,3 +259,33 @@ async def test_every_informer_lists_again_once_the_apiserver_answers_whatever_it
         await Reachability.of(client).close()
         await proxy.close()
         await client.close()
+
+
+async def test_a_silent_watch_times_out_and_one_that_delivers_does_not(kube: KubeClient, namespace: str) -> None:
+    """The watch's watchdog (`idle_timeout`): a stream with nothing to say for longer raises TimeoutError (the
+    informer re-opens it from its last version); one whose events keep coming, each sooner than that, does not."""
+    version = str((await kube.list(CONFIGMAPS, namespace))["metadata"]["resourceVersion"])
+    started = time.monotonic()
+    with pytest.raises(TimeoutError):
+        async for _ in kube.watch(CONFIGMAPS, namespace, resource_version=version, timeout_seconds=60,
+                                  idle_timeout=1.0):
+            pass
+    silent = time.monotonic() - started
+    assert 1.0 <= silent < 5.0, f"the watchdog fired after {silent:.2f}s"
+
+    async def write_every(seconds: float, count: int) -> None:
+        for n in range(count):
+            await asyncio.sleep(seconds)
+            await kube.create(CONFIGMAPS, namespace, {"metadata": {"name": f"tick-{n}"}})
+
+    writer = asyncio.create_task(write_every(0.4, 8))
+    names = []
+    try:
+        async for event in kube.watch(CONFIGMAPS, namespace, resource_version=version, timeout_seconds=60,
+                                      idle_timeout=1.0):
+            names.append(event["object"]["metadata"]["name"])
+            if len(names) == 8:
+                break
+    finally:
+        await writer
+    assert names == [f"tick-{n}" for n in range(8)], "3.2 s of events, none more than 1 s apart: no timeout"
