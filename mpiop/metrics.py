@@ -9,6 +9,7 @@ the leader reports them, so a dashboard summing over replicas does not count job
 from __future__ import annotations
 
 import datetime as dt
+import functools
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -112,8 +113,15 @@ def count_transitions(job: MPIJob, new: JobStatus, now: dt.datetime) -> None:
 
 
 def observe_request(verb: str, resource: str, code: int, seconds: float) -> None:
-    API_REQUESTS.labels(verb, resource, str(code)).inc()
-    API_LATENCY.labels(verb, resource).observe(seconds)
+    count, latency = _request_series(verb, resource, code)
+    count.inc()
+    latency.observe(seconds)
+
+
+@functools.lru_cache(maxsize=4096)
+def _request_series(verb: str, resource: str, code: int) -> tuple[Counter, Histogram]:
+    """The two series of a request's labels, looked up once: `labels()` hashes and locks on every call."""
+    return API_REQUESTS.labels(verb, resource, str(code)), API_LATENCY.labels(verb, resource)
 
 
 def observe_watch_restart(resource: str) -> None:
