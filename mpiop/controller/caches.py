@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from mpiop import names
+from mpiop import names, podstate
 from mpiop.api.raw import JSON
 from mpiop.api.v2beta1 import KIND, MPIJob
 from mpiop.controller.trims import (
@@ -136,6 +136,13 @@ def same_pod_but_binding_or_deletion_time(old: JSON, new: JSON) -> bool:
                                                   "deletionTimestamp": bool(meta.get("deletionTimestamp"))}}
 
     return unbound(old) == unbound(new)
+
+
+def pod_finished_now(old: JSON | None, new: JSON | None) -> bool:
+    """A pod that has just succeeded or failed: its job finishes, or restarts, at once rather than after the pod
+    event batch (a launcher's end to the job's Succeeded is a latency users watch, bench's status latency)."""
+    return new is not None and podstate.phase(new) in ("Succeeded", "Failed") and (
+        old is None or podstate.phase(old) != podstate.phase(new))
 
 
 def pod_group_resource(scheduler: GangScheduler) -> Resource:

@@ -28,6 +28,7 @@ from mpiop.controller.caches import (
     Caches,
     UnchangedFilter,
     owner_key,
+    pod_finished_now,
     pod_group_api_missing,
     same_but_version,
     same_mpijob_but_progress,
@@ -82,7 +83,8 @@ class ManagerConfig:
     settings: Settings = DEFAULT_SETTINGS
     gpu_layout: bool = True  # watch GPU nodes to lay out jobs that state their total GPUs (spec.gpus)
     # A pod's event queues its job's pass this much later, so the events of a job's pods in that time cost one
-    # pass (the Job controller of kube-controller-manager batches pod events the same way, for a second).
+    # pass (the Job controller of kube-controller-manager batches pod events the same way, for a second); a pod
+    # that has just succeeded or failed queues it at once.
     pod_event_batch_seconds: float = 0.5
 
     def unsent_event_reasons(self) -> frozenset[str]:
@@ -144,7 +146,7 @@ class Manager:
         key = owner_key(new if new is not None else old)  # type: ignore[arg-type]
         if key is None:
             return
-        if batch <= 0:
+        if batch <= 0 or pod_finished_now(old, new):
             self.queue.add(key)
         elif not self.queue.waiting_to_start(key):  # a pass still to start reads the cache as it is then
             self.queue.add_after(key, batch)

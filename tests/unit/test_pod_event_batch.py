@@ -53,3 +53,22 @@ async def test_a_batch_period_of_zero_queues_at_once() -> None:
     m.caches.pods.apply_event({"type": "ADDED", "object": copy.deepcopy(pod("pi-worker-0", 10, "Pending"))})
     assert (len(m.queue), m.queue.next_delayed_add()) == (1, None)
     m.queue.shut_down()
+
+
+@pytest.mark.parametrize(("before", "after", "at_once"), [
+    ("Running", "Succeeded", True),
+    ("Running", "Failed", True),
+    ("Pending", "Running", False),
+    ("Succeeded", "Succeeded", False),
+], ids=["succeeded", "failed", "running", "still-succeeded"])
+async def test_a_pod_that_has_just_finished_queues_its_job_at_once(before: str, after: str, at_once: bool) -> None:
+    """A launcher's end to the job's Succeeded (or a failed worker to the restart) does not wait for the batch."""
+    m = manager(0.5)
+    m.caches.pods.apply_event({"type": "ADDED", "object": pod("pi-launcher", 10, before)})
+    while len(m.queue):  # an ADDED pod already finished is queued at once too; start from an empty queue
+        m.queue.done(await m.queue.get())
+    changed = pod("pi-launcher", 11, after)
+    changed["status"]["containerStatuses"] = [{"name": "main", "state": {"terminated": {"exitCode": 0}}}]
+    m.caches.pods.apply_event({"type": "MODIFIED", "object": changed})
+    assert len(m.queue) == (1 if at_once else 0)
+    m.queue.shut_down()
