@@ -120,4 +120,4 @@ clean:
 e2e: binaries
 	bash hack/install-e2e-deps.sh
 	$(BIN)/python -m devcluster.node prepare
-	$(BIN)/pytest -q -p no:cacheprovider -rxX e2e
+	$(BIN)/pytest -q -p no:cacheprovider -rfExX e2e  # f, E: what failed, named at the end

@@ -53,6 +53,13 @@ def pytest_terminal_summary(terminalreporter: Any) -> None:
     if differences := REPORT.get("pytorch_ddp_max_difference"):
         write(f"DDP vs single-process parameters, max |difference|: {differences}")
     write(f"(also in {REPORT_PATH})")
+    # Last, so that a CI log's tail (the launchers' logs above are long) still names what went wrong, and where.
+    for outcome in ("failed", "error"):
+        for test in terminalreporter.stats.get(outcome, []):
+            where = f" (in {test.when})" if outcome == "error" else ""
+            crash = getattr(test.longrepr, "reprcrash", None)
+            message = crash.message if crash is not None else str(test.longrepr or "")
+            write(f"{outcome.upper()}{where}: {test.nodeid}: {' | '.join(message.splitlines()[:3])[:400]}")
 
 
 @pytest.fixture(scope="session")

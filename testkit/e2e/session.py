@@ -111,8 +111,9 @@ def operator_process(bare: E2E, *flags: str) -> Iterator[OperatorProcess]:
         return "\n".join(operator.log_lines()[-lines:])
 
     try:
+        # Bounds for a loaded node (the last test's pods still going), not for a healthy start (about 2 s).
         wait_for(lambda: not operator.running() or any("caches synced" in line for line in operator.log_lines()),
-                 60, "the operator to sync its caches", describe=lambda: tail(20))
+                 120, "the operator to sync its caches", describe=lambda: tail(20))
         assert operator.running(), f"mpiop exited:\n{tail(30)}"
         yield operator
     finally:
@@ -160,7 +161,7 @@ def fresh_namespace(session: E2E, prefix: str, suite: str = images.BOOKWORM.name
     api = session.api
     api.create("/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}})
     try:
-        wait_for(lambda: api.get_or_none(f"/api/v1/namespaces/{ns}/serviceaccounts/default"), 30,
+        wait_for(lambda: api.get_or_none(f"/api/v1/namespaces/{ns}/serviceaccounts/default"), 120,
                  f"the default ServiceAccount of {ns}")
         yield E2E(session.node, api, suite_image(session, suite), ns, suite, session.mpi_images)
     finally:
@@ -174,5 +175,5 @@ def _delete_namespace(api: Api, ns: str) -> None:
         for pod in api.pods(ns):
             api.delete(f"/api/v1/namespaces/{ns}/pods/{pod['metadata']['name']}", grace_seconds=0)
         wait_for(lambda: not api.pods(ns), 60, f"the pods of {ns} to go")
-    except (ApiError, AssertionError) as err:
+    except (ApiError, AssertionError, OSError) as err:  # OSError: the apiserver slow to answer (urllib's timeout)
         print(f"cleaning up {ns}: {err}", file=sys.stderr)
