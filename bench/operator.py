@@ -26,13 +26,16 @@ class BenchOperator(OperatorProcess):
                  source: Path | None = None) -> None:
         # `source`: another checkout's mpiop under this checkout's operator_main, run from a directory holding only
         # that (older checkouts' own operator_main took other arguments), so the first `mpiop` found is the source's.
+        # In its own namespace as in a cluster (the Deployment's POD_NAMESPACE): so its status endpoint's CA is the one
+        # kept in Secret default/mpiop-status-ca, and a restart finds every job's ConfigMap already carrying it.
+        env = {"POD_NAMESPACE": "default"}
         if source is None:
-            super().__init__(kubeconfig, log, args, module=("bench.operator_main",), health=False)
+            super().__init__(kubeconfig, log, args, module=("bench.operator_main",), health=False, env=env)
         else:
             runner = Path(tempfile.mkdtemp(prefix="mpiop-bench-source-"))
             (runner / "operator_main.py").symlink_to(ROOT / "bench" / "operator_main.py")
             super().__init__(kubeconfig, log, args, module=("operator_main",), health=False,
-                             env={"PYTHONPATH": str(source)}, cwd=runner)
+                             env={**env, "PYTHONPATH": str(source)}, cwd=runner)
         self.profile = profile
         self.spy: subprocess.Popen[bytes] | None = None
 

@@ -18,7 +18,6 @@ import os
 import re
 import signal
 import socket
-import urllib.parse
 import uuid
 from collections.abc import Callable
 from pathlib import Path
@@ -29,7 +28,7 @@ import uvloop
 from mpiop import logging as mpiop_logging
 from mpiop import metrics
 from mpiop.certs import Certificates
-from mpiop.controller import layout_webhook
+from mpiop.controller import layout_webhook, status_ca
 from mpiop.controller.manager import Manager, ManagerConfig
 from mpiop.controller.status_endpoint import OwnPod, StatusWriter, TokenReviews, status_app
 from mpiop.controller.supervisor import Supervisor
@@ -175,6 +174,11 @@ def add_run_arguments(parser: argparse.ArgumentParser) -> None:
     status.add_argument("--status-url", default="https://mpiop-status.mpiop-system.svc:8443",
                         help="the endpoint's URL as the pods reach it (its host goes in the serving certificate; "
                              "default %(default)s, the manifests' Service)")
+    status.add_argument("--status-ca-secret", default="mpiop-status-ca", metavar="[NAMESPACE/]NAME",
+                        help="the Secret (kubernetes.io/tls) holding the endpoint's CA, which every replica and "
+                             "restart serves under, so the jobs' ConfigMaps keep theirs; made by the first process "
+                             "(secrets get, create, update; NAMESPACE: $POD_NAMESPACE, else the pod's own). '', or "
+                             "outside a cluster without NAMESPACE: a CA of this process's own (default %(default)s)")
     status.add_argument("--status-write-seconds", type=float, default=10.0, metavar="SECONDS",
                         help="write a job's reported progress at most this often, the posts in between coalesced "
                              "(default %(default)g)")
@@ -222,17 +226,24 @@ def config_from_args(args: argparse.Namespace) -> ManagerConfig:
                          pod_event_batch_seconds=args.pod_event_batch_seconds, settings=settings)
 
 
-def status_certificates(args: argparse.Namespace) -> Certificates | None:
-    """The status endpoint's CA and serving certificate, for the host of --status-url (and loopback)."""
+def own_namespace() -> str:
+    """The namespace this process runs in: $POD_NAMESPACE, else its pod's ServiceAccount's; '' outside a cluster."""
+    namespace = os.environ.get("POD_NAMESPACE", "")
+    if not namespace and SA_NAMESPACE_FILE.is_file():
+        namespace = SA_NAMESPACE_FILE.read_text().strip()
+    return namespace
+
+
+async def status_certificates(args: argparse.Namespace, client: KubeClient) -> Certificates | None:
+    """The status endpoint's serving certificate, signed by the CA of --status-ca-secret (made there if need be)."""
     if not args.status_endpoint:
         return None
-    host = urllib.parse.urlsplit(args.status_url).hostname
-    if not args.status_url.startswith("https://") or not host:
-        raise SystemExit(f"--status-url must be https://host[:port], not {args.status_url!r}")
-    hosts = [host, *(h for h in ("localhost", "127.0.0.1") if h != host)]
-    if host.endswith(".svc"):  # the Service's other names
-        hosts += [host.split(".")[0], ".".join(host.split(".")[:2]), f"{host}.cluster.local"]
-    return Certificates(hosts)
+    try:
+        hosts = status_ca.endpoint_hosts(args.status_url)
+        ref = status_ca.parse_secret_ref(args.status_ca_secret, own_namespace())
+        return await status_ca.certificates(client, hosts, ref, dt.datetime.now(dt.UTC))
+    except (ValueError, status_ca.CASecretError) as error:
+        raise SystemExit(str(error)) from None
 
 
 async def serve_status(servers: Servers, manager: Manager, client: KubeClient, args: argparse.Namespace,
@@ -267,9 +278,7 @@ def election_from_args(args: argparse.Namespace) -> ElectionConfig | None:
     """The leader election settings, or None without --leader-elect; exits on impossible timings."""
     if not args.leader_elect:
         return None
-    namespace = args.leader_elect_namespace or os.environ.get("POD_NAMESPACE", "")
-    if not namespace and SA_NAMESPACE_FILE.is_file():
-        namespace = SA_NAMESPACE_FILE.read_text().strip()
+    namespace = args.leader_elect_namespace or own_namespace()
     if not namespace:
         raise SystemExit("--leader-elect needs --leader-elect-namespace outside a cluster")
     # Unique per process, like client-go's hostname_uuid: a restarted pod is a new candidate.
@@ -359,10 +368,6 @@ async def run(args: argparse.Namespace) -> int:
         loop.add_signal_handler(signum, stop.set)
     election = election_from_args(args)
     config = config_from_args(args)
-    certificates = status_certificates(args)
-    if certificates is not None:
-        config.settings = dataclasses.replace(config.settings,
-                                              status_endpoint=StatusEndpoint(args.status_url, certificates.ca_pem))
     # Its own client, outside the QPS bucket: a backlog of reconcile writes must never delay a renewal.
     lease_client = None if election is None else await KubeClient.connect(
         args.kubeconfig, qps=0, burst=10, observer=metrics.observe_request, field_manager=args.field_manager)
@@ -373,6 +378,11 @@ async def run(args: argparse.Namespace) -> int:
                                       write_guard=elector.guard_write if elector is not None else None)
     servers = Servers()
     try:
+        # Unguarded (a standby may not write through `client`): the CA's Secret, made by whoever starts first.
+        certificates = await status_certificates(args, lease_client or client)
+        if certificates is not None:
+            config.settings = dataclasses.replace(config.settings,
+                                                  status_endpoint=StatusEndpoint(args.status_url, certificates.ca_pem))
         manager = Manager(client, config, Supervisor())
         await manager.preflight()
         metrics.IS_LEADER.set(0 if elector is not None else 1)

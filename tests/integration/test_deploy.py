@@ -137,6 +137,11 @@ def test_helm_chart_passes_a_server_side_dry_run(control_plane: ControlPlane, sy
         service = webhook["webhooks"][0]["clientConfig"]["service"]
         assert (service["name"], service["port"]) == ("mpiop-status", 8443)  # the leader's status endpoint
         assert f"--gpu-layout-webhook={webhook['metadata']['name']}" in args
+        # The status endpoint's CA: the Secret the process is pointed at is the one its Role may read and renew.
+        role = next(o for o in objects if o["kind"] == "Role" and o["metadata"]["name"].endswith("-status-endpoint"))
+        secret_rule = next(r for r in role["rules"] if r["resources"] == ["secrets"] and r.get("resourceNames"))
+        assert f"--status-ca-secret={secret_rule['resourceNames'][0]}" in args and secret_rule["verbs"] == ["get",
+                                                                                                           "update"]
     if "leaderElection.enabled=false" in values:
         assert "--leader-elect" not in args and "--metrics-addr=0" in args
         services = {o["metadata"]["name"] for o in objects if o["kind"] == "Service"}

@@ -6,8 +6,8 @@ election included, through a whole job life: creation, suspended and resumed twi
 Suspended Event bumps the first one's count), two failed attempts (whose launchers' logs are read for the failure
 report and saved, the second's ConfigMap replacing the first's under --kept-attempts 1; the first launcher's node
 is gone, so it is read and excluded) and restarts, a progress token reviewed as the status endpoint does (and the
-operator's own pod labelled for the status Service, cleared as it starts, set once it leads, and its CA written
-into the GPU layout webhook's configuration), Running,
+operator's own pod labelled for the status Service, cleared as it starts, set once it leads; its CA made in, read
+from and renewed in Secret mpiop-status-ca, and written into the GPU layout webhook's configuration), Running,
 success, clean-up of the workers, deletion by ttlSecondsAfterFinished, and the lease's release at shutdown; beside
 it, a job kubeflow's operator left with a failed worker is taken over and restarted (its objects claimed, its
 launcher Job deleted), and a job stating its total GPUs is laid out on a GPU node (the Node informer's list and
@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import datetime as dt
 import uuid
 from collections.abc import AsyncIterator, Awaitable
 from dataclasses import dataclass, field
@@ -28,12 +29,12 @@ import pytest
 
 from devcluster.controlplane import ControlPlane
 from mpiop.api.raw import JSON
-from mpiop.certs import Certificates
-from mpiop.controller import layout_webhook
+from mpiop.certs import CA_DAYS
+from mpiop.controller import layout_webhook, status_ca
 from mpiop.controller.manager import Manager, ManagerConfig
 from mpiop.controller.status_endpoint import SERVING, SERVING_LABEL, OwnPod, TokenReviews
 from mpiop.desired.settings import Settings
-from mpiop.kube.client import BATCH_JOBS, MPIJOBS, NODES, PODS, ApiError, KubeClient
+from mpiop.kube.client import BATCH_JOBS, MPIJOBS, NODES, PODS, SECRETS, ApiError, KubeClient
 from mpiop.leader import LEASES, ElectionConfig, LeaderElector
 from mpiop.process import supervise
 from testkit import kubeflow
@@ -55,6 +56,7 @@ GONE_NODE = "rbac-gone-node"
 GPU_NODE = "rbac-gpu-node"  # a job stating its total GPUs is laid out on it (nodes list/watch, mpijobs patch)
 WEBHOOK = "mpiop-gpu-layout"  # deploy/base/webhook.yaml's (for the test's namespace only: the apiserver is shared)
 OWN_POD = "mpiop-rbac-own"  # the operator's own pod, labelled for the status Service (pods patch in its namespace)
+STATUS_CA = status_ca.SecretRef(SYSTEM, "mpiop-status-ca")  # deploy/base/deployment.yaml's --status-ca-secret
 
 
 @dataclass
@@ -139,6 +141,8 @@ async def lifecycle(kube: KubeClient, token_kubeconfig: str, mpijob_crd: None) -
     clients = [main, lease_client]
     with contextlib.suppress(ApiError):
         await kube.delete(PODS, SYSTEM, OWN_POD, grace_period_seconds=0)
+    with contextlib.suppress(ApiError):
+        await kube.delete(SECRETS, SYSTEM, STATUS_CA.name)  # so the run also creates it
     restricted = {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}, "runAsNonRoot": True,
                   "seccompProfile": {"type": "RuntimeDefault"}}  # the namespace enforces Pod Security "restricted"
     await kube.create(PODS, SYSTEM, {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": OWN_POD}, "spec": {
@@ -149,6 +153,12 @@ async def lifecycle(kube: KubeClient, token_kubeconfig: str, mpijob_crd: None) -
         await kube.delete(layout_webhook.CONFIGURATIONS, None, WEBHOOK)
     await kube.create(layout_webhook.CONFIGURATIONS, None, configuration(WEBHOOK, "https://127.0.0.1:9", namespace))
     try:
+        # The status endpoint's CA, as each process reads it at start (on the unguarded client): made, read, renewed.
+        now = dt.datetime.now(dt.UTC)
+        ca, made = await status_ca.shared_ca(lease_client, STATUS_CA, now)
+        assert (made, (await status_ca.shared_ca(lease_client, STATUS_CA, now))[1]) == ("created", "loaded")
+        ca, renewed = await status_ca.shared_ca(lease_client, STATUS_CA, now + dt.timedelta(days=CA_DAYS))
+        assert renewed == "renewed"
         assert await own_pod.mark(lease_client, serving=False), "the pod's label cleared as the process starts"
         cluster = Cluster(kube, namespace)
         await eventually(lambda: cluster.kube.request("GET", f"/api/v1/namespaces/{namespace}/serviceaccounts/default"),
@@ -164,7 +174,7 @@ async def lifecycle(kube: KubeClient, token_kubeconfig: str, mpijob_crd: None) -
             labels = (await kube.get(PODS, SYSTEM, OWN_POD))["metadata"]["labels"]
             assert labels[SERVING_LABEL] == SERVING
             # The leader's CA in the GPU layout webhook's configuration (`mutatingwebhookconfigurations get, patch`).
-            assert await layout_webhook.install_ca_bundle(main, WEBHOOK, Certificates(["127.0.0.1"]).ca_pem)
+            assert await layout_webhook.install_ca_bundle(main, WEBHOOK, ca.cert_pem)
             await cluster.create_job(mpijob("life", workers=1, run_policy={"ttlSecondsAfterFinished": 5}))
             await review_a_pods_token(cluster, main, "life")
             await cluster.create_job(make_mpijob("total").total_gpus(8).pod_spec(
@@ -209,6 +219,8 @@ async def lifecycle(kube: KubeClient, token_kubeconfig: str, mpijob_crd: None) -
             await kube.delete(PODS, SYSTEM, OWN_POD, grace_period_seconds=0)
         with contextlib.suppress(ApiError):
             await kube.delete(layout_webhook.CONFIGURATIONS, None, WEBHOOK)
+        with contextlib.suppress(ApiError):
+            await kube.delete(SECRETS, SYSTEM, STATUS_CA.name)
 
 
 async def test_a_whole_job_life_runs_on_the_service_accounts_token_alone(lifecycle: Run, token_kubeconfig: str) -> None:

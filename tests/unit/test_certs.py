@@ -1,13 +1,17 @@
-"""mpiop.certs: the status endpoint's CA and serving certificate, renewed from the same CA when due."""
+"""mpiop.certs: the status endpoint's CA (its own or one read back from PEM) and serving certificate, renewed from the
+same CA when due."""
 
 from __future__ import annotations
 
 import datetime as dt
 import ssl
+from collections.abc import Callable
 
+import pytest
 from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
 
-from mpiop.certs import SERVING_DAYS, Certificates
+from mpiop.certs import CA, CA_DAYS, SERVING_DAYS, Certificates
 
 T0 = dt.datetime(2026, 1, 1, tzinfo=dt.UTC)
 
@@ -61,3 +65,42 @@ def test_a_strict_client_accepts_the_serving_certificate() -> None:
             break
     assert all(done.values()), done
     assert client.getpeercert() is not None
+
+
+def test_a_ca_given_signs_the_serving_certificate_and_bounds_its_life() -> None:
+    """A CA from the shared Secret (controller/status_ca) signs; a serving certificate never outlives it."""
+    ca = CA.generate(T0)
+    certs = Certificates(["h"], now=T0 + dt.timedelta(days=CA_DAYS - 10), ca=ca)
+    assert certs.ca_pem == ca.cert_pem
+    serving = x509.load_pem_x509_certificate(certs.serving_pem.encode())
+    serving.verify_directly_issued_by(ca.cert)
+    assert serving.not_valid_after_utc == ca.cert.not_valid_after_utc == certs.not_after
+
+
+def test_a_ca_read_back_from_pem_is_the_same_ca() -> None:
+    ca = CA.generate(T0)
+    again = CA.from_pem(ca.cert_pem.encode(), ca.key_pem)
+    assert again.cert == ca.cert and again.key_pem == ca.key_pem
+    assert again.valid_for(T0) == dt.timedelta(days=CA_DAYS)
+
+
+@pytest.mark.parametrize(("cert", "key", "says"), [
+    (lambda a, b: a.cert_pem.encode(), lambda a, b: b.key_pem, "the key is not the certificate's"),
+    (lambda a, b: b"not a certificate", lambda a, b: a.key_pem, "not a PEM certificate"),
+    (lambda a, b: a.cert_pem.encode(), lambda a, b: b"not a key", "not an unencrypted PEM key"),
+    (lambda a, b: _leaf(a).encode(), lambda a, b: a.key_pem, "not a CA"),
+], ids=["another key", "garbage certificate", "garbage key", "a leaf, not a CA"])
+def test_a_ca_that_is_not_one_is_refused_saying_why(cert: Callable[[CA, CA], bytes], key: Callable[[CA, CA], bytes],
+                                                   says: str) -> None:
+    one, other = CA.generate(T0), CA.generate(T0)
+    with pytest.raises(ValueError, match=says):
+        CA.from_pem(cert(one, other), key(one, other))
+
+
+def _leaf(ca: CA) -> str:
+    """A serving certificate whose key is `ca`'s own (so only its BasicConstraints tell it from a CA)."""
+    return (x509.CertificateBuilder().subject_name(ca.cert.subject).issuer_name(ca.cert.subject)
+            .public_key(ca.key.public_key()).serial_number(1).not_valid_before(T0)
+            .not_valid_after(T0 + dt.timedelta(days=1))
+            .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
+            .sign(ca.key, hashes.SHA256()).public_bytes(serialization.Encoding.PEM).decode())
