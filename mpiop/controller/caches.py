@@ -97,8 +97,9 @@ def _by_owner(obj: JSON) -> Iterable[str]:
 UnchangedFilter = Callable[[JSON, JSON], bool]
 
 
-def _unversioned(obj: JSON) -> JSON:
-    return {**obj, "metadata": {**obj["metadata"], "resourceVersion": None}}
+def _unversioned(obj: JSON, **metadata: Any) -> JSON:
+    """The object as a comparison sees it: no resourceVersion, and `metadata`'s fields in place of its own."""
+    return {**obj, "metadata": {**obj["metadata"], "resourceVersion": None, **metadata}}
 
 
 def same_but_version(old: JSON, new: JSON) -> bool:
@@ -131,9 +132,7 @@ def same_pod_but_binding_or_deletion_time(old: JSON, new: JSON) -> bool:
     """
     def unbound(obj: JSON) -> JSON:
         spec = {k: v for k, v in (obj.get("spec") or {}).items() if k != "nodeName"}
-        meta = obj["metadata"]
-        return {**obj, "spec": spec, "metadata": {**meta, "resourceVersion": None,
-                                                  "deletionTimestamp": bool(meta.get("deletionTimestamp"))}}
+        return {**_unversioned(obj, deletionTimestamp=bool(obj["metadata"].get("deletionTimestamp"))), "spec": spec}
 
     return unbound(old) == unbound(new)
 

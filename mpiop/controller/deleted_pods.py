@@ -47,7 +47,7 @@ class DeletionsInFlight:
 
     def only_this_deletion(self, old: JSON, new: JSON) -> bool:
         """`new` is `old` with the deletion in flight accepted, and nothing else a decision reads changed."""
-        return (object_key(new) in self._keys and podstate.is_terminating(new)
+        return (bool(self._keys) and podstate.is_terminating(new) and object_key(new) in self._keys  # cheap first
                 and same_pod_but_binding_or_deletion_time(podstate.marked_terminating(old, "sent"), new))
 
 

@@ -195,18 +195,19 @@ class ClientOptions(TypedDict, total=False):
 
 
 class _Watchdog:
-    """Closes a stream that has been silent for `seconds`, on one timer checked against the time of its last chunk
-    (`last`, which the reader sets). aiohttp's sock_read re-arms a timer on every chunk the socket delivers: a
-    watch of every pod in a cluster pays that for each event."""
+    """Closes a stream that has been silent for `seconds` (None: never), on one timer checked against the time of
+    its last chunk (`last`, which the reader sets). aiohttp's sock_read re-arms a timer on every chunk the socket
+    delivers: a watch of every pod in a cluster pays that for each event."""
 
-    def __init__(self, response: aiohttp.ClientResponse, seconds: float) -> None:
+    def __init__(self, response: aiohttp.ClientResponse, seconds: float | None) -> None:
         self.loop = asyncio.get_running_loop()
         self.response, self.seconds = response, seconds
         self.last = self.loop.time()
         self.fired = False
-        self._handle = self.loop.call_later(seconds, self._check)
+        self._handle = None if seconds is None else self.loop.call_later(seconds, self._check)
 
     def _check(self) -> None:
+        assert self.seconds is not None  # only armed with seconds
         silent = self.loop.time() - self.last
         if silent >= self.seconds:
             self.fired = True
@@ -214,8 +215,14 @@ class _Watchdog:
         else:
             self._handle = self.loop.call_later(self.seconds - silent, self._check)
 
+    def raise_if_fired(self, cause: BaseException | None = None) -> None:
+        """TimeoutError if the stream ended because the watchdog closed it."""
+        if self.fired:
+            raise TimeoutError(f"watch silent for {self.seconds:g}s") from cause
+
     def cancel(self) -> None:
-        self._handle.cancel()
+        if self._handle is not None:
+            self._handle.cancel()
 
 
 class KubeClient:
@@ -445,25 +452,21 @@ class KubeClient:
             timing.status = response.status
         async with response:
             await _raise_for(response, "WATCH", path)
-            watchdog = None if idle_timeout is None else _Watchdog(response, idle_timeout)
+            watchdog = _Watchdog(response, idle_timeout)
             try:
                 # Split the chunked stream ourselves: aiohttp's readline() refuses lines over 128 KiB,
                 # and a Pod or MPIJob with a large template can be longer.
                 pending = b""
                 async for chunk in response.content.iter_any():
-                    if watchdog is not None:
-                        watchdog.last = watchdog.loop.time()
+                    watchdog.last = watchdog.loop.time()
                     pending += chunk
                     *lines, pending = pending.split(b"\n")
                     for line in lines:
                         if line.strip():
                             yield cast(JSON, decoder(line))
             except aiohttp.ClientError as error:
-                if watchdog is not None and watchdog.fired:
-                    raise TimeoutError(f"watch silent for {idle_timeout:g}s") from error
+                watchdog.raise_if_fired(error)
                 raise
             finally:
-                if watchdog is not None:
-                    watchdog.cancel()
-            if watchdog is not None and watchdog.fired:
-                raise TimeoutError(f"watch silent for {idle_timeout:g}s")
+                watchdog.cancel()
+            watchdog.raise_if_fired()
