@@ -254,26 +254,43 @@ async def scale(kube: KubeClient, cluster: SimulatedCluster, operator: BenchOper
     report.add("scale_adopt_writes", adopted.writes(), "scale: writes while adopting (status, hostfile)")
     adopter.stop()
 
-    log("restart: the operator restarted with every job settled")
+    pods = await count_owned_pods(kube)
+    report.figures["pods_cached"] = pods
+    report.figures["jobs_present"] = total_jobs
+    # Each --operator-source restarted on the same settled jobs in turn (suffixed by its directory's name), then
+    # this checkout's again for the latency run.
+    for source in [*opts.operator_sources[1:], None]:
+        restarted = await restart(cluster, opts, report, logs, total_jobs, pods, source)
+        if source is not None:
+            restarted.stop()
+    await latency(kube, restarted, opts, report, namespace, total_jobs)
+    return restarted
+
+
+async def restart(cluster: SimulatedCluster, opts: Options, report: Report, logs: Path, total_jobs: int, pods: int,
+                  source: Path | None) -> BenchOperator:
+    """The operator (this checkout's, or `source`'s) restarted with every job settled: its sync, writes and RSS."""
+    suffix = "" if source is None else f"_{source.name}"
+    log(f"restart: the operator{f' of {source}' if source else ''} restarted with every job settled")
     restarted = BenchOperator(cluster.kubeconfig, logs / "operator.log", opts.operator_args,
-                                profile_path(opts, "restart"))
+                              profile_path(opts, f"restart{suffix}"), source=source)
     restarted.start()
     synced, inside = await restarted.wait_synced()
     settled = await restarted.settle(quiet=3.0, min_reconciles=total_jobs)
-    pods = await count_owned_pods(kube)
-    report.add("restart_sync_s", round(synced, 3), f"restart: exec to caches synced, {total_jobs} jobs (s)", "<= 5 s")
-    report.add("restart_sync_in_manager_s", round(inside, 3), "restart: of which list+sync in the manager (s)")
-    report.add("restart_writes", settled.writes(), "restart: writes while reconciling every job once", "0")
-    report.add("restart_reconciles", int(settled.reconciles), "restart: reconciles done")
-    report.add("rss_mb_10k_pods", round(restarted.rss_mb(), 1), f"memory: operator RSS, {pods} pods cached (MB)",
-               "<= 150 MB")
-    report.add("rss_peak_mb_10k_pods", round(restarted.peak_rss_mb(), 1), "memory: operator peak RSS (VmHWM, MB)")
-    report.figures["pods_cached"] = pods
-    report.figures["jobs_present"] = total_jobs
+    of = f" [{source.name}]" if source is not None else ""
+
+    def add(key: str, value: float, what: str, target: str = "") -> None:
+        report.add(f"{key}{suffix}", value, what.replace(":", f"{of}:", 1), target)
+
+    add("restart_sync_s", round(synced, 3), f"restart: exec to caches synced, {total_jobs} jobs (s)", "<= 5 s")
+    add("restart_sync_in_manager_s", round(inside, 3), "restart: of which list+sync in the manager (s)")
+    add("restart_writes", settled.writes(), "restart: writes while reconciling every job once", "0")
+    add("restart_reconciles", int(settled.reconciles), "restart: reconciles done")
+    add("rss_mb_10k_pods", round(restarted.rss_mb(), 1), f"memory: operator RSS, {pods} pods cached (MB)", "<= 150 MB")
+    add("rss_peak_mb_10k_pods", round(restarted.peak_rss_mb(), 1), "memory: operator peak RSS (VmHWM, MB)")
     if settled.writes():
-        report.figures["restart_writes_by_verb"] = {k: v for k, v in settled.by_verb().items()
-                                                    if k.split()[0] in ("POST", "PUT", "PATCH", "DELETE")}
-    await latency(kube, restarted, opts, report, namespace, total_jobs)
+        report.figures[f"restart_writes_by_verb{suffix}"] = {
+            k: v for k, v in settled.by_verb().items() if k.split()[0] in ("POST", "PUT", "PATCH", "DELETE")}
     return restarted
 
 
