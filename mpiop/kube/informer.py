@@ -144,14 +144,16 @@ class Informer:
                     if not bucket:
                         del self._indexes[name][value]
 
-    def _set(self, obj: JSON, notify: bool = True) -> None:
+    def _set(self, obj: JSON, notify: bool = True, key: str | None = None) -> None:
+        """Cache `obj` (trimmed) under `key` (its object_key, when the caller has it already)."""
+        key = object_key(obj) if key is None else key
         if self.accept is not None and not self.accept(obj):
-            self._delete(object_key(obj), notify)  # e.g. no longer owned
+            self._delete(key, notify)  # e.g. no longer owned
             return
-        self._put(self.trim(obj), notify)
+        self._put(self.trim(obj), notify, key)
 
-    def _put(self, trimmed: JSON, notify: bool = True) -> None:
-        key = object_key(trimmed)
+    def _put(self, trimmed: JSON, notify: bool = True, key: str | None = None) -> None:
+        key = object_key(trimmed) if key is None else key
         old = self._store.get(key)
         if old is not None and (resourceversion.order(trimmed, resourceversion.of(old)) or 0) < 0:
             return  # a late event: older than what is cached (versions that cannot be ordered are taken)
@@ -177,10 +179,11 @@ class Informer:
         """
         if obj.get("kind") == "Status":
             return
-        deleted_at = self._tombstones.get(object_key(obj))
+        key = object_key(obj)
+        deleted_at = self._tombstones.get(key)
         if deleted_at is not None and (resourceversion.order(obj, deleted_at) or 0) <= 0:
             return  # not known to be newer: leave it to the watch, which is authoritative
-        self._set(obj, notify=False)
+        self._set(obj, notify=False, key=key)
 
     def observe_delete(self, key: str, resource_version: str | None = None) -> None:
         """Our own deletion, answered: with its resourceVersion, watch events older than it are ignored."""
@@ -382,15 +385,16 @@ class Informer:
         obj.setdefault("kind", self.resource.kind)
         obj.setdefault("apiVersion", self.resource.api_version)
         if event_type in ("ADDED", "MODIFIED"):
-            deleted_at = self._tombstones.get(object_key(obj))
+            key = object_key(obj)  # once: a watch of every pod pays each step per event
+            deleted_at = self._tombstones.get(key)
             if deleted_at is not None and (order := resourceversion.order(obj, deleted_at)) is not None and order <= 0:
                 return False  # an event from before a deletion we already applied (our own, answered first)
-            self._tombstones.pop(object_key(obj), None)
+            self._tombstones.pop(key, None)
             if UNDECODABLE in obj:
                 self._report(obj)
             else:
-                self._undecodable.pop(object_key(obj), None)
-                self._set(obj)
+                self._undecodable.pop(key, None)
+                self._set(obj, key=key)
         elif event_type == "DELETED":
             key = object_key(obj)
             self._undecodable.pop(key, None)
