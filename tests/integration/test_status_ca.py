@@ -1,6 +1,7 @@
 """The status endpoint's CA kept in a Secret (controller/status_ca), against the real apiserver: made once by whoever
 starts first, read by the rest (replicas racing to make it end with one CA), replaced when unreadable or near its
-end; and `mpiop run` restarted with every job's ConfigMap already carrying the CA writes none of them again."""
+end; a process refused the Secret serves under a CA of its own and says what to grant; and `mpiop run` restarted
+with every job's ConfigMap already carrying the CA writes none of them again."""
 
 from __future__ import annotations
 
@@ -14,11 +15,12 @@ import structlog
 from devcluster.controlplane import ControlPlane
 from mpiop.api.raw import JSON
 from mpiop.certs import CA_DAYS
-from mpiop.controller.status_ca import CERT_KEY, RENEW_BEFORE, SecretRef, shared_ca
+from mpiop.controller.status_ca import CERT_KEY, RENEW_BEFORE, SecretRef, certificates, shared_ca
 from mpiop.desired.status_report import CA_KEY
-from mpiop.kube.client import CONFIGMAPS, SECRETS
+from mpiop.kube.client import CONFIGMAPS, SECRETS, KubeClient
 from testkit.operator import Cluster, eventually, mpijob
 from testkit.process import OperatorProcess
+from testkit.rbac import service_account_kubeconfig
 
 NOW = dt.datetime.now(dt.UTC)
 
@@ -98,3 +100,23 @@ async def test_a_restarted_process_serves_under_the_same_ca_and_rewrites_no_conf
         second.stop()
     after = await cluster.kube.get(CONFIGMAPS, cluster.ns, "ca-config")
     assert after["metadata"]["resourceVersion"] == written["metadata"]["resourceVersion"]
+
+
+async def test_a_process_refused_the_secret_serves_under_its_own_ca_and_says_what_to_grant(
+        control_plane: ControlPlane, cluster: Cluster, tmp_path: Path) -> None:
+    """An image upgraded before its RBAC: the endpoint still serves (as before the Secret), and the log says why
+    a restart will rewrite every job's ConfigMap and what the ServiceAccount lacks."""
+    await eventually(lambda: cluster.kube.request("GET", f"/api/v1/namespaces/{cluster.ns}/serviceaccounts/default"),
+                     what="the namespace's default ServiceAccount")
+    kubeconfig = await service_account_kubeconfig(control_plane, cluster.kube, tmp_path / "kubeconfig",
+                                                  cluster.ns, "default")  # no role at all
+    client = await KubeClient.connect(kubeconfig)
+    try:
+        with structlog.testing.capture_logs() as logged:
+            served = await certificates(client, ["127.0.0.1"], SecretRef(cluster.ns, "mpiop-status-ca"), NOW)
+    finally:
+        await client.close()
+    assert served.ca_pem.startswith("-----BEGIN CERTIFICATE-----")
+    error = next(e for e in logged if e["log_level"] == "error")
+    assert "secrets create, and get and update on the Secret" in error["event"] and "403" in error["error"], error
+    assert await cluster.kube.get_or_none(SECRETS, cluster.ns, "mpiop-status-ca") is None
