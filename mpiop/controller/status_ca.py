@@ -102,7 +102,7 @@ async def shared_ca(client: KubeClient, ref: SecretRef, now: dt.datetime) -> tup
             try:
                 await client.create(SECRETS, ref.namespace, secret_body(ref, ca))
             except ApiError as error:
-                if error.status == 409:  # another replica made it first: read theirs
+                if error.conflict:  # another replica made it first: read theirs
                     continue
                 raise
             return ca, "created"
@@ -124,7 +124,7 @@ async def shared_ca(client: KubeClient, ref: SecretRef, now: dt.datetime) -> tup
                 continue
             raise
         return ca, "renewed"
-    raise RuntimeError(f"the status endpoint's CA Secret {ref} kept changing under {ATTEMPTS} attempts to read it")
+    raise CASecretError(f"status endpoint CA Secret {ref}: it changed under each of {ATTEMPTS} attempts to read it")
 
 
 async def certificates(client: KubeClient, hosts: list[str], ref: SecretRef | None, now: dt.datetime) -> Certificates:
