@@ -1,7 +1,9 @@
 """Two `mpiop run --leader-elect` processes against the real apiserver: one reconciles, a killed leader is
 replaced within 20 s, no object is ever written by both, and SIGTERM releases the lease. Each process is told
 its pod (POD_NAME, as the Deployment's downward API does; a kubelet-less pod here): the one serving the status
-endpoint, the leader, labels its pod for the status Service, and a process starting in a pod clears the label."""
+endpoint, the leader, labels its pod for the status Service, and a process starting in a pod clears the label. Both
+serve under one CA (kept in a Secret by whichever started first), so the jobs' ConfigMaps keep theirs across the
+handover."""
 
 from __future__ import annotations
 
@@ -12,6 +14,7 @@ from pathlib import Path
 from devcluster.controlplane import ControlPlane
 from mpiop.api.raw import JSON
 from mpiop.controller.status_endpoint import SERVING, SERVING_LABEL
+from mpiop.desired.status_report import CA_KEY
 from mpiop.kube.client import CONFIGMAPS, EVENTS, MPIJOBS, PODS, SECRETS, SERVICES
 from mpiop.leader import LEASES
 from testkit.operator import Cluster, drive_to_success, eventually, mpijob
@@ -98,7 +101,10 @@ async def test_one_leader_reconciles_and_a_killed_leader_is_replaced(
         assert await standby.is_leader() is False
         assert quiet.value("mpiop_reconcile_duration_seconds_count") == 0, "the standby reconciled"
         assert quiet.by_verb()["PATCH pods"] == 1, "the standby cleared its own pod's label, once"
-        assert quiet.writes() == 1, "the standby wrote to the apiserver"
+        # Its writes: its own pod's label, and the status CA's Secret if it started first (whoever does makes it,
+        # on the unguarded client: controller/status_ca).
+        made_ca = quiet.by_verb()["POST secrets"]
+        assert made_ca <= 1 and quiet.writes() == 1 + made_ca, "the standby wrote to the apiserver"
         assert (await leader.metrics()).value("mpiop_reconcile_duration_seconds_count") > 0
 
         killed = time.monotonic()
@@ -118,6 +124,10 @@ async def test_one_leader_reconciles_and_a_killed_leader_is_replaced(
 
         await cluster.create_job(mpijob("second", workers=1))
         await drive_to_success(cluster, "second")
+        # One CA across the handover (the Secret): the new leader's job carries the CA the old leader's has.
+        first, second = [(await cluster.kube.get(CONFIGMAPS, cluster.ns, f"{job}-config"))["data"][CA_KEY]
+                         for job in ("first", "second")]
+        assert first == second, "the new leader serves under another CA"
 
         writers = await _writers(cluster, {"mpiop-a", "mpiop-b"})
         assert not {name: who for name, who in writers.items() if len(who) > 1}, "objects written by both"
