@@ -51,6 +51,7 @@ from devcluster.nodehost import (
     POD_SUBNET,
     STATE,
     MachineBusyError,
+    bridge_mac,
     ip,
     make_cgroups,
     record_sysctls,
@@ -167,6 +168,7 @@ class Node:
     def _make_network(self) -> None:
         if ip("link", "show", BRIDGE).returncode != 0:
             ip("link", "add", BRIDGE, "type", "bridge", check=True)
+        ip("link", "set", BRIDGE, "address", bridge_mac(), check=True)  # pinned: ports come and go
         ip("addr", "replace", f"{GATEWAY}/{POD_SUBNET.split('/')[1]}", "dev", BRIDGE, check=True)
         ip("link", "set", BRIDGE, "up", check=True)
         cni_dir = STATE / "cni" / "net.d"

@@ -25,6 +25,16 @@ NODE_NAME = "mpiop-e2e"
 BRIDGE = "mpiop0"
 POD_SUBNET = "10.244.0.0/24"
 GATEWAY = "10.244.0.1"  # the bridge's address: CoreDNS, the kubelet and the apiserver as pods see them
+
+
+def bridge_mac(gateway: str = GATEWAY) -> str:
+    """The bridge's fixed MAC, 0a:58 and the gateway's IPv4 bytes, as the CNI bridge plugin derives it.
+
+    A Linux bridge whose MAC was never set takes the lowest MAC of its ports, so a pod starting or going moved it,
+    and every other pod's ARP entry for the gateway went stale: their traffic to the host (the status endpoint,
+    CoreDNS, the apiserver) was lost for tens of seconds (e2e: a DDP job's progress posts timed out for 7 epochs
+    after the test's reference pod started). The plugin pins it only on a bridge it gives the address to."""
+    return "0a:58:" + ":".join(f"{int(part):02x}" for part in gateway.split("."))
 CLUSTER_DOMAIN = "cluster.local"
 STATE = Path("/run/mpiop-e2e")  # sockets, containerd state (container mounts, netns), CNI IPAM
 KUBELET_ROOT = Path("/var/lib/mpiop-e2e/kubelet")

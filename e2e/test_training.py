@@ -32,8 +32,11 @@ def test_pytorch_ddp(e2e: E2E) -> None:
     log = e2e.launcher_log("ddp")
     e2e.report("pytorch_ddp_launcher_log", log)
     assert_trained(e2e, "ddp", log)
-    # Every image's Python reaches the status endpoint: trixie's 3.13 verifies certificates strictly.
-    assert "rank 0/4 epoch 1 reported: 202" in log, log[-3000:]
+    # Every image's Python reaches the status endpoint: trixie's 3.13 verifies certificates strictly. Every epoch's:
+    # the reference pod starts mid-training, and the node's bridge once took a new MAC from it (nodehost.bridge_mac),
+    # after which the ranks' posts to the host timed out for the rest of the run.
+    answered = [f"rank 0/4 epoch {epoch} reported: 202" in log for epoch in range(1, 11)]
+    assert all(answered), f"epochs without a 202: {[e + 1 for e, ok in enumerate(answered) if not ok]}\n{log[-3000:]}"
 
 
 def test_pytorch_ddp_worker_deleted(e2e: E2E) -> None:

@@ -86,3 +86,11 @@ def test_machine_lock_waits_for_the_holder_then_takes_it(tmp_path: Path) -> None
     with pytest.raises(BlockingIOError):
         fcntl.flock(lock.open("w"), fcntl.LOCK_EX | fcntl.LOCK_NB)
     taken.close()
+
+
+def test_the_bridge_mac_is_fixed_and_derived_from_the_gateway_as_the_cni_plugin_does() -> None:
+    """A locally administered unicast MAC (0a: bit 1 set, bit 0 clear) that never follows the bridge's ports."""
+    assert nodehost.bridge_mac("10.244.0.1") == "0a:58:0a:f4:00:01"
+    assert nodehost.bridge_mac() == nodehost.bridge_mac(nodehost.GATEWAY)
+    first = int(nodehost.bridge_mac().split(":")[0], 16)
+    assert first & 0b10 and not first & 0b01
