@@ -2,7 +2,8 @@
 
 Only differences are planned: a settled job plans nothing. Pods of an earlier attempt (but the failed
 launcher of the last one, kept for its log), and workers beyond the wanted count, are deleted; a worker is
-made again only once its predecessor of the same name is gone, and each attempt's launcher (it has its own
+made again only once its predecessor of the same name is gone (and none while the attempt's launcher is
+being deleted: it could still reach the new one), and each attempt's launcher (it has its own
 name) only once no earlier worker remains. When the launcher comes is the launcher creation policy's to say
 (policies/launcher_creation). On the host network, a pod whose port moved (a conflict) is
 made again on its new port, and the launcher also waits until the ConfigMap names every host-network pod's
@@ -92,6 +93,10 @@ def job_pods(plan: Plan, job: MPIJob, observed: Observed, launcher_may_start: bo
     if moved:
         # The launcher mounted the old port (its ssh would wait on it): it starts again with the new config.
         plan.delete_pods(moved + ([launcher] if launcher is not None else []))
+    if launcher is not None and podstate.is_terminating(launcher):
+        # Its mpirun may still run in its grace period (a shell as PID 1 ignores SIGTERM) and would reach a worker
+        # made now by its name: no worker joins a launcher on its way out (kubeflow #810); its successor's do.
+        return
     budget = MAX_POD_CREATES_PER_PASS
     prefix = names.worker_name(job, 0)[:-1]
     # A worker made while the launcher exists, below the count it started its ranks on, replaces one of those.

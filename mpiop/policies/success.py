@@ -3,7 +3,9 @@
 mpirun exits 0 only when every rank did, so the launcher's phase is the job's outcome; workers are not
 waited for (they are cleaned up by cleanPodPolicy). Except when the attempt lost a wanted worker (Failed, deleted
 by someone else, gone): Open MPI 5.0.7's prterun exits 0 after losing a worker's daemon, so that attempt is no
-success and policies/failure fails it. Running is not decided here: see status/progress.
+success and policies/failure fails it. A launcher being deleted decides nothing, as its failure does not
+(policies/failure): it was replaced (its port moved, a suspend) and may have exited 0 on SIGTERM. Running
+is not decided here: see status/progress.
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ def apply(plan: Plan, job: MPIJob, observed: Observed, now: dt.datetime) -> Outc
     status = plan.status
     attempt = status.restart_count or 0
     launcher = observed.launcher(job, attempt)
-    if launcher is None or podstate.attempt(launcher) != attempt:
+    if launcher is None or podstate.attempt(launcher) != attempt or podstate.is_terminating(launcher):
         return CONTINUE
     if podstate.phase(launcher) != "Succeeded" or failure_report.lost_worker_report(job, observed, attempt):
         return CONTINUE

@@ -247,8 +247,9 @@ def lost_worker_report(job: MPIJob, observed: Observed, attempt: int) -> Report 
     """A launcher that Succeeded while the attempt lost a wanted worker: mpirun may exit 0 after losing a worker's
     daemon (Open MPI 5.0.7's prterun did), so that is no success; the worker is blamed. None otherwise."""
     launcher = observed.launcher(job, attempt)
-    if launcher is None or podstate.attempt(launcher) != attempt or podstate.phase(launcher) != "Succeeded":
-        return None
+    if launcher is None or podstate.attempt(launcher) != attempt or podstate.phase(launcher) != "Succeeded" \
+            or podstate.is_terminating(launcher):
+        return None  # a launcher being deleted decides nothing (policies/success)
     if (found := lost_worker(job, observed, attempt, launcher)) is None:
         return None
     name, pod, how = found

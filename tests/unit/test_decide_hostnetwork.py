@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from mpiop import podstate
+from mpiop import names, podstate
 from mpiop.api.raw import JSON
 from mpiop.desired import hostnetwork as hn
 from mpiop.desired import ssh_config
@@ -163,3 +163,32 @@ def test_the_kept_launcher_of_an_old_attempt_does_not_move_the_new_one() -> None
     assert world.live_pods() == {"pi-launcher": 0, "pi-launcher-1": 1, "pi-worker-0": 1, "pi-worker-1": 1}
     plan = world.reconcile(5)
     assert plan.pods_to_delete == [] and plan.objects_to_create == []
+
+
+def test_a_moved_worker_waits_for_the_old_launcher_to_go() -> None:
+    """The unscheduled worker is gone at once, the launcher deleted with it takes its grace period (a shell as PID 1
+    ignores SIGTERM): a worker made meanwhile would be reached by the old launcher's mpirun, whose exit 0 then read
+    as a lost worker and restarted the job (seen in CI). The worker comes with the new launcher instead."""
+    world = World(make_mpijob("pi", "ns").host_network().obj())
+    world.reconcile(0)
+    world.reconcile(1)
+    world.set("pi-worker-0", running)
+    world.set("pi-launcher", running)
+    world.set("pi-worker-1", lambda b: b.unschedulable())
+    plan = world.reconcile(2)
+    assert names_of(plan.pods_to_delete) == ["pi-worker-1", "pi-launcher"]
+    del world.pods["pi-worker-1"]  # never bound: the apiserver removes it at once
+    plan = world.reconcile(3)
+    assert plan.objects_to_create == [], "no worker while the old launcher may still run mpirun"
+    world.set("pi-launcher", lambda b: b.succeeded())  # whatever it did on its way out decides nothing
+    plan = world.reconcile(4)
+    assert plan.objects_to_create == [] and world.job.status.restart_count is None
+    assert "Succeeded=True" not in world.conditions
+    world.gone()
+    plan = world.reconcile(5)
+    assert names_of(plan.objects_to_create) == ["Pod/pi-worker-1", "Pod/pi-launcher"]
+    assert names.REPLACEMENT_LABEL not in created(plan, "pi-worker-1")["metadata"]["labels"]
+    world.set_all(running)
+    world.set("pi-launcher", lambda b: b.succeeded())
+    world.reconcile(6)
+    assert "Succeeded=True" in world.conditions and world.job.status.restart_count is None

@@ -172,3 +172,18 @@ def test_workers_added_by_a_scale_up_are_not_lost(count: int, launched: int | No
     plan = plan_for(job)
     assert STOP in (success.apply(plan, job, observed, at(9)), failure.apply(plan, job, observed, at(9)))
     assert plan.status.conditions[-1].type == becomes
+
+
+@pytest.mark.parametrize("workers", [{0: _running}, {}], ids=["its worker running", "its worker gone"])
+def test_a_launcher_being_deleted_decides_nothing(workers: dict[int, Callable[[PodBuilder], PodBuilder]]) -> None:
+    """Deleted because its worker's port moved (or a suspend), it may still exit 0 on its way out: neither a
+    success nor a lost worker; its successor's outcome is the attempt's."""
+    job = make_mpijob("pi", "ns").workers(1).condition("Created").obj()
+    pods = [make_pod(job, "launcher").succeeded().terminating().obj()]
+    pods += [change(make_pod(job, "worker", i)).obj() for i, change in workers.items()]
+    observed = Observed(pods=pods)
+    plan = plan_for(job)
+    assert success.apply(plan, job, observed, at(5)) is CONTINUE
+    assert failure_report.lost_worker_report(job, observed, 0) is None
+    assert failure.apply(plan, job, observed, at(5)) is CONTINUE
+    assert not plan.status.is_true("Succeeded") and plan.status.restart_count is None
