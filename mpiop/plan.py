@@ -224,6 +224,8 @@ class Plan:
     creation_steps: CreationSteps = field(default_factory=CreationSteps)
     objects_to_update: list[JSON] = field(default_factory=list)
     pods_to_delete: list[Pod] = field(default_factory=list)
+    # Pods of `pods_to_delete` given a grace period of their own, by name (the others get their pod's own).
+    pod_grace_seconds: dict[str, int] = field(default_factory=dict)
     create_ssh_secret: bool = False  # with a key pair made at write time
     delete_mpijob: bool = False
     # kubeflow's launcher Job of an adopted job, to delete (with its pods) when its run is over.
@@ -246,10 +248,13 @@ class Plan:
     def event(self, kind: Literal["Normal", "Warning"], reason: str, message: str) -> None:
         self.events.append(Event(kind, reason, message))
 
-    def delete_pods(self, pods: list[Pod]) -> None:
-        """Delete these pods (once each; ones already going are left alone)."""
+    def delete_pods(self, pods: list[Pod], grace_seconds: int | None = None) -> None:
+        """Delete these pods (once each; ones already going are left alone), with `grace_seconds` if given."""
         planned = {podstate.name(p) for p in self.pods_to_delete}
         for pod in pods:
-            if not podstate.is_terminating(pod) and podstate.name(pod) not in planned:
+            name = podstate.name(pod)
+            if not podstate.is_terminating(pod) and name not in planned:
                 self.pods_to_delete.append(pod)
-                planned.add(podstate.name(pod))
+                planned.add(name)
+                if grace_seconds is not None:
+                    self.pod_grace_seconds[name] = grace_seconds

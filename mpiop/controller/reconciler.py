@@ -20,7 +20,7 @@ import asyncio
 import datetime as dt
 import functools
 import time
-from collections.abc import Awaitable, Callable, Coroutine, Iterable
+from collections.abc import Awaitable, Callable, Coroutine, Iterable, Mapping
 from typing import Any, TypeVar
 
 import structlog
@@ -224,7 +224,7 @@ class Reconciler:
             updated = await self.client.patch(informer.resource, job.metadata.namespace, obj["metadata"]["name"],
                                               {k: obj[k] for k in UPDATED_FIELDS if k in obj})
             informer.observe_write(updated)
-        await self._delete_pods(job, plan.pods_to_delete)
+        await self._delete_pods(job, plan.pods_to_delete, plan.pod_grace_seconds)
         if plan.launcher_batch_job_to_delete is not None:
             await self._delete_launcher_batch_job(plan.launcher_batch_job_to_delete)
         return refusals
@@ -299,11 +299,15 @@ class Reconciler:
         cached = self.caches.informer_for(kind).get(f"{job.metadata.namespace}/{name}")
         return cached is not None and names.controlled_by(job, cached)
 
-    async def _delete_pods(self, job: MPIJob, pods: list[podstate.Pod]) -> None:
-        """One DELETE collection when it deletes exactly these pods (bulk_delete), else one request each."""
-        collection = None if self._collections_forbidden else bulk_delete.collection_for(
+    async def _delete_pods(self, job: MPIJob, pods: list[podstate.Pod], grace: Mapping[str, int]) -> None:
+        """One DELETE collection when it deletes exactly these pods (bulk_delete), else one request each; a pod
+        with a grace period of its own (`grace`, by name) always by name."""
+        timed = [p for p in pods if podstate.name(p) in grace]
+        pods = [p for p in pods if podstate.name(p) not in grace]
+        collection = None if self._collections_forbidden or not pods else bulk_delete.collection_for(
             job, pods, self.caches.labelled_pods(job))
-        with self.deleting.sending(pods):
+        with self.deleting.sending([*timed, *pods]):
+            await _each(timed, lambda pod: self._delete_pod(pod, grace[podstate.name(pod)]))
             deleted = None if collection is None else await self._delete_collection(job, collection)
             if deleted is None:
                 await _each(pods, self._delete_pod)
@@ -328,12 +332,13 @@ class Reconciler:
                             "on (deploy/'s role grants it)", error=error.message)
                 return None
 
-    async def _delete_pod(self, pod: podstate.Pod) -> None:
+    async def _delete_pod(self, pod: podstate.Pod, grace_seconds: int | None = None) -> None:
         meta = pod["metadata"]
         outcome: JSON | ApiError
         async with self.write_limit:
             try:
-                outcome = await self.client.delete(PODS, meta["namespace"], meta["name"], uid=meta.get("uid"))
+                outcome = await self.client.delete(PODS, meta["namespace"], meta["name"], uid=meta.get("uid"),
+                                                   grace_period_seconds=grace_seconds)
             except ApiError as error:
                 outcome = error
         deleted_pods.observe_by_name(self.caches.pods, pod, outcome, format_time(self.clock()))

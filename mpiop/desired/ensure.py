@@ -23,6 +23,9 @@ from mpiop.desired.settings import DEFAULT_SETTINGS, Settings
 from mpiop.plan import Observed, Plan
 
 MAX_POD_CREATES_PER_PASS = 500
+# A moved worker's launcher (and the worker): SIGTERM, then SIGKILL a second later; not 0, which removes the pod
+# from the API before its container stops, so its successor of the same name could run beside it.
+MOVED_GRACE_SECONDS = 1
 
 
 def _stale(job: MPIJob, observed: Observed, state: podsnapshot.State, pod: podstate.Pod, attempt: int,
@@ -91,8 +94,9 @@ def job_pods(plan: Plan, job: MPIJob, observed: Observed, launcher_may_start: bo
     moved = [p for s, p in states if s.attempt == attempt and _moved(job, p, ports)] if ports.by_key else []
     launcher = observed.launcher(job, attempt)
     if moved:
-        # The launcher mounted the old port (its ssh would wait on it): it starts again with the new config.
-        plan.delete_pods(moved + ([launcher] if launcher is not None else []))
+        # The launcher mounted the old port (its ssh would wait on it): it starts again with the new config. It ran
+        # nothing yet (a worker never started), and no new worker is made until it is gone: it goes at once.
+        plan.delete_pods(moved + ([launcher] if launcher is not None else []), grace_seconds=MOVED_GRACE_SECONDS)
     if launcher is not None and podstate.is_terminating(launcher):
         # Its mpirun may still run in its grace period (a shell as PID 1 ignores SIGTERM) and would reach a worker
         # made now by its name: no worker joins a launcher on its way out (kubeflow #810); its successor's do.

@@ -99,6 +99,7 @@ def test_ports_config_first_conflict_then_restart() -> None:
     world.set("pi-worker-1", lambda b: b.unschedulable())
     plan = world.reconcile(2)
     assert names_of(plan.pods_to_delete) == ["pi-worker-1", "pi-launcher"]
+    assert plan.pod_grace_seconds == {"pi-worker-1": 1, "pi-launcher": 1}, "no 30 s grace: the launcher ran nothing"
     assert world.job.status.restart_count is None, "not a restart"
     moved = config_ports(world)
     assert moved["pi-worker-0"] == ports["pi-worker-0"] and moved[hn.MASTER] == ports[hn.MASTER]
