@@ -30,6 +30,7 @@ from mpiop.kube.client import CONFIGMAPS, MPIJOBS, KubeClient
 from mpiop.policies.gpu_layout import ANNOTATION, AT_ADMISSION
 from testkit.gpupool import gpu_pool, total_gpus_job
 from testkit.layout_webhook import configuration
+from testkit.metrics import Metrics
 from testkit.nodes import gpu_nodes
 from testkit.operator import Cluster, eventually, mpijob
 from testkit.process import OperatorProcess
@@ -120,7 +121,14 @@ async def test_only_the_jobs_own_pods_write_its_progress(control_plane: ControlP
 
         report = await eventually(written, what="status.trainerStatus written")
         assert {k: report[k] for k in REPORT} == REPORT and report["lastUpdatedTime"]
-        after = await op.metrics()
+
+        async def in_the_gauges() -> Metrics | None:
+            """The gauges are read off the operator's cache, which holds the write once its watch event arrives: the
+            apiserver may answer the read above first."""
+            scraped = await op.metrics()
+            return scraped if scraped.value("mpiop_mpijob_progress_ratio", namespace=cluster.ns, name="pa") else None
+
+        after = await eventually(in_the_gauges, what="the report in the operator's gauges")
         for _, _, code, reason in refusals:
             assert after.value("mpiop_status_posts_total", code=str(code), reason=reason) - before.value(
                 "mpiop_status_posts_total", code=str(code), reason=reason) >= 1, (code, reason)
