@@ -19,6 +19,7 @@ from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from mpiop.api.v2beta1 import JobStatus, MPIJob
+from mpiop.status.failure_report import RANK_FAILED, WORKER_LOST
 
 # kubeflow/mpi-operator's metric names.
 JOBS_CREATED = Counter("mpi_operator_jobs_created", "MPIJobs seen created")
@@ -142,6 +143,9 @@ def watching(resources: Iterable[str]) -> None:
 
 from_zero(JOB_DURATION_SECONDS, "Succeeded", "Failed")
 from_zero(RECONCILE_SECONDS, "ok", "error")
+# The reasons most restarts carry: the kubelet's for a container (OOMKilled, Error) or a pod (Evicted), and
+# mpirun's for a lost worker or rank. Others appear at their first restart.
+from_zero(JOBS_RESTARTED, "OOMKilled", "Error", "Evicted", WORKER_LOST, RANK_FAILED)
 
 
 def job_phase(job: Mapping[str, Any]) -> str:

@@ -48,7 +48,9 @@ def test_label_values_known_in_advance_are_exported_from_zero() -> None:
     for name, labels in (("mpiop_job_duration_seconds_count", {"state": "Failed"}),
                          ("mpiop_job_duration_seconds_count", {"state": "Succeeded"}),
                          ("mpiop_reconcile_duration_seconds_count", {"result": "error"}),
-                         ("mpiop_reconcile_duration_seconds_count", {"result": "ok"})):
+                         ("mpiop_reconcile_duration_seconds_count", {"result": "ok"}),
+                         ("mpiop_jobs_restarted_total", {"reason": "OOMKilled"}),
+                         ("mpiop_jobs_restarted_total", {"reason": "WorkerLost"})):
         assert REGISTRY.get_sample_value(name, labels) is not None, (name, labels)
     assert REGISTRY.get_sample_value("mpiop_watch_restarts_total", {"resource": "poddisruptionbudgets"}) is None
     metrics.watching(["poddisruptionbudgets"])
