@@ -10,7 +10,7 @@ from typing import Any, Literal, Required, TypedDict, cast
 
 from mpiop import names, podsnapshot, podstate
 from mpiop.api.raw import JSON, TrimmedMetadata
-from mpiop.kube.trim import MetadataShape
+from mpiop.kube.trim import MetadataShape, shared
 from mpiop.kube.trim import metadata as trimmed_metadata
 from mpiop.podsnapshot import (
     ContainerRun,
@@ -89,7 +89,9 @@ def trim_pod(pod: JSON) -> JSON:
     for key in _KEPT_POD_STATUS:
         if key in status:
             kept_status[key] = status[key]
-    conditions: list[PodCondition] = [{"type": "Ready", "status": c.get("status")}
+    if "phase" in kept_status:
+        kept_status["phase"] = shared(kept_status["phase"])
+    conditions: list[PodCondition] = [{"type": "Ready", "status": shared(c.get("status"))}
                                       for c in status.get("conditions") or [] if c.get("type") == "Ready"]
     # Why the scheduler cannot place it: a host-port conflict moves the pod to another port, and a gang
     # held back says so on its MPIJob (policies/gang).
@@ -111,7 +113,7 @@ def trim_pod(pod: JSON) -> JSON:
     spec = pod.get("spec") or {}
     kept_spec: PodSpec = {}
     if spec.get("nodeName"):
-        kept_spec["nodeName"] = spec["nodeName"]
+        kept_spec["nodeName"] = shared(spec["nodeName"])
     if spec.get("restartPolicy") == "OnFailure":  # the one policy decisions read (in_place_failures)
         kept_spec["restartPolicy"] = "OnFailure"
     if kept_spec:
@@ -122,7 +124,7 @@ def trim_pod(pod: JSON) -> JSON:
 def _slim_container(status: JSON) -> ContainerStatus:
     """Name, how its runs ended, and the restart count only once it is not 0 (a pod's ordinary life then
     changes nothing here)."""
-    kept: ContainerStatus = {"name": status.get("name"), "state": _slim_state(status.get("state")),
+    kept: ContainerStatus = {"name": shared(status.get("name")), "state": _slim_state(status.get("state")),
                              "lastState": _slim_state(status.get("lastState"))}
     if status.get("restartCount"):
         kept["restartCount"] = int(status["restartCount"])
