@@ -11,9 +11,10 @@
     spec.gpus, not laid out, no pod? -> the layout written into the job, or Running=False why none fits;
                     nothing else made until it is (policies/gpu_layout)
     name taken?  -> ReplicaFailure ErrResourceExists (the reconciler then starts nothing)
-    (always)     -> SSH Secret (exec launch: the launcher's ServiceAccount, Role naming this attempt's pods
-                    and RoleBinding; desired.launcher_rbac), Service, hostfile ConfigMap (discover_hosts.sh:
-                    the Running workers, or under --no-discover-hosts a fixed script saying it is off)
+    (always)     -> SSH Secret (exec launch: the launcher's ServiceAccount, Role naming only this attempt's
+                    pods that exist and the job controls, and RoleBinding; desired.launcher_rbac), Service,
+                    hostfile ConfigMap (discover_hosts.sh: the Running workers, or under --no-discover-hosts a
+                    fixed script saying it is off)
     suspended?   -> pods (and kubeflow's launcher Job) deleted, Suspended
     deadline?    -> Failed DeadlineExceeded, clean-up
     kubeflow's launcher Job? -> adopted: it is the launcher of attempt 0 (success, failure, Running);
@@ -34,8 +35,8 @@
                     Stalled, every rank's log kept (policies/stall); else woken at the deadline
     otherwise    -> Running when all pods run (milestones: scheduled, ranks running, first progress;
                     status.milestones); create what is missing, the launcher when its creation policy allows
-                    (policies/launcher_creation); update the hostfile (host network: per-pod SSH ports,
-                    desired.hostnetwork)
+                    (policies/launcher_creation; under exec launch once the Role names every worker); update
+                    the hostfile (host network: per-pod SSH ports, desired.hostnetwork)
     gang?        -> its PodGroup made before any pod and the new pods put in it; deleted while suspended
                     or finished; why the gang waits in Running=False (policies/gang, --gang-scheduling)
 
@@ -49,7 +50,7 @@ import datetime as dt
 from collections.abc import Callable
 
 from mpiop.api.v2beta1 import MPIJob
-from mpiop.desired import ensure
+from mpiop.desired import ensure, launch
 from mpiop.desired.settings import DEFAULT_SETTINGS, Settings
 from mpiop.plan import Observed, Plan
 from mpiop.policies import (
@@ -137,7 +138,8 @@ def _decide(plan: Plan, job: MPIJob, observed: Observed, now: dt.datetime, setti
         return
     node_exclusion.explain_wait(plan, job, observed, now)
     attempt = plan.status.restart_count or 0
-    launcher_may_start = launcher_creation.launcher_may_start(job, observed, attempt)
+    exec_launch = launch.uses_exec(job, settings.default_launch)
+    launcher_may_start = launcher_creation.launcher_may_start(job, observed, attempt, exec_launch)
     ports = host_ports.for_plan(plan, job, observed, settings)
     ensure.job_pods(plan, job, observed, launcher_may_start, ports, settings)
 
