@@ -11,6 +11,9 @@ out, or with a warning saying why not (no node fits, nodes not watched yet) and 
 lays the job out or sets Running=False as before. It serves on the status endpoint's HTTPS server, so only the
 leader answers (its Service selects the leader's pod); the leader writes its CA into the webhook's configuration
 (`install_ca_bundle`) once it serves. failurePolicy Ignore: with mpiop down, jobs are still created.
+
+Its work is that of the layout, bounded by --gpu-layout-max-entries; and its warning names no node, label or taint
+value (policies/gpu_layout counts the nodes it leaves out), since whoever creates a job may not read nodes.
 """
 
 from __future__ import annotations
@@ -52,7 +55,7 @@ class Answer:
     result: str | None = None
 
 
-def layout_patch(raw: JSON, nodes: list[JSON] | None) -> Answer:
+def layout_patch(raw: JSON, nodes: list[JSON] | None, max_entries: int) -> Answer:
     """The patch laying out a new job: spec replaced whole with the laid-out one (the merge patch the controller
     would write, applied) and the record annotation added; or why not."""
     try:
@@ -64,11 +67,12 @@ def layout_patch(raw: JSON, nodes: list[JSON] | None) -> Answer:
         return Answer()
     if nodes is None:
         return Answer([], "spec.gpus: mpiop does not watch nodes yet; it lays the job out once it does", "no_nodes")
-    chosen = gpu_layout.choose(job, nodes)
+    if (over := gpu_layout.over_limit(job, max_entries)) is not None:
+        return Answer([], _cut(f"spec.gpus: mpiop does not lay this job out: {over}"), "over_limit")
+    chosen = gpu_layout.choose(job, nodes, max_entries)
     if isinstance(chosen, str):
-        warning = f"spec.gpus: the job waits until a layout fits (its Running condition says why): {chosen}"
-        return Answer([], warning if len(warning) <= WARNING_LIMIT else warning[:WARNING_LIMIT - 3] + "...",
-                      "no_fit")
+        return Answer([], _cut(f"spec.gpus: the job waits until a layout fits (its Running condition says why): "
+                               f"{chosen}"), "no_fit")
     layout, record = chosen
     record = record[:MESSAGE_LIMIT - len(gpu_layout.AT_ADMISSION)] + gpu_layout.AT_ADMISSION
     merge = gpu_layout.layout_patch(job, layout, record)
@@ -78,6 +82,10 @@ def layout_patch(raw: JSON, nodes: list[JSON] | None) -> Answer:
                          "value": record} if annotations is not None else
                         {"op": "add", "path": "/metadata/annotations", "value": {gpu_layout.ANNOTATION: record}})
     return Answer([{"op": "replace", "path": "/spec", "value": spec}, annotation], None, "laid_out")
+
+
+def _cut(warning: str) -> str:
+    return warning if len(warning) <= WARNING_LIMIT else warning[:WARNING_LIMIT - 3] + "..."
 
 
 def _merged(target: JSON, patch: JSON) -> JSON:
@@ -93,12 +101,12 @@ def _merged(target: JSON, patch: JSON) -> JSON:
     return merged
 
 
-def review(admission: JSON, nodes: list[JSON] | None) -> JSON:
+def review(admission: JSON, nodes: list[JSON] | None, max_entries: int) -> JSON:
     """The AdmissionReview answering `admission` (admission.k8s.io/v1): always allowed."""
     request = admission.get("request") or {}
     response: JSON = {"uid": request.get("uid", ""), "allowed": True}
     if request.get("operation") == "CREATE" and isinstance(request.get("object"), dict):
-        answer = layout_patch(request["object"], nodes)
+        answer = layout_patch(request["object"], nodes, max_entries)
         if answer.patch:
             response["patchType"] = "JSONPatch"
             response["patch"] = base64.b64encode(orjson.dumps(answer.patch)).decode()
@@ -114,8 +122,9 @@ def review(admission: JSON, nodes: list[JSON] | None) -> JSON:
     return {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "response": response}
 
 
-def add_route(app: web.Application, nodes: Callable[[], list[JSON] | None]) -> None:
-    """POST PATH on `app`: `nodes()` gives the cached GPU nodes (None while not watched or not synced)."""
+def add_route(app: web.Application, nodes: Callable[[], list[JSON] | None], max_entries: int) -> None:
+    """POST PATH on `app`: `nodes()` gives the cached GPU nodes (None while not watched or not synced);
+    `max_entries`: --gpu-layout-max-entries."""
 
     async def handle(request: web.Request) -> web.Response:
         try:
@@ -124,7 +133,8 @@ def add_route(app: web.Application, nodes: Callable[[], list[JSON] | None]) -> N
             return web.Response(status=400, text=f"the body is not an AdmissionReview: {error}")
         if not isinstance(admission, dict):
             return web.Response(status=400, text="the body is not an AdmissionReview")
-        return web.Response(body=orjson.dumps(review(admission, nodes())), content_type="application/json")
+        return web.Response(body=orjson.dumps(review(admission, nodes(), max_entries)),
+                            content_type="application/json")
 
     app.router.add_post(PATH, handle)
 
