@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import base64
 import json
+from collections.abc import AsyncIterator
 
 import pytest
 from aiohttp import web
@@ -15,7 +16,7 @@ from prometheus_client import REGISTRY
 from mpiop.api.raw import JSON
 from mpiop.api.v2beta1 import MPIJob
 from mpiop.controller import layout_webhook
-from mpiop.controller.layout_webhook import PATH, review
+from mpiop.controller.layout_webhook import BODY_LIMIT, PATH, malformed, review
 from mpiop.decide import decide
 from mpiop.desired.settings import Settings
 from mpiop.plan import Observed
@@ -128,15 +129,63 @@ def test_the_first_pass_of_a_job_laid_out_at_admission_says_so_in_an_event() -> 
                 if e.reason == LAID_OUT]
 
 
-async def test_served_over_http_a_bad_body_is_a_400() -> None:
-    app = web.Application()
+GOOD = admission(make_mpijob("big", "ns").total_gpus(16).manifest())
+OTHER_KIND = {**GOOD, "request": {**GOOD["request"], "kind": {"group": "", "version": "v1", "kind": "Pod"}}}
+
+
+@pytest.mark.parametrize(("body", "why"), [
+    pytest.param([GOOD], "the body is not an admission.k8s.io/v1 AdmissionReview", id="a-list"),
+    pytest.param({**GOOD, "apiVersion": "admission.k8s.io/v1beta1"},
+                 "the body is not an admission.k8s.io/v1 AdmissionReview", id="v1beta1"),
+    pytest.param({**GOOD, "kind": "TokenReview"}, "the body is not an admission.k8s.io/v1 AdmissionReview",
+                 id="other-kind-of-review"),
+    pytest.param({k: v for k, v in GOOD.items() if k != "request"}, "the AdmissionReview has no request with a uid",
+                 id="no-request"),
+    pytest.param({**GOOD, "request": {**GOOD["request"], "uid": ""}}, "the AdmissionReview has no request with a uid",
+                 id="empty-uid"),
+    pytest.param(OTHER_KIND, "this webhook answers only for kubeflow.org/v2beta1 MPIJobs, not /v1/Pod", id="a-pod"),
+    pytest.param({**GOOD, "request": {**GOOD["request"], "kind": "MPIJob"}},
+                 "this webhook answers only for kubeflow.org/v2beta1 MPIJobs, not a request without a kind",
+                 id="kind-not-an-object"),
+    pytest.param({**GOOD, "request": {k: v for k, v in GOOD["request"].items() if k != "operation"}},
+                 "the AdmissionReview's request has no operation", id="no-operation"),
+    pytest.param({**GOOD, "request": {k: v for k, v in GOOD["request"].items() if k != "object"}},
+                 "the AdmissionReview creates no object", id="create-without-object"),
+    pytest.param(GOOD, None, id="well-formed"),
+])
+def test_only_a_well_formed_review_of_an_mpijob_is_answered(body: object, why: str | None) -> None:
+    assert malformed(body) == why
+
+
+async def test_served_over_http_a_bad_body_is_a_400_and_a_long_job_is_read_up_to_the_limit() -> None:
+    """Served on the status endpoint's app, whose own body limit is 64 KiB: a job with a long template (here 1 MiB,
+    as the apiserver takes up to 3) is still laid out; a body over BODY_LIMIT is a 413 naming it."""
+    app = web.Application(client_max_size=64 * 1024)
     layout_webhook.add_route(app, lambda: EIGHTS, LIMIT)
+    env = [{"name": f"VAR_{i}", "value": "x" * 100} for i in range(8_000)]  # ~1 MiB, within every limit of entries
+    long = admission(make_mpijob("long", "ns").total_gpus(16).pod_spec("Worker", env=env).manifest())
     async with TestClient(TestServer(app)) as client:
-        good = await client.post(PATH, json=admission(make_mpijob("big", "ns").total_gpus(16).manifest()))
+        good = await client.post(PATH, json=GOOD)
         assert good.status == 200
         assert patched(await good.json())[0]["value"]["mpiReplicaSpecs"]["Worker"]["replicas"] == 2
+        answered = await client.post(PATH, data=json.dumps(long))
+        assert answered.status == 200, await answered.text()
+        assert patched(await answered.json())[0]["value"]["mpiReplicaSpecs"]["Worker"]["replicas"] == 2
         bad = await client.post(PATH, data=b"{not json")
         assert bad.status == 400 and "not an AdmissionReview" in await bad.text()
+        pod = await client.post(PATH, json=OTHER_KIND)
+        assert (pod.status, await pod.text()) == (400, "this webhook answers only for kubeflow.org/v2beta1 MPIJobs, "
+                                                       "not /v1/Pod")
+        huge = await client.post(PATH, data=b" " * (BODY_LIMIT + 1))
+        assert (huge.status, await huge.text()) == (
+            413, f"the body is over the GPU layout webhook's limit of {BODY_LIMIT} bytes")
+
+        async def chunks() -> AsyncIterator[bytes]:  # no Content-Length: the limit holds as it is read
+            for _ in range(4):
+                yield b" " * (1024 * 1024)
+
+        streamed = await client.post(PATH, data=chunks())
+        assert streamed.status == 413
 
 
 def test_each_answer_is_counted_by_its_result() -> None:
