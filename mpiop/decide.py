@@ -113,7 +113,7 @@ def _decide(plan: Plan, job: MPIJob, observed: Observed, now: dt.datetime, setti
         lambda: stall.refuse_bad_annotation(plan, job, now),
         lambda: size.apply(plan, job, now),
         lambda: refused.apply(plan, job, observed, now),
-        lambda: gpu_layout.apply(plan, job, observed, now),
+        lambda: gpu_layout.apply(plan, job, observed, now, settings.gpu_layout_max_entries),
         lambda: squatters.apply(plan, job, observed, now),
     ]
     if _first_stop(validations):
