@@ -8,7 +8,6 @@ import signal
 import subprocess
 import time
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -17,13 +16,10 @@ from mpiop.desired import kubexec, objects
 from mpiop.desired.pods import launcher_pod, worker_pod
 from mpiop.desired.settings import Settings
 from testkit.mpijobs import make_mpijob
+from testkit.pods import env_of
 
 EXEC = Settings(default_launch="exec", kubectl_image="example.org/kubectl:v1.34.4")
 AGENT = "/etc/mpi/kubexec.sh"
-
-
-def env_of(container: dict[str, Any]) -> dict[str, Any]:
-    return {e["name"]: e.get("value") for e in container.get("env", [])}
 
 
 @pytest.mark.parametrize(("implementation", "wanted"), [
