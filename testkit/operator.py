@@ -77,7 +77,7 @@ class Operator:
                     return
             if time.monotonic() > deadline:
                 raise AssertionError(f"the operator is not quiet after {timeout}s: {'; '.join(left[:5])}")
-            await asyncio.sleep(0.05)
+            await asyncio.sleep(0.05)  # poll interval: the operator's state, and its caches against the apiserver
 
 
 RECONCILE_FAILED = "reconcile failed; retrying with backoff"
@@ -126,7 +126,7 @@ async def eventually(probe: Callable[[], Awaitable[T | None]], timeout: float = 
         last = await probe()
         if last:
             return last
-        await asyncio.sleep(0.1)
+        await asyncio.sleep(0.1)  # poll interval of `probe`
     raise AssertionError(f"timed out after {timeout}s waiting for {what or probe}; last value: {last!r}")
 
 
