@@ -91,7 +91,7 @@ class RecordingClient(KubeClient):
         self.requests.append(Request(method, path, copy.deepcopy(body)))
         if self.on_request is not None:
             self.on_request(method, path, query or {})
-        await asyncio.sleep(0)  # the answer comes later: writes sent together are all out before any answer
+        await asyncio.sleep(0)  # no time: the answer comes a tick later, so writes sent together all leave first
         fault = next((f for f in self.faults if f.matches(method, path)), None)
         if fault is not None:
             raise fault.answer(method, path)

@@ -11,7 +11,7 @@ from typing import Any
 from mpiop.api.raw import JSON
 from mpiop.desired.launch import LAUNCH_ANNOTATION
 from mpiop.kube.client import MPIJOBS, PODS, ROLE_BINDINGS, ROLES, SECRETS, SERVICE_ACCOUNTS, Resource
-from testkit.operator import Cluster, Operator, eventually, mpijob
+from testkit.operator import Cluster, Operator, eventually, mpijob, start_pods
 
 ACCESS: tuple[Resource, ...] = (SERVICE_ACCOUNTS, ROLES, ROLE_BINDINGS)
 
@@ -68,13 +68,16 @@ async def test_launcher_access_is_made_first_names_exactly_the_job_and_goes_with
 
 async def test_a_restart_renames_the_working_launcher_in_its_role(cluster: Cluster, operator: Operator) -> None:
     await cluster.create_job(exec_job("lw", 1, runLauncherAsWorker=True))
-    await eventually(lambda: cluster.pod("lw-launcher"), what="lw's launcher pod")
-    await cluster.run_all(["lw-launcher", "lw-worker-0"])
+    await start_pods(cluster, "lw", 1, running=False)
     await cluster.set_phase("lw-worker-0", "Failed", exit_code=1)
     await eventually(lambda: cluster.condition("lw", "Restarting"), what="Restarting")
     await eventually(lambda: cluster.pod("lw-launcher-1"), what="the next attempt's launcher")
-    role = await cluster.kube.get(ROLES, cluster.ns, "lw-launcher")
-    assert role["rules"][1]["resourceNames"] == ["lw-launcher-1", "lw-worker-0"]
+
+    async def renamed() -> bool:  # a working launcher is named once it exists: the pass after its creation
+        role = await cluster.kube.get(ROLES, cluster.ns, "lw-launcher")
+        return bool(role["rules"]) and role["rules"][1]["resourceNames"] == ["lw-launcher-1", "lw-worker-0"]
+
+    await eventually(renamed, what="the Role to name lw-launcher-1 and lw-worker-0")
     assert await may_exec(cluster, "lw-launcher", "lw-launcher-1")
     assert not await may_exec(cluster, "lw-launcher", "lw-launcher")  # the failed attempt's, kept for its log
 

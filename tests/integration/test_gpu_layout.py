@@ -23,7 +23,7 @@ from mpiop.policies.gpu_layout import ANNOTATION, WAITING
 from testkit.gpupool import POOL_LABEL, gpu_pool, laid_out, total_gpus_job, worker_gpu_limit
 from testkit.layout_webhook import serving_layout_webhook
 from testkit.nodes import gpu_node, gpu_nodes, taint
-from testkit.operator import Cluster, Operator, eventually
+from testkit.operator import Cluster, Operator, eventually, start_pods
 
 pytestmark = pytest.mark.integration
 
@@ -69,8 +69,7 @@ async def test_64_gpus_on_8_gpu_nodes_run_as_8_workers_of_8_slots(cluster: Clust
     hostfile = config["data"]["hostfile"].splitlines()
     print("hostfile:\n" + "\n".join(hostfile))
     assert hostfile == [f"big-worker-{i}.big.{cluster.ns}.svc slots=8" for i in range(8)]
-    await cluster.run_all([*workers, "big-launcher"])
-    await eventually(lambda: cluster.condition("big", "Running"), what="big Running")
+    await start_pods(cluster, "big", 8)
     events = (await cluster.kube.list(EVENTS, cluster.ns))["items"]
     assert [e["message"] for e in events if e["reason"] == "GPULayout"] == [f"laid out {record}"]
     after = await cluster.job("big")

@@ -11,16 +11,8 @@ from mpiop.desired import ssh_config
 from mpiop.desired.pods import WORKER_DEFAULT_COMMAND, launcher_pod, worker_pod
 from mpiop.policies import host_ports
 from testkit.mpijobs import make_mpijob
+from testkit.pods import env_of, main_container
 from testkit.world import World, names_of, running
-
-
-def main_container(pod: JSON) -> JSON:
-    container: JSON = pod["spec"]["containers"][0]
-    return container
-
-
-def env_of(pod: JSON) -> dict[str, Any]:
-    return {e["name"]: e.get("value") for e in main_container(pod).get("env", [])}
 
 
 def created(plan: Any, name: str) -> JSON:

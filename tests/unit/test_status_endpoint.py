@@ -21,6 +21,7 @@ from mpiop.controller.status_endpoint import (
 )
 from mpiop.kube.client import KubeClient, Resource
 from testkit.mpijobs import at, make_mpijob
+from testkit.waits import until
 
 JOB = make_mpijob("pa", "ns").uid("job-uid").json()
 WHO = Reviewer("ns", "pa-worker-0", "pod-uid")
@@ -130,8 +131,7 @@ async def test_progress_writes_wait_for_a_slot_and_then_write_the_newest_report(
     writer = StatusWriter(cast(KubeClient, client), interval=0.0, in_flight=2)
     for index in range(6):
         writer.offer("ns", f"job-{index}", TrainerStatus(progress_percentage=1))
-    for _ in range(10):
-        await asyncio.sleep(0)
+    await until(lambda: client.in_flight >= 2, "two writes in flight")
     assert client.in_flight == 2
     writer.offer("ns", "job-5", TrainerStatus(progress_percentage=50))
     client.release.set()
