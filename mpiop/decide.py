@@ -136,7 +136,7 @@ def _decide(plan: Plan, job: MPIJob, observed: Observed, now: dt.datetime, setti
     if stall.apply(plan, job, observed, now) is STOP:
         return
     node_exclusion.explain_wait(plan, job, observed, now)
-    attempt = plan.status.restart_count or 0
+    attempt = plan.status.attempt
     launcher_may_start = launcher_creation.launcher_may_start(job, observed, attempt)
     ports = host_ports.for_plan(plan, job, observed, settings)
     ensure.job_pods(plan, job, observed, launcher_may_start, ports, settings)

@@ -59,7 +59,7 @@ def apply(plan: Plan, job: MPIJob, observed: Observed, now: dt.datetime,
     launcher_batch_job = observed.launcher_batch_job
     if launcher_batch_job is None and not observed.launcher_batch_job_pods:
         return CONTINUE
-    if launcher_batch_job is None or (plan.status.restart_count or 0) != 0:
+    if launcher_batch_job is None or plan.status.attempt != 0:
         # An earlier attempt's launcher: it goes; this attempt's launcher Pod waits until its pods are gone.
         retire(plan, observed)
         ensure.job_pods(plan, job, observed, False, host_ports.for_plan(plan, job, observed, settings), settings)

@@ -37,12 +37,12 @@ def disrupted_pod(observed: Observed, attempt: int) -> tuple[podstate.Pod, str, 
 
 def apply(plan: Plan, job: MPIJob, observed: Observed, now: dt.datetime, cap: int) -> Outcome:
     """Restart a disrupted attempt; STOP when it did (the job is restarting, or has failed once past `cap`)."""
-    attempt = plan.status.restart_count or 0
+    attempt = plan.status.attempt
     found = disrupted_pod(observed, attempt)
     if found is None:
         return CONTINUE
     pod, reason, message = found
-    within_cap = (plan.status.disruption_restarts or 0) < cap
+    within_cap = plan.status.disruptions < cap
     past_cap = "" if within_cap else f" (past --max-disruption-restarts {cap}: counted as a failure)"
     report = failure_report.disruption_report(job, pod, reason, message + past_cap, attempt)
     failure.attempt_failed(plan, job, observed, now, report, disrupted=within_cap)

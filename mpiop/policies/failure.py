@@ -46,7 +46,7 @@ def first_failure(job: MPIJob, observed: Observed, attempt: int) -> podstate.Pod
 
 def apply(plan: Plan, job: MPIJob, observed: Observed, now: dt.datetime) -> Outcome:
     """Handle a failed attempt; STOP when it did (the job is restarting or has failed)."""
-    attempt = plan.status.restart_count or 0
+    attempt = plan.status.attempt
     if (lost := failure_report.lost_worker_report(job, observed, attempt)) is not None:
         attempt_failed(plan, job, observed, now, lost)  # mpirun exited 0 though a worker was lost
         return STOP
@@ -79,7 +79,7 @@ def restarted_in_place(plan: Plan, job: MPIJob, observed: Observed, now: dt.date
     runs) counts them against the limit, and each new failure gets a Warning Event, so `kubectl describe`
     explains a launcher in CrashLoopBackOff. The workers are left running: the kubelet re-runs mpirun."""
     status = plan.status
-    attempt = status.restart_count or 0
+    attempt = status.attempt
     note = in_place.note(job, observed, attempt)
     if not note:
         return
@@ -102,11 +102,11 @@ def attempt_failed(plan: Plan, job: MPIJob, observed: Observed, now: dt.datetime
     `disrupted` attempt (policies/disruption) restarts without spending backoffLimit."""
     found = why if isinstance(why, failure_report.Report) else failure_report.summary_only(why)
     status = plan.status
-    attempt = status.restart_count or 0
+    attempt = status.attempt
     status.last_failure = found.info.model_copy(update={"time": now, "attempt": attempt})
     limit = job.spec.run_policy.effective_backoff_limit
     restarted = observed.in_place_failures(attempt)
-    disruptions = (status.disruption_restarts or 0) + int(disrupted)
+    disruptions = status.disruptions + int(disrupted)
     failures = attempt + 1 + restarted - disruptions
     key = job.key
     saved = saved_in(job, attempt)

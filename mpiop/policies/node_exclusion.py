@@ -69,7 +69,7 @@ def _new_failure(plan: Plan, job: MPIJob, settings: Settings) -> FailureInfo | N
 
 def _attempt_pods(plan: Plan, observed: Observed, failure: FailureInfo) -> list[podstate.Pod]:
     """The failed attempt's pods on a node: the blamed one first, then failed or not Ready ones, then the rest."""
-    attempt = failure.attempt if failure.attempt is not None else plan.status.restart_count or 0
+    attempt = failure.attempt if failure.attempt is not None else plan.status.attempt
     pods = [p for p in observed.pods_of_attempt(attempt) if podstate.node_name(p)]
     return sorted(pods, key=lambda p: (podstate.name(p) != failure.pod, podstate.is_ready(p)))
 
@@ -117,7 +117,7 @@ def explain_wait(plan: Plan, job: MPIJob, observed: Observed, now: dt.datetime) 
     excluded = plan.status.excluded_nodes
     if not excluded:
         return
-    attempt = plan.status.restart_count or 0
+    attempt = plan.status.attempt
     unschedulable = next((m for p in observed.pods_of_attempt(attempt) if (m := podstate.unschedulable_message(p))),
                          "")
     if not unschedulable or plan.status.is_true("Running"):

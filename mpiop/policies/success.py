@@ -23,7 +23,7 @@ from mpiop.status import failure_report
 def apply(plan: Plan, job: MPIJob, observed: Observed, now: dt.datetime) -> Outcome:
     """Mark the job Succeeded when the current attempt's launcher has (STOP)."""
     status = plan.status
-    attempt = status.restart_count or 0
+    attempt = status.attempt
     launcher = observed.launcher(job, attempt)
     if launcher is None or podstate.attempt(launcher) != attempt or podstate.is_terminating(launcher):
         return CONTINUE

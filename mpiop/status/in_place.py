@@ -29,7 +29,7 @@ def failed_pods(observed: Observed, attempt: int) -> list[podstate.Pod]:
 def failures(job: MPIJob, observed: Observed, attempt: int) -> int:
     """What counts against backoffLimit so far: the attempts that failed (not those a disruption ended,
     policies/disruption), and this attempt's in-place failures."""
-    return attempt - (job.status.disruption_restarts or 0) + observed.in_place_failures(attempt)
+    return attempt - job.status.disruptions + observed.in_place_failures(attempt)
 
 
 def past_limit(job: MPIJob, observed: Observed, attempt: int) -> bool:

@@ -23,7 +23,7 @@ def mark_created(plan: Plan, job: MPIJob, now: dt.datetime) -> None:
 def mark_running(plan: Plan, job: MPIJob, observed: Observed, now: dt.datetime) -> None:
     """Running when the current attempt's launcher and every one of its workers run."""
     status = plan.status
-    attempt = status.restart_count or 0
+    attempt = status.attempt
     launcher = observed.launcher(job, attempt)
     if launcher is None or podstate.attempt(launcher) != attempt or not podstate.is_running(launcher):
         return
@@ -33,7 +33,7 @@ def mark_running(plan: Plan, job: MPIJob, observed: Observed, now: dt.datetime) 
 def mark_running_if_workers_run(plan: Plan, job: MPIJob, observed: Observed, now: dt.datetime) -> None:
     """Running once every worker of the current attempt runs (the caller has seen its launcher run)."""
     status = plan.status
-    attempt = status.restart_count or 0
+    attempt = status.attempt
     if observed.workers_all(job, attempt, lambda s: s.running):
         message = running_message(job, observed, attempt)
         if c.set_condition(status, "Running", "True", c.RUNNING_REASON, message, now):

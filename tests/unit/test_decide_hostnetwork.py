@@ -30,7 +30,7 @@ def created(plan: Any, name: str) -> JSON:
 
 def config_ports(world: World) -> dict[str, int]:
     assert world.config_map is not None
-    return ssh_config.read(world.config_map, world.job.status.restart_count or 0)
+    return ssh_config.read(world.config_map, world.job.status.attempt)
 
 
 def test_worker_pod_gets_its_port() -> None:
