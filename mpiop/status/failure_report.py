@@ -20,7 +20,7 @@ from mpiop import names, podstate
 from mpiop.api.v2beta1 import FailureInfo, MPIJob
 from mpiop.desired import ranks
 from mpiop.plan import Observed
-from mpiop.status import in_place
+from mpiop.status import backoff, in_place
 
 TAIL_LINES = 20
 TAIL_BYTES = 2048
@@ -109,7 +109,7 @@ def blamed_pods(job: MPIJob, observed: Observed, attempt: int) -> list[podstate.
     """The pods the attempt's failure is told from: its Failed pods, else, once they pass backoffLimit, those
     whose containers failed and were restarted in place (restartPolicy OnFailure never reaches Failed)."""
     failed = failed_pods(observed, attempt)
-    if failed or not in_place.past_limit(job, observed, attempt):
+    if failed or not backoff.count(job, observed).past_limit:
         return failed
     return in_place.failed_pods(observed, attempt)
 

@@ -35,15 +35,15 @@ def mark_running_if_workers_run(plan: Plan, job: MPIJob, observed: Observed, now
     status = plan.status
     attempt = status.attempt
     if observed.workers_all(job, attempt, lambda s: s.running):
-        message = running_message(job, observed, attempt)
+        message = running_message(job, observed)
         if c.set_condition(status, "Running", "True", c.RUNNING_REASON, message, now):
             plan.event("Normal", c.RUNNING_REASON, message)
         c.set_false_if_true(status, "Restarting", c.RUNNING_REASON, message, now)
 
 
-def running_message(job: MPIJob, observed: Observed, attempt: int) -> str:
+def running_message(job: MPIJob, observed: Observed) -> str:
     """`MPIJob ns/name is running.`, or with the containers restarted in place counted against backoffLimit."""
-    restarts = in_place.note(job, observed, attempt)
+    restarts = in_place.note(job, observed)
     return f"MPIJob {job.key} is running; {restarts}" if restarts else f"MPIJob {job.key} is running."
 
 
