@@ -99,10 +99,7 @@ def bound_tail(raw: str | bytes, lines: int = TAIL_LINES, size: int = TAIL_BYTES
 
 def failed_pods(observed: Observed, attempt: int) -> list[podstate.Pod]:
     """Failed pods of the attempt, not being deleted: the launcher first, then workers by index."""
-    failed = [(s, p) for s, p in zip(observed.states, observed.pods, strict=True)
-              if s.attempt == attempt and s.phase == "Failed" and not s.terminating]
-    failed.sort(key=lambda found: (found[0].role != names.LAUNCHER_ROLE, found[0].replica or 0))
-    return [p for _, p in failed]
+    return observed.launcher_first(attempt, lambda s: s.phase == "Failed" and not s.terminating)
 
 
 def blamed_pods(job: MPIJob, observed: Observed, attempt: int) -> list[podstate.Pod]:

@@ -10,7 +10,7 @@ one, as this pass found it (job.status).
 
 from __future__ import annotations
 
-from mpiop import names, podsnapshot, podstate
+from mpiop import podsnapshot, podstate
 from mpiop.api.v2beta1 import MPIJob
 from mpiop.plan import Observed
 from mpiop.status import backoff
@@ -22,10 +22,7 @@ NAMED_PODS = 3
 def failed_pods(observed: Observed, attempt: int) -> list[podstate.Pod]:
     """The attempt's pods (not being deleted) with a container that failed and was restarted in place: the
     launcher first, then workers by index."""
-    found = [(s, p) for s, p in zip(observed.states, observed.pods, strict=True)
-             if s.attempt == attempt and s.in_place_failures and not s.terminating]
-    found.sort(key=lambda f: (f[0].role != names.LAUNCHER_ROLE, f[0].replica or 0))
-    return [p for _, p in found]
+    return observed.launcher_first(attempt, lambda s: s.in_place_failures > 0 and not s.terminating)
 
 
 def note(job: MPIJob, observed: Observed) -> str:
