@@ -30,6 +30,7 @@ from mpiop.api.v2beta1 import MPIJob
 from mpiop.desired import ensure
 from mpiop.desired.settings import DEFAULT_SETTINGS, Settings
 from mpiop.plan import Observed, Plan
+from mpiop.policies import cleanup as clean_pod_policy
 from mpiop.policies import failure, host_ports, success
 from mpiop.policies.outcome import CONTINUE, STOP, Outcome
 from mpiop.status import progress
@@ -97,9 +98,8 @@ def cleanup(plan: Plan, job: MPIJob, observed: Observed) -> None:
     """cleanPodPolicy for a finished job's launcher Job, as for a launcher Pod."""
     if observed.launcher_batch_job is None:
         return
-    policy = job.spec.run_policy.effective_clean_pod_policy
     running = any(podstate.is_active(p) for p in _pods_of(observed.launcher_batch_job, observed))
-    if policy == "All" or (policy == "Running" and running):
+    if clean_pod_policy.deletes(job.spec.run_policy.effective_clean_pod_policy, running):
         retire(plan, observed)
 
 
