@@ -25,6 +25,7 @@ from aiohttp import web
 from pydantic import ValidationError
 
 from mpiop import metrics
+from mpiop.api.merge import merged
 from mpiop.api.raw import JSON
 from mpiop.api.v2beta1 import MPIJob
 from mpiop.kube.client import ApiError, KubeClient, Resource
@@ -72,25 +73,12 @@ def layout_patch(raw: JSON, nodes: list[JSON] | None) -> Answer:
     layout, record = chosen
     record = record[:MESSAGE_LIMIT - len(gpu_layout.AT_ADMISSION)] + gpu_layout.AT_ADMISSION
     merge = gpu_layout.layout_patch(job, layout, record)
-    spec = _merged(raw.get("spec") or {}, merge["spec"])
+    spec = merged(raw.get("spec") or {}, merge["spec"])
     annotations = (raw.get("metadata") or {}).get("annotations")
     annotation: JSON = ({"op": "add", "path": f"/metadata/annotations/{_pointer(gpu_layout.ANNOTATION)}",
                          "value": record} if annotations is not None else
                         {"op": "add", "path": "/metadata/annotations", "value": {gpu_layout.ANNOTATION: record}})
     return Answer([{"op": "replace", "path": "/spec", "value": spec}, annotation], None, "laid_out")
-
-
-def _merged(target: JSON, patch: JSON) -> JSON:
-    """RFC 7386: `patch` merged into `target` (a copy): objects merge, null removes, anything else replaces."""
-    merged = dict(target)
-    for key, value in patch.items():
-        if value is None:
-            merged.pop(key, None)
-        elif isinstance(value, dict) and isinstance(merged.get(key), dict):
-            merged[key] = _merged(merged[key], value)
-        else:
-            merged[key] = value
-    return merged
 
 
 def review(admission: JSON, nodes: list[JSON] | None) -> JSON:
