@@ -13,6 +13,7 @@ from mpiop.api.v2beta1 import MPIJob
 
 LaunchMode = Literal["ssh", "exec"]
 LAUNCH_MODES: tuple[LaunchMode, ...] = ("ssh", "exec")
+DEFAULT_LAUNCH: LaunchMode = "ssh"  # --default-launch's default: kubeflow's way
 LAUNCH_ANNOTATION = "mpiop.kubeflow.org/launch"
 # The kubectl an exec launcher's init container copies (with sh and cp: desired.kubexec says why not upstream's
 # distroless registry.k8s.io/kubectl), for the supported minor, pinned.
