@@ -44,8 +44,8 @@ def test_worker_pod_gets_its_port() -> None:
     ]
     assert main["command"] == [*WORKER_DEFAULT_COMMAND, "-p", "21000"]
     assert env_of(pod)["MPIOP_SSH_PORT"] == "21000"
-    assert pod["metadata"]["labels"][hn.SSH_PORT_LABEL] == "21000"
-    assert pod["metadata"]["labels"][hn.MASTER_PORT_LABEL] == "23000"
+    assert pod["metadata"]["labels"][names.SSH_PORT_LABEL] == "21000"
+    assert pod["metadata"]["labels"][names.MASTER_PORT_LABEL] == "23000"
     assert pod["spec"]["dnsPolicy"] == "ClusterFirstWithHostNet"
     other = worker_pod(job, 1, 0, ports=ports)
     assert [p["name"] for p in main_container(other)["ports"]] == ["mpiop-ssh"], "MASTER_PORT is rank 0's"
