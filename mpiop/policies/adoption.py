@@ -33,7 +33,7 @@ from mpiop.plan import Observed, Plan
 from mpiop.policies import cleanup as clean_pod_policy
 from mpiop.policies import failure, host_ports, success
 from mpiop.policies.outcome import CONTINUE, STOP, Outcome
-from mpiop.status import progress
+from mpiop.status import lifecycle
 
 ADOPTED_REASON = "MPIJobAdopted"
 
@@ -79,7 +79,7 @@ def apply(plan: Plan, job: MPIJob, observed: Observed, now: dt.datetime,
         failure.attempt_failed(plan, job, observed, now, summary)
     elif failure.apply(plan, job, observed, now) is CONTINUE:
         if any(podstate.is_running(p) for p in pods):
-            progress.mark_running_if_workers_run(plan, job, observed, now)
+            lifecycle.mark_running_if_workers_run(plan, job, observed, now)
         ensure.job_pods(plan, job, observed, False, host_ports.for_plan(plan, job, observed, settings), settings)
         return STOP
     if not plan.status.finished:  # restarting: kubeflow's launcher goes with the workers

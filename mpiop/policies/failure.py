@@ -26,7 +26,7 @@ from mpiop import names, podstate
 from mpiop.api.v2beta1 import MPIJob
 from mpiop.plan import MESSAGE_LIMIT, Observed, Plan
 from mpiop.policies.outcome import CONTINUE, STOP, Outcome
-from mpiop.status import backoff, failure_report, in_place, milestones, progress
+from mpiop.status import backoff, failure_report, in_place, lifecycle, milestones
 from mpiop.status import conditions as c
 from mpiop.status.failed import mark_failed
 
@@ -88,7 +88,7 @@ def restarted_in_place(plan: Plan, job: MPIJob, observed: Observed, now: dt.date
     if not any(f"; {backoff.count(job, observed)}" in (cond.message or "") for cond in status.conditions):
         plan.event("Warning", c.CONTAINER_RESTARTED_REASON, f"MPIJob {job.key}: {note}")
     if status.is_true("Running"):
-        c.set_condition(status, "Running", "True", c.RUNNING_REASON, progress.running_message(job, observed), now)
+        c.set_condition(status, "Running", "True", c.RUNNING_REASON, lifecycle.running_message(job, observed), now)
     else:
         c.set_condition(status, "Restarting", "True", c.CONTAINER_RESTARTED_REASON,
                         f"MPIJob {job.key} is restarting in place: {note}", now)

@@ -5,7 +5,7 @@ waited for (they are cleaned up by cleanPodPolicy). Except when the attempt lost
 by someone else, gone): Open MPI 5.0.7's prterun exits 0 after losing a worker's daemon, so that attempt is no
 success and policies/failure fails it. A launcher being deleted decides nothing, as its failure does not
 (policies/failure): it was replaced (its port moved, a suspend) and may have exited 0 on SIGTERM. Running
-is not decided here: see status/progress.
+is not decided here: see status/lifecycle.
 """
 
 from __future__ import annotations

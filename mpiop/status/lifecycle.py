@@ -1,4 +1,7 @@
-"""Created and Running, and the per-replica pod counts: read off the observed pods (Succeeded: policies/success)."""
+"""Created and Running, and the per-replica pod counts: read off the observed pods (Succeeded: policies/success).
+
+A job's lifecycle, not its training's progress (status.trainerStatus, policies/stall; milestones: status.milestones).
+"""
 
 from __future__ import annotations
 
