@@ -5,15 +5,18 @@
     bad forward-env annotation? -> Failed ValidationError                      (policies/forward_env)
     bad exclude-failed-nodes annotation? -> Failed ValidationError             (policies/node_exclusion,
     bad launch annotation, or an exec launcher with its own account? -> Failed ValidationError (policies/launch_mode)
+    a template naming an account <x>-launcher (an exec launcher's)? -> Failed ValidationError
+                                                                      (policies/launcher_accounts)
     bad progress-deadline-seconds annotation? -> Failed ValidationError          (policies/stall)
     too big?     -> Failed ValidationError
     refused?     -> Failed ValidationError (the template is wrong), else ReplicaFailure and retry
     spec.gpus, not laid out, no pod? -> the layout written into the job, or Running=False why none fits;
                     nothing else made until it is (policies/gpu_layout)
     name taken?  -> ReplicaFailure ErrResourceExists (the reconciler then starts nothing)
-    (always)     -> SSH Secret (exec launch: the launcher's ServiceAccount, Role naming this attempt's pods
-                    and RoleBinding; desired.launcher_rbac), Service, hostfile ConfigMap (discover_hosts.sh:
-                    the Running workers, or under --no-discover-hosts a fixed script saying it is off)
+    (always)     -> SSH Secret (exec launch: the launcher's ServiceAccount, Role naming only this attempt's
+                    pods that exist and the job controls, and RoleBinding; desired.launcher_rbac), Service,
+                    hostfile ConfigMap (discover_hosts.sh: the Running workers, or under --no-discover-hosts a
+                    fixed script saying it is off)
     suspended?   -> pods (and kubeflow's launcher Job) deleted, Suspended
     deadline?    -> Failed DeadlineExceeded, clean-up
     kubeflow's launcher Job? -> adopted: it is the launcher of attempt 0 (success, failure, Running);
@@ -34,8 +37,8 @@
                     Stalled, every rank's log kept (policies/stall); else woken at the deadline
     otherwise    -> Running when all pods run (milestones: scheduled, ranks running, first progress;
                     status.milestones); create what is missing, the launcher when its creation policy allows
-                    (policies/launcher_creation); update the hostfile (host network: per-pod SSH ports,
-                    desired.hostnetwork)
+                    (policies/launcher_creation; under exec launch once the Role names every worker); update
+                    the hostfile (host network: per-pod SSH ports, desired.hostnetwork)
     gang?        -> its PodGroup made before any pod and the new pods put in it; deleted while suspended
                     or finished; why the gang waits in Running=False (policies/gang, --gang-scheduling)
 
@@ -49,7 +52,7 @@ import datetime as dt
 from collections.abc import Callable
 
 from mpiop.api.v2beta1 import MPIJob
-from mpiop.desired import ensure
+from mpiop.desired import ensure, launch
 from mpiop.desired.settings import DEFAULT_SETTINGS, Settings
 from mpiop.plan import Observed, Plan
 from mpiop.policies import (
@@ -65,6 +68,7 @@ from mpiop.policies import (
     host_ports,
     kubectl_image,
     launch_mode,
+    launcher_accounts,
     launcher_creation,
     node_exclusion,
     refused,
@@ -104,11 +108,12 @@ def _decide(plan: Plan, job: MPIJob, observed: Observed, now: dt.datetime, setti
     validations: list[Callable[[], Outcome]] = [
         lambda: forward_env.apply(plan, job, now),
         lambda: launch_mode.apply(plan, job, now, settings.default_launch),
+        lambda: launcher_accounts.apply(plan, job, now, settings.default_launch),
         lambda: node_exclusion.refuse_bad_annotation(plan, job, now),
         lambda: stall.refuse_bad_annotation(plan, job, now),
         lambda: size.apply(plan, job, now),
         lambda: refused.apply(plan, job, observed, now),
-        lambda: gpu_layout.apply(plan, job, observed, now),
+        lambda: gpu_layout.apply(plan, job, observed, now, settings.gpu_layout_max_entries),
         lambda: squatters.apply(plan, job, observed, now),
     ]
     if _first_stop(validations):
@@ -137,7 +142,8 @@ def _decide(plan: Plan, job: MPIJob, observed: Observed, now: dt.datetime, setti
         return
     node_exclusion.explain_wait(plan, job, observed, now)
     attempt = plan.status.attempt
-    launcher_may_start = launcher_creation.launcher_may_start(job, observed, attempt)
+    exec_launch = launch.uses_exec(job, settings.default_launch)
+    launcher_may_start = launcher_creation.launcher_may_start(job, observed, attempt, exec_launch)
     ports = host_ports.for_plan(plan, job, observed, settings)
     ensure.job_pods(plan, job, observed, launcher_may_start, ports, settings)
 

@@ -75,8 +75,9 @@ STATUS_POSTS = Counter("mpiop_status_posts", "Progress posts to the status endpo
                        "the 4xx and why (no_token, unauthenticated, not_a_pod, other_job, opted_out, no_job, "
                        "bad_body, out_of_range, too_large)", ["code", "reason"])
 GPU_LAYOUT_ADMISSIONS = Counter("mpiop_gpu_layout_admissions", "Total-GPU jobs the GPU layout webhook answered, by "
-                                "result: laid_out, or stored as written: no_fit (the job waits), no_nodes (the node "
-                                "cache not synced yet), unparsed", ["result"])
+                                "result: laid_out, or stored as written: no_fit (the job waits), over_limit (its "
+                                "Worker template is over --gpu-layout-max-entries), no_nodes (the node cache not "
+                                "synced yet), unparsed", ["result"])
 PHASES = ("Pending", "Created", "Running", "Restarting", "Suspended", "Succeeded", "Failed")
 
 

@@ -161,6 +161,11 @@ def add_run_arguments(parser: argparse.ArgumentParser) -> None:
                         help="watch the nodes that have GPUs (list/watch nodes) to lay out jobs that state their "
                              "total (spec.gpus); off (a namespaced Role cannot list nodes): such jobs wait saying "
                              f"so (default {_on_off(_CONFIG.gpu_layout)})")
+    parser.add_argument("--gpu-layout-max-entries", type=_at_least(0), default=_SETTINGS.gpu_layout_max_entries,
+                        metavar="N",
+                        help="a total-GPU job's Worker template is matched against the nodes only with at most N "
+                             "tolerations, N nodeSelector entries and N required node affinity entries (terms, "
+                             "expressions, values); over it the job waits saying so (default %(default)s)")
     parser.add_argument("--gpu-layout-webhook", default="mpiop-gpu-layout", metavar="NAME",
                         help="the MutatingWebhookConfiguration whose webhook lays such jobs out as they are created "
                              "(served with the status endpoint, by the leader, which writes its CA there); '' turns "
@@ -220,7 +225,8 @@ def config_from_args(args: argparse.Namespace) -> ManagerConfig:
                         max_disruption_restarts=args.max_disruption_restarts, kept_attempts=args.kept_attempts,
                         node_fault_exit_codes=args.node_fault_exit_codes, max_excluded_nodes=args.max_excluded_nodes,
                         default_launch=args.default_launch, kubectl_image=args.kubectl_image,
-                        kubectl_image_grace_seconds=args.kubectl_image_grace_seconds)
+                        kubectl_image_grace_seconds=args.kubectl_image_grace_seconds,
+                        gpu_layout_max_entries=args.gpu_layout_max_entries)
     return ManagerConfig(namespace=args.namespace or None, workers=args.workers, resync_seconds=args.resync_seconds,
                          lifecycle_events=args.lifecycle_events, gpu_layout=args.gpu_layout,
                          pod_event_batch_seconds=args.pod_event_batch_seconds, settings=settings)
@@ -259,7 +265,7 @@ async def serve_status(servers: Servers, manager: Manager, client: KubeClient, a
     app = status_app(manager.caches, TokenReviews(client), writer)
     webhook = args.gpu_layout_webhook if args.gpu_layout else ""
     if webhook:
-        layout_webhook.add_route(app, manager.caches.node_list)
+        layout_webhook.add_route(app, manager.caches.node_list, manager.config.settings.gpu_layout_max_entries)
     await servers.start(app, args.status_addr, "the status endpoint", ssl_context=certificates.context)
     if labelled is not None:
         await labelled[0].mark(labelled[1], serving=True)

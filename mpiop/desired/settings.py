@@ -27,6 +27,9 @@ class Settings:
     kubectl_image: str = DEFAULT_KUBECTL_IMAGE  # --kubectl-image: where exec launchers get kubectl from
     # --kubectl-image-grace-seconds: how long an exec job waits for that image to be pulled before it fails
     kubectl_image_grace_seconds: int = 300
+    # --gpu-layout-max-entries: the most tolerations, nodeSelector or required node affinity entries of a Worker
+    # template that a total-GPU layout matches against the nodes (policies/node_fit); a job over it waits
+    gpu_layout_max_entries: int = 1000
     # mpiop's status endpoint and its CA, for the pods to report progress to; None: --no-status-endpoint
     status_endpoint: StatusEndpoint | None = None
 
