@@ -80,14 +80,14 @@ from mpiop.policies import (
     ttl,
 )
 from mpiop.policies.outcome import STOP, Outcome
-from mpiop.status import milestones, progress
+from mpiop.status import lifecycle, milestones
 
 
 def decide(job: MPIJob, observed: Observed, now: dt.datetime, settings: Settings = DEFAULT_SETTINGS) -> Plan:
     plan = Plan(status=job.status.deep_copy())
     if adoption.finished_under_kubeflow(job):
         return plan
-    progress.mark_created(plan, job, now)
+    lifecycle.mark_created(plan, job, now)
     _decide(plan, job, observed, now, settings)
     evidence.apply(plan, job, observed, settings.kept_attempts)
     node_exclusion.apply(plan, job, observed, settings)
@@ -97,7 +97,7 @@ def decide(job: MPIJob, observed: Observed, now: dt.datetime, settings: Settings
         cleanup.apply(plan, job, observed)
         adoption.cleanup(plan, job, observed)
         ttl.apply(plan, job, now)
-    plan.status.replica_statuses = progress.replica_statuses(job, progress.after(observed, plan))
+    plan.status.replica_statuses = lifecycle.replica_statuses(job, lifecycle.after(observed, plan))
     return plan
 
 
@@ -136,12 +136,12 @@ def _decide(plan: Plan, job: MPIJob, observed: Observed, now: dt.datetime, setti
     ]
     if _first_stop(running):
         return
-    progress.mark_running(plan, job, observed, now)
+    lifecycle.mark_running(plan, job, observed, now)
     milestones.apply(plan, job, observed, now)
     if stall.apply(plan, job, observed, now) is STOP:
         return
     node_exclusion.explain_wait(plan, job, observed, now)
-    attempt = plan.status.restart_count or 0
+    attempt = plan.status.attempt
     exec_launch = launch.uses_exec(job, settings.default_launch)
     launcher_may_start = launcher_creation.launcher_may_start(job, observed, attempt, exec_launch)
     ports = host_ports.for_plan(plan, job, observed, settings)

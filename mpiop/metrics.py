@@ -108,7 +108,7 @@ def count_transitions(job: MPIJob, new: JobStatus, now: dt.datetime) -> None:
             if started is not None:
                 seconds = ((new.completion_time or now) - started).total_seconds()
                 JOB_DURATION_SECONDS.labels(state).observe(max(seconds, 0))
-    if (new.restart_count or 0) > (old.restart_count or 0):
+    if new.attempt > old.attempt:
         JOBS_RESTARTED.labels(new.last_failure.reason if new.last_failure else "Unknown").inc()
     if old.condition("Running") is None and new.is_true("Running") and job.metadata.creation_timestamp is not None:
         JOB_SCHEDULING_DELAY_SECONDS.observe(max((now - job.metadata.creation_timestamp).total_seconds(), 0))

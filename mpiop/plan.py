@@ -113,6 +113,13 @@ class Observed:
     def pods_of_attempt(self, attempt: int) -> list[Pod]:
         return [p for s, p in zip(self.states, self.pods, strict=True) if s.attempt == attempt]
 
+    def launcher_first(self, attempt: int, keep: Callable[[podsnapshot.State], bool]) -> list[Pod]:
+        """The attempt's pods whose state `keep` keeps, the launcher first (it carries mpirun's exit and error), then
+        workers by replica index: the order a failure is told in."""
+        found = [(s, p) for s, p in zip(self.states, self.pods, strict=True) if s.attempt == attempt and keep(s)]
+        found.sort(key=lambda f: (f[0].role != names.LAUNCHER_ROLE, f[0].replica or 0))
+        return [p for _, p in found]
+
     def workers(self, job: MPIJob, attempt: int) -> dict[int, Pod]:
         """Current-attempt worker pods by worker index (the `-worker-<i>` of their names: the replica-index
         label counts from 1 with runLauncherAsWorker, and did not in kubeflow's releases before v0.8)."""

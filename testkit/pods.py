@@ -190,7 +190,7 @@ def observe(job: MPIJob, pods: list[JSON] | None = None, *, owned_objects: bool 
     pods = list(pods or [])
     if not owned_objects:
         return Observed(pods=pods)
-    attempt = job.status.restart_count or 0
+    attempt = job.status.attempt
     running = sorted(i for i, p in Observed(pods=pods).workers(job, attempt).items()
                      if i < job.spec.worker_replicas and podstate.is_running(p))
     ports = host_ports.table(job, attempt, pods, None)

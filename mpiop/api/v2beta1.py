@@ -405,6 +405,16 @@ class JobStatus(ApiModel):
     def finished(self) -> bool:
         return self.is_true("Succeeded") or self.is_true("Failed")
 
+    @property
+    def attempt(self) -> int:
+        """The current attempt: restartCount, which is unset (0) until the first restart."""
+        return self.restart_count or 0
+
+    @property
+    def disruptions(self) -> int:
+        """disruptionRestarts, unset (0) until the first restart after a disruption."""
+        return self.disruption_restarts or 0
+
 
 class ObjectMeta(ApiModel):
     """The metadata mpiop reads; everything else in metadata is kept by the apiserver, not by us."""

@@ -31,6 +31,7 @@ from aiohttp import web
 from pydantic import ValidationError
 
 from mpiop import metrics
+from mpiop.api.merge import merged
 from mpiop.api.raw import JSON
 from mpiop.api.v2beta1 import MPIJob
 from mpiop.kube.client import ApiError, KubeClient, Resource
@@ -83,7 +84,7 @@ def layout_patch(raw: JSON, nodes: list[JSON] | None, max_entries: int) -> Answe
     layout, record = chosen
     record = record[:MESSAGE_LIMIT - len(gpu_layout.AT_ADMISSION)] + gpu_layout.AT_ADMISSION
     merge = gpu_layout.layout_patch(job, layout, record)
-    spec = _merged(raw.get("spec") or {}, merge["spec"])
+    spec = merged(raw.get("spec") or {}, merge["spec"])
     annotations = (raw.get("metadata") or {}).get("annotations")
     annotation: JSON = ({"op": "add", "path": f"/metadata/annotations/{_pointer(gpu_layout.ANNOTATION)}",
                          "value": record} if annotations is not None else
@@ -93,19 +94,6 @@ def layout_patch(raw: JSON, nodes: list[JSON] | None, max_entries: int) -> Answe
 
 def _cut(warning: str) -> str:
     return warning if len(warning) <= WARNING_LIMIT else warning[:WARNING_LIMIT - 3] + "..."
-
-
-def _merged(target: JSON, patch: JSON) -> JSON:
-    """RFC 7386: `patch` merged into `target` (a copy): objects merge, null removes, anything else replaces."""
-    merged = dict(target)
-    for key, value in patch.items():
-        if value is None:
-            merged.pop(key, None)
-        elif isinstance(value, dict) and isinstance(merged.get(key), dict):
-            merged[key] = _merged(merged[key], value)
-        else:
-            merged[key] = value
-    return merged
 
 
 def malformed(admission: object) -> str | None:

@@ -49,7 +49,7 @@ def supporting_objects(plan: Plan, job: MPIJob, observed: Observed, ports: hostn
     ConfigMap: made even while the job is suspended, before any pod, kept until the job is deleted.
 
     `ports`: the attempt's host-network port table (policies/host_ports)."""
-    attempt = plan.status.restart_count or 0
+    attempt = plan.status.attempt
     exec_launch = launch.uses_exec(job, settings.default_launch)
     if exec_launch:
         launcher_access(plan, job, observed, attempt)
@@ -90,7 +90,7 @@ def job_pods(plan: Plan, job: MPIJob, observed: Observed, launcher_may_start: bo
              ports: hostnetwork.Ports, settings: Settings = DEFAULT_SETTINGS) -> None:
     """Workers and launcher of the current attempt (the launcher once its creation policy allows); stale ones
     deleted first."""
-    attempt = plan.status.restart_count or 0
+    attempt = plan.status.attempt
     cluster_domain = settings.cluster_domain
     count = job.spec.worker_replicas
     states = list(zip(observed.states, observed.pods, strict=True))

@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from mpiop.desired.hostnetwork import DEFAULT_PORT_RANGE, PortRange
-from mpiop.desired.launch import DEFAULT_KUBECTL_IMAGE, LaunchMode
+from mpiop.desired.launch import DEFAULT_KUBECTL_IMAGE, DEFAULT_LAUNCH, LaunchMode
 from mpiop.desired.podgroup import GangScheduler
 from mpiop.desired.status_report import StatusEndpoint
 
@@ -23,7 +23,7 @@ class Settings:
     kept_attempts: int = 3  # --kept-attempts: a job's last failed attempts whose logs stay in ConfigMaps
     node_fault_exit_codes: frozenset[int] = frozenset()  # --node-fault-exit-codes: exits that blame the node
     max_excluded_nodes: int = 8  # --max-excluded-nodes: how many nodes a job's next attempts avoid at most
-    default_launch: LaunchMode = "ssh"  # --default-launch: for jobs without the launch annotation
+    default_launch: LaunchMode = DEFAULT_LAUNCH  # --default-launch: for jobs without the launch annotation
     kubectl_image: str = DEFAULT_KUBECTL_IMAGE  # --kubectl-image: where exec launchers get kubectl from
     # --kubectl-image-grace-seconds: how long an exec job waits for that image to be pulled before it fails
     kubectl_image_grace_seconds: int = 300

@@ -48,7 +48,7 @@ def error(job: MPIJob, default: launch.LaunchMode) -> str | None:
     return None
 
 
-def apply(plan: Plan, job: MPIJob, now: dt.datetime, default: launch.LaunchMode = "ssh") -> Outcome:
+def apply(plan: Plan, job: MPIJob, now: dt.datetime, default: launch.LaunchMode = launch.DEFAULT_LAUNCH) -> Outcome:
     """Failed with ValidationError (STOP), before any object is made, when a template names a reserved account."""
     why = error(job, default)
     if why is None:
