@@ -30,6 +30,7 @@ from dataclasses import dataclass
 
 from mpiop.api.raw import JSON
 from mpiop.api.v2beta1 import WORKER, MPIJob
+from mpiop.desired.gpus import layout_resource
 from mpiop.plan import MESSAGE_LIMIT, Event, MPIJobPatch, Observed, Plan
 from mpiop.policies import node_fit
 from mpiop.policies.outcome import CONTINUE, STOP, Outcome
@@ -103,13 +104,13 @@ def needs_layout(job: MPIJob) -> bool:
         return False
     containers = _pod_spec(job).get("containers") or []
     limits = ((containers[0].get("resources") or {}).get("limits") or {}) if containers else {}
-    return job.spec.effective_gpu_resource not in limits
+    return layout_resource(job) not in limits
 
 
 def layout_patch(job: MPIJob, layout: Layout, record: str) -> JSON:
     """A merge patch writing the layout into the job: Worker.replicas, the first worker container's GPU limit (the
     containers list whole: a merge patch replaces lists), slotsPerWorker if unset, and the annotation."""
-    resource = job.spec.effective_gpu_resource
+    resource = layout_resource(job)
     containers = json.loads(json.dumps(_pod_spec(job).get("containers") or []))
     resources = containers[0].setdefault("resources", {})
     resources.setdefault("limits", {})[resource] = str(layout.gpus_per_worker)
@@ -130,7 +131,7 @@ def pending(plan: Plan, job: MPIJob, observed: Observed) -> bool:
 
 def _judged(job: MPIJob, nodes: Iterable[JSON]) -> Iterator[tuple[JSON, int, node_fit.Unfit | None]]:
     """Each node with GPUs of the job's resource, their count, and why the Worker template may not run there."""
-    resource, fit = job.spec.effective_gpu_resource, node_fit.Fit(_pod_spec(job))
+    resource, fit = layout_resource(job), node_fit.Fit(_pod_spec(job))
     for node in nodes:
         gpus = gpus_of(node, resource)
         if gpus > 0:
@@ -157,7 +158,7 @@ def over_limit(job: MPIJob, max_entries: int) -> node_fit.OverLimit | None:
 def choose(job: MPIJob, nodes: Iterable[JSON], max_entries: int) -> tuple[Layout, str] | str:
     """The job's layout on these nodes and its record (the annotation's text), or why none fits. A Worker template
     with more than `max_entries` tolerations, nodeSelector or node affinity entries is not matched at all."""
-    total, resource = job.spec.gpus or 0, job.spec.effective_gpu_resource
+    total, resource = job.spec.gpus or 0, layout_resource(job)
     over = over_limit(job, max_entries)
     if over is not None:
         return (f"{over}; shorten it, or lay the job out yourself (Worker.replicas and the first worker container's "
@@ -184,7 +185,7 @@ def left_out_nodes(job: MPIJob, nodes: Iterable[JSON], max_entries: int, most: i
     off: for the operator's log, which an admin reads (the job's condition only counts them)."""
     if over_limit(job, max_entries) is not None:
         return []
-    resource = job.spec.effective_gpu_resource
+    resource = layout_resource(job)
     named = (f"{node['metadata']['name']} ({gpus} {resource}): {why.detail}"
              for node, gpus, why in _judged(job, nodes) if why is not None)
     return list(itertools.islice(named, most))
