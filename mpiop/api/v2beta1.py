@@ -252,10 +252,6 @@ class MPIJobSpec(ApiModel):
         return self.worker.replica_count if self.worker is not None else 0
 
     @property
-    def effective_gpu_resource(self) -> str:
-        return self.gpu_resource or DEFAULT_GPU_RESOURCE
-
-    @property
     def effective_ssh_auth_mount_path(self) -> str:
         return self.ssh_auth_mount_path or DEFAULT_SSH_AUTH_MOUNT_PATH
 
