@@ -12,6 +12,9 @@
     refused?     -> Failed ValidationError (the template is wrong), else ReplicaFailure and retry
     spec.gpus, not laid out, no pod? -> the layout written into the job, or Running=False why none fits;
                     nothing else made until it is (policies/gpu_layout)
+    GPUs through DRA claims? -> slots from their ResourceClaimTemplates before the hostfile is written: Running=False
+                    while a template is not seen, Failed ValidationError when only slotsPerWorker can say
+                    (policies/gpu_slots)
     name taken?  -> ReplicaFailure ErrResourceExists (the reconciler then starts nothing)
     (always)     -> SSH Secret (exec launch: the launcher's ServiceAccount, Role naming only this attempt's
                     pods that exist and the job controls, and RoleBinding; desired.launcher_rbac), Service,
@@ -52,7 +55,7 @@ import datetime as dt
 from collections.abc import Callable
 
 from mpiop.api.v2beta1 import MPIJob
-from mpiop.desired import ensure, launch
+from mpiop.desired import ensure, gpus, launch
 from mpiop.desired.settings import DEFAULT_SETTINGS, Settings
 from mpiop.plan import Observed, Plan
 from mpiop.policies import (
@@ -65,6 +68,7 @@ from mpiop.policies import (
     forward_env,
     gang,
     gpu_layout,
+    gpu_slots,
     host_ports,
     kubectl_image,
     launch_mode,
@@ -88,7 +92,10 @@ def decide(job: MPIJob, observed: Observed, now: dt.datetime, settings: Settings
     if adoption.finished_under_kubeflow(job):
         return plan
     lifecycle.mark_created(plan, job, now)
-    _decide(plan, job, observed, now, settings)
+    slots = gpu_slots.resolve(job, observed, settings.gpu_device_classes)
+    if isinstance(slots, int):  # what every builder and report reads from here on (desired.slots)
+        job = gpus.with_slots(job, slots)
+    _decide(plan, job, observed, now, settings, slots)
     evidence.apply(plan, job, observed, settings.kept_attempts)
     node_exclusion.apply(plan, job, observed, settings)
     if not gpu_layout.pending(plan, job, observed):  # its PodGroup is sized once the job is laid out
@@ -101,7 +108,8 @@ def decide(job: MPIJob, observed: Observed, now: dt.datetime, settings: Settings
     return plan
 
 
-def _decide(plan: Plan, job: MPIJob, observed: Observed, now: dt.datetime, settings: Settings) -> None:
+def _decide(plan: Plan, job: MPIJob, observed: Observed, now: dt.datetime, settings: Settings,
+            slots: int | gpus.Unresolved) -> None:
     """The steps in order: the first policy that answers STOP decides the pass (policies/outcome)."""
     if plan.status.finished:
         return
@@ -114,6 +122,7 @@ def _decide(plan: Plan, job: MPIJob, observed: Observed, now: dt.datetime, setti
         lambda: size.apply(plan, job, now),
         lambda: refused.apply(plan, job, observed, now),
         lambda: gpu_layout.apply(plan, job, observed, now, settings.gpu_layout_max_entries),
+        lambda: gpu_slots.apply(plan, job, slots, now),
         lambda: squatters.apply(plan, job, observed, now),
     ]
     if _first_stop(validations):

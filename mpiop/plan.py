@@ -83,6 +83,9 @@ class Observed:
     # Nodes with an extended resource (trimmed to their labels, taints, schedulability and allocatable extended
     # resources), for laying out a job that states its total GPUs (policies/gpu_layout); None: not watched.
     nodes: list[JSON] | None = None
+    # The ResourceClaimTemplates the job's pod templates name, by name, in its namespace (trimmed to their device
+    # requests), for the slots of workers whose GPUs come through DRA claims (desired.gpus); None: not watched.
+    claim_templates: dict[str, JSON] | None = None
     _states: list[podsnapshot.State] | None = field(default=None, init=False, repr=False, compare=False)
     _by_name: dict[str, Pod] | None = field(default=None, init=False, repr=False, compare=False)
     _worker_indexes: dict[str, int | None] = field(default_factory=dict, init=False, repr=False, compare=False)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from mpiop.desired.gpus import DEFAULT_GPU_DEVICE_CLASSES
 from mpiop.desired.hostnetwork import DEFAULT_PORT_RANGE, PortRange
 from mpiop.desired.launch import DEFAULT_KUBECTL_IMAGE, DEFAULT_LAUNCH, LaunchMode
 from mpiop.desired.podgroup import GangScheduler
@@ -30,6 +31,9 @@ class Settings:
     # --gpu-layout-max-entries: the most tolerations, nodeSelector or required node affinity entries of a Worker
     # template that a total-GPU layout matches against the nodes (policies/node_fit); a job over it waits
     gpu_layout_max_entries: int = 1000
+    # --gpu-device-classes: DRA device classes whose devices a worker's claims count as GPUs, so as slots
+    # (desired.gpus); empty: claims count none and ResourceClaimTemplates are not watched
+    gpu_device_classes: frozenset[str] = DEFAULT_GPU_DEVICE_CLASSES
     # mpiop's status endpoint and its CA, for the pods to report progress to; None: --no-status-endpoint
     status_endpoint: StatusEndpoint | None = None
 
