@@ -166,9 +166,10 @@ class MPIJobSpec(ApiModel):
     slots_per_worker: Int32 | None = Field(
         default=None,
         description=(
-            "Slots (MPI processes) per worker in the hostfile. When unset, the worker container's GPU limit "
-            "(nvidia.com/gpu, amd.com/gpu or another */gpu resource) is used (the launcher's, with "
-            "runLauncherAsWorker and no Worker), else 1."
+            "Slots (MPI processes) per worker in the hostfile. When unset, the worker's GPUs: its container's GPU "
+            "limit (gpuResource if set; else nvidia.com/gpu, amd.com/gpu, another */gpu, a MIG profile "
+            "nvidia.com/mig-*, gpu.intel.com/i915 or gpu.intel.com/xe) plus the devices its DRA claims request from "
+            "GPU device classes (the launcher's, with runLauncherAsWorker and no Worker), else 1."
         ),
     )
     run_launcher_as_worker: bool | None = Field(
