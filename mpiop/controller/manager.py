@@ -164,7 +164,7 @@ class Manager:
 
     def _on_claim_template(self, old: JSON | None, new: JSON | None) -> None:
         """A ResourceClaimTemplate came, went or changed: the jobs whose claims are made from it look again (one
-        waiting for it goes on; one whose hostfile is written keeps its slots, policies/gpu_slots)."""
+        waiting for it goes on, policies/gpu_slots)."""
         if old is not None and new is not None and same_but_version(old, new):
             return
         for key in self.caches.jobs_naming(new if new is not None else old):  # type: ignore[arg-type]

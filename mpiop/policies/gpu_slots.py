@@ -10,7 +10,9 @@ desired.gpus counts a worker's GPUs: its GPU limits plus the devices its claims 
     firstAvailable alternatives that differ)          write a hostfile with the wrong ranks
 
 Both only until the job's hostfile is written: from then on, should its template go or change so, the slots are the
-hostfile's, those its pods were made with. A job with no claims from a GPU device class is not concerned.
+hostfile's, those its pods were made with, and the job goes on (a running job stalled by a deleted template would
+not even see its own success). A template changed to another count changes the slots, as a changed GPU limit would.
+A job with no claims from a GPU device class is not concerned.
 """
 
 from __future__ import annotations

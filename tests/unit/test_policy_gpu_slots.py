@@ -1,7 +1,7 @@
 """mpiop.policies.gpu_slots through decide: a worker whose GPUs come through DRA claims gets its slots from its
 ResourceClaimTemplates in everything that reads slots (hostfile, presets, the launcher's environment, failure
 ranks), waits while a template is not seen, fails naming spec.slotsPerWorker when only it can say, and keeps its
-hostfile's slots once the hostfile is written."""
+hostfile's slots once the hostfile is written if the template goes or can no longer be counted."""
 
 from __future__ import annotations
 
@@ -113,6 +113,16 @@ def test_a_job_whose_hostfile_is_written_keeps_its_slots(templates: dict[str, JS
     hostfiles = {o["data"][names.HOSTFILE_NAME] for o in plan.objects_to_update if o["kind"] == "ConfigMap"}
     assert hostfiles <= {made(first, "ConfigMap")[0]["data"][names.HOSTFILE_NAME]}, "the hostfile keeps its slots"
     assert {env_of(w)["LOCAL_WORLD_SIZE"] for w in made(plan, "Pod")} == {"8"}
+
+
+def test_a_template_changed_to_another_count_changes_the_slots() -> None:
+    job = dra_job().obj()
+    first = decided(job, {"eight-gpus": EIGHT})
+    four = claim_template("eight-gpus", request("gpus", exactly("gpu.nvidia.com", 4)))
+    plan = decided(job.model_copy(update={"status": first.status}), {"eight-gpus": four},
+                   Observed(config_map=made(first, "ConfigMap")[0]))
+    [config] = [o for o in plan.objects_to_update if o["kind"] == "ConfigMap"]
+    assert config["data"][names.HOSTFILE_NAME].count("slots=4") == 2
 
 
 def test_a_failed_workers_ranks_are_counted_in_the_claims_slots() -> None:
