@@ -21,6 +21,7 @@ from mpiop.policies.gpu_slots import WAITING
 from testkit.dra import DEVICE_CLASSES, claim_template, device_class, exactly, request
 from testkit.mpijobs import make_mpijob
 from testkit.operator import Cluster, Operator, drive_to_success, eventually, mpijob, running_operator
+from testkit.pods import env_of
 from testkit.rbac import base_rules, namespaced_role_kubeconfig
 
 pytestmark = pytest.mark.integration
@@ -75,10 +76,9 @@ async def test_two_workers_claiming_8_devices_each_get_8_slots(cluster: Cluster,
     pods = await eventually(workers, what="dra's pods")
     worker = pods["dra-worker-1"]["spec"]
     assert worker["resourceClaims"] == [{"name": "gpus", "resourceClaimTemplateName": "eight-gpus"}]
-    env = {e["name"]: e.get("value") for e in worker["containers"][0]["env"]}
+    env = env_of(pods["dra-worker-1"])
     assert (env["LOCAL_WORLD_SIZE"], env["WORLD_SIZE"]) == ("8", "16")
-    launcher_env = {e["name"]: e.get("value") for e in pods["dra-launcher"]["spec"]["containers"][0]["env"]}
-    assert launcher_env["OMPI_MCA_orte_set_default_slots"] == "8"
+    assert env_of(pods["dra-launcher"])["OMPI_MCA_orte_set_default_slots"] == "8"
     job = MPIJob.model_validate(await cluster.job("dra"))
     ranks = {rank: await pod_name(cluster.kube, job, Which(rank, None, False), 0) for rank in (0, 7, 8, 15)}
     print(f"kubectl mpijob's rank -> pod: {ranks}")

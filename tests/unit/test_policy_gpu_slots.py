@@ -17,7 +17,7 @@ from mpiop.policies.gpu_slots import FOUND, WAITING
 from mpiop.status import conditions as c
 from testkit.dra import claim_template, exactly, request
 from testkit.mpijobs import MPIJobBuilder, at, make_mpijob
-from testkit.pods import make_pod, observe
+from testkit.pods import env_of, make_pod, observe
 
 EIGHT = claim_template("eight-gpus", request("gpus", exactly("gpu.nvidia.com", 8)))
 ALL = claim_template("eight-gpus", request("gpus", exactly("gpu.nvidia.com", all_devices=True)))
@@ -37,10 +37,6 @@ def decided(job: MPIJob, templates: dict[str, JSON] | None, observed: Observed |
 def made(plan: Plan, kind: str) -> list[JSON]:
     steps = plan.creation_steps
     return [o for o in steps.supporting + steps.workers + steps.launcher if o["kind"] == kind]
-
-
-def env_of(pod: JSON) -> dict[str, str]:
-    return {e["name"]: e.get("value", "") for e in pod["spec"]["containers"][0].get("env") or []}
 
 
 def test_a_dra_worker_of_8_devices_has_8_slots_everywhere_slots_are_read() -> None:
