@@ -71,8 +71,16 @@ async def test_a_restart_renames_the_working_launcher_in_its_role(cluster: Clust
     await cluster.run_all(["lw-launcher", "lw-worker-0"])
     await cluster.set_phase("lw-worker-0", "Failed", exit_code=1)
     await eventually(lambda: cluster.condition("lw", "Restarting"), what="Restarting")
-    await eventually(lambda: cluster.pod("lw-launcher-1"), what="the next attempt's launcher")
-    role = await cluster.kube.get(ROLES, cluster.ns, "lw-launcher")
-    assert role["rules"][1]["resourceNames"] == ["lw-launcher-1", "lw-worker-0"]
+    launcher = await eventually(lambda: cluster.pod("lw-launcher-1"), what="the next attempt's launcher")
+
+    async def renamed() -> JSON | None:
+        role = await cluster.kube.get(ROLES, cluster.ns, "lw-launcher")
+        return role if role["rules"][1]["resourceNames"] == ["lw-launcher-1", "lw-worker-0"] else None
+
+    role = await eventually(renamed, what="lw's Role to name the next attempt's launcher")
+    # etcd revisions: nothing changes the new launcher pod after its creation (no kubelet here), so its
+    # resourceVersion is its creation's, and the Role's patch is older: the pod never existed unnamed.
+    assert int(role["metadata"]["resourceVersion"]) < int(launcher["metadata"]["resourceVersion"]), (
+        role["metadata"]["resourceVersion"], launcher["metadata"]["resourceVersion"])
     assert await may_exec(cluster, "lw-launcher", "lw-launcher-1")
     assert not await may_exec(cluster, "lw-launcher", "lw-launcher")  # the failed attempt's, kept for its log

@@ -10,7 +10,8 @@ from mpiop.api.raw import JSON
 from mpiop.controller.caches import Caches
 from mpiop.controller.events import EventRecorder
 from mpiop.controller.reconciler import Reconciler
-from mpiop.desired import objects
+from mpiop.desired import launcher_rbac, objects
+from mpiop.desired.launch import LAUNCH_ANNOTATION
 from mpiop.kube.client import ApiError
 from testkit.mpijobs import MPIJobBuilder, at, make_mpijob
 from testkit.pods import make_pod
@@ -144,3 +145,55 @@ async def test_a_failed_status_write_deletes_no_pod() -> None:
     with pytest.raises(ApiError):
         await reconciler(running_job(), client, failed_attempt()).reconcile("ns/pi")
     assert client.writes() == [*EVIDENCE, STATUS]
+
+
+def exec_job(workers: int = 2, attempt: int = 0) -> MPIJobBuilder:
+    """A running exec-launched job whose launcher also works (the Role names it), at `attempt`."""
+    return running_job().annotation(LAUNCH_ANNOTATION, "exec").launcher_as_worker().workers(workers).status(
+        restart_count=attempt or None)
+
+
+def exec_reconciler(job: MPIJobBuilder, client: RecordingClient, role_of: MPIJobBuilder) -> Reconciler:
+    """A reconciler whose caches hold `job`'s launcher access, its Role as made for `role_of` at attempt 0, and
+    its Service: what a pass of `job` with no pod yet finds."""
+    caches = Caches.build(client, "ns")
+    caches.mpijobs.observe_write(job.json())
+    obj = job.obj()
+    for owned in (launcher_rbac.service_account(obj), launcher_rbac.role(role_of.obj(), 0),
+                  launcher_rbac.role_binding(obj), objects.service(obj)):
+        caches.informer_for(owned["kind"]).observe_write(owned)
+    return Reconciler(client, caches, EventRecorder(RecordingClient()), clock=lambda: at(60))
+
+
+ROLE = "PATCH roles/pi-launcher"
+
+
+@pytest.mark.parametrize(
+    ("job", "role_of", "pods"),
+    [
+        # The next attempt's launcher works under a new name: the Role names it before the pod exists.
+        (exec_job(attempt=1), exec_job(), [*WORKERS, "POST pods pi-launcher-1"]),
+        # Worker.replicas grew from 2 to 3: the Role names pi-worker-2 before it exists.
+        (exec_job(workers=3), exec_job(), ["POST pods pi-worker-2", "POST pods pi-launcher"]),
+    ],
+    ids=["restart-renames-the-launcher", "workers-grow"],
+)
+async def test_the_role_names_the_pods_before_they_are_created(job: MPIJobBuilder, role_of: MPIJobBuilder,
+                                                                pods: list[str]) -> None:
+    """Fails if a pod is created before the Role naming it is patched: a launcher that starts at once (or a Role
+    patch that then fails) gets its own `kubectl exec` refused."""
+    client = RecordingClient(patched=[job.json()])
+    await exec_reconciler(job, client, role_of).reconcile("ns/pi")
+    writes = client.writes()
+    print("writes:", writes)
+    assert ROLE in writes and set(pods) <= set(writes), writes
+    assert all(writes.index(ROLE) < writes.index(pod) for pod in pods), writes
+
+
+async def test_a_failed_role_patch_creates_no_pod() -> None:
+    """The pods wait for the Role: a pass whose patch fails is retried whole, and made none of them meanwhile."""
+    job = exec_job(attempt=1)
+    client = RecordingClient([Fault("PATCH", "/roles/pi-launcher$", 500, "InternalError")], patched=[job.json()])
+    with pytest.raises(ApiError):
+        await exec_reconciler(job, client, exec_job()).reconcile("ns/pi")
+    assert not [w for w in client.writes() if w.startswith("POST pods")], client.writes()
