@@ -21,7 +21,7 @@ from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from devcluster.versions import ETCD_VERSION, KUBERNETES_VERSION, KWOK_VERSION, staging_version
+from devcluster.versions import ETCD_VERSION, KUBERNETES_VERSION, staging_version
 
 KUBE_COMMANDS = {
     "kube-apiserver": "k8s.io/kubernetes/cmd/kube-apiserver",
@@ -265,46 +265,6 @@ def build_etcd(version: str = ETCD_VERSION) -> Path:
 
     return build_in_wrapper(etcd_dir(version), {"etcd": ETCD_PACKAGE}, what=f"etcd {version}",
                             ldflags=etcd_ldflags(version), write_module=write_module) / "etcd"
-
-
-# KWOK's own default Stages of the pinned release (node-initialize, node heartbeat with a Lease, pod-ready,
-# pod-complete, pod-delete), copied from its module next to the binary: the simulated cluster loads them.
-KWOK_DEFAULT_STAGES = (
-    "kustomize/stage/node/fast/node-initialize.yaml",
-    "kustomize/stage/node/heartbeat-with-lease/node-heartbeat-with-lease.yaml",
-    "kustomize/stage/pod/fast/pod-ready.yaml",
-    "kustomize/stage/pod/fast/pod-complete.yaml",
-    "kustomize/stage/pod/fast/pod-delete.yaml",
-)
-
-
-def kwok_dir(version: str = KWOK_VERSION) -> Path:
-    return cache_dir() / "kwok" / version
-
-
-def build_kwok(version: str = KWOK_VERSION) -> Path:
-    """Build sigs.k8s.io/kwok/cmd/kwok from its Go module into the cache; return the binary."""
-    return go_install("sigs.k8s.io/kwok/cmd/kwok", version, kwok_dir(version) / "bin", "kwok", what="kwok",
-                      ldflags=f"-s -w -X sigs.k8s.io/kwok/pkg/consts.Version={version}")
-
-
-def kwok_stages_dir(version: str = KWOK_VERSION) -> Path:
-    """KWOK's default Stage files of that release, copied once from its Go module into the cache."""
-    root = kwok_dir(version)
-    stages = root / "stages"
-    with build_lock(root):
-        if all((stages / Path(s).name).is_file() for s in KWOK_DEFAULT_STAGES):
-            return stages
-        source = go_mod_download("sigs.k8s.io/kwok", version, root, "Dir")
-        stages.mkdir(parents=True, exist_ok=True)
-        for stage in KWOK_DEFAULT_STAGES:
-            shutil.copyfile(source / stage, stages / Path(stage).name)
-        return stages
-
-
-def kwok_binary(version: str = KWOK_VERSION) -> Path:
-    """The kwok binary of the pinned release: KUBEBUILDER_ASSETS, PATH (if it reports that version), or built."""
-    return from_assets_or_path("kwok", version) or build_kwok(version)
 
 
 def kube_binary(name: str, version: str = KUBERNETES_VERSION) -> Path:
