@@ -31,7 +31,8 @@ venv: $(STAMP)
 binaries: venv
 	$(BIN)/python -m devcluster.binaries
 
-# Every binary the test suite runs, built (or fetched) here so that none is made under a test's timeout.
+# Every binary the test suite runs, built (or fetched) here so that none is made under a test's timeout; in CI the
+# test session forbids it (MPIOP_NO_BUILD, tests/conftest.py), so one missing here fails loudly, naming this target.
 # Tests render the Helm chart (helm, built once from its Go module into .cache/ by hack/helm.sh), check and
 # unit-test the alerting rules with promtool, and have a real Prometheus scrape mpiop: both binaries are taken
 # out of Debian's prometheus package into .cache/ (hack/prometheus.sh, hack/promtool.sh); run a simulated cluster
