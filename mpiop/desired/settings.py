@@ -27,6 +27,9 @@ class Settings:
     kubectl_image: str = DEFAULT_KUBECTL_IMAGE  # --kubectl-image: where exec launchers get kubectl from
     # --kubectl-image-grace-seconds: how long an exec job waits for that image to be pulled before it fails
     kubectl_image_grace_seconds: int = 300
+    # --stop-grace-seconds: how long a suspend, a disruption restart or activeDeadlineSeconds waits for the launcher
+    # (told by SIGTERM) to end before its workers are deleted; 0: all at once (policies/graceful_stop)
+    stop_grace_seconds: int = 0
     # mpiop's status endpoint and its CA, for the pods to report progress to; None: --no-status-endpoint
     status_endpoint: StatusEndpoint | None = None
 
