@@ -9,6 +9,7 @@ operator sends is noted as it leaves (the client's request hook), so the order i
 
 from __future__ import annotations
 
+import functools
 import time
 from collections.abc import AsyncIterator, Mapping
 from typing import Any
@@ -125,7 +126,7 @@ async def test_suspend_stops_the_launcher_first_and_a_resume_waits_for_the_old_p
         old_uids = {n: p["metadata"]["uid"] for n, p in (await cluster.pods()).items()}
         await end(cluster, "sus-launcher")  # mpirun ended (the ranks checkpointed)
         for worker in pods[1:]:
-            await eventually(lambda w=worker: terminating(cluster, w), what=f"{worker} deleted after the launcher")
+            await eventually(functools.partial(terminating, cluster, worker), what=f"{worker} deleted after")
         ended = await eventually(lambda: _false(cluster, "sus"), what="Stopping=False")
         print("Stopped:", ended["message"])
         assert ended["reason"] == "LauncherEnded"
@@ -216,7 +217,7 @@ async def test_a_failure_restart_is_not_delayed(control_plane: ControlPlane, clu
         await cluster.set_phase("fr-worker-1", "Failed", exit_code=1)
         await eventually(lambda: cluster.condition("fr", "Restarting"), what="Restarting")
         for pod in ("fr-launcher", "fr-worker-0"):
-            await eventually(lambda p=pod: terminating(cluster, p), what=f"{pod} deleted at once")
+            await eventually(functools.partial(terminating, cluster, pod), what=f"{pod} deleted at once")
         await operator.settle()
         assert await stopping(cluster, "fr") is None
         assert [await grace_of(cluster, p) for p in ("fr-launcher", "fr-worker-0")] == [30, 30], "the pods' own"
