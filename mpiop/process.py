@@ -39,6 +39,7 @@ from mpiop.desired.settings import DEFAULT_SETTINGS, Settings
 from mpiop.desired.status_report import StatusEndpoint
 from mpiop.kube.client import KubeClient
 from mpiop.leader import ElectionConfig, LeaderElector, LeadershipLostError
+from mpiop.policies import graceful_stop
 from mpiop.server import Checks, Servers, health_app, metrics_app
 
 log = structlog.get_logger(__name__)
@@ -263,7 +264,9 @@ async def serve_status(servers: Servers, manager: Manager, client: KubeClient, a
     if leading is not None:
         await leading.wait()
     writer = StatusWriter(client, interval=args.status_write_seconds)
-    app = status_app(manager.caches, TokenReviews(client), writer)
+    grace = manager.config.settings.stop_grace_seconds
+    app = status_app(manager.caches, TokenReviews(client), writer,
+                     stop_notice=lambda job: graceful_stop.notice(job, grace))
     webhook = args.gpu_layout_webhook if args.gpu_layout else ""
     if webhook:
         layout_webhook.add_route(app, manager.caches.node_list)
