@@ -39,6 +39,7 @@ from mpiop.desired.settings import DEFAULT_SETTINGS, Settings
 from mpiop.desired.status_report import StatusEndpoint
 from mpiop.kube.client import KubeClient
 from mpiop.leader import ElectionConfig, LeaderElector, LeadershipLostError
+from mpiop.policies import graceful_stop
 from mpiop.server import Checks, Servers, health_app, metrics_app
 
 log = structlog.get_logger(__name__)
@@ -135,6 +136,12 @@ def add_run_arguments(parser: argparse.ArgumentParser) -> None:
                         metavar="N",
                         help="restarts per job after a pod was evicted or preempted (its DisruptionTarget condition) "
                              "that do not count against backoffLimit; past N they do (default %(default)s)")
+    parser.add_argument("--stop-grace-seconds", type=_at_least(0), default=_SETTINGS.stop_grace_seconds,
+                        metavar="S",
+                        help="at a suspend, a disruption restart or activeDeadlineSeconds, delete the launcher first "
+                             "(SIGTERM to mpirun) and its workers once it ended or S seconds passed, so the ranks can "
+                             "checkpoint; capped at the pods' terminationGracePeriodSeconds; per job: annotation "
+                             "mpiop.kubeflow.org/stop-grace-seconds; 0: all pods at once (default %(default)s)")
     parser.add_argument("--kept-attempts", type=_at_least(1), default=_SETTINGS.kept_attempts, metavar="K",
                         help="keep the logs of each job's last K failed attempts in ConfigMaps <job>-attempt-<n> "
                              "(default %(default)s)")
@@ -232,7 +239,8 @@ def config_from_args(args: argparse.Namespace) -> ManagerConfig:
                         default_launch=args.default_launch, kubectl_image=args.kubectl_image,
                         kubectl_image_grace_seconds=args.kubectl_image_grace_seconds,
                         gpu_layout_max_entries=args.gpu_layout_max_entries,
-                        gpu_device_classes=args.gpu_device_classes)
+                        gpu_device_classes=args.gpu_device_classes,
+                        stop_grace_seconds=args.stop_grace_seconds)
     return ManagerConfig(namespace=args.namespace or None, workers=args.workers, resync_seconds=args.resync_seconds,
                          lifecycle_events=args.lifecycle_events, gpu_layout=args.gpu_layout,
                          pod_event_batch_seconds=args.pod_event_batch_seconds, settings=settings)
@@ -268,7 +276,9 @@ async def serve_status(servers: Servers, manager: Manager, client: KubeClient, a
     if leading is not None:
         await leading.wait()
     writer = StatusWriter(client, interval=args.status_write_seconds)
-    app = status_app(manager.caches, TokenReviews(client), writer)
+    grace = manager.config.settings.stop_grace_seconds
+    app = status_app(manager.caches, TokenReviews(client), writer,
+                     stop_notice=lambda job: graceful_stop.notice(job, grace))
     webhook = args.gpu_layout_webhook if args.gpu_layout else ""
     if webhook:
         layout_webhook.add_route(app, manager.caches.node_list, manager.config.settings.gpu_layout_max_entries)

@@ -224,7 +224,9 @@ class OwnPod:
 
 
 def status_app(caches: Caches, reviews: TokenReviews, writer: StatusWriter,
-               now: Callable[[], dt.datetime] = lambda: dt.datetime.now(dt.UTC)) -> web.Application:
+               now: Callable[[], dt.datetime] = lambda: dt.datetime.now(dt.UTC),
+               stop_notice: Callable[[MPIJob], JSON | None] = lambda job: None) -> web.Application:
+    """`stop_notice`: what a job that is stopping tells its ranks in the 202 (policies/graceful_stop.notice)."""
     async def post(request: web.Request) -> web.Response:
         namespace, name = request.match_info["namespace"], request.match_info["name"]
         try:
@@ -232,8 +234,8 @@ def status_app(caches: Caches, reviews: TokenReviews, writer: StatusWriter,
             if not header.startswith("Bearer ") or not header[7:].strip():
                 raise PostRefusedError(401, "no_token", "no bearer token: send the file $MPIOP_STATUS_TOKEN names")
             who = await reviews.review(header[7:].strip())
-            check_reporter(caches.mpijobs.get(f"{namespace}/{name}"),
-                           caches.pods.get(f"{who.namespace}/{who.pod_name}"), namespace, name, who)
+            job = check_reporter(caches.mpijobs.get(f"{namespace}/{name}"),
+                                 caches.pods.get(f"{who.namespace}/{who.pod_name}"), namespace, name, who)
             if request.content_length is not None and request.content_length > BODY_LIMIT:
                 raise PostRefusedError(413, "too_large", f"the body is over {BODY_LIMIT} bytes")
             report = parse_report(await request.read(), now())
@@ -247,7 +249,9 @@ def status_app(caches: Caches, reviews: TokenReviews, writer: StatusWriter,
             raise
         writer.offer(namespace, name, report)
         metrics.STATUS_POSTS.labels("202", "accepted").inc()
-        return web.json_response({"kind": "Status", "status": "Success", "code": 202}, status=202)
+        stop = stop_notice(job)
+        return web.json_response({"kind": "Status", "status": "Success", "code": 202,
+                                  **({"stop": stop} if stop else {})}, status=202)
 
     app = web.Application(client_max_size=BODY_LIMIT)
     app.router.add_post(status_report.path("{namespace}", "{name}"), post)
