@@ -183,7 +183,7 @@ def summarize(report: Report, quiet: dict[str, Any], attack: dict[str, Any], rss
     tenant: Tenant = attack["tenant"]
     mark = {True: "met", False: "MISSED"}
     report.add("rss_before_mb", round(rss.before_mb, 1), "leader RSS before the attack (MB)")
-    report.add("rss_peak_mb", round(rss.peak_mb, 1), "leader RSS peak (MB)")
+    report.add("rss_peak_mb", round(rss.peak_mb, 1), "leader RSS peak from the attack on (MB)")
     report.add("rss_after_mb", round(rss.after_mb, 1), "leader RSS after it (MB)")
     report.add("rss_growth_mb", rss.growth_mb, "leader RSS growth (MB)",
                f"<= {figures.RSS_GROWTH_MB:g} MB: {mark[met['rss_growth']]}")
@@ -203,6 +203,9 @@ def summarize(report: Report, quiet: dict[str, Any], attack: dict[str, Any], rss
                shown=str(attack["probes"]))
     report.add("first_status_ratio", ratio, "slowest attack / slowest quiet (None: never)",
                f"<= {figures.FIRST_STATUS_RATIO:g}x: {mark[met['first_status']]}")
+    answers = [n for kind in (attack["flood"].get("answers") or {}).values() for n in kind.items()]
+    sent, answered = sum(n for _, n in answers), sum(n for code, n in answers if code.isdigit())
+    report.add("flood_requests", sent, "flood requests sent (answered)", shown=f"{sent} ({answered})")
     report.add("flood_aborted", attack["aborted"], "flood stopped by --rss-abort")
     report.add("hostile_tolerations", tenant.tolerations, "tolerations the apiserver took")
     report.add("hostile_create_s", tenant.create_s, "hostile job create (webhook called) (s)")
@@ -236,7 +239,8 @@ async def run(args: argparse.Namespace, workdir: Path, report: Report) -> None:
                     for task in watchers:
                         task.cancel()
                     await asyncio.gather(*watchers, return_exceptions=True)
-            rss = figures.rss(bench.rss.samples, attack["start"], bench.rss.peak_hwm)
+            rss = figures.rss(bench.rss.samples, attack["start"])
+            report.figures["rss_hwm_mb"] = round(bench.rss.peak_hwm, 1)  # the process's whole life, its start too
             exit_code = None if operator.running() else operator.process.returncode if operator.process else None
             summarize(report, quiet, attack, rss, exit_code)
             report.figures.update({"jobs": args.jobs, "workers": args.workers, "tainted_nodes": args.tainted_nodes,

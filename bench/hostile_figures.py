@@ -38,7 +38,7 @@ class Lag:
 def loop_lag(probes: Sequence[Probe], start: float, end: float) -> Lag:
     """The probes sent in [start, end)."""
     within = [p for p in probes if start <= p.sent < end]
-    answered = sorted(p.seconds for p in within if p.seconds is not None)
+    answered = sorted(round(p.seconds, 3) for p in within if p.seconds is not None)
     p99 = answered[max(1, math.ceil(0.99 * len(answered))) - 1] if answered else None
     return Lag(len(within), answered[-1] if answered else None, p99,
                sum(s > LOOP_LAG_S for s in answered), len(within) - len(answered))
@@ -95,14 +95,14 @@ class Rss:
         return round(self.after_mb - self.before_mb, 1)
 
 
-def rss(samples: Sequence[tuple[float, float]], start: float, peak_hwm: float = 0.0) -> Rss:
-    """From (monotonic time, MB) samples in time order: the last before `start`, the highest from then on (or the
-    kernel's high-water mark, if higher), the last of all."""
+def rss(samples: Sequence[tuple[float, float]], start: float) -> Rss:
+    """From (monotonic time, MB) samples in time order: the last before `start`, the highest from then on, the last
+    of all."""
     if not samples:
         raise ValueError("no RSS sample")
     before = [mb for t, mb in samples if t <= start] or [samples[0][1]]
     during = [mb for t, mb in samples if t >= start] or [samples[-1][1]]
-    return Rss(before[-1], max(max(during), peak_hwm), samples[-1][1])
+    return Rss(before[-1], max(during), samples[-1][1])
 
 
 def first_status_ratio(attack: Sequence[float | None], quiet: Sequence[float]) -> float | None:

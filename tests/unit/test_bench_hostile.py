@@ -73,11 +73,10 @@ def test_a_new_holder_or_a_transition_in_the_window_is_counted_and_one_before_it
     assert renewals(observed, 80.0, 105.0, 2.0).transitions == 2
 
 
-def test_rss_before_is_the_last_sample_before_the_attack_and_the_peak_takes_the_high_water_mark() -> None:
-    samples = [(0.0, 100.0), (1.0, 101.0), (2.0, 400.0), (3.0, 150.0)]
-    assert rss(samples, 1.5) == Rss(101.0, 400.0, 150.0)
+def test_rss_before_is_the_last_sample_before_the_attack_and_the_peak_the_highest_from_then_on() -> None:
+    samples = [(0.0, 100.0), (1.0, 500.0), (1.2, 101.0), (2.0, 400.0), (3.0, 150.0)]
+    assert rss(samples, 1.5) == Rss(101.0, 400.0, 150.0)  # the 500 before the attack is not its peak
     assert rss(samples, 1.5).growth_mb == 49.0
-    assert rss(samples, 1.5, peak_hwm=900.0).peak_mb == 900.0
     assert rss(samples, -1.0).before_mb == 100.0  # no sample before: the first
     with pytest.raises(ValueError, match="no RSS sample"):
         rss([], 0.0)
