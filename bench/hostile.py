@@ -6,11 +6,11 @@ jobs of `--workers` workers to Running; `--tainted-nodes` plain GPU nodes (8 GPU
 layout webhook is registered for the tenant's namespace. Then two windows of `--flood-seconds` (+ `--after-seconds`):
 
 * quiet: nothing else;
-* attack: one "pod" floods the status endpoint (bench/hostile_flood.py: junk and random bearer tokens with
-  `--header-kb` of headers each, and slow connections), and one tenant creates a `gpus: 13` job with
-  `--tolerations` tolerations, touches a tainted node's label every `--touch-seconds` and posts the job's
-  AdmissionReview to the webhook `--webhook-posts` times (bench/hostile_tenant.py). The flood stops by itself,
-  or early once the leader's RSS passes `--rss-abort` MB (reported as aborted).
+* attack (`--attacks flood,tenant`, or one alone): one "pod" floods the status endpoint (bench/hostile_flood.py:
+  junk and random bearer tokens with `--header-kb` of headers each, and slow connections), and one tenant creates
+  a `gpus: 13` job with `--tolerations` tolerations, touches a tainted node's label every `--touch-seconds` and
+  posts the job's AdmissionReview to the webhook `--webhook-posts` times (bench/hostile_tenant.py). The flood
+  stops by itself, or early once the leader's RSS passes `--rss-abort` MB (reported as aborted).
 
 Measured from outside in both windows (bench/hostile_watch.py): the leader's RSS (before, peak, after), the
 slowest /healthz answer polled every 50 ms (its event loop's longest stall), the Lease's renewals (gaps over twice
@@ -106,37 +106,46 @@ class Run:
                 "renewals": figures.renewals(self.lease.seen, wall, end_wall, RETRY_PERIOD),
                 "cpu_s": round(cpu_seconds(self.operator.pid) - cpu, 2)}
 
-    async def attack(self) -> dict[str, Any]:
-        args, stop = self.args, asyncio.Event()
-        tenant = Tenant(TENANT)
+    async def start_flood(self, log_file: Path) -> asyncio.subprocess.Process:
+        args = self.args
         url = self.operator.status_url + status_report.path(NAMESPACE, "job-0")
-        with (self.workdir / "flood.log").open("ab") as flood_log:
-            flood = await asyncio.create_subprocess_exec(
+        with log_file.open("ab") as flood_log:
+            return await asyncio.create_subprocess_exec(
                 sys.executable, "-m", "bench.hostile_flood", url, f"--seconds={args.flood_seconds}",
                 f"--concurrency={args.concurrency}", f"--header-kb={args.header_kb}",
                 f"--slow-connections={args.slow_connections}", f"--budget-mb={args.budget_mb}",
                 stdout=asyncio.subprocess.PIPE, stderr=flood_log, cwd=ROOT, preexec_fn=die_with_parent)
-        tasks = [asyncio.create_task(tenant.create_job(self.kube, args.tolerations)),
-                 asyncio.create_task(tenant.touch(self.kube, f"{NODE_PREFIX}-0", args.touch_seconds, stop)),
-                 asyncio.create_task(tenant.post_reviews(self.operator.status_url, args.webhook_posts,
-                                                         args.flood_seconds, args.webhook_timeout, stop,
-                                                         args.tolerations))]
-        ended = asyncio.create_task(flood.wait())
+
+    async def attack(self) -> dict[str, Any]:
+        """The flood and the tenant (those of --attacks), until the flood ends, or the window does without one; both
+        stopped early once the leader passes --rss-abort or exits."""
+        args, stop = self.args, asyncio.Event()
+        tenant = Tenant(TENANT)
+        flood = await self.start_flood(self.workdir / "flood.log") if "flood" in args.attacks else None
+        tasks = [] if "tenant" not in args.attacks else [
+            asyncio.create_task(tenant.create_job(self.kube, args.tolerations)),
+            asyncio.create_task(tenant.touch(self.kube, f"{NODE_PREFIX}-0", args.touch_seconds, stop)),
+            asyncio.create_task(tenant.post_reviews(self.operator.status_url, args.webhook_posts, args.flood_seconds,
+                                                    args.webhook_timeout, stop, args.tolerations))]
         over, gone = asyncio.create_task(self.rss.over.wait()), asyncio.create_task(self.rss.gone.wait())
-        await asyncio.wait([ended, over, gone], timeout=args.flood_seconds + 60,
+        ended = asyncio.create_task(flood.wait()) if flood is not None else None
+        await asyncio.wait([over, gone, *([ended] if ended is not None else [])],
+                           timeout=args.flood_seconds + (60 if flood is not None else 0),
                            return_when=asyncio.FIRST_COMPLETED)
-        aborted = self.rss.over.is_set() and not ended.done()
-        if not ended.done():
-            log("attack: the leader's RSS passed --rss-abort: flood stopped" if aborted
-                else "attack: the leader exited: flood stopped")
-            flood.send_signal(signal.SIGTERM)
+        aborted = self.rss.over.is_set() and (ended is None or not ended.done())
+        if aborted or self.rss.gone.is_set():
+            log("attack: the leader's RSS passed --rss-abort: stopped" if aborted else "attack: the leader exited")
         stop.set()
-        output, _ = await flood.communicate()
+        flooded: dict[str, Any] = {}
+        if flood is not None:
+            if flood.returncode is None:
+                flood.send_signal(signal.SIGTERM)
+            output, _ = await flood.communicate()
+            flooded = json.loads(output.decode().strip().splitlines()[-1]) if output.strip() else {}
+            log(f"attack: flood {flooded}")
         for task in (over, gone):
             task.cancel()
         await asyncio.gather(*tasks)
-        flooded = json.loads(output.decode().strip().splitlines()[-1]) if output.strip() else {}
-        log(f"attack: flood {flooded}")
         return {"flood": flooded, "aborted": aborted, "tenant": tenant}
 
 
@@ -245,6 +254,7 @@ async def run(args: argparse.Namespace, workdir: Path, report: Report) -> None:
             summarize(report, quiet, attack, rss, exit_code)
             report.figures.update({"jobs": args.jobs, "workers": args.workers, "tainted_nodes": args.tainted_nodes,
                                    "flood_seconds": args.flood_seconds, "header_kb": args.header_kb,
+                                   "attacks": sorted(args.attacks),
                                    "operator_source": str(args.operator_source or "this checkout")})
         finally:
             if operator is not None:
@@ -255,6 +265,8 @@ async def run(args: argparse.Namespace, workdir: Path, report: Report) -> None:
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m bench.hostile", description=__doc__.split("\n\n")[0])
     add = parser.add_argument
+    add("--attacks", type=lambda text: set(filter(None, text.split(","))), default={"flood", "tenant"},
+        help="which attacks run in the attack window: flood, tenant, or both (default flood,tenant)")
     add("--quick", action="store_true", help="20 jobs, 100 tainted nodes, 5,000 tolerations, a 10 s flood")
     add("--jobs", type=int, default=100, help="jobs Running through both windows (default 100)")
     add("--workers", type=int, default=2, help="workers per job and per probe job (default 2)")
@@ -276,6 +288,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     add("--operator-arg", action="append", default=[], help="an extra `mpiop run` flag (repeatable)")
     add("--keep-logs", type=Path, help="keep the operator's and the flood's logs in this directory")
     args = parser.parse_args(argv)
+    if not args.attacks or not args.attacks <= {"flood", "tenant"}:
+        parser.error(f"--attacks: a comma-separated subset of flood,tenant, not {','.join(sorted(args.attacks))}")
     if args.quick:
         args.jobs, args.tainted_nodes, args.tolerations = 20, 100, 5000
         args.flood_seconds = min(args.flood_seconds, 10.0)
