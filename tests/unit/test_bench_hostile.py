@@ -21,6 +21,7 @@ from bench.hostile_figures import (
 from bench.hostile_flood import FIELD, MAX_LINES, Tally, header_bytes, padding
 from mpiop.api.v2beta1 import MPIJob
 from mpiop.controller import layout_webhook
+from mpiop.desired.settings import DEFAULT_SETTINGS
 from mpiop.policies import gpu_layout
 from testkit.hostile_layout import admission_review, hostile_job, tainted_gpu_nodes, tolerations
 from testkit.nodes import gpu_nodes
@@ -122,7 +123,9 @@ def test_flood_budget_refuses_the_request_that_would_pass_it() -> None:
     assert (tally.sent_bytes, tally.stopped_by) == (600, "budget")
 
 
-def test_the_hostile_job_fits_no_node_so_it_stays_to_be_laid_out_scanning_every_toleration() -> None:
+def test_the_hostile_job_fits_no_node_so_it_stays_to_be_laid_out() -> None:
+    """The premise of the tenant attack: the job is never laid out, so every node event lays it out again; the
+    webhook answers it with a warning and no patch, and over the layout's entry limit it is not matched at all."""
     job = hostile_job("hostile", "tenant", 50)
     worker = job["spec"]["mpiReplicaSpecs"]["Worker"]["template"]["spec"]
     assert worker["tolerations"] == tolerations(50) and len(worker["tolerations"]) == 50
@@ -130,11 +133,12 @@ def test_the_hostile_job_fits_no_node_so_it_stays_to_be_laid_out_scanning_every_
     nodes = tainted_gpu_nodes("t", 3) + gpu_nodes("free", 2, 8)
     parsed = MPIJob.model_validate(job)
     assert gpu_layout.needs_layout(parsed)
-    assert gpu_layout.why_not_eligible(nodes[0], worker) == (
-        "taint test.mpiop.dev/reserved=tenant-b:NoSchedule not tolerated")  # the GPU taint was, at the list's end
-    chosen = gpu_layout.choose(parsed, nodes)
-    assert isinstance(chosen, str) and "13" in chosen
-    answer = layout_webhook.review(admission_review(job), nodes)["response"]
+    limit = DEFAULT_SETTINGS.gpu_layout_max_entries
+    chosen = gpu_layout.choose(parsed, nodes, limit)
+    assert isinstance(chosen, str) and "13" in chosen and "taint not tolerated" in chosen
+    over = gpu_layout.choose(parsed, nodes, 49)
+    assert isinstance(over, str) and "tolerations: 50 entries" in over, over
+    answer = layout_webhook.review(admission_review(job), nodes, limit)["response"]
     assert answer["allowed"] and "patch" not in answer and answer["warnings"]
     assert admission_review(job)["request"]["namespace"] == "tenant"
     assert orjson.loads(orjson.dumps(admission_review(job)))["request"]["object"] == job
