@@ -136,7 +136,7 @@ async def certificates(client: KubeClient, hosts: list[str], ref: SecretRef | No
     try:
         ca, outcome = await shared_ca(client, ref, now)
     except ApiError as error:
-        if error.status == 403:  # e.g. the image upgraded before the RBAC: serve on, as before the Secret
+        if error.forbidden:  # e.g. the image upgraded before the RBAC: serve on, as before the Secret
             log.error("status endpoint CA: the Secret is refused, so this process serves under a CA of its own and a "
                       "restart rewrites the CA in every job's ConfigMap; its ServiceAccount needs secrets create, "
                       "and get and update on the Secret (deploy/base/rbac.yaml, Role mpiop-status-endpoint)",

@@ -215,7 +215,7 @@ class OwnPod:
             await client.patch(PODS, self.namespace, self.name,
                                {"metadata": {"labels": {SERVING_LABEL: SERVING if serving else None}}})
         except (ApiError, OSError) as error:
-            forbidden = isinstance(error, ApiError) and error.status == 403
+            forbidden = isinstance(error, ApiError) and error.forbidden
             log.error("could not label this process's pod for the status Service" + (
                 ": its ServiceAccount needs pods patch in its namespace (deploy/base/rbac.yaml)" if forbidden else ""),
                 pod=f"{self.namespace}/{self.name}", label=SERVING_LABEL, serving=serving, error=str(error)[:200])

@@ -19,7 +19,7 @@ from mpiop.controller.status_endpoint import (
     check_reporter,
     parse_report,
 )
-from mpiop.kube.client import KubeClient, Resource
+from mpiop.kube.client import ApiError, KubeClient, Resource
 from testkit.mpijobs import at, make_mpijob
 
 JOB = make_mpijob("pa", "ns").uid("job-uid").json()
@@ -151,3 +151,9 @@ async def test_progress_writes_wait_for_a_slot_and_then_write_the_newest_report(
 ])
 def test_own_pod_from_the_downward_api(env: dict[str, str], found: OwnPod | None) -> None:
     assert OwnPod.from_env(env) == found
+
+
+@pytest.mark.parametrize(("status", "forbidden"), [(403, True), (401, False), (404, False)])
+def test_api_error_forbidden(status: int, forbidden: bool) -> None:
+    """What OwnPod.mark and the CA's Secret ask of a refusal: a 403 is RBAC's, and the log says what to grant."""
+    assert ApiError(status, {"reason": "Forbidden"}, "PATCH", "/api/v1/namespaces/x/pods/y").forbidden is forbidden
