@@ -16,6 +16,7 @@ import datetime as dt
 import gc
 import os
 import re
+import resource
 import signal
 import socket
 import uuid
@@ -30,8 +31,9 @@ from mpiop import metrics
 from mpiop.certs import Certificates
 from mpiop.controller import layout_webhook, status_ca
 from mpiop.controller.manager import Manager, ManagerConfig
-from mpiop.controller.status_endpoint import OwnPod, StatusWriter, TokenReviews, status_app
+from mpiop.controller.status_endpoint import BODY_SECONDS, OwnPod, StatusWriter, status_app
 from mpiop.controller.supervisor import Supervisor
+from mpiop.controller.token_reviews import ReviewLimits, TokenReviews
 from mpiop.desired.hostnetwork import PortRange
 from mpiop.desired.launch import LAUNCH_ANNOTATION, LAUNCH_MODES
 from mpiop.desired.podgroup import gang_scheduler
@@ -39,13 +41,14 @@ from mpiop.desired.settings import DEFAULT_SETTINGS, Settings
 from mpiop.desired.status_report import StatusEndpoint
 from mpiop.kube.client import KubeClient
 from mpiop.leader import ElectionConfig, LeaderElector, LeadershipLostError
-from mpiop.server import Checks, Servers, health_app, metrics_app
+from mpiop.server import Checks, Limits, Servers, health_app, metrics_app
 
 log = structlog.get_logger(__name__)
 SA_NAMESPACE_FILE = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
 # Where the flags' defaults live (the help text reads them): each once, in the value the flag fills.
 _CONFIG, _SETTINGS = ManagerConfig(), DEFAULT_SETTINGS
 _ELECTION = ElectionConfig(namespace="", name="", identity="")
+_LIMITS, _REVIEWS = Limits(), ReviewLimits()
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d*)?|\.\d+)\s*(ms|s|m|h)?\s*$")
 
 
@@ -80,6 +83,17 @@ def _at_least(minimum: int) -> Callable[[str], int]:
             raise argparse.ArgumentTypeError(f"not a whole number >= {minimum}: {text!r}")
         return value
     return parse
+
+
+def _positive(text: str) -> float:
+    """An argparse type: a number > 0."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = 0.0
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"not a number > 0: {text!r}")
+    return value
 
 
 def _exit_codes(text: str) -> frozenset[int]:
@@ -182,6 +196,37 @@ def add_run_arguments(parser: argparse.ArgumentParser) -> None:
     status.add_argument("--status-write-seconds", type=float, default=10.0, metavar="SECONDS",
                         help="write a job's reported progress at most this often, the posts in between coalesced "
                              "(default %(default)g)")
+    # Every pod of every tenant can reach the endpoint: what one may hold of it (docs/security.md, "Status endpoint
+    # limits"). The probes' and /metrics' servers take the connection and header limits too.
+    status.add_argument("--status-max-connections", type=_at_least(1), default=_LIMITS.max_connections, metavar="N",
+                        help="connections open at once; one more is closed at once (default %(default)s)")
+    status.add_argument("--status-max-connections-per-source", type=_at_least(1),
+                        default=_LIMITS.max_connections_per_source, metavar="N",
+                        help="connections open at once from one address (a pod; a node, for hostNetwork pods); one "
+                             "more is closed at once (default %(default)s)")
+    status.add_argument("--status-idle-seconds", type=_positive, default=_LIMITS.idle_seconds, metavar="SECONDS",
+                        help="a connection that has not finished its TLS handshake, or sent a whole request's headers, "
+                             "this long after it opened or after its last answer is closed (default %(default)g)")
+    status.add_argument("--status-max-headers", type=_at_least(1), default=_LIMITS.max_headers, metavar="N",
+                        help="header lines one request may have; more is a 400 (default %(default)s)")
+    status.add_argument("--status-max-header-bytes", type=_at_least(1024), default=_LIMITS.max_header_bytes,
+                        metavar="BYTES",
+                        help="bytes of the request line and of each header line; more is a 400 (default %(default)s)")
+    status.add_argument("--status-body-seconds", type=_positive, default=BODY_SECONDS, metavar="SECONDS",
+                        help="the time a post whose token was accepted has to send its body; then a 408 "
+                             "(default %(default)g)")
+    status.add_argument("--status-review-in-flight", type=_at_least(1), default=_REVIEWS.in_flight, metavar="N",
+                        help="TokenReviews of posted tokens at once, on a client of their own (default %(default)s)")
+    status.add_argument("--status-review-per-source-qps", type=_positive, default=_REVIEWS.per_source_qps,
+                        metavar="QPS",
+                        help="TokenReviews a second that the posts of one address may cause (tokens not cached); past "
+                             "it (and its burst) a 429 with Retry-After (default %(default)g)")
+    status.add_argument("--status-review-per-source-burst", type=_at_least(1), default=_REVIEWS.per_source_burst,
+                        metavar="N",
+                        help="TokenReviews the posts of one address may cause at once (default %(default)s)")
+    status.add_argument("--status-token-cache-size", type=_at_least(1), default=_REVIEWS.cache_size, metavar="N",
+                        help="tokens whose review is kept: N accepted (60 s), N refused (10 s), each dropping the "
+                             "least recently used; and the budgets of N addresses (default %(default)s)")
     parser.add_argument("--resync-seconds", type=float, default=_CONFIG.resync_seconds,
                         help="re-reconcile every job this often (default %(default)gs)")
     parser.add_argument("--pod-event-batch-seconds", type=float, default=_CONFIG.pod_event_batch_seconds,
@@ -246,32 +291,67 @@ async def status_certificates(args: argparse.Namespace, client: KubeClient) -> C
         raise SystemExit(str(error)) from None
 
 
+def server_limits(args: argparse.Namespace) -> Limits:
+    return Limits(max_connections=args.status_max_connections,
+                  max_connections_per_source=args.status_max_connections_per_source,
+                  idle_seconds=args.status_idle_seconds, max_headers=args.status_max_headers,
+                  max_header_bytes=args.status_max_header_bytes)
+
+
+def review_limits(args: argparse.Namespace) -> ReviewLimits:
+    return ReviewLimits(in_flight=args.status_review_in_flight, per_source_qps=args.status_review_per_source_qps,
+                        per_source_burst=args.status_review_per_source_burst, cache_size=args.status_token_cache_size)
+
+
+def count_refused_connection(limit: str) -> None:
+    """A connection closed at a limit, in the posts' counter: no answer was sent, so its code is 0."""
+    metrics.STATUS_POSTS.labels("0", f"too_many_{limit}").inc()
+
+
+CA_CHECK_SECONDS = 3600.0
+
+
 async def serve_status(servers: Servers, manager: Manager, client: KubeClient, args: argparse.Namespace,
                        certificates: Certificates, leading: asyncio.Event | None,
                        labelled: tuple[OwnPod, KubeClient] | None) -> None:
-    """The status endpoint, once leading (only the leader may write): it serves until the process stops, and its
-    serving certificate is renewed from the same CA when due (checked hourly). Once it listens, the process's
-    pod is labelled for the Service that routes the jobs' posts, and the GPU layout webhook (served beside it)
-    is given the CA."""
+    """The status endpoint, once leading (only the leader may write): it serves until the process stops. Hourly,
+    its serving certificate is renewed from the same CA when due, and the CA itself before it ends
+    (status_ca.Renewal: the jobs' pods are given the next CA beside the current one before it is served). Once it
+    listens, the process's pod is labelled for the Service that routes the jobs' posts, and the GPU layout webhook
+    (served beside it) is given the CA. TokenReviews go through a client of their own (token_reviews)."""
     if leading is not None:
         await leading.wait()
+    ref = status_ca.parse_secret_ref(args.status_ca_secret, own_namespace())
+    renewal = status_ca.Renewal(certificates, ref)
+    review_client = await KubeClient.connect(args.kubeconfig, qps=0, burst=args.status_review_in_flight,
+                                             observer=metrics.observe_request, field_manager=args.field_manager)
+    reviews = TokenReviews(review_client, review_limits(args))
     writer = StatusWriter(client, interval=args.status_write_seconds)
-    app = status_app(manager.caches, TokenReviews(client), writer)
+    app = status_app(manager.caches, reviews, writer, body_seconds=args.status_body_seconds)
     webhook = args.gpu_layout_webhook if args.gpu_layout else ""
     if webhook:
         layout_webhook.add_route(app, manager.caches.node_list)
-    await servers.start(app, args.status_addr, "the status endpoint", ssl_context=certificates.context)
-    if labelled is not None:
-        await labelled[0].mark(labelled[1], serving=True)
-    if webhook:
-        await layout_webhook.install_ca_bundle(client, webhook, certificates.ca_pem)
     try:
+        await servers.start(app, args.status_addr, "the status endpoint", ssl_context=certificates.context,
+                            limits=server_limits(args), on_refused=count_refused_connection)
+        if labelled is not None:
+            await labelled[0].mark(labelled[1], serving=True)
+        webhook_trusts = ""
         while True:
-            await asyncio.sleep(3600)
+            if await renewal.check(client, dt.datetime.now(dt.UTC)):  # a standby that took over may serve an old CA
+                endpoint = StatusEndpoint(args.status_url, renewal.trusted())
+                manager.config.settings = manager.reconciler.settings = dataclasses.replace(
+                    manager.reconciler.settings, status_endpoint=endpoint)  # each job's ConfigMap, by the resync
+            if webhook and webhook_trusts != renewal.trusted():
+                await layout_webhook.install_ca_bundle(client, webhook, renewal.trusted())
+                webhook_trusts = renewal.trusted()
+            await asyncio.sleep(CA_CHECK_SECONDS)
             if certificates.rotate_if_due(dt.datetime.now(dt.UTC)):
                 log.info("status endpoint certificate renewed", not_after=certificates.not_after.isoformat())
     finally:
         await writer.close()
+        await reviews.close()
+        await review_client.close()
 
 
 def election_from_args(args: argparse.Namespace) -> ElectionConfig | None:
@@ -360,8 +440,21 @@ def health_checks(manager: Manager, elector: LeaderElector | None) -> Checks:
 GC_YOUNG_THRESHOLD = 10_000
 
 
+def raise_open_files_limit() -> None:
+    """The soft limit of open files up to the hard one, as Go's runtime does at start: a container's soft limit may be
+    1,024, fewer than --status-max-connections beside the apiserver's connections."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    wanted = hard if hard != resource.RLIM_INFINITY else max(soft, 1 << 20)
+    if soft != resource.RLIM_INFINITY and soft < wanted:
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (wanted, hard))
+        except (ValueError, OSError) as error:
+            log.warning("could not raise the open files limit", soft=soft, hard=hard, error=str(error))
+
+
 async def run(args: argparse.Namespace) -> int:
     gc.set_threshold(GC_YOUNG_THRESHOLD, *gc.get_threshold()[1:])
+    raise_open_files_limit()
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGTERM, signal.SIGINT):
@@ -386,8 +479,9 @@ async def run(args: argparse.Namespace) -> int:
         manager = Manager(client, config, Supervisor())
         await manager.preflight()
         metrics.IS_LEADER.set(0 if elector is not None else 1)
-        await servers.start(health_app(health_checks(manager, elector)), args.health_addr, "health probes")
-        await servers.start(metrics_app(), args.metrics_addr, "metrics")
+        await servers.start(health_app(health_checks(manager, elector)), args.health_addr, "health probes",
+                            limits=server_limits(args))
+        await servers.start(metrics_app(), args.metrics_addr, "metrics", limits=server_limits(args))
         # Unguarded (the standby may not write through `client`): this one label, on the process's own pod.
         own_pod = None if certificates is None else OwnPod.from_env()
         labelled = None if own_pod is None else (own_pod, lease_client or client)
