@@ -14,9 +14,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import socket
 import ssl
 import struct
+import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -79,6 +81,32 @@ def metrics_app(registry: CollectorRegistry = REGISTRY) -> web.Application:
     return app
 
 
+class EveryMinute(logging.Filter):
+    """At most `records` records a minute pass: aiohttp logs a traceback for each request it refuses to parse (too
+    many headers, a line too long), and anyone who reaches the endpoint may send a thousand a second."""
+
+    def __init__(self, records: int = 10, clock: Callable[[], float] = time.monotonic) -> None:
+        super().__init__()
+        self.records, self.clock = records, clock
+        self.window, self.passed, self.dropped = clock(), 0, 0
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        now = self.clock()
+        if now - self.window >= 60:
+            if self.dropped:
+                record.msg = f"{record.msg} ({self.dropped} more such records dropped in the last minute)"
+            self.window, self.passed, self.dropped = now, 0, 0
+        if self.passed >= self.records:
+            self.dropped += 1
+            return False
+        self.passed += 1
+        return True
+
+
+REQUEST_ERRORS = logging.getLogger("mpiop.server.requests")  # aiohttp's request errors, within EveryMinute
+REQUEST_ERRORS.addFilter(EveryMinute())
+
+
 @dataclass(frozen=True)
 class Limits:
     """What the clients of one server may hold (`mpiop run`'s --status-* flags; each default is here, once)."""
@@ -93,7 +121,7 @@ class Limits:
         """aiohttp's: its keep-alive timeout also closes a connection that has not sent a whole request's headers
         that long after it opened or after its last answer (a slowloris)."""
         return {"keepalive_timeout": self.idle_seconds, "max_line_size": self.max_header_bytes,
-                "max_field_size": self.max_header_bytes, "max_headers": self.max_headers}
+                "max_field_size": self.max_header_bytes, "max_headers": self.max_headers, "logger": REQUEST_ERRORS}
 
 
 OVER_CONNECTIONS, OVER_SOURCE_CONNECTIONS = "connections", "source_connections"

@@ -36,7 +36,8 @@ from mpiop.controller.token_reviews import PostRefusedError, Refused, Reviewer, 
 from mpiop.desired import status_report
 from mpiop.kube.client import MPIJOBS, PODS, ApiError, KubeClient
 
-__all__ = ["PostRefusedError", "Reviewer", "StatusWriter", "TokenReviews", "check_reporter", "parse_report", "status_app"]
+__all__ = ["PostRefusedError", "Reviewer", "StatusWriter", "TokenReviews", "check_reporter", "parse_report",
+           "status_app"]
 
 log = structlog.get_logger(__name__)
 BODY_LIMIT = 64 * 1024
