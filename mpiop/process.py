@@ -12,7 +12,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import dataclasses
-import datetime as dt
 import gc
 import os
 import re
@@ -27,13 +26,11 @@ import structlog
 import uvloop
 
 from mpiop import logging as mpiop_logging
-from mpiop import metrics
-from mpiop.certs import Certificates
-from mpiop.controller import layout_webhook, status_ca
+from mpiop import metrics, status_serving
 from mpiop.controller.manager import Manager, ManagerConfig
-from mpiop.controller.status_endpoint import BODY_SECONDS, OwnPod, StatusWriter, status_app
+from mpiop.controller.status_endpoint import BODY_SECONDS, OwnPod
 from mpiop.controller.supervisor import Supervisor
-from mpiop.controller.token_reviews import ReviewLimits, TokenReviews
+from mpiop.controller.token_reviews import ReviewLimits
 from mpiop.desired.hostnetwork import PortRange
 from mpiop.desired.launch import LAUNCH_ANNOTATION, LAUNCH_MODES
 from mpiop.desired.podgroup import gang_scheduler
@@ -279,81 +276,6 @@ def own_namespace() -> str:
     return namespace
 
 
-async def status_certificates(args: argparse.Namespace, client: KubeClient) -> Certificates | None:
-    """The status endpoint's serving certificate, signed by the CA of --status-ca-secret (made there if need be)."""
-    if not args.status_endpoint:
-        return None
-    try:
-        hosts = status_ca.endpoint_hosts(args.status_url)
-        ref = status_ca.parse_secret_ref(args.status_ca_secret, own_namespace())
-        return await status_ca.certificates(client, hosts, ref, dt.datetime.now(dt.UTC))
-    except (ValueError, status_ca.CASecretError) as error:
-        raise SystemExit(str(error)) from None
-
-
-def server_limits(args: argparse.Namespace) -> Limits:
-    return Limits(max_connections=args.status_max_connections,
-                  max_connections_per_source=args.status_max_connections_per_source,
-                  idle_seconds=args.status_idle_seconds, max_headers=args.status_max_headers,
-                  max_header_bytes=args.status_max_header_bytes)
-
-
-def review_limits(args: argparse.Namespace) -> ReviewLimits:
-    return ReviewLimits(in_flight=args.status_review_in_flight, per_source_qps=args.status_review_per_source_qps,
-                        per_source_burst=args.status_review_per_source_burst, cache_size=args.status_token_cache_size)
-
-
-def count_refused_connection(limit: str) -> None:
-    """A connection closed at a limit, in the posts' counter: no answer was sent, so its code is 0."""
-    metrics.STATUS_POSTS.labels("0", f"too_many_{limit}").inc()
-
-
-CA_CHECK_SECONDS = 3600.0
-
-
-async def serve_status(servers: Servers, manager: Manager, client: KubeClient, args: argparse.Namespace,
-                       certificates: Certificates, leading: asyncio.Event | None,
-                       labelled: tuple[OwnPod, KubeClient] | None) -> None:
-    """The status endpoint, once leading (only the leader may write): it serves until the process stops. Hourly,
-    its serving certificate is renewed from the same CA when due, and the CA itself before it ends
-    (status_ca.Renewal: the jobs' pods are given the next CA beside the current one before it is served). Once it
-    listens, the process's pod is labelled for the Service that routes the jobs' posts, and the GPU layout webhook
-    (served beside it) is given the CA. TokenReviews go through a client of their own (token_reviews)."""
-    if leading is not None:
-        await leading.wait()
-    ref = status_ca.parse_secret_ref(args.status_ca_secret, own_namespace())
-    renewal = status_ca.Renewal(certificates, ref)
-    review_client = await KubeClient.connect(args.kubeconfig, qps=0, burst=args.status_review_in_flight,
-                                             observer=metrics.observe_request, field_manager=args.field_manager)
-    reviews = TokenReviews(review_client, review_limits(args))
-    writer = StatusWriter(client, interval=args.status_write_seconds)
-    app = status_app(manager.caches, reviews, writer, body_seconds=args.status_body_seconds)
-    webhook = args.gpu_layout_webhook if args.gpu_layout else ""
-    if webhook:
-        layout_webhook.add_route(app, manager.caches.node_list)
-    try:
-        await servers.start(app, args.status_addr, "the status endpoint", ssl_context=certificates.context,
-                            limits=server_limits(args), on_refused=count_refused_connection)
-        if labelled is not None:
-            await labelled[0].mark(labelled[1], serving=True)
-        webhook_trusts = ""
-        while True:
-            if await renewal.check(client, dt.datetime.now(dt.UTC)):  # a standby that took over may serve an old CA
-                endpoint = StatusEndpoint(args.status_url, renewal.trusted())
-                manager.config.settings = manager.reconciler.settings = dataclasses.replace(
-                    manager.reconciler.settings, status_endpoint=endpoint)  # each job's ConfigMap, by the resync
-            if webhook and webhook_trusts != renewal.trusted():
-                await layout_webhook.install_ca_bundle(client, webhook, renewal.trusted())
-                webhook_trusts = renewal.trusted()
-            await asyncio.sleep(CA_CHECK_SECONDS)
-            if certificates.rotate_if_due(dt.datetime.now(dt.UTC)):
-                log.info("status endpoint certificate renewed", not_after=certificates.not_after.isoformat())
-    finally:
-        await writer.close()
-        await reviews.close()
-        await review_client.close()
-
-
 def election_from_args(args: argparse.Namespace) -> ElectionConfig | None:
     """The leader election settings, or None without --leader-elect; exits on impossible timings."""
     if not args.leader_elect:
@@ -472,7 +394,7 @@ async def run(args: argparse.Namespace) -> int:
     servers = Servers()
     try:
         # Unguarded (a standby may not write through `client`): the CA's Secret, made by whoever starts first.
-        certificates = await status_certificates(args, lease_client or client)
+        certificates = await status_serving.status_certificates(args, lease_client or client, own_namespace())
         if certificates is not None:
             config.settings = dataclasses.replace(config.settings,
                                                   status_endpoint=StatusEndpoint(args.status_url, certificates.ca_pem))
@@ -480,16 +402,16 @@ async def run(args: argparse.Namespace) -> int:
         await manager.preflight()
         metrics.IS_LEADER.set(0 if elector is not None else 1)
         await servers.start(health_app(health_checks(manager, elector)), args.health_addr, "health probes",
-                            limits=server_limits(args))
-        await servers.start(metrics_app(), args.metrics_addr, "metrics", limits=server_limits(args))
+                            limits=status_serving.server_limits(args))
+        await servers.start(metrics_app(), args.metrics_addr, "metrics", limits=status_serving.server_limits(args))
         # Unguarded (the standby may not write through `client`): this one label, on the process's own pod.
         own_pod = None if certificates is None else OwnPod.from_env()
         labelled = None if own_pod is None else (own_pod, lease_client or client)
         if labelled is not None:
             await labelled[0].mark(labelled[1], serving=False)
-        status_server = None if certificates is None else asyncio.create_task(serve_status(
+        status_server = None if certificates is None else asyncio.create_task(status_serving.serve_status(
             servers, manager, client, args, certificates, elector.leading if elector is not None else None,
-            labelled), name="status-endpoint")
+            labelled, own_namespace()), name="status-endpoint")
         if status_server is not None:  # a port it cannot bind stops the process, as a dead informer does
             status_server.add_done_callback(
                 lambda task: None if task.cancelled() or task.exception() is None
