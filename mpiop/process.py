@@ -221,6 +221,9 @@ def add_run_arguments(parser: argparse.ArgumentParser) -> None:
     status.add_argument("--status-review-per-source-burst", type=_at_least(1), default=_REVIEWS.per_source_burst,
                         metavar="N",
                         help="TokenReviews the posts of one address may cause at once (default %(default)s)")
+    status.add_argument("--status-review-queue", type=_at_least(1), default=_REVIEWS.queue, metavar="N",
+                        help="TokenReviews under way or waiting for their turn; past it a 503 with Retry-After "
+                             "(default %(default)s)")
     status.add_argument("--status-token-cache-size", type=_at_least(1), default=_REVIEWS.cache_size, metavar="N",
                         help="tokens whose review is kept: N accepted (60 s), N refused (10 s), each dropping the "
                              "least recently used; and the budgets of N addresses (default %(default)s)")

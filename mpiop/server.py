@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import math
 import socket
 import ssl
 import struct
@@ -112,7 +113,9 @@ class Limits:
     """What the clients of one server may hold (`mpiop run`'s --status-* flags; each default is here, once)."""
 
     max_connections: int = 1000  # open at once, in all
-    max_connections_per_source: int = 32  # open at once from one address (one pod; a node's, for hostNetwork pods)
+    # Open at once from one address: a pod; a node's hostNetwork pods; the apiserver calling the GPU layout webhook,
+    # a connection per job created at once (its failurePolicy Ignore: past this, a job is laid out after it is made).
+    max_connections_per_source: int = 100
     idle_seconds: float = 10.0  # to finish the TLS handshake, to send a whole request's headers, idle between requests
     max_headers: int = 32  # header lines of one request
     max_header_bytes: int = 8190  # the request line, and each header line (a pod's token is ~1 KiB)
@@ -134,9 +137,11 @@ class ConnectionGate:
     limits: Limits
     what: str
     on_refused: Callable[[str], None] = lambda limit: None
+    clock: Callable[[], float] = time.monotonic
     open: int = 0
     by_source: dict[str, int] = field(default_factory=dict)
-    _full: bool = False
+    refused: int = 0  # since the last warning, which is at most one a minute
+    warned: float = -math.inf
 
     def admit(self, source: str) -> str | None:
         """None, and the connection counted; or the limit that refuses it (OVER_CONNECTIONS or
@@ -148,11 +153,13 @@ class ConnectionGate:
         else:
             refused = None
         if refused is not None:
-            if not self._full:  # once per spell at the limit, not once per connection
-                log.warning(f"{self.what}: refusing connections at a limit", limit=refused, source=source,
-                            open=self.open, max_connections=self.limits.max_connections,
+            self.refused += 1
+            if (now := self.clock()) - self.warned >= 60:
+                log.warning(f"{self.what}: connections closed at a limit (--status-max-connections, "
+                            "--status-max-connections-per-source)", limit=refused, source=source, open=self.open,
+                            refused=self.refused, max_connections=self.limits.max_connections,
                             max_connections_per_source=self.limits.max_connections_per_source)
-                self._full = True
+                self.warned, self.refused = now, 0
             self.on_refused(refused)
             return refused
         self.open += 1
@@ -164,8 +171,6 @@ class ConnectionGate:
         left = self.by_source.pop(source, 1) - 1
         if left > 0:
             self.by_source[source] = left
-        if self.open < self.limits.max_connections // 2:
-            self._full = False
 
 
 class _Connection(asyncio.Protocol):

@@ -46,7 +46,8 @@ def server_limits(args: argparse.Namespace) -> Limits:
 
 def review_limits(args: argparse.Namespace) -> ReviewLimits:
     return ReviewLimits(in_flight=args.status_review_in_flight, per_source_qps=args.status_review_per_source_qps,
-                        per_source_burst=args.status_review_per_source_burst, cache_size=args.status_token_cache_size)
+                        per_source_burst=args.status_review_per_source_burst, cache_size=args.status_token_cache_size,
+                        queue=args.status_review_queue)
 
 
 def count_refused_connection(limit: str) -> None:

@@ -75,6 +75,7 @@ class ReviewLimits:
     per_source_qps: float = 5.0  # reviews a source address may start per second (of tokens not cached) ...
     per_source_burst: int = 20  # ... and at once: a node's pods starting together
     cache_size: int = 20_000  # accepted tokens kept; as many refused ones, and as many sources' budgets
+    queue: int = 1000  # reviews under way or waiting for a slot; past it a 503 (posts that hung up leave theirs)
 
 
 class SourceBudget:
@@ -128,6 +129,9 @@ class TokenReviews:
                                f"{source} asked for more than {limits.per_source_burst} token reviews at once or "
                                f"{limits.per_source_qps:g} a second (--status-review-per-source-burst, "
                                f"--status-review-per-source-qps): retry in {wait}s", retry_after=wait)
+            if len(self._reviewing) >= self.limits.queue:
+                return Refused(503, "review_queue", f"{self.limits.queue} token reviews are under way or waiting "
+                                                    "(--status-review-queue): retry in 1s", retry_after=1)
             reviewing = self._reviewing[key] = asyncio.create_task(self._review(key, token), name="token-review")
             reviewing.add_done_callback(lambda _: self._reviewing.pop(key, None))
         # Shielded: a poster that hangs up does not cancel the review the others wait for.

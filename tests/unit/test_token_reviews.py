@@ -128,6 +128,20 @@ async def test_at_most_in_flight_reviews_at_once() -> None:
     assert (apiserver.most_in_flight, len(apiserver.sent)) == (4, 12)
 
 
+async def test_past_the_queue_a_new_token_is_a_503_naming_the_limit() -> None:
+    """Posters that hang up leave their reviews behind (shielded for the others): the reviews waiting are bounded."""
+    apiserver = Apiserver(hold=True)
+    lane = reviews(apiserver, in_flight=1, queue=3)
+    posts = [asyncio.create_task(lane.review(f"junk-{i}", f"10.0.0.{i}")) for i in range(3)]
+    await wait_for()
+    over = await lane.review("junk-x", "10.0.0.9")
+    assert isinstance(over, Refused) and (over.code, over.reason, over.retry_after) == (503, "review_queue", 1)
+    assert "--status-review-queue" in over.message
+    apiserver.release.set()
+    await asyncio.gather(*posts)
+    assert isinstance(await lane.review("junk-x", "10.0.0.9"), Refused) and len(apiserver.sent) == 4
+
+
 async def test_a_source_past_its_budget_is_refused_429_naming_the_limit() -> None:
     """1,000 made-up tokens from one pod were 1,000 TokenReviews; now its burst, then its rate."""
     apiserver, clock = Apiserver(), Clock()
