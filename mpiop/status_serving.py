@@ -58,6 +58,13 @@ def count_refused_connection(limit: str) -> None:
 CA_CHECK_SECONDS = 3600.0
 
 
+def trust(manager: Manager, url: str, ca_pem: str) -> None:
+    """Have the jobs' pods trust `ca_pem`: the settings each reconcile decides by, so the next pass of each job (the
+    resync, every --resync-seconds) writes it into the job's ConfigMap, whence the kubelet gives it to its pods."""
+    settings = dataclasses.replace(manager.reconciler.settings, status_endpoint=StatusEndpoint(url, ca_pem))
+    manager.config.settings = manager.reconciler.settings = settings
+
+
 async def serve_status(servers: Servers, manager: Manager, client: KubeClient, args: argparse.Namespace,
                        certificates: Certificates, leading: asyncio.Event | None,
                        labelled: tuple[OwnPod, KubeClient] | None, namespace: str) -> None:
@@ -86,9 +93,7 @@ async def serve_status(servers: Servers, manager: Manager, client: KubeClient, a
         webhook_trusts = ""
         while True:
             if await renewal.check(client, dt.datetime.now(dt.UTC)):  # a standby that took over may serve an old CA
-                endpoint = StatusEndpoint(args.status_url, renewal.trusted())
-                manager.config.settings = manager.reconciler.settings = dataclasses.replace(
-                    manager.reconciler.settings, status_endpoint=endpoint)  # each job's ConfigMap, by the resync
+                trust(manager, args.status_url, renewal.trusted())
             if webhook and webhook_trusts != renewal.trusted():
                 await layout_webhook.install_ca_bundle(client, webhook, renewal.trusted())
                 webhook_trusts = renewal.trusted()
