@@ -101,7 +101,7 @@ def test_a_running_kubeflow_job_is_taken_over_and_succeeds(bare: E2E) -> None:
             if is_true(job, "Succeeded") or is_true(job, "Failed"):
                 break
             assert time.monotonic() - adopted < 180, f"not finished 180 s after mpiop started\n{e2e.describe('pi')}"
-            time.sleep(0.5)
+            time.sleep(0.5)  # poll interval: every pod the job ever had is seen (each lives seconds at least)
         e2e.record("kubeflow-job-adopted (from mpiop's start)", time.monotonic() - adopted)
         e2e.record("kubeflow-job-adopted (from creation)", time.monotonic() - created)
         assert e2e.node.workdir is not None

@@ -20,6 +20,7 @@ from testkit.e2e.kube import is_true, wait_for
 from testkit.e2e.mpi import PI_LINE, assert_succeeded, delete_worker_mid_run, finalize_hang, mpich_pi_command
 from testkit.e2e.session import E2E, OPENMPI, REPORT
 from testkit.e2e.training import IDENTITY, RANKS, ddp_job, script_config_map
+from testkit.pods import env_of
 
 ACCEPTED = "Accepted publickey"
 
@@ -60,7 +61,7 @@ def assert_host_network_pi(e2e: E2E, job: str, ranks: int = 4, log: str | None =
         name = pod["metadata"]["name"]
         assert pod["spec"].get("hostNetwork") is True
         assert pod["status"].get("podIP") == pod["status"].get("hostIP"), "on the node's own address"
-        env = {e["name"]: e.get("value") for e in pod["spec"]["containers"][0].get("env", [])}
+        env = env_of(pod)
         ports[name] = ssh_port(pod)
         assert env["MPIOP_SSH_PORT"] == str(ports[name])
         worker_log = e2e.api.logs(e2e.ns, name)

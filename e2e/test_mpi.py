@@ -3,6 +3,7 @@ launcher's log. Times from creating the MPIJob to its final condition go to the 
 
 from __future__ import annotations
 
+import asyncio
 import re
 import time
 
@@ -140,7 +141,10 @@ def test_suspended_then_resumed(e2e: E2E) -> None:
     started = e2e.create_job(pi_job("suspended", e2e.image, runPolicy={"suspend": True}))
     wait_for(lambda: is_true(e2e.job("suspended"), "Suspended"), 60, "the Suspended condition",
              describe=lambda: e2e.describe("suspended"))
-    time.sleep(3)  # long enough for an operator that wrongly starts pods to have started some
+    # Then until the operator is quiet (its queue empty, no request for 2 s): one that wrongly starts pods
+    # has asked for them by then, however loaded the node.
+    assert e2e.operator is not None
+    asyncio.run(e2e.operator.settle(quiet=2.0, every=0.5, timeout=120, min_reconciles=1))
     assert e2e.api.pods(e2e.ns) == [], "pods exist while the job is suspended"
     resumed = time.monotonic()
     e2e.api.merge_patch(f"{MPIJOBS.format(ns=e2e.ns)}/suspended", {"spec": {"runPolicy": {"suspend": False}}})
@@ -171,7 +175,7 @@ def test_wait_for_workers_ready(e2e: E2E) -> None:
             break
         if workers and len(ready) < 2:
             seen_unready_worker_without_launcher = True
-        time.sleep(0.2)
+        time.sleep(0.2)  # poll interval: often enough to see the seconds while the workers are not Ready yet
     else:
         raise AssertionError(f"no launcher within 120s\n{e2e.describe('ready')}")
     job = e2e.wait_finished("ready")

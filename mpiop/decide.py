@@ -5,15 +5,21 @@
     bad forward-env annotation? -> Failed ValidationError                      (policies/forward_env)
     bad exclude-failed-nodes annotation? -> Failed ValidationError             (policies/node_exclusion,
     bad launch annotation, or an exec launcher with its own account? -> Failed ValidationError (policies/launch_mode)
+    a template naming an account <x>-launcher (an exec launcher's)? -> Failed ValidationError
+                                                                      (policies/launcher_accounts)
     bad progress-deadline-seconds annotation? -> Failed ValidationError          (policies/stall)
     too big?     -> Failed ValidationError
     refused?     -> Failed ValidationError (the template is wrong), else ReplicaFailure and retry
     spec.gpus, not laid out, no pod? -> the layout written into the job, or Running=False why none fits;
                     nothing else made until it is (policies/gpu_layout)
+    GPUs through DRA claims? -> slots from their ResourceClaimTemplates before the hostfile is written: Running=False
+                    while a template is not seen, Failed ValidationError when only slotsPerWorker can say
+                    (policies/gpu_slots)
     name taken?  -> ReplicaFailure ErrResourceExists (the reconciler then starts nothing)
-    (always)     -> SSH Secret (exec launch: the launcher's ServiceAccount, Role naming this attempt's pods
-                    and RoleBinding; desired.launcher_rbac), Service, hostfile ConfigMap (discover_hosts.sh:
-                    the Running workers, or under --no-discover-hosts a fixed script saying it is off)
+    (always)     -> SSH Secret (exec launch: the launcher's ServiceAccount, Role naming only this attempt's
+                    pods that exist and the job controls, and RoleBinding; desired.launcher_rbac), Service,
+                    hostfile ConfigMap (discover_hosts.sh: the Running workers, or under --no-discover-hosts a
+                    fixed script saying it is off)
     suspended?   -> pods (and kubeflow's launcher Job) deleted, Suspended
     deadline?    -> Failed DeadlineExceeded, clean-up
     kubeflow's launcher Job? -> adopted: it is the launcher of attempt 0 (success, failure, Running);
@@ -34,8 +40,8 @@
                     Stalled, every rank's log kept (policies/stall); else woken at the deadline
     otherwise    -> Running when all pods run (milestones: scheduled, ranks running, first progress;
                     status.milestones); create what is missing, the launcher when its creation policy allows
-                    (policies/launcher_creation); update the hostfile (host network: per-pod SSH ports,
-                    desired.hostnetwork)
+                    (policies/launcher_creation; under exec launch once the Role names every worker); update
+                    the hostfile (host network: per-pod SSH ports, desired.hostnetwork)
     gang?        -> its PodGroup made before any pod and the new pods put in it; deleted while suspended
                     or finished; why the gang waits in Running=False (policies/gang, --gang-scheduling)
 
@@ -49,7 +55,7 @@ import datetime as dt
 from collections.abc import Callable
 
 from mpiop.api.v2beta1 import MPIJob
-from mpiop.desired import ensure
+from mpiop.desired import ensure, gpus, launch
 from mpiop.desired.settings import DEFAULT_SETTINGS, Settings
 from mpiop.plan import Observed, Plan
 from mpiop.policies import (
@@ -62,9 +68,11 @@ from mpiop.policies import (
     forward_env,
     gang,
     gpu_layout,
+    gpu_slots,
     host_ports,
     kubectl_image,
     launch_mode,
+    launcher_accounts,
     launcher_creation,
     node_exclusion,
     refused,
@@ -76,15 +84,18 @@ from mpiop.policies import (
     ttl,
 )
 from mpiop.policies.outcome import STOP, Outcome
-from mpiop.status import milestones, progress
+from mpiop.status import lifecycle, milestones
 
 
 def decide(job: MPIJob, observed: Observed, now: dt.datetime, settings: Settings = DEFAULT_SETTINGS) -> Plan:
     plan = Plan(status=job.status.deep_copy())
     if adoption.finished_under_kubeflow(job):
         return plan
-    progress.mark_created(plan, job, now)
-    _decide(plan, job, observed, now, settings)
+    lifecycle.mark_created(plan, job, now)
+    slots = gpu_slots.resolve(job, observed, settings.gpu_device_classes)
+    if isinstance(slots, int):  # what every builder and report reads from here on (desired.slots)
+        job = gpus.with_slots(job, slots)
+    _decide(plan, job, observed, now, settings, slots)
     evidence.apply(plan, job, observed, settings.kept_attempts)
     node_exclusion.apply(plan, job, observed, settings)
     if not gpu_layout.pending(plan, job, observed):  # its PodGroup is sized once the job is laid out
@@ -93,22 +104,25 @@ def decide(job: MPIJob, observed: Observed, now: dt.datetime, settings: Settings
         cleanup.apply(plan, job, observed)
         adoption.cleanup(plan, job, observed)
         ttl.apply(plan, job, now)
-    plan.status.replica_statuses = progress.replica_statuses(job, progress.after(observed, plan))
+    plan.status.replica_statuses = lifecycle.replica_statuses(job, lifecycle.after(observed, plan))
     return plan
 
 
-def _decide(plan: Plan, job: MPIJob, observed: Observed, now: dt.datetime, settings: Settings) -> None:
+def _decide(plan: Plan, job: MPIJob, observed: Observed, now: dt.datetime, settings: Settings,
+            slots: int | gpus.Unresolved) -> None:
     """The steps in order: the first policy that answers STOP decides the pass (policies/outcome)."""
     if plan.status.finished:
         return
     validations: list[Callable[[], Outcome]] = [
         lambda: forward_env.apply(plan, job, now),
         lambda: launch_mode.apply(plan, job, now, settings.default_launch),
+        lambda: launcher_accounts.apply(plan, job, now, settings.default_launch),
         lambda: node_exclusion.refuse_bad_annotation(plan, job, now),
         lambda: stall.refuse_bad_annotation(plan, job, now),
         lambda: size.apply(plan, job, now),
         lambda: refused.apply(plan, job, observed, now),
-        lambda: gpu_layout.apply(plan, job, observed, now),
+        lambda: gpu_layout.apply(plan, job, observed, now, settings.gpu_layout_max_entries),
+        lambda: gpu_slots.apply(plan, job, slots, now),
         lambda: squatters.apply(plan, job, observed, now),
     ]
     if _first_stop(validations):
@@ -131,13 +145,14 @@ def _decide(plan: Plan, job: MPIJob, observed: Observed, now: dt.datetime, setti
     ]
     if _first_stop(running):
         return
-    progress.mark_running(plan, job, observed, now)
+    lifecycle.mark_running(plan, job, observed, now)
     milestones.apply(plan, job, observed, now)
     if stall.apply(plan, job, observed, now) is STOP:
         return
     node_exclusion.explain_wait(plan, job, observed, now)
-    attempt = plan.status.restart_count or 0
-    launcher_may_start = launcher_creation.launcher_may_start(job, observed, attempt)
+    attempt = plan.status.attempt
+    exec_launch = launch.uses_exec(job, settings.default_launch)
+    launcher_may_start = launcher_creation.launcher_may_start(job, observed, attempt, exec_launch)
     ports = host_ports.for_plan(plan, job, observed, settings)
     ensure.job_pods(plan, job, observed, launcher_may_start, ports, settings)
 

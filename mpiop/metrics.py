@@ -77,8 +77,9 @@ STATUS_POSTS = Counter("mpiop_status_posts", "Progress posts to the status endpo
                        "review_queue, review_failed); code 0: a connection closed at a limit (too_many_connections, "
                        "too_many_source_connections)", ["code", "reason"])
 GPU_LAYOUT_ADMISSIONS = Counter("mpiop_gpu_layout_admissions", "Total-GPU jobs the GPU layout webhook answered, by "
-                                "result: laid_out, or stored as written: no_fit (the job waits), no_nodes (the node "
-                                "cache not synced yet), unparsed", ["result"])
+                                "result: laid_out, or stored as written: no_fit (the job waits), over_limit (its "
+                                "Worker template is over --gpu-layout-max-entries), no_nodes (the node cache not "
+                                "synced yet), unparsed", ["result"])
 PHASES = ("Pending", "Created", "Running", "Restarting", "Suspended", "Succeeded", "Failed")
 
 
@@ -109,7 +110,7 @@ def count_transitions(job: MPIJob, new: JobStatus, now: dt.datetime) -> None:
             if started is not None:
                 seconds = ((new.completion_time or now) - started).total_seconds()
                 JOB_DURATION_SECONDS.labels(state).observe(max(seconds, 0))
-    if (new.restart_count or 0) > (old.restart_count or 0):
+    if new.attempt > old.attempt:
         JOBS_RESTARTED.labels(new.last_failure.reason if new.last_failure else "Unknown").inc()
     if old.condition("Running") is None and new.is_true("Running") and job.metadata.creation_timestamp is not None:
         JOB_SCHEDULING_DELAY_SECONDS.observe(max((now - job.metadata.creation_timestamp).total_seconds(), 0))

@@ -26,6 +26,16 @@ LAUNCHED_WORKERS_LABEL = "mpiop.kubeflow.org/launched-workers"
 # creationTimestamps (whole seconds, stamped by whichever apiserver served the create). The uid, not "true": a
 # launcher deleted and made again (a host port that moved) starts on the workers made before it.
 REPLACEMENT_LABEL = "mpiop.kubeflow.org/replacement"
+# On a host-network pod: its SSH and rendezvous ports (desired.hostnetwork); the trimmed cache keeps labels, not specs.
+SSH_PORT_LABEL = "mpiop.kubeflow.org/ssh-port"
+MASTER_PORT_LABEL = "mpiop.kubeflow.org/master-port"
+
+# mpiop's annotations on an MPIJob, each read where its rule lives.
+LAUNCH_ANNOTATION = "mpiop.kubeflow.org/launch"  # ssh|exec (desired.launch)
+FORWARD_ENV_ANNOTATION = "mpiop.kubeflow.org/forward-env"  # variables mpirun carries to the ranks (desired.env)
+EXCLUDE_FAILED_NODES_ANNOTATION = "mpiop.kubeflow.org/exclude-failed-nodes"  # "false": off (policies.node_exclusion)
+PROGRESS_DEADLINE_ANNOTATION = "mpiop.kubeflow.org/progress-deadline-seconds"  # policies.stall
+REPORT_PROGRESS_ANNOTATION = "mpiop.kubeflow.org/report-progress"  # "false": no status token (desired.status_report)
 
 OPERATOR_NAME = "mpi-operator"
 OWNED_SELECTOR = f"{OPERATOR_NAME_LABEL}={OPERATOR_NAME}"

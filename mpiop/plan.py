@@ -83,6 +83,9 @@ class Observed:
     # Nodes with an extended resource (trimmed to their labels, taints, schedulability and allocatable extended
     # resources), for laying out a job that states its total GPUs (policies/gpu_layout); None: not watched.
     nodes: list[JSON] | None = None
+    # The ResourceClaimTemplates the job's pod templates name, by name, in its namespace (trimmed to their device
+    # requests), for the slots of workers whose GPUs come through DRA claims (desired.gpus); None: not watched.
+    claim_templates: dict[str, JSON] | None = None
     _states: list[podsnapshot.State] | None = field(default=None, init=False, repr=False, compare=False)
     _by_name: dict[str, Pod] | None = field(default=None, init=False, repr=False, compare=False)
     _worker_indexes: dict[str, int | None] = field(default_factory=dict, init=False, repr=False, compare=False)
@@ -112,6 +115,13 @@ class Observed:
 
     def pods_of_attempt(self, attempt: int) -> list[Pod]:
         return [p for s, p in zip(self.states, self.pods, strict=True) if s.attempt == attempt]
+
+    def launcher_first(self, attempt: int, keep: Callable[[podsnapshot.State], bool]) -> list[Pod]:
+        """The attempt's pods whose state `keep` keeps, the launcher first (it carries mpirun's exit and error), then
+        workers by replica index: the order a failure is told in."""
+        found = [(s, p) for s, p in zip(self.states, self.pods, strict=True) if s.attempt == attempt and keep(s)]
+        found.sort(key=lambda f: (f[0].role != names.LAUNCHER_ROLE, f[0].replica or 0))
+        return [p for _, p in found]
 
     def workers(self, job: MPIJob, attempt: int) -> dict[int, Pod]:
         """Current-attempt worker pods by worker index (the `-worker-<i>` of their names: the replica-index

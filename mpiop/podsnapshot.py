@@ -27,11 +27,11 @@ class State(NamedTuple):
 
     @property
     def running(self) -> bool:
-        return self.phase == "Running" and not self.terminating
+        return podstate.running_in(self.phase, self.terminating)
 
     @property
     def active(self) -> bool:
-        return self.phase in ("Pending", "Running", "Unknown") and not self.terminating
+        return podstate.active_in(self.phase, self.terminating)
 
 
 class TerminatedRun(TypedDict, total=False):

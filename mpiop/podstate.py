@@ -37,13 +37,23 @@ def marked_terminating(pod: Pod, deleted_at: str) -> Pod:
     return {**pod, "metadata": {**pod["metadata"], "deletionTimestamp": deleted_at}}
 
 
+def active_in(pod_phase: str, terminating: bool) -> bool:
+    """Pending or Running (or Unknown: its node stopped reporting) and not being deleted: what replicaStatuses
+    counts as active. On the fields, for podsnapshot.State too."""
+    return pod_phase in ("Pending", "Running", "Unknown") and not terminating
+
+
+def running_in(pod_phase: str, terminating: bool) -> bool:
+    """Running and not being deleted. On the fields, for podsnapshot.State too."""
+    return pod_phase == "Running" and not terminating
+
+
 def is_active(pod: Pod) -> bool:
-    """Pending or Running and not being deleted: what replicaStatuses counts as active."""
-    return phase(pod) in ("Pending", "Running", "Unknown") and not is_terminating(pod)
+    return active_in(phase(pod), is_terminating(pod))
 
 
 def is_running(pod: Pod) -> bool:
-    return phase(pod) == "Running" and not is_terminating(pod)
+    return running_in(phase(pod), is_terminating(pod))
 
 
 def is_ready(pod: Pod) -> bool:

@@ -172,10 +172,20 @@ def add_run_arguments(parser: argparse.ArgumentParser) -> None:
                         help="watch the nodes that have GPUs (list/watch nodes) to lay out jobs that state their "
                              "total (spec.gpus); off (a namespaced Role cannot list nodes): such jobs wait saying "
                              f"so (default {_on_off(_CONFIG.gpu_layout)})")
+    parser.add_argument("--gpu-layout-max-entries", type=_at_least(0), default=_SETTINGS.gpu_layout_max_entries,
+                        metavar="N",
+                        help="a total-GPU job's Worker template is matched against the nodes only with at most N "
+                             "tolerations, N nodeSelector entries and N required node affinity entries (terms, "
+                             "expressions, values); over it the job waits saying so (default %(default)s)")
     parser.add_argument("--gpu-layout-webhook", default="mpiop-gpu-layout", metavar="NAME",
                         help="the MutatingWebhookConfiguration whose webhook lays such jobs out as they are created "
                              "(served with the status endpoint, by the leader, which writes its CA there); '' turns "
                              "it off: the controller lays them out after they are created (default %(default)s)")
+    parser.add_argument("--gpu-device-classes", default=_SETTINGS.gpu_device_classes, metavar="CLASSES",
+                        type=lambda text: frozenset(filter(None, map(str.strip, text.split(",")))),
+                        help="comma-separated DRA DeviceClasses whose devices a worker's claims count as GPUs, and so "
+                             "as slots (list/watch resourceclaimtemplates); empty: claims count none "
+                             f"(default {','.join(sorted(_SETTINGS.gpu_device_classes))})")
     status = parser.add_argument_group("progress reports (the status endpoint the jobs' pods post to)")
     status.add_argument("--status-endpoint", action=argparse.BooleanOptionalAction, default=True,
                         help="serve the endpoint where a job's pods post their progress (status.trainerStatus), and "
@@ -265,7 +275,9 @@ def config_from_args(args: argparse.Namespace) -> ManagerConfig:
                         max_disruption_restarts=args.max_disruption_restarts, kept_attempts=args.kept_attempts,
                         node_fault_exit_codes=args.node_fault_exit_codes, max_excluded_nodes=args.max_excluded_nodes,
                         default_launch=args.default_launch, kubectl_image=args.kubectl_image,
-                        kubectl_image_grace_seconds=args.kubectl_image_grace_seconds)
+                        kubectl_image_grace_seconds=args.kubectl_image_grace_seconds,
+                        gpu_layout_max_entries=args.gpu_layout_max_entries,
+                        gpu_device_classes=args.gpu_device_classes)
     return ManagerConfig(namespace=args.namespace or None, workers=args.workers, resync_seconds=args.resync_seconds,
                          lifecycle_events=args.lifecycle_events, gpu_layout=args.gpu_layout,
                          pod_event_batch_seconds=args.pod_event_batch_seconds, settings=settings)

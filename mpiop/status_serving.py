@@ -84,7 +84,7 @@ async def serve_status(servers: Servers, manager: Manager, client: KubeClient, a
     app = status_app(manager.caches, reviews, writer, body_seconds=args.status_body_seconds)
     webhook = args.gpu_layout_webhook if args.gpu_layout else ""
     if webhook:
-        layout_webhook.add_route(app, manager.caches.node_list)
+        layout_webhook.add_route(app, manager.caches.node_list, manager.config.settings.gpu_layout_max_entries)
     try:
         await servers.start(app, args.status_addr, "the status endpoint", ssl_context=certificates.context,
                             limits=server_limits(args), on_refused=count_refused_connection)

@@ -151,7 +151,7 @@ async def launcher_batch_job_pod(kube: KubeClient, namespace: str, job_name: str
         if pods["items"]:
             found: JSON = pods["items"][0]
             return found
-        await asyncio.sleep(0.1)
+        await asyncio.sleep(0.1)  # poll interval: the Job controller makes the pod within seconds
     raise AssertionError(f"the Job controller made no pod for Job {job_name} in {timeout}s")
 
 

@@ -148,6 +148,18 @@ class MPIJobBuilder:
         self._container(replica).setdefault("resources", {}).setdefault("requests", {})[resource] = quantity
         return self
 
+    def claim(self, name: str, template: str | None = None, shared: str | None = None, request: str | None = None,
+              replica: ReplicaType = WORKER) -> Self:
+        """A DRA claim on the replica's pods (made per pod from ResourceClaimTemplate `template`, or the one claim
+        `shared` several pods use), used by its main container (all of it, or its request `request`)."""
+        source = {"resourceClaimTemplateName": template} if template is not None else {"resourceClaimName": shared}
+        claims = self._pod_spec(replica).setdefault("resourceClaims", [])
+        if not any(c["name"] == name for c in claims):
+            claims.append({"name": name, **source})
+        used = {"name": name, **({"request": request} if request is not None else {})}
+        self._container(replica).setdefault("resources", {}).setdefault("claims", []).append(used)
+        return self
+
     def implementation(self, implementation: MPIImplementation) -> Self:
         self._spec["mpiImplementation"] = implementation
         return self

@@ -18,7 +18,7 @@ async def create_namespace(kube: KubeClient, name: str, timeout: float = 30.0) -
     while await kube.get_or_none(SERVICEACCOUNTS, name, "default") is None:
         if time.monotonic() > deadline:
             raise TimeoutError(f"namespace {name} has no default ServiceAccount after {timeout:.0f}s")
-        await asyncio.sleep(0.05)
+        await asyncio.sleep(0.05)  # poll interval: the ServiceAccount controller makes it within seconds
     return name
 
 
@@ -32,5 +32,5 @@ async def delete_namespace(kube: KubeClient, name: str, *, wait: float = 0.0) ->
     while time.monotonic() - started < wait:
         if await kube.get_or_none(NAMESPACES, None, name) is None:
             return time.monotonic() - started
-        await asyncio.sleep(0.5)
+        await asyncio.sleep(0.5)  # poll interval: a namespace's finalization takes seconds
     raise TimeoutError(f"namespace {name} still there after {wait:.0f}s")

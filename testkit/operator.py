@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections import Counter
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
@@ -77,7 +77,7 @@ class Operator:
                     return
             if time.monotonic() > deadline:
                 raise AssertionError(f"the operator is not quiet after {timeout}s: {'; '.join(left[:5])}")
-            await asyncio.sleep(0.05)
+            await asyncio.sleep(0.05)  # poll interval: the operator's state, and its caches against the apiserver
 
 
 RECONCILE_FAILED = "reconcile failed; retrying with backoff"
@@ -126,7 +126,7 @@ async def eventually(probe: Callable[[], Awaitable[T | None]], timeout: float = 
         last = await probe()
         if last:
             return last
-        await asyncio.sleep(0.1)
+        await asyncio.sleep(0.1)  # poll interval of `probe`
     raise AssertionError(f"timed out after {timeout}s waiting for {what or probe}; last value: {last!r}")
 
 
@@ -212,21 +212,37 @@ class Cluster:
             await self.kube.delete(NODES, None, name)
 
 
+async def live_pods(cluster: Cluster, names: Iterable[str]) -> bool:
+    """Whether every one of `names` exists and none is being deleted (an earlier attempt's pod of the same
+    name still terminating is not the one to run)."""
+    pods = await cluster.pods()
+    return all(name in pods and not pods[name]["metadata"].get("deletionTimestamp") for name in names)
+
+
+async def start_pods(cluster: Cluster, name: str, workers: int = 1, *, launcher: str = "",
+                     nodes: Mapping[str, str] | None = None, running: bool = True) -> list[str]:
+    """Play the scheduler and the kubelet for job `name`'s pods (`launcher`: the attempt's launcher,
+    `<name>-launcher` in the first one): wait until they exist, bind each that `nodes` names to its node, set
+    them Running and Ready (the workers first), then wait for the job's Running condition unless `running` is
+    False. The pods' names, the launcher first."""
+    pods = [launcher or f"{name}-launcher", *(f"{name}-worker-{i}" for i in range(workers))]
+    await eventually(lambda: live_pods(cluster, pods), what=f"pods {pods}")
+    for pod, node in (nodes or {}).items():
+        await cluster.bind(pod, node)
+    await cluster.run_all([*pods[1:], pods[0]])
+    if running:
+        await eventually(lambda: cluster.condition(name, "Running"), what=f"{name} Running")
+    return pods
+
+
 async def drive_to_success(cluster: Cluster, name: str, launcher: str = "", workers: int = 1) -> None:
     """Play the kubelet through a job's life until it is Succeeded and its running workers deleted
     (`launcher`: the attempt's launcher, `<name>-launcher` in the first one)."""
-    launcher = launcher or f"{name}-launcher"
-    wanted = {launcher, *(f"{name}-worker-{i}" for i in range(workers))}
-
-    async def pods_exist() -> bool:
-        return wanted <= set(await cluster.pods())
+    launcher, *_ = await start_pods(cluster, name, workers, launcher=launcher)
 
     async def only_launcher_left() -> bool:
         return not any(p.startswith(f"{name}-worker-") for p in await cluster.pods())
 
-    await eventually(pods_exist, what=f"pods of {name}")
-    await cluster.run_all([*sorted(wanted - {launcher}), launcher])
-    await eventually(lambda: cluster.condition(name, "Running"), what=f"{name} Running")
     await cluster.set_phase(launcher, "Succeeded")
     await eventually(lambda: cluster.condition(name, "Succeeded"), what=f"{name} Succeeded")
     await eventually(only_launcher_left, what=f"{name}'s running workers deleted")

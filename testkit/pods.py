@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import copy
 import datetime as dt
-from typing import Self
+from typing import Any, Self
 
 from mpiop import names, podstate
 from mpiop.api.raw import JSON
@@ -165,6 +165,19 @@ def _terminated(container: str, reason: str, exit_code: int, message: str = "") 
     return {"name": container, "state": {"terminated": terminated}, "lastState": {}}
 
 
+def main_container(pod: JSON) -> JSON:
+    """A pod's first container: the one mpiop's pods run the job in."""
+    container: JSON = pod["spec"]["containers"][0]
+    return container
+
+
+def env_of(pod_or_container: JSON) -> dict[str, Any]:
+    """A container's environment as name -> value (for a variable read from elsewhere, its `valueFrom`); given a
+    pod, its main container's."""
+    container = main_container(pod_or_container) if "spec" in pod_or_container else pod_or_container
+    return {e["name"]: e.get("value", e.get("valueFrom")) for e in container.get("env") or []}
+
+
 def make_pod(job: MPIJob | MPIJobBuilder, role: str, index: int = 0, attempt: int = 0) -> PodBuilder:
     """A pod of `job` in `role` ("launcher" or "worker"); the launcher's index is 0."""
     return PodBuilder(job.obj() if isinstance(job, MPIJobBuilder) else job, role, index, attempt)
@@ -177,7 +190,7 @@ def observe(job: MPIJob, pods: list[JSON] | None = None, *, owned_objects: bool 
     pods = list(pods or [])
     if not owned_objects:
         return Observed(pods=pods)
-    attempt = job.status.restart_count or 0
+    attempt = job.status.attempt
     running = sorted(i for i, p in Observed(pods=pods).workers(job, attempt).items()
                      if i < job.spec.worker_replicas and podstate.is_running(p))
     ports = host_ports.table(job, attempt, pods, None)

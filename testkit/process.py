@@ -124,7 +124,7 @@ class OperatorProcess:
                 if line.get("event") == "caches synced":
                     stamp = dt.datetime.fromisoformat(str(line["timestamp"]).replace("Z", "+00:00"))
                     return stamp.timestamp() - self.spawned_wall, float(line.get("seconds", 0.0))
-            await asyncio.sleep(0.02)
+            await asyncio.sleep(0.02)  # poll interval of the log: the sync's own timestamp is what is measured
         raise TimeoutError(f"operator caches not synced after {timeout}s; see {self.log_path}")
 
     async def http(self, port: int, path: str) -> tuple[int, str]:
@@ -150,7 +150,7 @@ class OperatorProcess:
             except ConnectionError:
                 if time.monotonic() > deadline:
                     raise
-                await asyncio.sleep(0.05)
+                await asyncio.sleep(0.05)  # poll interval: /metrics answers once the process has started
 
     async def ready(self) -> bool:
         return (await self.http(self.health_port, "/readyz"))[0] == 200
@@ -168,7 +168,7 @@ class OperatorProcess:
         last = await self.metrics()
         since = time.monotonic()
         while time.monotonic() < deadline:
-            await asyncio.sleep(every)
+            await asyncio.sleep(every)  # scrape interval; quiet is `quiet` s without a request, by these scrapes
             now = await self.metrics()
             if now.total() != last.total() or now.reconciles < min_reconciles or now.queue_depth > 0:
                 last, since = now, time.monotonic()

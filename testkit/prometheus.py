@@ -6,8 +6,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import datetime as dt
 import json
 import math
+import re
 import subprocess
 import time
 from collections.abc import Iterable
@@ -97,7 +99,7 @@ class PrometheusServer:
                 async with aiohttp.ClientSession() as session, session.get(f"{self.url}/-/ready") as response:
                     if response.status == 200:
                         return
-            await asyncio.sleep(0.1)
+            await asyncio.sleep(0.1)  # poll interval: the server starts within seconds
         raise TimeoutError(f"prometheus not ready after {timeout}s: {self.log_tail()}")
 
     def log_tail(self, lines: int = 20) -> str:
@@ -137,8 +139,26 @@ class PrometheusServer:
         groups = (await self._get("/api/v1/rules", type="alert"))["groups"]
         return {r["name"]: r for g in groups for r in g["rules"]}
 
+    async def evaluated_after(self, wall: float) -> bool:
+        """Whether every alerting rule has been evaluated at or after `wall` (seconds since the epoch; the server
+        runs on this machine's clock). What a test that asserts an alert did not fire waits for: the evaluations
+        that would have fired it, which a starved server may not have run when a sleep of as long ends."""
+        rules = await self.rules()
+        return bool(rules) and all(epoch_seconds(r["lastEvaluation"]) >= wall for r in rules.values())
+
     def stop(self, grace: float = 10.0) -> None:
         terminate(self.process, grace)
+
+
+def epoch_seconds(stamp: str) -> float:
+    """An RFC 3339 time as Prometheus writes it (Go's: up to nanoseconds, `Z` or an offset) in seconds since the
+    epoch."""
+    match = re.fullmatch(r"(.+T\d\d:\d\d:\d\d)(?:\.(\d+))?(Z|[+-]\d\d:\d\d)", stamp)
+    if match is None:
+        raise ValueError(f"not an RFC 3339 time: {stamp!r}")
+    whole, fraction, zone = match.groups()
+    seconds = dt.datetime.fromisoformat(whole + ("+00:00" if zone == "Z" else zone)).timestamp()
+    return seconds + float(f"0.{fraction or 0}")
 
 
 def finite(series: Iterable[Series]) -> list[Series]:

@@ -98,3 +98,24 @@ async def service_account_kubeconfig(control_plane: ControlPlane, kube: KubeClie
     }
     path.write_text(yaml.safe_dump(config))
     return str(path)
+
+
+def base_rules(control_plane: ControlPlane) -> list[JSON]:
+    """deploy/base's ClusterRole rules, as kustomize builds them."""
+    built = docs(control_plane.kubectl("kustomize", str(DEPLOY / "base")))
+    return [rule for obj in built if obj["kind"] == "ClusterRole" for rule in obj["rules"]]
+
+
+async def namespaced_role_kubeconfig(control_plane: ControlPlane, kube: KubeClient, path: Path, namespace: str,
+                                     account: str, rules: list[JSON]) -> str:
+    """A ServiceAccount in `namespace` bound to a Role of these rules there (an operator watching that namespace
+    alone, with an older or narrower role than deploy/'s), and a kubeconfig holding only its token."""
+    await kube.request("POST", f"/api/v1/namespaces/{namespace}/serviceaccounts",
+                       body={"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": account}})
+    await kube.request("POST", f"/apis/rbac.authorization.k8s.io/v1/namespaces/{namespace}/roles", body={
+        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role", "metadata": {"name": account}, "rules": rules})
+    await kube.request("POST", f"/apis/rbac.authorization.k8s.io/v1/namespaces/{namespace}/rolebindings", body={
+        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding", "metadata": {"name": account},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": account},
+        "subjects": [{"kind": "ServiceAccount", "name": account, "namespace": namespace}]})
+    return await service_account_kubeconfig(control_plane, kube, path, namespace, account)

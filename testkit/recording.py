@@ -20,6 +20,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from mpiop.api.merge import merged
 from mpiop.api.raw import JSON
 from mpiop.kube.access import ClusterAccess
 from mpiop.kube.client import JSON_MEDIA_TYPE, ApiError, KubeClient
@@ -91,7 +92,7 @@ class RecordingClient(KubeClient):
         self.requests.append(Request(method, path, copy.deepcopy(body)))
         if self.on_request is not None:
             self.on_request(method, path, query or {})
-        await asyncio.sleep(0)  # the answer comes later: writes sent together are all out before any answer
+        await asyncio.sleep(0)  # no time: the answer comes a tick later, so writes sent together all leave first
         fault = next((f for f in self.faults if f.matches(method, path)), None)
         if fault is not None:
             raise fault.answer(method, path)
@@ -106,17 +107,17 @@ class RecordingClient(KubeClient):
         if method == "POST":
             meta = body.get("metadata", {})
             name = meta.get("name") or f"{meta.get('generateName', '')}{version}"
-            created: JSON = _merged(body, {"metadata": {"name": name, "resourceVersion": version,
-                                                        "uid": f"uid-{version}"}})
+            created: JSON = merged(body, {"metadata": {"name": name, "resourceVersion": version,
+                                                       "uid": f"uid-{version}"}})
             return created
         if method == "PATCH":
             namespace, _, name = _object_path(path).strip("/").split("/")
             target = self.patched.get(_object_path(path), {"metadata": {"namespace": namespace, "name": name}})
-            merged: JSON = _merged(_merged(target, body) if isinstance(body, dict) else target,
+            patched: JSON = merged(merged(target, body) if isinstance(body, dict) else target,
                                    {"metadata": {"resourceVersion": version}})
             if _object_path(path) in self.patched:
-                self.patched[_object_path(path)] = merged
-            return merged
+                self.patched[_object_path(path)] = patched
+            return patched
         if path.split("/")[-1] in ("pods",):  # DELETE collection: the test's pods go by name
             return {"kind": "PartialObjectMetadataList", "items": []}
         return {"kind": "Status", "status": "Success", "metadata": {}}
@@ -127,16 +128,3 @@ def _object_path(path: str) -> str:
     parts = path.split("/")
     start = parts.index("namespaces") + 1
     return "/" + "/".join(parts[start:start + 3])
-
-
-def _merged(target: Any, patch: Any) -> Any:
-    """RFC 7386 JSON merge patch."""
-    if not isinstance(patch, dict):
-        return copy.deepcopy(patch)
-    merged = copy.deepcopy(target) if isinstance(target, dict) else {}
-    for key, value in patch.items():
-        if value is None:
-            merged.pop(key, None)
-        else:
-            merged[key] = _merged(merged.get(key), value)
-    return merged

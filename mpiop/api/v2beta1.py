@@ -166,9 +166,10 @@ class MPIJobSpec(ApiModel):
     slots_per_worker: Int32 | None = Field(
         default=None,
         description=(
-            "Slots (MPI processes) per worker in the hostfile. When unset, the worker container's GPU limit "
-            "(nvidia.com/gpu, amd.com/gpu or another */gpu resource) is used (the launcher's, with "
-            "runLauncherAsWorker and no Worker), else 1."
+            "Slots (MPI processes) per worker in the hostfile. When unset, the worker's GPUs: its container's GPU "
+            "limit (gpuResource if set; else nvidia.com/gpu, amd.com/gpu, another */gpu, a MIG profile "
+            "nvidia.com/mig-*, gpu.intel.com/i915 or gpu.intel.com/xe) plus the devices its DRA claims request from "
+            "GPU device classes (the launcher's, with runLauncherAsWorker and no Worker), else 1."
         ),
     )
     run_launcher_as_worker: bool | None = Field(
@@ -250,10 +251,6 @@ class MPIJobSpec(ApiModel):
     @property
     def worker_replicas(self) -> int:
         return self.worker.replica_count if self.worker is not None else 0
-
-    @property
-    def effective_gpu_resource(self) -> str:
-        return self.gpu_resource or DEFAULT_GPU_RESOURCE
 
     @property
     def effective_ssh_auth_mount_path(self) -> str:
@@ -404,6 +401,16 @@ class JobStatus(ApiModel):
     @property
     def finished(self) -> bool:
         return self.is_true("Succeeded") or self.is_true("Failed")
+
+    @property
+    def attempt(self) -> int:
+        """The current attempt: restartCount, which is unset (0) until the first restart."""
+        return self.restart_count or 0
+
+    @property
+    def disruptions(self) -> int:
+        """disruptionRestarts, unset (0) until the first restart after a disruption."""
+        return self.disruption_restarts or 0
 
 
 class ObjectMeta(ApiModel):

@@ -21,6 +21,7 @@ from mpiop.api.v2beta1 import KIND, MPIJob
 from mpiop.controller.trims import (
     PodShape,
     has_extended_resources,
+    trim_claim_template,
     trim_config_map,
     trim_launcher_batch_job,
     trim_metadata_only,
@@ -32,7 +33,7 @@ from mpiop.controller.trims import (
     trim_secret,
     trim_service,
 )
-from mpiop.desired import podgroup
+from mpiop.desired import gpus, podgroup
 from mpiop.desired.podgroup import GangScheduler
 from mpiop.kube.client import (
     BATCH_JOBS,
@@ -40,6 +41,7 @@ from mpiop.kube.client import (
     MPIJOBS,
     NODES,
     PODS,
+    RESOURCE_CLAIM_TEMPLATES,
     ROLE_BINDINGS,
     ROLES,
     SECRETS,
@@ -49,12 +51,14 @@ from mpiop.kube.client import (
     KubeClient,
     Resource,
 )
-from mpiop.kube.informer import Indexer, Informer
+from mpiop.kube.informer import Indexer, Informer, object_key
 from mpiop.plan import Observed, Refusal
 
 OWNER_INDEX = "owner"
 # Pods by `namespace/<job-name label>`, whoever owns them: what a DELETE collection by the job's labels matches.
 JOB_LABEL_INDEX = "job-label"
+# MPIJobs by the `namespace/name` of each ResourceClaimTemplate their pod templates' claims are made from.
+CLAIM_TEMPLATE_INDEX = "claim-template"
 
 
 def owner_key(obj: JSON) -> str | None:
@@ -86,6 +90,13 @@ def _owner_uid(obj: JSON) -> str | None:
 def _by_job_label(obj: JSON) -> Iterable[str]:
     job_name = (obj["metadata"].get("labels") or {}).get(names.JOB_NAME_LABEL)
     return [f"{obj['metadata'].get('namespace')}/{job_name}"] if job_name else []
+
+
+def _by_claim_template(obj: JSON) -> Iterable[str]:
+    namespace = obj["metadata"].get("namespace")
+    replicas = ((obj.get("spec") or {}).get("mpiReplicaSpecs") or {}).values()
+    return {f"{namespace}/{n}" for r in replicas if isinstance(r, dict)
+            for n in gpus.claim_template_names(r.get("template") or {})}
 
 
 def _by_owner(obj: JSON) -> Iterable[str]:
@@ -183,11 +194,15 @@ class Caches:
     pod_groups: Informer | None = None
     # Nodes with extended resources, for total-GPU jobs (policies/gpu_layout); None under --no-gpu-layout.
     nodes: Informer | None = None
+    # ResourceClaimTemplates, for the slots of workers whose GPUs come through DRA claims (policies/gpu_slots); None
+    # under an empty --gpu-device-classes, or when the role or the apiserver does not allow them (Manager.run).
+    claim_templates: Informer | None = None
 
     @classmethod
     def build(cls, client: KubeClient, namespace: str | None, watch_timeout_seconds: int = 300,
                on_watch_restart: Callable[[str], None] | None = None,
-               gang_scheduler: GangScheduler | None = None, watch_nodes: bool = True) -> Caches:
+               gang_scheduler: GangScheduler | None = None, watch_nodes: bool = True,
+               watch_claim_templates: bool = True) -> Caches:
         def owned(resource: Any, trim: Callable[[JSON], JSON], shape: type[Any] | None = None,
                   **more: Indexer) -> Informer:
             return Informer(client, resource, namespace, label_selector=names.OWNED_SELECTOR, trim=trim,
@@ -196,6 +211,7 @@ class Caches:
 
         return cls(
             mpijobs=Informer(client, MPIJOBS, namespace, trim=trim_mpijob,
+                             indexers={CLAIM_TEMPLATE_INDEX: _by_claim_template},
                              watch_timeout_seconds=watch_timeout_seconds, on_watch_restart=on_watch_restart),
             pods=owned(PODS, trim_pod, PodShape, **{JOB_LABEL_INDEX: _by_job_label}),
             config_maps=owned(CONFIGMAPS, trim_config_map),
@@ -216,10 +232,13 @@ class Caches:
             nodes=Informer(client, NODES, None, trim=trim_node, accept=has_extended_resources,
                            watch_timeout_seconds=watch_timeout_seconds,
                            on_watch_restart=on_watch_restart) if watch_nodes else None,
+            claim_templates=Informer(client, RESOURCE_CLAIM_TEMPLATES, namespace, trim=trim_claim_template,
+                                     watch_timeout_seconds=watch_timeout_seconds,
+                                     on_watch_restart=on_watch_restart) if watch_claim_templates else None,
         )
 
     def all(self) -> list[Informer]:
-        return [self.mpijobs, *self.owned(), *([self.nodes] if self.nodes is not None else [])]
+        return [self.mpijobs, *self.owned(), *(i for i in (self.nodes, self.claim_templates) if i is not None)]
 
     def node_list(self) -> list[JSON] | None:
         """The cached GPU nodes, or None when nodes are not watched (or not listed yet)."""
@@ -260,7 +279,22 @@ class Caches:
             role_binding=one(self.role_bindings, names.launcher_account_name(job)),
             pod_group=one(self.pod_groups, podgroup.pod_group_name(job)) if self.pod_groups is not None else None,
             refused=refused or [],
+            claim_templates=self.claim_templates_of(job),
         )
+
+    def claim_templates_of(self, job: MPIJob) -> dict[str, JSON] | None:
+        """The cached ResourceClaimTemplates the job's claims are made from, by name; None: not watched."""
+        if self.claim_templates is None:
+            return None
+        namespace = job.metadata.namespace
+        return {n: t for n in sorted(gpus.job_claim_template_names(job))
+                if (t := self.claim_templates.get(f"{namespace}/{n}")) is not None}
+
+    def jobs_naming(self, template: JSON) -> list[str]:
+        """The keys of the MPIJobs whose claims are made from this ResourceClaimTemplate."""
+        meta = template["metadata"]
+        return [object_key(j) for j in self.mpijobs.by_index(CLAIM_TEMPLATE_INDEX,
+                                                             f"{meta.get('namespace')}/{meta.get('name')}")]
 
     def labelled_pods(self, job: MPIJob) -> list[JSON]:
         """Every cached pod carrying this job's name label, whoever controls it."""

@@ -11,6 +11,12 @@ out, or with a warning saying why not (no node fits, nodes not watched yet) and 
 lays the job out or sets Running=False as before. It serves on the status endpoint's HTTPS server, so only the
 leader answers (its Service selects the leader's pod); the leader writes its CA into the webhook's configuration
 (`install_ca_bundle`) once it serves. failurePolicy Ignore: with mpiop down, jobs are still created.
+
+Any pod can reach that server, and the apiserver presents no identity a webhook can check, so the webhook checks what
+it can: it answers only a well-formed AdmissionReview (admission.k8s.io/v1) of a kubeflow.org/v2beta1 MPIJob (else
+400), of at most BODY_LIMIT bytes (else 413); its work is that of the layout, bounded by --gpu-layout-max-entries;
+and its warning names no node, label or taint value (policies/gpu_layout counts the nodes it leaves out), since
+whoever creates a job may not read nodes.
 """
 
 from __future__ import annotations
@@ -25,6 +31,7 @@ from aiohttp import web
 from pydantic import ValidationError
 
 from mpiop import metrics
+from mpiop.api.merge import merged
 from mpiop.api.raw import JSON
 from mpiop.api.v2beta1 import MPIJob
 from mpiop.kube.client import ApiError, KubeClient, Resource
@@ -33,6 +40,10 @@ from mpiop.policies import gpu_layout
 
 log = structlog.get_logger(__name__)
 PATH = "/gpu-layout"
+# The largest AdmissionReview read: the apiserver takes requests of up to 3 MiB (and etcd stores objects of at
+# most 1.5 MiB), more than the status endpoint's 64 KiB, which a job with a long template outgrows.
+BODY_LIMIT = 3 * 1024 * 1024
+MPIJOB_KIND = {"group": "kubeflow.org", "version": "v2beta1", "kind": "MPIJob"}
 WARNING_LIMIT = 256  # the apiserver may truncate a longer admission warning
 CONFIGURATIONS = Resource("admissionregistration.k8s.io", "v1", "mutatingwebhookconfigurations",
                           "MutatingWebhookConfiguration", namespaced=False)
@@ -52,7 +63,7 @@ class Answer:
     result: str | None = None
 
 
-def layout_patch(raw: JSON, nodes: list[JSON] | None) -> Answer:
+def layout_patch(raw: JSON, nodes: list[JSON] | None, max_entries: int) -> Answer:
     """The patch laying out a new job: spec replaced whole with the laid-out one (the merge patch the controller
     would write, applied) and the record annotation added; or why not."""
     try:
@@ -64,15 +75,16 @@ def layout_patch(raw: JSON, nodes: list[JSON] | None) -> Answer:
         return Answer()
     if nodes is None:
         return Answer([], "spec.gpus: mpiop does not watch nodes yet; it lays the job out once it does", "no_nodes")
-    chosen = gpu_layout.choose(job, nodes)
+    if (over := gpu_layout.over_limit(job, max_entries)) is not None:
+        return Answer([], _cut(f"spec.gpus: mpiop does not lay this job out: {over}"), "over_limit")
+    chosen = gpu_layout.choose(job, nodes, max_entries)
     if isinstance(chosen, str):
-        warning = f"spec.gpus: the job waits until a layout fits (its Running condition says why): {chosen}"
-        return Answer([], warning if len(warning) <= WARNING_LIMIT else warning[:WARNING_LIMIT - 3] + "...",
-                      "no_fit")
+        return Answer([], _cut(f"spec.gpus: the job waits until a layout fits (its Running condition says why): "
+                               f"{chosen}"), "no_fit")
     layout, record = chosen
     record = record[:MESSAGE_LIMIT - len(gpu_layout.AT_ADMISSION)] + gpu_layout.AT_ADMISSION
     merge = gpu_layout.layout_patch(job, layout, record)
-    spec = _merged(raw.get("spec") or {}, merge["spec"])
+    spec = merged(raw.get("spec") or {}, merge["spec"])
     annotations = (raw.get("metadata") or {}).get("annotations")
     annotation: JSON = ({"op": "add", "path": f"/metadata/annotations/{_pointer(gpu_layout.ANNOTATION)}",
                          "value": record} if annotations is not None else
@@ -80,25 +92,37 @@ def layout_patch(raw: JSON, nodes: list[JSON] | None) -> Answer:
     return Answer([{"op": "replace", "path": "/spec", "value": spec}, annotation], None, "laid_out")
 
 
-def _merged(target: JSON, patch: JSON) -> JSON:
-    """RFC 7386: `patch` merged into `target` (a copy): objects merge, null removes, anything else replaces."""
-    merged = dict(target)
-    for key, value in patch.items():
-        if value is None:
-            merged.pop(key, None)
-        elif isinstance(value, dict) and isinstance(merged.get(key), dict):
-            merged[key] = _merged(merged[key], value)
-        else:
-            merged[key] = value
-    return merged
+def _cut(warning: str) -> str:
+    return warning if len(warning) <= WARNING_LIMIT else warning[:WARNING_LIMIT - 3] + "..."
 
 
-def review(admission: JSON, nodes: list[JSON] | None) -> JSON:
-    """The AdmissionReview answering `admission` (admission.k8s.io/v1): always allowed."""
-    request = admission.get("request") or {}
-    response: JSON = {"uid": request.get("uid", ""), "allowed": True}
-    if request.get("operation") == "CREATE" and isinstance(request.get("object"), dict):
-        answer = layout_patch(request["object"], nodes)
+def malformed(admission: object) -> str | None:
+    """Why `admission` is not an AdmissionReview this webhook answers (None: it is one): admission.k8s.io/v1, a
+    request with a uid, for a kubeflow.org/v2beta1 MPIJob, and the object itself when it is created."""
+    if not isinstance(admission, dict) or (admission.get("apiVersion"), admission.get("kind")) != (
+            "admission.k8s.io/v1", "AdmissionReview"):
+        return "the body is not an admission.k8s.io/v1 AdmissionReview"
+    request = admission.get("request")
+    if not isinstance(request, dict) or not isinstance(request.get("uid"), str) or not request["uid"]:
+        return "the AdmissionReview has no request with a uid"
+    if request.get("kind") != MPIJOB_KIND:
+        return "this webhook answers only for kubeflow.org/v2beta1 MPIJobs, not " + (
+            "/".join(str(v) for v in request["kind"].values())[:100] if isinstance(request.get("kind"), dict) else
+            "a request without a kind")
+    if not isinstance(request.get("operation"), str):
+        return "the AdmissionReview's request has no operation"
+    if request["operation"] == "CREATE" and not isinstance(request.get("object"), dict):
+        return "the AdmissionReview creates no object"
+    return None
+
+
+def review(admission: JSON, nodes: list[JSON] | None, max_entries: int) -> JSON:
+    """The AdmissionReview answering `admission` (admission.k8s.io/v1, which `malformed` found well-formed): always
+    allowed."""
+    request = admission["request"]
+    response: JSON = {"uid": request["uid"], "allowed": True}
+    if request["operation"] == "CREATE":
+        answer = layout_patch(request["object"], nodes, max_entries)
         if answer.patch:
             response["patchType"] = "JSONPatch"
             response["patch"] = base64.b64encode(orjson.dumps(answer.patch)).decode()
@@ -114,17 +138,25 @@ def review(admission: JSON, nodes: list[JSON] | None) -> JSON:
     return {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "response": response}
 
 
-def add_route(app: web.Application, nodes: Callable[[], list[JSON] | None]) -> None:
-    """POST PATH on `app`: `nodes()` gives the cached GPU nodes (None while not watched or not synced)."""
+def add_route(app: web.Application, nodes: Callable[[], list[JSON] | None], max_entries: int) -> None:
+    """POST PATH on `app`: `nodes()` gives the cached GPU nodes (None while not watched or not synced);
+    `max_entries`: --gpu-layout-max-entries. The body may be up to BODY_LIMIT, whatever the app's own limit."""
 
     async def handle(request: web.Request) -> web.Response:
+        too_large = web.Response(status=413, text=f"the body is over the GPU layout webhook's limit of {BODY_LIMIT} "
+                                                  "bytes")
+        if request.content_length is not None and request.content_length > BODY_LIMIT:
+            return too_large
         try:
-            admission = orjson.loads(await request.read())
+            admission = orjson.loads(await request.clone(client_max_size=BODY_LIMIT).read())
+        except web.HTTPRequestEntityTooLarge:
+            return too_large
         except orjson.JSONDecodeError as error:
             return web.Response(status=400, text=f"the body is not an AdmissionReview: {error}")
-        if not isinstance(admission, dict):
-            return web.Response(status=400, text="the body is not an AdmissionReview")
-        return web.Response(body=orjson.dumps(review(admission, nodes())), content_type="application/json")
+        if (why := malformed(admission)) is not None:
+            return web.Response(status=400, text=why)
+        return web.Response(body=orjson.dumps(review(admission, nodes(), max_entries)),
+                            content_type="application/json")
 
     app.router.add_post(PATH, handle)
 

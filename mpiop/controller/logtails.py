@@ -29,7 +29,7 @@ class LogTails:
         """Put the tail the failure report wants (if any) into `observed.log_tails`."""
         if job.status.finished:
             return
-        attempt = job.status.restart_count or 0
+        attempt = job.status.attempt
         request = failure_report.log_request(job, observed, attempt)
         pod = observed.pod(request.pod) if request is not None else None
         if request is None or pod is None:

@@ -44,7 +44,7 @@ from mpiop.controller.workqueue import (
     default_controller_rate_limiter,
 )
 from mpiop.desired.settings import DEFAULT_SETTINGS, Settings
-from mpiop.kube.client import NODES, ApiError, KubeClient
+from mpiop.kube.client import NODES, RESOURCE_CLAIM_TEMPLATES, ApiError, KubeClient
 from mpiop.kube.codec import UNDECODABLE
 from mpiop.kube.informer import object_key
 from mpiop.plan import Event
@@ -99,7 +99,8 @@ class Manager:
         self.supervisor = supervisor if supervisor is not None else Supervisor()
         self.caches = Caches.build(client, config.namespace, config.watch_timeout_seconds,
                                     on_watch_restart=metrics.observe_watch_restart,
-                                    gang_scheduler=config.settings.gang_scheduler, watch_nodes=config.gpu_layout)
+                                    gang_scheduler=config.settings.gang_scheduler, watch_nodes=config.gpu_layout,
+                                    watch_claim_templates=bool(config.settings.gpu_device_classes))
         metrics.watching(informer.resource.plural for informer in self.caches.all())
         self.queue: WorkQueue[str] = WorkQueue(
             default_controller_rate_limiter(qps=config.queue_qps, burst=config.queue_burst),
@@ -119,6 +120,8 @@ class Manager:
         self.caches.mpijobs.handlers.append(self._on_job)
         if self.caches.nodes is not None:
             self.caches.nodes.handlers.append(self._on_node)
+        if self.caches.claim_templates is not None:
+            self.caches.claim_templates.handlers.append(self._on_claim_template)
         for informer, unchanged in self.caches.owned_filters():
             batch = 0.0
             if informer is self.caches.pods:
@@ -158,6 +161,30 @@ class Manager:
         for raw in list(self.caches.mpijobs.cached_objects()):
             if (raw.get("spec") or {}).get("gpus") is not None and gpu_layout.needs_layout(MPIJob.model_validate(raw)):
                 self.queue.add(object_key(raw))
+
+    def _on_claim_template(self, old: JSON | None, new: JSON | None) -> None:
+        """A ResourceClaimTemplate came, went or changed: the jobs whose claims are made from it look again (one
+        waiting for it goes on, policies/gpu_slots)."""
+        if old is not None and new is not None and same_but_version(old, new):
+            return
+        for key in self.caches.jobs_naming(new if new is not None else old):  # type: ignore[arg-type]
+            self.queue.add(key)
+
+    async def _may_list_claim_templates(self) -> bool:
+        """Whether ResourceClaimTemplates can be listed (the role grants it, the apiserver serves resource.k8s.io/v1):
+        otherwise the process runs on without their informer, which would never sync, and a job whose claims are
+        made from one waits saying so (desired.gpus)."""
+        try:
+            await self.client.list(RESOURCE_CLAIM_TEMPLATES, self.config.namespace, limit=1)
+        except ApiError as error:
+            if error.status not in (403, 404):
+                return True  # the informer retries whatever this was
+            log.warning("ResourceClaimTemplates cannot be listed: workers whose GPUs come through DRA claims wait "
+                        "unless their job sets slotsPerWorker (deploy/'s role grants list and watch on them; "
+                        "resource.k8s.io/v1 is served from Kubernetes 1.34; --gpu-device-classes= says so without "
+                        "asking)", status=error.status, error=error.message[:200])
+            return False
+        return True
 
     async def _may_list_nodes(self) -> bool:
         """Whether the operator's role lets it list nodes: one with an older (or namespaced) role runs on without
@@ -225,6 +252,8 @@ class Manager:
         self.supervisor.stop_on_failure(stop)
         if self.caches.nodes is not None and not await self._may_list_nodes():
             self.caches.nodes = None
+        if self.caches.claim_templates is not None and not await self._may_list_claim_templates():
+            self.caches.claim_templates = None
         informers = [self.supervisor.spawn(i.run(), name=f"informer-{i.resource.plural}") for i in self.caches.all()]
         workers: list[asyncio.Task[None]] = []
         try:

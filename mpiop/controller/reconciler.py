@@ -122,6 +122,10 @@ class Reconciler:
         # whether or not the plan changed it: an Event can be planned with a write of another object alone.
         for event in plan.events:
             self.recorder.record(job, event, now)
+        if observed.nodes is not None and any(e.reason == gpu_layout.WAITING for e in plan.events):
+            # The job's condition counts the GPU nodes left out; which ones, and why, is for an admin's eyes.
+            log.info("total-GPU job waits", job=job.key, left_out=gpu_layout.left_out_nodes(
+                job, observed.nodes, self.settings.gpu_layout_max_entries))
         if plan.mpijob_patch is not None:
             await self._write_mpijob_patch(job, plan, now)
             # Decide again at once, on the laid-out job the cache now holds: the watch event of this write

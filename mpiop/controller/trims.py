@@ -311,3 +311,26 @@ def trim_node(obj: JSON) -> JSON:
     kept_spec = {k: spec[k] for k in ("taints", "unschedulable") if spec.get(k)}
     return {"metadata": trimmed_metadata(obj), "spec": kept_spec,
             "status": {"allocatable": _extended_resources(obj)}}
+
+
+_DEVICE_REQUEST_FIELDS = ("name", "deviceClassName", "allocationMode", "count", "adminAccess")
+
+
+def _device_request(request: JSON) -> JSON:
+    return {k: request[k] for k in _DEVICE_REQUEST_FIELDS if k in request}
+
+
+def trim_claim_template(obj: JSON) -> JSON:
+    """What a worker's slots read of a ResourceClaimTemplate (desired.gpus): each device request's name and, for
+    `exactly` and each `firstAvailable` alternative, device class, allocation mode, count and admin access (not
+    its selectors, constraints or configuration)."""
+    requests = ((((obj.get("spec") or {}).get("spec") or {}).get("devices") or {}).get("requests")) or []
+    kept: list[JSON] = []
+    for request in requests:
+        one: JSON = {"name": request.get("name")}
+        if request.get("exactly") is not None:
+            one["exactly"] = _device_request(request["exactly"])
+        if request.get("firstAvailable"):
+            one["firstAvailable"] = [_device_request(a) for a in request["firstAvailable"]]
+        kept.append(one)
+    return {"metadata": trimmed_metadata(obj), "spec": {"spec": {"devices": {"requests": kept}}}}

@@ -16,8 +16,10 @@ once. For keys compared by ``hash``/``==`` (here ``"namespace/name"`` strings), 
   ``Get`` hands out the already-queued keys first). ``await shut_down_with_drain()`` does the same, then
   waits until every in-flight key is ``done()``; a ``shut_down()`` meanwhile cuts that wait short.
 
-Delayed adds (``add_after``) wait in a heap driven by one ``loop.call_later`` timer, cancelled on shutdown.
-If a key is already waiting, a sooner ``add_after`` moves it earlier and a later one is ignored.
+Delayed adds (``add_after``) wait in a heap driven by one timer, cancelled on shutdown. If a key is already
+waiting, a sooner ``add_after`` moves it earlier and a later one is ignored. Time is read through a
+:class:`Clock` (``time.monotonic`` and the running loop's timers by default), so a test steps a fake one
+instead of sleeping, as client-go's workqueue tests step ``k8s.io/utils/clock/testing``'s fake clock.
 """
 
 from __future__ import annotations
@@ -34,10 +36,35 @@ from typing import Generic, Protocol, TypeVar
 
 K = TypeVar("K", bound=Hashable)
 K_contra = TypeVar("K_contra", bound=Hashable, contravariant=True)
-Clock = Callable[[], float]
+Now = Callable[[], float]
 """Monotonic seconds; injectable so rate limiters can be tested without sleeping."""
-CallLater = Callable[[float, Callable[[], None]], asyncio.TimerHandle]
-"""``loop.call_later``'s shape: run a callback after some seconds; the handle cancels it."""
+
+
+class Timer(Protocol):
+    """A callback armed for later (``asyncio.TimerHandle``'s one method the queue uses)."""
+
+    def cancel(self) -> None: ...
+
+
+class Clock(Protocol):
+    """What the queue reads time through: ``now()`` (monotonic seconds: when keys were added, when delayed
+    adds are due, the rate limiter's refills) and ``call_later`` (the delayed adds' timer)."""
+
+    def now(self) -> float: ...
+    def call_later(self, delay: float, callback: Callable[[], None]) -> Timer: ...
+
+
+class MonotonicClock:
+    """The real clock: ``time.monotonic`` itself (a builtin, so reading it costs what it did before the clock
+    was injectable) and the running loop's timers."""
+
+    now = staticmethod(time.monotonic)
+
+    def call_later(self, delay: float, callback: Callable[[], None]) -> Timer:
+        return asyncio.get_running_loop().call_later(delay, callback)
+
+
+MONOTONIC = MonotonicClock()
 
 
 class RateLimiter(Protocol[K_contra]):
@@ -77,7 +104,7 @@ class BucketRateLimiter:
     Like ``rate.Limiter.Reserve().Delay()``: every call takes a token, going into debt when empty.
     """
 
-    def __init__(self, qps: float = 10.0, burst: int = 100, *, clock: Clock = time.monotonic) -> None:
+    def __init__(self, qps: float = 10.0, burst: int = 100, *, clock: Now = time.monotonic) -> None:
         if qps <= 0 or burst < 1:
             raise ValueError("qps must be > 0 and burst >= 1")
         self._qps, self._burst, self._clock = qps, float(burst), clock
@@ -123,7 +150,7 @@ def default_controller_rate_limiter(
     burst: int = QUEUE_BURST,
     base_delay: float = 0.005,
     max_delay: float = 1000.0,
-    clock: Clock = time.monotonic,
+    clock: Now = time.monotonic,
 ) -> MaxOfRateLimiter[Hashable]:
     """client-go's ``DefaultControllerRateLimiter``: per-key exponential backoff, and an overall bucket."""
     return MaxOfRateLimiter(
@@ -142,24 +169,26 @@ class WorkQueue(Generic[K]):
     ``add_after``/``add_rate_limited`` calls, ``len()`` is the depth; ``on_wait(seconds)`` is called with how
     long a key waited between being added and ``get()``, ``on_work(seconds)`` with how long it was processed;
     ``longest_running()``, ``unfinished_work()`` and ``in_flight()`` report on the keys being processed now,
-    ``next_delayed_add()`` on the delayed adds.
-    ``call_later`` arms the delayed adds' timer (the running loop's by default); a test passes one that keeps
-    the handles, to see whether any is left pending.
+    ``next_delayed_add()`` on the delayed adds, ``waiting_getters()`` on the idle workers.
+    ``clock`` is read on every add and get and arms the delayed adds' timer; the default rate limiter reads
+    it too. A test passes a fake one and steps it (testkit's ``FakeClock``), which also shows whether any
+    timer is left pending.
     """
 
     def __init__(
         self,
         rate_limiter: RateLimiter[K] | None = None,
         *,
-        clock: Clock = time.monotonic,
+        clock: Clock = MONOTONIC,
         on_wait: Callable[[float], None] | None = None,
         on_work: Callable[[float], None] | None = None,
-        call_later: CallLater | None = None,
     ) -> None:
         self._limiter: RateLimiter[K] = (
-            rate_limiter if rate_limiter is not None else default_controller_rate_limiter(clock=clock)
+            rate_limiter if rate_limiter is not None else default_controller_rate_limiter(clock=clock.now)
         )
-        self._clock, self._on_wait, self._on_work = clock, on_wait, on_work
+        # The bound method, looked up once: the hot path reads the time as cheaply as before.
+        self._now, self._call_later = clock.now, clock.call_later
+        self._on_wait, self._on_work = on_wait, on_work
         self._queue: deque[K] = deque()  # ready keys, in order; each is dirty and not processing
         self._dirty: dict[K, float] = {}  # keys that need processing -> when they became dirty
         self._processing: dict[K, float] = {}  # keys handed out by get() -> when
@@ -169,8 +198,7 @@ class WorkQueue(Generic[K]):
         self._heap: list[tuple[float, int, K]] = []  # delayed adds; entries not matching _waiting are stale
         self._waiting: dict[K, float] = {}  # key -> earliest time it is due
         self._seq = itertools.count()  # heap tie-breaker, so keys are never compared
-        self._timer: asyncio.TimerHandle | None = None
-        self._call_later = call_later
+        self._timer: Timer | None = None
         self.adds = 0
         self.retries = 0
 
@@ -186,7 +214,7 @@ class WorkQueue(Generic[K]):
         if self._shutting_down or key in self._dirty:
             return
         self.adds += 1
-        self._dirty[key] = self._clock()
+        self._dirty[key] = self._now()
         if key not in self._processing:
             self._queue.append(key)
             self._wake_one()
@@ -207,7 +235,7 @@ class WorkQueue(Generic[K]):
                     self._wake_one()  # we were woken for a key we will not take: pass the wake-up on
                 raise
         key = self._queue.popleft()
-        now = self._clock()
+        now = self._now()
         added = self._dirty.pop(key)
         self._processing[key] = now
         if self._on_wait is not None:
@@ -223,7 +251,7 @@ class WorkQueue(Generic[K]):
         if started is None:
             return
         if self._on_work is not None:
-            self._on_work(self._clock() - started)
+            self._on_work(self._now() - started)
         if key in self._dirty:
             self._queue.append(key)
             self._wake_one()
@@ -238,7 +266,7 @@ class WorkQueue(Generic[K]):
         if delay <= 0:
             self.add(key)
             return
-        due = self._clock() + delay
+        due = self._now() + delay
         if due >= self._waiting.get(key, math.inf):
             return
         self._waiting[key] = due
@@ -263,6 +291,10 @@ class WorkQueue(Generic[K]):
         starts after anything that happened until now."""
         return key in self._dirty and key not in self._processing
 
+    def waiting_getters(self) -> int:
+        """``get()`` calls waiting for a key: the idle workers."""
+        return len(self._getters)
+
     def in_flight(self) -> int:
         """Keys handed out by ``get()`` and not ``done()`` yet."""
         return len(self._processing)
@@ -271,16 +303,16 @@ class WorkQueue(Generic[K]):
         """Seconds until the soonest delayed add comes due (0 if overdue), or None if none is waiting."""
         if not self._waiting:
             return None
-        return max(0.0, min(self._waiting.values()) - self._clock())
+        return max(0.0, min(self._waiting.values()) - self._now())
 
     def longest_running(self) -> float:
         """Seconds the longest-running key in processing has been at it (0 if none); spots stuck workers."""
-        now = self._clock()
+        now = self._now()
         return max((now - t for t in self._processing.values()), default=0.0)
 
     def unfinished_work(self) -> float:
         """Total seconds the keys in processing have been at it."""
-        now = self._clock()
+        now = self._now()
         return sum(now - t for t in self._processing.values())
 
     def shut_down(self) -> None:
@@ -321,13 +353,11 @@ class WorkQueue(Generic[K]):
             self._timer.cancel()
             self._timer = None
         if self._heap:
-            delay = max(0.0, self._heap[0][0] - self._clock())
-            call_later = asyncio.get_running_loop().call_later if self._call_later is None else self._call_later
-            self._timer = call_later(delay, self._fire)
+            self._timer = self._call_later(max(0.0, self._heap[0][0] - self._now()), self._fire)
 
     def _fire(self) -> None:
         self._timer = None
-        now = self._clock()
+        now = self._now()
         while self._heap and self._heap[0][0] <= now:
             due, _, key = heapq.heappop(self._heap)
             if self._waiting.get(key) == due:

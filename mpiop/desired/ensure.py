@@ -49,7 +49,7 @@ def supporting_objects(plan: Plan, job: MPIJob, observed: Observed, ports: hostn
     ConfigMap: made even while the job is suspended, before any pod, kept until the job is deleted.
 
     `ports`: the attempt's host-network port table (policies/host_ports)."""
-    attempt = plan.status.restart_count or 0
+    attempt = plan.status.attempt
     exec_launch = launch.uses_exec(job, settings.default_launch)
     if exec_launch:
         launcher_access(plan, job, observed, attempt)
@@ -70,14 +70,18 @@ def supporting_objects(plan: Plan, job: MPIJob, observed: Observed, ports: hostn
 
 
 def launcher_access(plan: Plan, job: MPIJob, observed: Observed, attempt: int) -> None:
-    """An exec launcher's ServiceAccount, Role and RoleBinding; the Role's pod names follow the attempt."""
+    """An exec launcher's ServiceAccount, Role and RoleBinding; the Role names the attempt's pods that exist.
+
+    A changed Role is looked at again at once: its watch event brings nothing new to the cache, and the launcher
+    waits for it to name every worker (policies/launcher_creation)."""
     if observed.service_account is None:
         plan.creation_steps.supporting.append(launcher_rbac.service_account(job))
-    wanted = launcher_rbac.role(job, attempt)
+    wanted = launcher_rbac.role(job, launcher_rbac.exec_targets(job, observed, attempt))
     if observed.role is None:
         plan.creation_steps.supporting.append(wanted)
-    elif observed.role.get("rules") != wanted["rules"]:
+    elif (observed.role.get("rules") or []) != wanted["rules"]:
         plan.objects_to_update.append(wanted)
+        plan.requeue_in(0)
     if observed.role_binding is None:
         plan.creation_steps.supporting.append(launcher_rbac.role_binding(job))
 
@@ -86,7 +90,7 @@ def job_pods(plan: Plan, job: MPIJob, observed: Observed, launcher_may_start: bo
              ports: hostnetwork.Ports, settings: Settings = DEFAULT_SETTINGS) -> None:
     """Workers and launcher of the current attempt (the launcher once its creation policy allows); stale ones
     deleted first."""
-    attempt = plan.status.restart_count or 0
+    attempt = plan.status.attempt
     cluster_domain = settings.cluster_domain
     count = job.spec.worker_replicas
     states = list(zip(observed.states, observed.pods, strict=True))
@@ -121,6 +125,16 @@ def job_pods(plan: Plan, job: MPIJob, observed: Observed, launcher_may_start: bo
             and not _old_launcher_terminating(observed, attempt) \
             and ssh_config.is_current(job, ports, observed.config_map, cluster_domain):
         plan.creation_steps.launcher.append(pods.launcher_pod(job, attempt, cluster_domain, ports, settings))
+    if launch.uses_exec(job, settings.default_launch):
+        _follow_with_role(plan, observed)
+
+
+def _follow_with_role(plan: Plan, observed: Observed) -> None:
+    """Exec launch: pods made in this pass are named in the Role only once they exist (launcher_rbac), so the job is
+    looked at again at once; their own watch events bring nothing the cache does not hold already. Not while a pod
+    creation is refused: that is retried on the refusal's own backoff (status.replica_failure)."""
+    if plan.creation_steps.pods() and not any(r.kind == "Pod" for r in observed.refused):
+        plan.requeue_in(0)
 
 
 def _old_launcher_terminating(observed: Observed, attempt: int) -> bool:

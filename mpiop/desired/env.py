@@ -79,7 +79,6 @@ def merge_env(existing: list[dict[str, object]] | None, added: list[EnvVar]) -> 
 # Ranks that mpirun starts over SSH get the environment of an SSH session, not the pod's: the launcher's
 # MPI must carry the variables over. Hydra (Intel MPI, MPICH) passes the launcher's whole environment by
 # default; Open MPI passes only OMPI_* and what it is told.
-FORWARD_ENV_ANNOTATION = "mpiop.kubeflow.org/forward-env"
 OPENMPI_ENV_LIST = "OMPI_MCA_mca_base_env_list"
 _FORWARDABLE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\*?|\*")
 # `-x NAME` on Open MPI 4's command line together with OMPI_MCA_mca_base_env_list is a fatal error
@@ -89,7 +88,7 @@ _DASH_X = re.compile(r"(?:^|\s)-x(?:\s|$)")
 
 def forward_env_entries(job: MPIJob) -> list[str]:
     """The annotation's entries: names or `PREFIX*`, separated by commas or spaces."""
-    raw = job.metadata.annotations.get(FORWARD_ENV_ANNOTATION, "")
+    raw = job.metadata.annotations.get(names.FORWARD_ENV_ANNOTATION, "")
     return [e for e in re.split(r"[\s,]+", raw) if e]
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable
 
 from mpiop import names
@@ -15,6 +16,16 @@ def host_line(implementation: MPIImplementation, host: str, slots: int) -> str:
     if implementation == "OpenMPI":
         return f"{host} slots={slots}"
     return f"{host}:{slots}"
+
+
+_SLOTS_OF_LINE = re.compile(r"(?: slots=|:)(\d+)$")
+
+
+def written_slots(hostfile_text: str) -> int | None:
+    """The slots of a hostfile host_line wrote (its first host's: all have the same); None: no host."""
+    first = next((line for line in hostfile_text.splitlines() if line.strip()), "")
+    match = _SLOTS_OF_LINE.search(first.strip())
+    return int(match.group(1)) if match else None
 
 
 def _hosts(job: MPIJob, worker_indexes: Iterable[int], cluster_domain: str) -> list[str]:

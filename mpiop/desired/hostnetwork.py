@@ -23,9 +23,7 @@ from mpiop.desired import ranks
 SSH_PORT_NAME = "mpiop-ssh"
 MASTER_PORT_NAME = "mpiop-master"
 SSH_PORT_ENV = "MPIOP_SSH_PORT"
-# Pods carry their ports as labels: the trimmed cache keeps labels, not specs.
-SSH_PORT_LABEL = "mpiop.kubeflow.org/ssh-port"
-MASTER_PORT_LABEL = "mpiop.kubeflow.org/master-port"
+# Pods carry their ports as labels (names.SSH_PORT_LABEL, names.MASTER_PORT_LABEL): the trimmed cache keeps labels.
 MASTER = "master"  # the table's key of the framework's rendezvous port (MASTER_PORT)
 
 
@@ -125,9 +123,9 @@ def table_key(job: MPIJob, pod: podstate.Pod) -> str:
 def pod_ports(job: MPIJob, pod: podstate.Pod) -> dict[str, int]:
     """The table entries a pod was made with (from its labels)."""
     found = {}
-    if (ssh := _label_port(pod, SSH_PORT_LABEL)) is not None:
+    if (ssh := _label_port(pod, names.SSH_PORT_LABEL)) is not None:
         found[table_key(job, pod)] = ssh
-    if (master := _label_port(pod, MASTER_PORT_LABEL)) is not None:
+    if (master := _label_port(pod, names.MASTER_PORT_LABEL)) is not None:
         found[MASTER] = master
     return found
 
@@ -148,8 +146,8 @@ def add_ports(pod: dict[str, Any], job: MPIJob, table: Ports) -> int | None:
     ssh = table.ssh(name)
     if ssh is not None:
         _add_port(main, SSH_PORT_NAME, ssh)
-        labels[SSH_PORT_LABEL] = str(ssh)
+        labels[names.SSH_PORT_LABEL] = str(ssh)
     if master_pod(job) == name and table.master is not None:
         _add_port(main, MASTER_PORT_NAME, table.master)
-        labels[MASTER_PORT_LABEL] = str(table.master)
+        labels[names.MASTER_PORT_LABEL] = str(table.master)
     return ssh

@@ -10,10 +10,11 @@ from __future__ import annotations
 from typing import Literal
 
 from mpiop.api.v2beta1 import MPIJob
+from mpiop.names import LAUNCH_ANNOTATION as LAUNCH_ANNOTATION  # process.py imports it from here
 
 LaunchMode = Literal["ssh", "exec"]
 LAUNCH_MODES: tuple[LaunchMode, ...] = ("ssh", "exec")
-LAUNCH_ANNOTATION = "mpiop.kubeflow.org/launch"
+DEFAULT_LAUNCH: LaunchMode = "ssh"  # --default-launch's default: kubeflow's way
 # The kubectl an exec launcher's init container copies (with sh and cp: desired.kubexec says why not upstream's
 # distroless registry.k8s.io/kubectl), for the supported minor, pinned.
 DEFAULT_KUBECTL_IMAGE = "docker.io/alpine/k8s:1.34.1"

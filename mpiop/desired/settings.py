@@ -6,8 +6,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from mpiop.desired.gpus import DEFAULT_GPU_DEVICE_CLASSES
 from mpiop.desired.hostnetwork import DEFAULT_PORT_RANGE, PortRange
-from mpiop.desired.launch import DEFAULT_KUBECTL_IMAGE, LaunchMode
+from mpiop.desired.launch import DEFAULT_KUBECTL_IMAGE, DEFAULT_LAUNCH, LaunchMode
 from mpiop.desired.podgroup import GangScheduler
 from mpiop.desired.status_report import StatusEndpoint
 
@@ -23,10 +24,16 @@ class Settings:
     kept_attempts: int = 3  # --kept-attempts: a job's last failed attempts whose logs stay in ConfigMaps
     node_fault_exit_codes: frozenset[int] = frozenset()  # --node-fault-exit-codes: exits that blame the node
     max_excluded_nodes: int = 8  # --max-excluded-nodes: how many nodes a job's next attempts avoid at most
-    default_launch: LaunchMode = "ssh"  # --default-launch: for jobs without the launch annotation
+    default_launch: LaunchMode = DEFAULT_LAUNCH  # --default-launch: for jobs without the launch annotation
     kubectl_image: str = DEFAULT_KUBECTL_IMAGE  # --kubectl-image: where exec launchers get kubectl from
     # --kubectl-image-grace-seconds: how long an exec job waits for that image to be pulled before it fails
     kubectl_image_grace_seconds: int = 300
+    # --gpu-layout-max-entries: the most tolerations, nodeSelector or required node affinity entries of a Worker
+    # template that a total-GPU layout matches against the nodes (policies/node_fit); a job over it waits
+    gpu_layout_max_entries: int = 1000
+    # --gpu-device-classes: DRA device classes whose devices a worker's claims count as GPUs, so as slots
+    # (desired.gpus); empty: claims count none and ResourceClaimTemplates are not watched
+    gpu_device_classes: frozenset[str] = DEFAULT_GPU_DEVICE_CLASSES
     # mpiop's status endpoint and its CA, for the pods to report progress to; None: --no-status-endpoint
     status_endpoint: StatusEndpoint | None = None
 

@@ -17,7 +17,7 @@ from mpiop.api.v2beta1 import GROUP, PLURAL, VERSION, MPIJob
 from mpiop.desired import env
 
 AUDIENCE = "mpiop.kubeflow.org"
-ANNOTATION = "mpiop.kubeflow.org/report-progress"
+ANNOTATION = names.REPORT_PROGRESS_ANNOTATION  # the name controller.status_endpoint reads it by
 VOLUME = "mpiop-status"
 MOUNT_PATH = "/var/run/secrets/mpiop.kubeflow.org/status"
 CA_KEY = "mpiop-status-ca.crt"  # in the job's ConfigMap `<job>-config`
@@ -41,7 +41,7 @@ def path(namespace: str, name: str) -> str:
 
 
 def opted_out(job: MPIJob) -> bool:
-    return job.metadata.annotations.get(ANNOTATION) == "false"
+    return job.metadata.annotations.get(names.REPORT_PROGRESS_ANNOTATION) == "false"
 
 
 def enabled(job: MPIJob, endpoint: StatusEndpoint | None) -> bool:

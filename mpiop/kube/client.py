@@ -78,6 +78,7 @@ NAMESPACES = Resource("", "v1", "namespaces", "Namespace", namespaced=False)
 NODES = Resource("", "v1", "nodes", "Node", namespaced=False)
 MPIJOBS = Resource("kubeflow.org", "v2beta1", "mpijobs", "MPIJob")
 BATCH_JOBS = Resource("batch", "v1", "jobs", "Job")
+RESOURCE_CLAIM_TEMPLATES = Resource("resource.k8s.io", "v1", "resourceclaimtemplates", "ResourceClaimTemplate")
 CRDS = Resource("apiextensions.k8s.io", "v1", "customresourcedefinitions", "CustomResourceDefinition",
                 namespaced=False)
 

@@ -28,7 +28,7 @@ def state(job: MPIJob) -> str:
 
 
 def attempt_of(job: MPIJob) -> int:
-    return job.status.restart_count or 0
+    return job.status.attempt
 
 
 def first_paragraph(text: str) -> str:
@@ -83,7 +83,7 @@ def status_text(raw: JSON, attempt_config_maps: list[JSON], now: dt.datetime) ->
     job = MPIJob.model_validate(raw)
     status = job.status
     policy = job.spec.run_policy
-    restarts = status.restart_count or 0
+    restarts = status.attempt
     workers = status.replica_statuses.get("Worker")
     ready = f"{workers.ready or 0} ready, " if workers is not None else ""
     lines = [

@@ -30,9 +30,10 @@ from mpiop.api.v2beta1 import MPIJob
 from mpiop.desired import ensure
 from mpiop.desired.settings import DEFAULT_SETTINGS, Settings
 from mpiop.plan import Observed, Plan
+from mpiop.policies import cleanup as clean_pod_policy
 from mpiop.policies import failure, host_ports, success
 from mpiop.policies.outcome import CONTINUE, STOP, Outcome
-from mpiop.status import progress
+from mpiop.status import lifecycle
 
 ADOPTED_REASON = "MPIJobAdopted"
 
@@ -59,7 +60,7 @@ def apply(plan: Plan, job: MPIJob, observed: Observed, now: dt.datetime,
     launcher_batch_job = observed.launcher_batch_job
     if launcher_batch_job is None and not observed.launcher_batch_job_pods:
         return CONTINUE
-    if launcher_batch_job is None or (plan.status.restart_count or 0) != 0:
+    if launcher_batch_job is None or plan.status.attempt != 0:
         # An earlier attempt's launcher: it goes; this attempt's launcher Pod waits until its pods are gone.
         retire(plan, observed)
         ensure.job_pods(plan, job, observed, False, host_ports.for_plan(plan, job, observed, settings), settings)
@@ -78,7 +79,7 @@ def apply(plan: Plan, job: MPIJob, observed: Observed, now: dt.datetime,
         failure.attempt_failed(plan, job, observed, now, summary)
     elif failure.apply(plan, job, observed, now) is CONTINUE:
         if any(podstate.is_running(p) for p in pods):
-            progress.mark_running_if_workers_run(plan, job, observed, now)
+            lifecycle.mark_running_if_workers_run(plan, job, observed, now)
         ensure.job_pods(plan, job, observed, False, host_ports.for_plan(plan, job, observed, settings), settings)
         return STOP
     if not plan.status.finished:  # restarting: kubeflow's launcher goes with the workers
@@ -97,9 +98,8 @@ def cleanup(plan: Plan, job: MPIJob, observed: Observed) -> None:
     """cleanPodPolicy for a finished job's launcher Job, as for a launcher Pod."""
     if observed.launcher_batch_job is None:
         return
-    policy = job.spec.run_policy.effective_clean_pod_policy
     running = any(podstate.is_active(p) for p in _pods_of(observed.launcher_batch_job, observed))
-    if policy == "All" or (policy == "Running" and running):
+    if clean_pod_policy.deletes(job.spec.run_policy.effective_clean_pod_policy, running):
         retire(plan, observed)
 
 

@@ -12,12 +12,14 @@ from mpiop.plan import Observed, Plan
 from mpiop.policies.outcome import CONTINUE, Outcome
 
 
+def deletes(policy: CleanPodPolicy, active: bool) -> bool:
+    """Whether the policy deletes a finished job's pod, or kubeflow's launcher Job (policies/adoption), that is
+    `active` (Pending or Running) or not."""
+    return policy == "All" or (policy == "Running" and active)
+
+
 def pods_to_delete(policy: CleanPodPolicy, pods: list[podstate.Pod]) -> list[podstate.Pod]:
-    if policy == "All":
-        return [p for p in pods if not podstate.is_terminating(p)]
-    if policy == "Running":
-        return [p for p in pods if podstate.is_active(p)]
-    return []
+    return [p for p in pods if not podstate.is_terminating(p) and deletes(policy, podstate.is_active(p))]
 
 
 def apply(plan: Plan, job: MPIJob, observed: Observed) -> Outcome:

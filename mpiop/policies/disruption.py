@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import datetime as dt
 
-from mpiop import names, podstate
+from mpiop import podstate
 from mpiop.api.v2beta1 import MPIJob
 from mpiop.plan import Observed, Plan
 from mpiop.policies import failure
@@ -26,10 +26,7 @@ from mpiop.status import failure_report
 def disrupted_pod(observed: Observed, attempt: int) -> tuple[podstate.Pod, str, str] | None:
     """The attempt's first disrupted pod (the launcher, then workers by index) and its condition's reason and
     message: one that carries DisruptionTarget and is going or Failed."""
-    found = [(s, p) for s, p in zip(observed.states, observed.pods, strict=True)
-             if s.attempt == attempt and (s.terminating or s.phase == "Failed")]
-    found.sort(key=lambda f: (f[0].role != names.LAUNCHER_ROLE, f[0].replica or 0))
-    for _, pod in found:
+    for pod in observed.launcher_first(attempt, lambda s: s.terminating or s.phase == "Failed"):
         if (why := podstate.disruption(pod)) is not None:
             return pod, *why
     return None
@@ -37,12 +34,12 @@ def disrupted_pod(observed: Observed, attempt: int) -> tuple[podstate.Pod, str, 
 
 def apply(plan: Plan, job: MPIJob, observed: Observed, now: dt.datetime, cap: int) -> Outcome:
     """Restart a disrupted attempt; STOP when it did (the job is restarting, or has failed once past `cap`)."""
-    attempt = plan.status.restart_count or 0
+    attempt = plan.status.attempt
     found = disrupted_pod(observed, attempt)
     if found is None:
         return CONTINUE
     pod, reason, message = found
-    within_cap = (plan.status.disruption_restarts or 0) < cap
+    within_cap = plan.status.disruptions < cap
     past_cap = "" if within_cap else f" (past --max-disruption-restarts {cap}: counted as a failure)"
     report = failure_report.disruption_report(job, pod, reason, message + past_cap, attempt)
     failure.attempt_failed(plan, job, observed, now, report, disrupted=within_cap)

@@ -14,7 +14,8 @@ launcher is kept through the next attempt (its successor has its own name), so i
 A container under restartPolicy OnFailure is restarted in place by the kubelet and its pod never fails: each
 such failed run counts against backoffLimit too (status.in_place), as a Kubernetes Job counts them for
 kubeflow's launcher. Within the limit nothing is restarted (mpirun runs again against the same workers); past
-it the job fails with BackoffLimitExceeded, told from the restarted container's previous run.
+it the job fails with BackoffLimitExceeded, told from the restarted container's previous run. What counts, and
+when a job is past its limit, is status.backoff's to say.
 """
 
 from __future__ import annotations
@@ -25,8 +26,8 @@ from mpiop import names, podstate
 from mpiop.api.v2beta1 import MPIJob
 from mpiop.plan import MESSAGE_LIMIT, Observed, Plan
 from mpiop.policies.outcome import CONTINUE, STOP, Outcome
+from mpiop.status import backoff, failure_report, in_place, lifecycle, milestones
 from mpiop.status import conditions as c
-from mpiop.status import failure_report, in_place, milestones, progress
 from mpiop.status.failed import mark_failed
 
 
@@ -46,21 +47,22 @@ def first_failure(job: MPIJob, observed: Observed, attempt: int) -> podstate.Pod
 
 def apply(plan: Plan, job: MPIJob, observed: Observed, now: dt.datetime) -> Outcome:
     """Handle a failed attempt; STOP when it did (the job is restarting or has failed)."""
-    attempt = plan.status.restart_count or 0
+    attempt = plan.status.attempt
     if (lost := failure_report.lost_worker_report(job, observed, attempt)) is not None:
         attempt_failed(plan, job, observed, now, lost)  # mpirun exited 0 though a worker was lost
         return STOP
     pod = first_failure(job, observed, attempt)
-    found = failure_report.report(job, observed, attempt)
-    if found is None:
+    standing = backoff.count(job, observed)
+    if pod is None and not standing.past_limit:
         restarted_in_place(plan, job, observed, now)
         return CONTINUE
-    if pod is None:  # no Failed pod: containers restarted in place passed backoffLimit
-        limit = job.spec.run_policy.effective_backoff_limit
+    found = failure_report.report(job, observed, attempt)
+    assert found is not None  # it blames the Failed pod, else the containers restarted in place past the limit
+    if pod is None:  # no Failed pod: containers restarted in place took the job past backoffLimit
         plan.status.last_failure = found.info.model_copy(update={"time": now, "attempt": attempt})
-        head = (f"MPIJob {job.key} has failed (backoffLimit {limit} exceeded: "
-                f"{in_place.failures(job, observed, attempt)} failures after {attempt} restarts, "
-                f"{observed.in_place_failures(attempt)} of them restarted in place)")
+        head = (f"MPIJob {job.key} has failed (backoffLimit {standing.limit} exceeded: "
+                f"{standing.failures} failures after {attempt} restarts, "
+                f"{standing.in_place} of them restarted in place)")
         saved = saved_in(job, attempt)
         mark_failed(plan, c.BACKOFF_LIMIT_EXCEEDED_REASON, found.message(head, saved), now,
                     event_message=found.message(head, saved, limit=MESSAGE_LIMIT))
@@ -79,16 +81,14 @@ def restarted_in_place(plan: Plan, job: MPIJob, observed: Observed, now: dt.date
     runs) counts them against the limit, and each new failure gets a Warning Event, so `kubectl describe`
     explains a launcher in CrashLoopBackOff. The workers are left running: the kubelet re-runs mpirun."""
     status = plan.status
-    attempt = status.restart_count or 0
-    note = in_place.note(job, observed, attempt)
+    note = in_place.note(job, observed)
     if not note:
         return
     # One Event per failure counted: the count is already in a condition once told (the pods' words may change).
-    if not any(f"; {in_place.count(job, observed, attempt)}" in (cond.message or "") for cond in status.conditions):
+    if not any(f"; {backoff.count(job, observed)}" in (cond.message or "") for cond in status.conditions):
         plan.event("Warning", c.CONTAINER_RESTARTED_REASON, f"MPIJob {job.key}: {note}")
     if status.is_true("Running"):
-        c.set_condition(status, "Running", "True", c.RUNNING_REASON,
-                        progress.running_message(job, observed, attempt), now)
+        c.set_condition(status, "Running", "True", c.RUNNING_REASON, lifecycle.running_message(job, observed), now)
     else:
         c.set_condition(status, "Restarting", "True", c.CONTAINER_RESTARTED_REASON,
                         f"MPIJob {job.key} is restarting in place: {note}", now)
@@ -102,15 +102,13 @@ def attempt_failed(plan: Plan, job: MPIJob, observed: Observed, now: dt.datetime
     `disrupted` attempt (policies/disruption) restarts without spending backoffLimit."""
     found = why if isinstance(why, failure_report.Report) else failure_report.summary_only(why)
     status = plan.status
-    attempt = status.restart_count or 0
+    attempt = status.attempt
     status.last_failure = found.info.model_copy(update={"time": now, "attempt": attempt})
-    limit = job.spec.run_policy.effective_backoff_limit
-    restarted = observed.in_place_failures(attempt)
-    disruptions = (status.disruption_restarts or 0) + int(disrupted)
-    failures = attempt + 1 + restarted - disruptions
+    counted = backoff.count(job, observed, backoff.Ending.DISRUPTED if disrupted else backoff.Ending.FAILED)
+    limit, restarted, disruptions = counted.limit, counted.in_place, counted.disruptions
     key = job.key
     saved = saved_in(job, attempt)
-    if not disrupted and (permanent or failures > limit):
+    if (permanent and not disrupted) or counted.past_limit:
         reached = "permanent exit code (restartPolicy ExitCode)" if permanent else f"backoffLimit {limit}"
         head = f"MPIJob {key} has failed ({reached} reached after {attempt} restarts)"
         mark_failed(plan, failed_reason, found.message(head, saved), now,
@@ -123,8 +121,8 @@ def attempt_failed(plan: Plan, job: MPIJob, observed: Observed, now: dt.datetime
     kept = [p for p in observed.pods if podstate.is_kept_launcher(p, attempt + 1)]
     middle = (f"; the failed launcher {podstate.name(kept[0])} is kept for `kubectl logs`" if kept else "") + saved
     in_place_part = f" with {restarted} restarted in place" if restarted else ""
-    counted = f", failure {failures}{in_place_part}" if restarted or disruptions else ""
-    head = f"MPIJob {key} is restarting (restart {attempt + 1}{counted} of backoffLimit {limit})"
+    told = f", failure {counted.failures}{in_place_part}" if restarted or disruptions else ""
+    head = f"MPIJob {key} is restarting (restart {attempt + 1}{told} of backoffLimit {limit})"
     if disrupted:
         head = (f"MPIJob {key} is restarting after a disruption (restart {attempt + 1}, disruption {disruptions}; "
                 f"not counted against backoffLimit {limit})")

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import datetime as dt
 
+from mpiop import names
 from mpiop.api.v2beta1 import MPIJob
 from mpiop.desired import env
 from mpiop.plan import MESSAGE_LIMIT, Plan
@@ -21,7 +22,7 @@ def apply(plan: Plan, job: MPIJob, now: dt.datetime) -> Outcome:
     if not bad:
         return CONTINUE
     entries = ", ".join(repr(e) for e in bad)
-    message = (f"MPIJob {job.key} has failed: metadata.annotations[{env.FORWARD_ENV_ANNOTATION}]: {entries} "
+    message = (f"MPIJob {job.key} has failed: metadata.annotations[{names.FORWARD_ENV_ANNOTATION}]: {entries} "
                "is not an environment variable name or NAME_PREFIX*")
     mark_failed(plan, c.VALIDATION_ERROR_REASON, message[:MESSAGE_LIMIT], now)
     return STOP

@@ -109,7 +109,7 @@ def why_unscheduled(job: MPIJob, observed: Observed, wanted: JSON, scheduler: Ga
 def _report(plan: Plan, job: MPIJob, observed: Observed, wanted: JSON, scheduler: GangScheduler,
             now: dt.datetime) -> None:
     status = plan.status
-    message = why_unscheduled(job, observed, wanted, scheduler, status.restart_count or 0, now)
+    message = why_unscheduled(job, observed, wanted, scheduler, status.attempt, now)
     queued = _queued_for(observed.pod_group, scheduler, now)
     if message is None and queued is not None and queued < QUEUE_GRACE_SECONDS:
         plan.requeue_in(QUEUE_GRACE_SECONDS - queued)

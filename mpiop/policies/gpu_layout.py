@@ -13,20 +13,26 @@ every later pass see what runs. The choice, in order:
 So 12 GPUs on 8-GPU nodes run as 3 x 4 (one node whole, half of another), not 2 x 6 (2 GPUs stranded on each
 of two nodes); 64 as 8 x 8; a prime total larger than any node waits. Only nodes the Worker template may use
 count: schedulable, its nodeSelector and simple required node affinity matched, its NoSchedule/NoExecute taints
-tolerated. A layout is chosen once, while the job has no pod and never ran; it is never changed after.
+tolerated (policies/node_fit, in work bounded by --gpu-layout-max-entries). What the job says names no node, label
+or taint value (its owner may not read nodes): the nodes left out are counted by size and reason, and the
+controller logs them by name. A layout is chosen once, while the job has no pod and never ran; it is never changed
+after.
 """
 
 from __future__ import annotations
 
 import datetime as dt
+import itertools
 import json
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
 from mpiop.api.raw import JSON
 from mpiop.api.v2beta1 import WORKER, MPIJob
+from mpiop.desired.gpus import layout_resource
 from mpiop.plan import MESSAGE_LIMIT, Event, MPIJobPatch, Observed, Plan
+from mpiop.policies import node_fit
 from mpiop.policies.outcome import CONTINUE, STOP, Outcome
 from mpiop.status import conditions as c
 
@@ -34,7 +40,6 @@ ANNOTATION = "mpiop.kubeflow.org/gpu-layout"
 WAITING = "GPULayoutUnavailable"
 LAID_OUT = "GPULayout"
 AT_ADMISSION = ", at admission"  # the end of the record of a job laid out by the admission webhook
-_NO_SCHEDULE_EFFECTS = ("NoSchedule", "NoExecute")
 
 
 @dataclass(frozen=True)
@@ -70,73 +75,7 @@ def lay_out(total: int, node_gpus: Iterable[int]) -> Layout | str:
             "than any node")
 
 
-# -- which nodes the Worker template may run on ------------------------------------------------------------
-
-
-def _tolerated(taint: JSON, tolerations: list[JSON]) -> bool:
-    for toleration in tolerations:
-        effect = toleration.get("effect") or ""
-        if effect and effect != taint.get("effect"):
-            continue
-        key = toleration.get("key") or ""
-        if toleration.get("operator") == "Exists":
-            if not key or key == taint.get("key"):
-                return True
-        elif key == taint.get("key") and (toleration.get("value") or "") == (taint.get("value") or ""):
-            return True
-    return False
-
-
-def _expression_matches(expression: JSON, labels: dict[str, str]) -> bool:
-    key, operator, values = expression.get("key"), expression.get("operator"), expression.get("values") or []
-    value = labels.get(str(key))
-    if operator == "In":
-        return value in values
-    if operator == "NotIn":
-        return value not in values
-    if operator == "Exists":
-        return value is not None
-    if operator == "DoesNotExist":
-        return value is None
-    try:
-        number = int(str(value))
-        bound = int(str(values[0]))
-    except (ValueError, IndexError):
-        return False
-    return number > bound if operator == "Gt" else number < bound if operator == "Lt" else False
-
-
-def _affinity_matches(pod_spec: JSON, node: JSON) -> bool:
-    """Required node affinity: any term whose expressions (labels) and fields (metadata.name) all match."""
-    required = (((pod_spec.get("affinity") or {}).get("nodeAffinity") or {})
-                .get("requiredDuringSchedulingIgnoredDuringExecution") or {})
-    terms = required.get("nodeSelectorTerms") or []
-    if not terms:
-        return True
-    labels = node["metadata"].get("labels") or {}
-    fields = {"metadata.name": node["metadata"]["name"]}
-    return any(all(_expression_matches(e, labels) for e in term.get("matchExpressions") or [])
-               and all(_expression_matches(f, fields) for f in term.get("matchFields") or [])
-               for term in terms)
-
-
-def why_not_eligible(node: JSON, pod_spec: JSON) -> str | None:
-    """Why a pod of this spec cannot run on the node (None: it can, as far as GPUs go)."""
-    spec = node.get("spec") or {}
-    labels = node["metadata"].get("labels") or {}
-    if spec.get("unschedulable"):
-        return "cordoned"
-    unmatched = sorted(k for k, v in (pod_spec.get("nodeSelector") or {}).items() if labels.get(k) != v)
-    if unmatched:
-        return f"nodeSelector {', '.join(unmatched)} not matched"
-    if not _affinity_matches(pod_spec, node):
-        return "required node affinity not matched"
-    tolerations = pod_spec.get("tolerations") or []
-    for taint in spec.get("taints") or []:
-        if taint.get("effect") in _NO_SCHEDULE_EFFECTS and not _tolerated(taint, tolerations):
-            value = f"={taint['value']}" if taint.get("value") else ""
-            return f"taint {taint.get('key')}{value}:{taint.get('effect')} not tolerated"
-    return None
+# -- the nodes ----------------------------------------------------------------------------------------------
 
 
 def gpus_of(node: JSON, resource: str) -> int:
@@ -165,13 +104,13 @@ def needs_layout(job: MPIJob) -> bool:
         return False
     containers = _pod_spec(job).get("containers") or []
     limits = ((containers[0].get("resources") or {}).get("limits") or {}) if containers else {}
-    return job.spec.effective_gpu_resource not in limits
+    return layout_resource(job) not in limits
 
 
 def layout_patch(job: MPIJob, layout: Layout, record: str) -> JSON:
     """A merge patch writing the layout into the job: Worker.replicas, the first worker container's GPU limit (the
     containers list whole: a merge patch replaces lists), slotsPerWorker if unset, and the annotation."""
-    resource = job.spec.effective_gpu_resource
+    resource = layout_resource(job)
     containers = json.loads(json.dumps(_pod_spec(job).get("containers") or []))
     resources = containers[0].setdefault("resources", {})
     resources.setdefault("limits", {})[resource] = str(layout.gpus_per_worker)
@@ -190,36 +129,72 @@ def pending(plan: Plan, job: MPIJob, observed: Observed) -> bool:
     return needs_layout(job) and not observed.pods and plan.status.start_time is None
 
 
-def choose(job: MPIJob, nodes: Iterable[JSON]) -> tuple[Layout, str] | str:
-    """The job's layout on these nodes and its record (the annotation's text), or why none fits."""
-    total, resource = job.spec.gpus or 0, job.spec.effective_gpu_resource
-    eligible: Counter[int] = Counter()
-    excluded: list[str] = []
-    pod_spec = _pod_spec(job)
+def _judged(job: MPIJob, nodes: Iterable[JSON]) -> Iterator[tuple[JSON, int, node_fit.Unfit | None]]:
+    """Each node with GPUs of the job's resource, their count, and why the Worker template may not run there."""
+    resource, fit = layout_resource(job), node_fit.Fit(_pod_spec(job))
     for node in nodes:
         gpus = gpus_of(node, resource)
-        if gpus <= 0:
-            continue
-        why = why_not_eligible(node, pod_spec)
+        if gpus > 0:
+            yield node, gpus, fit.why_not(node)
+
+
+def _left_out(left_out: Counter[tuple[int, str]], resource: str) -> str:
+    """The nodes left out by size and reason, counted: e.g. `3 nodes with 8 nvidia.com/gpu (2 taint not
+    tolerated, 1 cordoned)`. No node's name, label or taint: the job's owner may not read nodes."""
+    by_size: dict[int, Counter[str]] = {}
+    for (gpus, kind), count in left_out.items():
+        by_size.setdefault(gpus, Counter())[kind] += count
+    return ", ".join(
+        f"{sum(kinds.values())} node{'s' if sum(kinds.values()) != 1 else ''} with {gpus} {resource} ("
+        + ", ".join(f"{kinds[kind]} {kind}" for kind in node_fit.REASONS if kind in kinds) + ")"
+        for gpus, kinds in sorted(by_size.items()))
+
+
+def over_limit(job: MPIJob, max_entries: int) -> node_fit.OverLimit | None:
+    """The field of the Worker template with more entries than the layout matches (--gpu-layout-max-entries)."""
+    return node_fit.over_limit(_pod_spec(job), max_entries)
+
+
+def choose(job: MPIJob, nodes: Iterable[JSON], max_entries: int) -> tuple[Layout, str] | str:
+    """The job's layout on these nodes and its record (the annotation's text), or why none fits. A Worker template
+    with more than `max_entries` tolerations, nodeSelector or node affinity entries is not matched at all."""
+    total, resource = job.spec.gpus or 0, layout_resource(job)
+    over = over_limit(job, max_entries)
+    if over is not None:
+        return (f"{over}; shorten it, or lay the job out yourself (Worker.replicas and the first worker container's "
+                f"{resource} limit)")
+    eligible: Counter[int] = Counter()
+    left_out: Counter[tuple[int, str]] = Counter()
+    for _, gpus, why in _judged(job, nodes):
         if why is None:
             eligible[gpus] += 1
         else:
-            excluded.append(f"{node['metadata']['name']} ({gpus} {resource}): {why}")
+            left_out[(gpus, why.kind)] += 1
     chosen = lay_out(total, eligible.elements())
     if isinstance(chosen, str):
         seen = _shapes(eligible, resource) if eligible else f"no node with allocatable {resource}"
-        left_out = f"; left out: {'; '.join(sorted(excluded)[:5])}" if excluded else ""
-        if len(excluded) > 5:
-            left_out += f" and {len(excluded) - 5} more"
+        left = f"; left out: {_left_out(left_out, resource)}" if left_out else ""
         return (f"no layout of {total} {resource} fits the nodes the Worker template may run on "
-                f"({seen}{left_out}): {chosen}")
+                f"({seen}{left}): {chosen}")
     slots = job.spec.slots_per_worker if job.spec.slots_per_worker is not None else chosen.gpus_per_worker
     return chosen, f"{total} {resource} as {chosen} (slotsPerWorker {slots}), on nodes: {_shapes(eligible, resource)}"
 
 
-def apply(plan: Plan, job: MPIJob, observed: Observed, now: dt.datetime) -> Outcome:
+def left_out_nodes(job: MPIJob, nodes: Iterable[JSON], max_entries: int, most: int = 20) -> list[str]:
+    """The first `most` GPU nodes the Worker template may not run on, by name, with the taint or key that keeps it
+    off: for the operator's log, which an admin reads (the job's condition only counts them)."""
+    if over_limit(job, max_entries) is not None:
+        return []
+    resource = layout_resource(job)
+    named = (f"{node['metadata']['name']} ({gpus} {resource}): {why.detail}"
+             for node, gpus, why in _judged(job, nodes) if why is not None)
+    return list(itertools.islice(named, most))
+
+
+def apply(plan: Plan, job: MPIJob, observed: Observed, now: dt.datetime, max_entries: int) -> Outcome:
     """STOP while the job waits to be laid out (or is being laid out): nothing else is made in this pass.
-    A job laid out at admission (controller/layout_webhook) gets its Event on its first pass."""
+    A job laid out at admission (controller/layout_webhook) gets its Event on its first pass. `max_entries`:
+    --gpu-layout-max-entries (policies/node_fit)."""
     if not pending(plan, job, observed):
         record = job.metadata.annotations.get(ANNOTATION, "")
         if record.endswith(AT_ADMISSION) and job.status.condition("Created") is None:
@@ -229,7 +204,7 @@ def apply(plan: Plan, job: MPIJob, observed: Observed, now: dt.datetime) -> Outc
         return _wait(plan, job, now, "mpiop does not watch nodes (it runs with --no-gpu-layout, or its role does not "
                                      "grant list and watch on nodes, as a namespaced Role cannot): set "
                                      "Worker.replicas and the GPU limit instead")
-    chosen = choose(job, observed.nodes)
+    chosen = choose(job, observed.nodes, max_entries)
     if isinstance(chosen, str):
         return _wait(plan, job, now, chosen)
     layout, record = chosen

@@ -99,4 +99,4 @@ def table(job: MPIJob, attempt: int, pods: Iterable[podstate.Pod], config_map: d
 
 def for_plan(plan: Plan, job: MPIJob, observed: Observed, settings: Settings) -> Ports:
     """The table of the attempt the plan is at so far."""
-    return table(job, plan.status.restart_count or 0, observed.pods, observed.config_map, settings.port_range)
+    return table(job, plan.status.attempt, observed.pods, observed.config_map, settings.port_range)

@@ -31,7 +31,7 @@ def apply(plan: Plan, job: MPIJob, observed: Observed, now: dt.datetime, setting
     was made; before that, Running=False saying why the job waits."""
     if not launch.uses_exec(job, settings.default_launch):
         return CONTINUE
-    launcher = observed.launcher(job, plan.status.restart_count or 0)
+    launcher = observed.launcher(job, plan.status.attempt)
     failure = podstate.image_pull_failure(launcher, DELIVERY_CONTAINER) if launcher is not None else None
     if launcher is None or failure is None:
         return CONTINUE

@@ -17,7 +17,7 @@ from mpiop.status import conditions as c
 from mpiop.status.failed import mark_failed
 
 
-def apply(plan: Plan, job: MPIJob, now: dt.datetime, default: launch.LaunchMode = "ssh") -> Outcome:
+def apply(plan: Plan, job: MPIJob, now: dt.datetime, default: launch.LaunchMode = launch.DEFAULT_LAUNCH) -> Outcome:
     """Failed with ValidationError (STOP) when the launch annotation's value is neither ssh nor exec, or an exec
     launcher's template names its own ServiceAccount or turns its token off (desired.launch)."""
     error = launch.annotation_error(job) or launch.exec_template_error(job, default)

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import datetime as dt
 
-from mpiop import podstate
+from mpiop import names, podstate
 from mpiop.api.v2beta1 import FailureInfo, MPIJob
 from mpiop.desired.settings import Settings
 from mpiop.plan import Observed, Plan
@@ -26,7 +26,6 @@ from mpiop.policies.outcome import CONTINUE, STOP, Outcome
 from mpiop.status import conditions as c
 from mpiop.status.failed import mark_failed
 
-ANNOTATION = "mpiop.kubeflow.org/exclude-failed-nodes"
 NODE_DISRUPTIONS = frozenset({"TerminationByKubelet", "DeletionByTaintManager", "DeletionByPodGC"})
 NODE_EXCLUDED_REASON = "NodeExcluded"
 MAX_NODE_CHECKS = 32  # node GETs when an attempt fails
@@ -36,12 +35,12 @@ WAITING_REASON = "ExcludedNodesUnschedulable"
 def refuse_bad_annotation(plan: Plan, job: MPIJob, now: dt.datetime) -> Outcome:
     """A value other than "true" or "false" fails the job (STOP), naming the annotation (a typo must not silently
     leave a job on the node that fails it)."""
-    value = job.metadata.annotations.get(ANNOTATION)
+    value = job.metadata.annotations.get(names.EXCLUDE_FAILED_NODES_ANNOTATION)
     if value is None or value in ("true", "false"):
         return CONTINUE
     mark_failed(plan, c.VALIDATION_ERROR_REASON,
-                f"MPIJob {job.key} has failed: metadata.annotations[{ANNOTATION}]: {value[:100]!r} is not "
-                '"true" or "false"', now)
+                f"MPIJob {job.key} has failed: metadata.annotations[{names.EXCLUDE_FAILED_NODES_ANNOTATION}]: "
+                f'{value[:100]!r} is not "true" or "false"', now)
     return STOP
 
 
@@ -61,15 +60,15 @@ def node_fault(pod: podstate.Pod, fault_exit_codes: frozenset[int]) -> str | Non
 def _new_failure(plan: Plan, job: MPIJob, settings: Settings) -> FailureInfo | None:
     """The failure this plan records, if new and nodes may be excluded for it."""
     failure = plan.status.last_failure
-    if (job.metadata.annotations.get(ANNOTATION) == "false" or settings.max_excluded_nodes < 1 or failure is None
-            or failure == job.status.last_failure):
+    if (job.metadata.annotations.get(names.EXCLUDE_FAILED_NODES_ANNOTATION) == "false"
+            or settings.max_excluded_nodes < 1 or failure is None or failure == job.status.last_failure):
         return None
     return failure
 
 
 def _attempt_pods(plan: Plan, observed: Observed, failure: FailureInfo) -> list[podstate.Pod]:
     """The failed attempt's pods on a node: the blamed one first, then failed or not Ready ones, then the rest."""
-    attempt = failure.attempt if failure.attempt is not None else plan.status.restart_count or 0
+    attempt = failure.attempt if failure.attempt is not None else plan.status.attempt
     pods = [p for p in observed.pods_of_attempt(attempt) if podstate.node_name(p)]
     return sorted(pods, key=lambda p: (podstate.name(p) != failure.pod, podstate.is_ready(p)))
 
@@ -117,12 +116,12 @@ def explain_wait(plan: Plan, job: MPIJob, observed: Observed, now: dt.datetime) 
     excluded = plan.status.excluded_nodes
     if not excluded:
         return
-    attempt = plan.status.restart_count or 0
+    attempt = plan.status.attempt
     unschedulable = next((m for p in observed.pods_of_attempt(attempt) if (m := podstate.unschedulable_message(p))),
                          "")
     if not unschedulable or plan.status.is_true("Running"):
         return
     c.set_condition(plan.status, "Running", "False", WAITING_REASON,
                     f"MPIJob {job.key} waits: its pods avoid the nodes {', '.join(excluded)} (an attempt failed there "
-                    f"for a node's reason; annotation {ANNOTATION}: \"false\" turns that off), and the scheduler "
-                    f"finds no other: {unschedulable}", now)
+                    f"for a node's reason; annotation {names.EXCLUDE_FAILED_NODES_ANNOTATION}: \"false\" turns that "
+                    f"off), and the scheduler finds no other: {unschedulable}", now)

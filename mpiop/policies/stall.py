@@ -14,8 +14,8 @@ from __future__ import annotations
 
 import datetime as dt
 
+from mpiop import names
 from mpiop.api.v2beta1 import MPIJob, format_time
-from mpiop.desired import status_report
 from mpiop.plan import Observed, Plan
 from mpiop.policies.failure import attempt_failed
 from mpiop.policies.outcome import CONTINUE, STOP, Outcome
@@ -23,19 +23,18 @@ from mpiop.status import conditions as c
 from mpiop.status import failure_report
 from mpiop.status.failed import mark_failed
 
-ANNOTATION = "mpiop.kubeflow.org/progress-deadline-seconds"
 MAX_DEADLINE = 2**31 - 1
 
 
 def deadline_seconds(job: MPIJob) -> int | None:
     """The job's progress deadline, or None when it declares none; ValueError naming the annotation if bad."""
-    value = job.metadata.annotations.get(ANNOTATION)
+    value = job.metadata.annotations.get(names.PROGRESS_DEADLINE_ANNOTATION)
     if value is None:
         return None
     seconds = int(value) if value.strip().isdigit() else 0
     if not 1 <= seconds <= MAX_DEADLINE:
-        raise ValueError(f"metadata.annotations[{ANNOTATION}]: {value[:100]!r} is not a whole number of seconds "
-                         f"from 1 to {MAX_DEADLINE}")
+        raise ValueError(f"metadata.annotations[{names.PROGRESS_DEADLINE_ANNOTATION}]: {value[:100]!r} is not a "
+                         f"whole number of seconds from 1 to {MAX_DEADLINE}")
     return seconds
 
 
@@ -44,10 +43,10 @@ def refuse_bad_annotation(plan: Plan, job: MPIJob, now: dt.datetime) -> Outcome:
     unwatched, or a job unable to report), naming the annotation."""
     try:
         deadline_seconds(job)
-        reports = job.metadata.annotations.get(status_report.ANNOTATION)
+        reports = job.metadata.annotations.get(names.REPORT_PROGRESS_ANNOTATION)
         if reports not in (None, "true", "false"):
-            raise ValueError(f'metadata.annotations[{status_report.ANNOTATION}]: {reports[:100]!r} is not "true" or '
-                             '"false"')
+            raise ValueError(f"metadata.annotations[{names.REPORT_PROGRESS_ANNOTATION}]: {reports[:100]!r} is not "
+                             '"true" or "false"')
     except ValueError as error:
         mark_failed(plan, c.VALIDATION_ERROR_REASON, f"MPIJob {job.key} has failed: {error}", now)
         return STOP
@@ -82,7 +81,8 @@ def apply(plan: Plan, job: MPIJob, observed: Observed, now: dt.datetime) -> Outc
     if silent < deadline:
         plan.requeue_in(deadline - silent)
         return CONTINUE
-    what = f"no progress for {int(silent)}s (progress deadline {deadline}s, annotation {ANNOTATION}); {said}"
+    what = (f"no progress for {int(silent)}s (progress deadline {deadline}s, annotation "
+            f"{names.PROGRESS_DEADLINE_ANNOTATION}); {said}")
     report = failure_report.summary_only(what, c.STALLED_REASON)
     attempt_failed(plan, job, observed, now, report, failed_reason=c.STALLED_REASON)
     return STOP

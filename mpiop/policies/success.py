@@ -5,7 +5,7 @@ waited for (they are cleaned up by cleanPodPolicy). Except when the attempt lost
 by someone else, gone): Open MPI 5.0.7's prterun exits 0 after losing a worker's daemon, so that attempt is no
 success and policies/failure fails it. A launcher being deleted decides nothing, as its failure does not
 (policies/failure): it was replaced (its port moved, a suspend) and may have exited 0 on SIGTERM. Running
-is not decided here: see status/progress.
+is not decided here: see status/lifecycle.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from mpiop.status import failure_report
 def apply(plan: Plan, job: MPIJob, observed: Observed, now: dt.datetime) -> Outcome:
     """Mark the job Succeeded when the current attempt's launcher has (STOP)."""
     status = plan.status
-    attempt = status.restart_count or 0
+    attempt = status.attempt
     launcher = observed.launcher(job, attempt)
     if launcher is None or podstate.attempt(launcher) != attempt or podstate.is_terminating(launcher):
         return CONTINUE

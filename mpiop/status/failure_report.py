@@ -20,7 +20,7 @@ from mpiop import names, podstate
 from mpiop.api.v2beta1 import FailureInfo, MPIJob
 from mpiop.desired import ranks
 from mpiop.plan import Observed
-from mpiop.status import in_place
+from mpiop.status import backoff, in_place
 
 TAIL_LINES = 20
 TAIL_BYTES = 2048
@@ -99,17 +99,14 @@ def bound_tail(raw: str | bytes, lines: int = TAIL_LINES, size: int = TAIL_BYTES
 
 def failed_pods(observed: Observed, attempt: int) -> list[podstate.Pod]:
     """Failed pods of the attempt, not being deleted: the launcher first, then workers by index."""
-    failed = [(s, p) for s, p in zip(observed.states, observed.pods, strict=True)
-              if s.attempt == attempt and s.phase == "Failed" and not s.terminating]
-    failed.sort(key=lambda found: (found[0].role != names.LAUNCHER_ROLE, found[0].replica or 0))
-    return [p for _, p in failed]
+    return observed.launcher_first(attempt, lambda s: s.phase == "Failed" and not s.terminating)
 
 
 def blamed_pods(job: MPIJob, observed: Observed, attempt: int) -> list[podstate.Pod]:
     """The pods the attempt's failure is told from: its Failed pods, else, once they pass backoffLimit, those
     whose containers failed and were restarted in place (restartPolicy OnFailure never reaches Failed)."""
     failed = failed_pods(observed, attempt)
-    if failed or not in_place.past_limit(job, observed, attempt):
+    if failed or not backoff.count(job, observed).past_limit:
         return failed
     return in_place.failed_pods(observed, attempt)
 

@@ -4,14 +4,16 @@ A Kubernetes Job counts them (its controller's pastBackoffLimitOnFailure sums th
 pods) and kubeflow's launcher is such a Job, so a launcher in CrashLoopBackOff must end its MPIJob too: no
 Failed phase ever comes for such a pod. Each failed run counts once it has ended (podstate.container_failures),
 within the current attempt's pods; added to the attempts already failed (status.restartCount), they fail the
-job once they pass backoffLimit, as failed pods do.
+job once they pass backoffLimit, as failed pods do (status.backoff counts them). The attempt is the job's current
+one, as this pass found it (job.status).
 """
 
 from __future__ import annotations
 
-from mpiop import names, podsnapshot, podstate
+from mpiop import podsnapshot, podstate
 from mpiop.api.v2beta1 import MPIJob
 from mpiop.plan import Observed
+from mpiop.status import backoff
 
 # Pods named in a note: a job whose every worker crash-loops is told by its first few.
 NAMED_PODS = 3
@@ -20,40 +22,20 @@ NAMED_PODS = 3
 def failed_pods(observed: Observed, attempt: int) -> list[podstate.Pod]:
     """The attempt's pods (not being deleted) with a container that failed and was restarted in place: the
     launcher first, then workers by index."""
-    found = [(s, p) for s, p in zip(observed.states, observed.pods, strict=True)
-             if s.attempt == attempt and s.in_place_failures and not s.terminating]
-    found.sort(key=lambda f: (f[0].role != names.LAUNCHER_ROLE, f[0].replica or 0))
-    return [p for _, p in found]
+    return observed.launcher_first(attempt, lambda s: s.in_place_failures > 0 and not s.terminating)
 
 
-def failures(job: MPIJob, observed: Observed, attempt: int) -> int:
-    """What counts against backoffLimit so far: the attempts that failed (not those a disruption ended,
-    policies/disruption), and this attempt's in-place failures."""
-    return attempt - (job.status.disruption_restarts or 0) + observed.in_place_failures(attempt)
-
-
-def past_limit(job: MPIJob, observed: Observed, attempt: int) -> bool:
-    """Whether in-place failures have taken the job past backoffLimit."""
-    return (observed.in_place_failures(attempt) > 0
-            and failures(job, observed, attempt) > job.spec.run_policy.effective_backoff_limit)
-
-
-def count(job: MPIJob, observed: Observed, attempt: int) -> str:
-    """`failure 2 of backoffLimit 6`: the failures so far against the limit."""
-    return f"failure {failures(job, observed, attempt)} of backoffLimit {job.spec.run_policy.effective_backoff_limit}"
-
-
-def note(job: MPIJob, observed: Observed, attempt: int) -> str:
+def note(job: MPIJob, observed: Observed) -> str:
     """e.g. `pi-launcher container main Error exit 1 (2 failed runs, restarted in place); failure 2 of backoffLimit 6`
     ('' when nothing restarted in place): what the Running condition and the ContainerRestarted Event say."""
-    pods = failed_pods(observed, attempt)
+    pods = failed_pods(observed, job.status.attempt)
     if not pods:
         return ""
     told = [f"{_what(p)} ({_runs(podsnapshot.state(p).in_place_failures)}, restarted in place)"
             for p in pods[:NAMED_PODS]]
     if len(pods) > NAMED_PODS:
         told.append(f"{len(pods) - NAMED_PODS} more pods")
-    return f"{'; '.join(told)}; {count(job, observed, attempt)}"
+    return f"{'; '.join(told)}; {backoff.count(job, observed)}"
 
 
 def _what(pod: podstate.Pod) -> str:

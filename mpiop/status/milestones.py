@@ -29,7 +29,7 @@ def _all_scheduled(job: MPIJob, observed: Observed, attempt: int) -> bool:
 
 def apply(plan: Plan, job: MPIJob, observed: Observed, now: dt.datetime) -> None:
     status = plan.status
-    attempt = status.restart_count or 0
+    attempt = status.attempt
     if status.scheduled_time is None and _all_scheduled(job, observed, attempt):
         status.scheduled_time = now
     if status.ranks_running_time is None and status.is_true("Running"):

@@ -120,6 +120,6 @@ def wait_for(probe: Callable[[], T | None], timeout: float, what: str, interval:
         last = probe()
         if last:
             return last
-        time.sleep(interval)
+        time.sleep(interval)  # poll interval of `probe`
     detail = describe() if describe else repr(last)
     raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}\n{detail}")

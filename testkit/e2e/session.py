@@ -34,7 +34,7 @@ OPENMPI = [pytest.param(images.BOOKWORM.name, id="openmpi4"), pytest.param(image
 
 @dataclass
 class E2E:
-    """What a test gets: the node, an apiserver client, the MPI image, its namespace."""
+    """What a test gets: the node, an apiserver client, the MPI image, its namespace (and its operator)."""
 
     node: Node
     api: Api
@@ -43,6 +43,7 @@ class E2E:
     suite: str = images.BOOKWORM.name
     mpi_images: dict[str, str] = field(default_factory=dict)  # suite -> imported image ref (the session's)
     timings: dict[str, float] = field(default_factory=dict)
+    operator: OperatorProcess | None = None  # the `mpiop run` watching `ns`, while `operator_process` runs it
 
     def record(self, scenario: str, seconds: float) -> None:
         suffix = "" if self.suite == images.BOOKWORM.name else f" [{self.suite}]"
@@ -94,8 +95,8 @@ class E2E:
 
 @contextlib.contextmanager
 def operator_process(bare: E2E, *flags: str) -> Iterator[OperatorProcess]:
-    """A real `mpiop run` process (with `flags`) watching only `bare`'s namespace, its caches synced; stopped
-    afterwards."""
+    """A real `mpiop run` process (with `flags`) watching only `bare`'s namespace, its caches synced, as
+    `bare.operator`; stopped afterwards."""
     assert bare.node.workdir is not None
     env, cwd = {}, ROOT
     if source := os.environ.get("MPIOP_E2E_OPERATOR_SOURCE"):
@@ -115,8 +116,10 @@ def operator_process(bare: E2E, *flags: str) -> Iterator[OperatorProcess]:
         wait_for(lambda: not operator.running() or any("caches synced" in line for line in operator.log_lines()),
                  120, "the operator to sync its caches", describe=lambda: tail(20))
         assert operator.running(), f"mpiop exited:\n{tail(30)}"
+        bare.operator = operator
         yield operator
     finally:
+        bare.operator = None
         operator.stop()
 
 

@@ -5,11 +5,11 @@ from __future__ import annotations
 import asyncio
 import os
 import socket
-import time
 
 from devcluster.controlplane import ControlPlane
 from devcluster.versions import KUBERNETES_VERSION
-from mpiop.kube.client import CONFIGMAPS, SECRETS, ApiError, KubeClient
+from mpiop.kube.client import CONFIGMAPS, SECRETS, KubeClient
+from testkit.operator import eventually
 
 
 async def test_apiserver_reports_the_pinned_version(kube: KubeClient) -> None:
@@ -17,12 +17,20 @@ async def test_apiserver_reports_the_pinned_version(kube: KubeClient) -> None:
     assert version["gitVersion"] == KUBERNETES_VERSION
 
 
-async def test_created_object_is_seen_through_a_watch(kube: KubeClient, namespace: str) -> None:
+async def test_created_object_is_seen_through_a_watch(control_plane: ControlPlane, kube: KubeClient,
+                                                      namespace: str) -> None:
     listed = await kube.list(CONFIGMAPS, namespace)
     seen: list[tuple[str, str]] = []
+    watching = asyncio.Event()
+
+    def answered(verb: str, resource: str, code: int, seconds: float) -> None:
+        if verb == "WATCH" and code == 200:  # the answer's headers: the apiserver has set the watch up
+            watching.set()
+
+    watcher_client = await KubeClient.connect(str(control_plane.kubeconfig), qps=0, observer=answered)
 
     async def watch() -> None:
-        async for event in kube.watch(
+        async for event in watcher_client.watch(
             CONFIGMAPS, namespace, resource_version=listed["metadata"]["resourceVersion"]
         ):
             obj = event["object"]
@@ -32,9 +40,14 @@ async def test_created_object_is_seen_through_a_watch(kube: KubeClient, namespac
                 return
 
     watcher = asyncio.create_task(watch())
-    await asyncio.sleep(0.2)
-    await kube.create(CONFIGMAPS, namespace, {"metadata": {"name": "watched"}, "data": {"key": "value"}})
-    await asyncio.wait_for(watcher, timeout=30)
+    try:
+        await asyncio.wait_for(watching.wait(), timeout=30)
+        await kube.create(CONFIGMAPS, namespace, {"metadata": {"name": "watched"}, "data": {"key": "value"}})
+        await asyncio.wait_for(watcher, timeout=30)
+    finally:
+        watcher.cancel()
+        await asyncio.gather(watcher, return_exceptions=True)
+        await watcher_client.close()
     assert ("ADDED", "watched") in seen
 
 
@@ -63,15 +76,11 @@ async def test_garbage_collector_deletes_dependents_of_a_deleted_owner(
         },
     )
     await kube.delete(CONFIGMAPS, namespace, "owner", propagation="Background")
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        try:
-            await kube.get(SECRETS, namespace, "dependent")
-        except ApiError as error:
-            assert error.not_found
-            return
-        await asyncio.sleep(0.2)
-    raise AssertionError("the garbage collector did not delete the dependent Secret within 60 s")
+
+    async def dependent_deleted() -> bool:
+        return await kube.get_or_none(SECRETS, namespace, "dependent") is None
+
+    await eventually(dependent_deleted, timeout=60, what="the garbage collector to delete the dependent Secret")
 
 
 def _alive(pid: int) -> bool:

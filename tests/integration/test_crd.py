@@ -105,7 +105,7 @@ async def explain(plane: ControlPlane, path: str, timeout: float = 60) -> str:
         except ControlPlaneError:
             if time.monotonic() > deadline:
                 raise
-            await asyncio.sleep(0.5)
+            await asyncio.sleep(0.5)  # retry interval: the CRD's OpenAPI is published within seconds
 
 
 async def test_explain_reaches_into_the_pod_template(control_plane: ControlPlane, mpijob_crd: str) -> None:

@@ -16,7 +16,7 @@ from devcluster.controlplane import ControlPlane
 from mpiop import names
 from mpiop.api.raw import JSON
 from mpiop.kube.client import PODS
-from testkit.operator import Cluster, eventually, mpijob, running_operator
+from testkit.operator import Cluster, eventually, mpijob, running_operator, start_pods
 
 
 @pytest.fixture
@@ -42,12 +42,7 @@ async def test_evictions_restart_without_spending_backoff_limit_and_leave_no_pod
     async with running_operator(str(control_plane.kubeconfig), cluster.ns, max_disruption_restarts=1):
         await cluster.create_job(mpijob("ev", workers=2, run_policy={
             "backoffLimit": 0, "cleanPodPolicy": "Running", "ttlSecondsAfterFinished": 8}))
-        first = ["ev-launcher", "ev-worker-0", "ev-worker-1"]
-        await eventually(lambda: _has(cluster, first), what="attempt 0's pods")
-        for pod in first[1:]:
-            await cluster.bind(pod, node)
-        await cluster.run_all(first)
-        await eventually(lambda: cluster.condition("ev", "Running"), what="Running")
+        await start_pods(cluster, "ev", 2, nodes={"ev-worker-0": node, "ev-worker-1": node})
 
         # 1. The Eviction API: DisruptionTarget, then a graceful deletion the (absent) kubelet would finish.
         eviction = {"apiVersion": "policy/v1", "kind": "Eviction",
@@ -107,10 +102,6 @@ async def _finish_terminating(cluster: Cluster, bound: set[str]) -> None:
     await eventually(all_terminating, what=f"{sorted(bound)} being deleted")
     for name in bound:
         await cluster.kube.delete(PODS, cluster.ns, name, grace_period_seconds=0)
-
-
-async def _has(cluster: Cluster, wanted: list[str]) -> bool:
-    return set(wanted) <= set(await cluster.pods())
 
 
 async def _of_attempt(cluster: Cluster, wanted: list[str], attempt: int) -> bool:

@@ -15,7 +15,7 @@ from devcluster.controlplane import ControlPlane
 from mpiop.api.raw import JSON
 from mpiop.controller.logreads import READ_SECONDS
 from mpiop.kube.client import CONFIGMAPS, EVENTS, NODES, PODS
-from testkit.operator import Cluster, Operator, eventually, mpijob, running_operator
+from testkit.operator import Cluster, Operator, eventually, mpijob, running_operator, start_pods
 
 
 async def _restarts(cluster: Cluster, name: str) -> int:
@@ -34,14 +34,7 @@ async def test_each_failed_attempt_leaves_its_logs_the_last_two_kept(control_pla
         created = await cluster.create_job(mpijob("ev", workers=2))
         for attempt in range(3):
             launcher = f"ev-launcher-{attempt}" if attempt else "ev-launcher"
-            pods = [launcher, "ev-worker-0", "ev-worker-1"]
-
-            async def live(wanted: list[str] = pods) -> bool:
-                found = await cluster.pods()
-                return all(n in found and not found[n]["metadata"].get("deletionTimestamp") for n in wanted)
-
-            await eventually(live, what=f"attempt {attempt + 1}'s pods")
-            await cluster.run_all(pods)
+            await start_pods(cluster, "ev", 2, launcher=launcher, running=False)
             await cluster.set_phase("ev-worker-1", "Failed", exit_code=137, reason="OOMKilled")
 
             async def restarted(want: int = attempt + 1) -> bool:
@@ -101,11 +94,7 @@ async def test_a_node_that_does_not_answer_delays_the_restart_by_one_bound(opera
         "daemonEndpoints": {"kubeletEndpoint": {"Port": port}}}}, subresource="status")
     try:
         await cluster.create_job(mpijob("slow", workers=1))
-        pods = ["slow-launcher", "slow-worker-0"]
-        await eventually(lambda: _has(cluster, pods), what="the pods")
-        for pod in pods:
-            await cluster.bind(pod, node)
-        await cluster.run_all(pods)
+        await start_pods(cluster, "slow", 1, running=False, nodes={"slow-launcher": node, "slow-worker-0": node})
         await cluster.kube.patch(PODS, cluster.ns, "slow-launcher", {"status": {"containerStatuses": [{
             "name": "main", "ready": True, "restartCount": 0, "image": "img", "imageID": "",
             "state": {"running": {}}}]}}, subresource="status")
@@ -130,7 +119,3 @@ async def test_a_node_that_does_not_answer_delays_the_restart_by_one_bound(opera
         for writer in held:
             writer.close()
         await cluster.kube.delete(NODES, None, node)
-
-
-async def _has(cluster: Cluster, wanted: list[str]) -> bool:
-    return set(wanted) <= set(await cluster.pods())

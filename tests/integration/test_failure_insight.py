@@ -9,19 +9,11 @@ from devcluster.controlplane import ControlPlane
 from mpiop import names
 from mpiop.api.raw import JSON
 from mpiop.kube.client import PODS
-from testkit.operator import Cluster, Operator, eventually, mpijob
+from testkit.operator import Cluster, Operator, eventually, mpijob, start_pods
 
 START_ERROR = ('failed to create containerd task: failed to create shim task: OCI runtime create failed: runc create '
                'failed: unable to start container process: error during container init: exec: "mpirunx": '
                'executable file not found in $PATH: unknown')
-
-
-async def _running(cluster: Cluster, pods: dict[str, str]) -> None:
-    """Bind each pod to its node and run it, as the scheduler and kubelet would."""
-    await eventually(lambda: _exist(cluster, set(pods)), what=f"pods {sorted(pods)}")
-    for pod, node in pods.items():
-        await cluster.bind(pod, node)
-        await cluster.set_phase(pod, "Running", ready=True)
 
 
 async def _exist(cluster: Cluster, names: set[str]) -> bool:
@@ -73,8 +65,8 @@ def _show(control_plane: ControlPlane, cluster: Cluster, name: str) -> str:
 
 async def test_oom_killed_worker(control_plane: ControlPlane, cluster: Cluster, operator: Operator) -> None:
     await cluster.create_job(mpijob("oom", workers=2, slotsPerWorker=4))
-    await _running(cluster, {"oom-launcher": "node-a", "oom-worker-0": "node-b", "oom-worker-1": "node-c"})
-    await eventually(lambda: cluster.condition("oom", "Running"), what="Running")
+    await start_pods(cluster, "oom", 2, nodes={"oom-launcher": "node-a", "oom-worker-0": "node-b",
+                                                "oom-worker-1": "node-c"})
     await _terminated(cluster, "oom-worker-1", phase="Failed", reason="OOMKilled", exit_code=137)
 
     restarting = await eventually(lambda: cluster.condition("oom", "Restarting"), what="Restarting")
@@ -101,7 +93,8 @@ async def test_launcher_failing_because_a_worker_died(control_plane: ControlPlan
     """kubeflow/mpi-operator#90: the launcher fails while a worker (restartPolicy OnFailure) was OOM-killed and
     restarted in place; the worker is named, not the launcher."""
     await cluster.create_job(mpijob("dead", workers=2))
-    await _running(cluster, {"dead-launcher": "node-a", "dead-worker-0": "node-b", "dead-worker-1": "node-c"})
+    await start_pods(cluster, "dead", 2, running=False,
+                     nodes={"dead-launcher": "node-a", "dead-worker-0": "node-b", "dead-worker-1": "node-c"})
     await _terminated(cluster, "dead-worker-0", phase="Running", reason="OOMKilled", exit_code=137, restarted=True)
     await _terminated(cluster, "dead-launcher", phase="Failed", reason="Error", exit_code=1)
 
@@ -130,7 +123,7 @@ async def test_launcher_failing_because_a_worker_died(control_plane: ControlPlan
 async def test_malformed_command(control_plane: ControlPlane, cluster: Cluster, operator: Operator) -> None:
     await cluster.create_job(mpijob("mal", workers=1, launcher_command=["mpirunx", "/home/mpiuser/pi"],
                                     run_policy={"backoffLimit": 1}))
-    await _running(cluster, {"mal-launcher": "node-a", "mal-worker-0": "node-b"})
+    await start_pods(cluster, "mal", 1, running=False, nodes={"mal-launcher": "node-a", "mal-worker-0": "node-b"})
     await _terminated(cluster, "mal-launcher", phase="Failed", reason="StartError", exit_code=128, message=START_ERROR)
     restarting = await eventually(lambda: cluster.condition("mal", "Restarting"), what="Restarting")
     print(f"\ncondition Restarting: {restarting['message']}")
@@ -140,7 +133,8 @@ async def test_malformed_command(control_plane: ControlPlane, cluster: Cluster, 
         "the attempt's logs are kept in ConfigMap mal-attempt-0")
 
     await eventually(lambda: _attempt_deleted(cluster, 0, kept="mal-launcher"), what="the attempt's pods deleted")
-    await _running(cluster, {"mal-launcher-1": "node-a", "mal-worker-0": "node-b"})
+    await start_pods(cluster, "mal", 1, launcher="mal-launcher-1", running=False,
+                     nodes={"mal-launcher-1": "node-a", "mal-worker-0": "node-b"})
     await _terminated(cluster, "mal-launcher-1", phase="Failed", reason="StartError", exit_code=128,
                       message=START_ERROR)
     failed = await eventually(lambda: cluster.condition("mal", "Failed"), what="Failed")
@@ -177,8 +171,7 @@ async def test_crash_looping_launcher_under_on_failure(control_plane: ControlPla
     manifest = mpijob("loop", workers=1, run_policy={"backoffLimit": 1})
     manifest["spec"]["mpiReplicaSpecs"]["Launcher"]["restartPolicy"] = "OnFailure"
     await cluster.create_job(manifest)
-    await _running(cluster, {"loop-launcher": "node-a", "loop-worker-0": "node-b"})
-    await eventually(lambda: cluster.condition("loop", "Running"), what="Running")
+    await start_pods(cluster, "loop", 1, nodes={"loop-launcher": "node-a", "loop-worker-0": "node-b"})
     await _terminated(cluster, "loop-launcher", phase="Running", reason="Error", exit_code=1, restarted=True)
     note = "loop-launcher container main Error exit 1 (1 failed run, restarted in place); failure 1 of backoffLimit 1"
     events = await eventually(lambda: _events(cluster, "ContainerRestarted"), what="the ContainerRestarted Event")

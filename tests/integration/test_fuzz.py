@@ -154,7 +154,7 @@ async def test_every_generated_job_is_refused_or_ends_with_a_reason(cluster: Clu
             if name not in outcomes and "ReplicaFailure" in true:
                 await _admin_heals(cluster, found, healed)
         await _kubelet(cluster)
-        await asyncio.sleep(0.3)
+        await asyncio.sleep(0.3)  # poll interval of this kubelet and of the read of the jobs' conditions
 
     stuck = {}
     for name in set(created) - set(outcomes):

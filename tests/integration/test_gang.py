@@ -24,7 +24,7 @@ from mpiop.desired.podgroup import GangScheduler
 from mpiop.desired.settings import Settings
 from mpiop.kube.client import CRDS, EVENTS, MPIJOBS, KubeClient
 from testkit.mpijobs import make_mpijob
-from testkit.operator import Cluster, eventually, mpijob, running_operator
+from testkit.operator import Cluster, eventually, mpijob, running_operator, start_pods
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(180)]
 
@@ -84,9 +84,7 @@ async def test_pod_group_comes_first_and_every_pod_joins_it(cluster: Cluster, ga
     assert (await eventually(resized, what="minMember 4"))["spec"]["minResources"] == {"nvidia.com/gpu": "12"}
 
     # Done: the launcher succeeded; the PodGroup goes with the workers.
-    await eventually(lambda: pods_of(cluster, "pi", 4), what="the third worker")
-    await cluster.run_all(["pi-launcher", "pi-worker-0", "pi-worker-1", "pi-worker-2"])
-    await eventually(lambda: cluster.condition("pi", "Running"), what="Running")
+    await start_pods(cluster, "pi", 3)
     await cluster.set_phase("pi-launcher", "Succeeded", exit_code=0, reason="Completed")
     await eventually(lambda: cluster.condition("pi", "Succeeded"), what="Succeeded")
     await eventually(lambda: gone(cluster, "pi"), what="the PodGroup deleted once the job finished")

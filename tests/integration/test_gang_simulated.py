@@ -117,6 +117,8 @@ async def test_with_the_coscheduler_one_job_runs_whole_the_other_waits_unbound(
         await cluster.create_job(gpu_job("a"))
         await cluster.create_job(gpu_job("b"))
         await eventually(lambda: all_pods(cluster, 10), what="both jobs' pods")
+        # 0.2 s between lifts paces them, so the two jobs' pods reach the scheduler interleaved: a gang's pods
+        # wait in Permit, neither placed nor refused, so there is no state of each pod to wait for.
         await lift_gates_alternately(cluster, "a", "b", settle=lambda pod: asyncio.sleep(0.2))
 
         async def one_running() -> str | None:
@@ -140,7 +142,7 @@ async def test_with_the_coscheduler_one_job_runs_whole_the_other_waits_unbound(
         watched_until = time.monotonic() + 5
         while time.monotonic() < watched_until:
             assert await bound(cluster, loser) == []
-            await asyncio.sleep(0.25)
+            await asyncio.sleep(0.25)  # poll interval, through a 5 s window in which nothing may be bound
 
         finish = {"metadata": {"labels": {FINISH_LABEL: "Succeeded"}}}
         await sim_kube.patch(PODS, cluster.ns, f"{winner}-launcher", finish)

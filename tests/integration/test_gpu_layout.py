@@ -12,6 +12,7 @@ import json
 from collections.abc import AsyncIterator
 
 import pytest
+from structlog.testing import capture_logs
 
 from devcluster.binaries import kube_binary
 from devcluster.controlplane import ControlPlane
@@ -22,7 +23,7 @@ from mpiop.policies.gpu_layout import ANNOTATION, WAITING
 from testkit.gpupool import POOL_LABEL, gpu_pool, laid_out, total_gpus_job, worker_gpu_limit
 from testkit.layout_webhook import serving_layout_webhook
 from testkit.nodes import gpu_node, gpu_nodes, taint
-from testkit.operator import Cluster, Operator, eventually
+from testkit.operator import Cluster, Operator, eventually, start_pods
 
 pytestmark = pytest.mark.integration
 
@@ -68,8 +69,7 @@ async def test_64_gpus_on_8_gpu_nodes_run_as_8_workers_of_8_slots(cluster: Clust
     hostfile = config["data"]["hostfile"].splitlines()
     print("hostfile:\n" + "\n".join(hostfile))
     assert hostfile == [f"big-worker-{i}.big.{cluster.ns}.svc slots=8" for i in range(8)]
-    await cluster.run_all([*workers, "big-launcher"])
-    await eventually(lambda: cluster.condition("big", "Running"), what="big Running")
+    await start_pods(cluster, "big", 8)
     events = (await cluster.kube.list(EVENTS, cluster.ns))["items"]
     assert [e["message"] for e in events if e["reason"] == "GPULayout"] == [f"laid out {record}"]
     after = await cluster.job("big")
@@ -83,15 +83,19 @@ async def test_12_gpus_are_3_workers_of_4_and_13_waits_until_a_node_fits(cluster
     print(f"\n{ANNOTATION}: {job['metadata']['annotations'][ANNOTATION]}")
     assert (job["spec"]["mpiReplicaSpecs"]["Worker"]["replicas"], worker_gpu_limit(job)) == (3, "4")
 
-    await cluster.create_job(total_gpus_job("thirteen", pool, 13))
-    condition = await eventually(lambda: waiting(cluster, "thirteen"), what="thirteen waiting")
+    with capture_logs() as logs:  # the operator's log names the nodes left out, for an admin
+        await cluster.create_job(total_gpus_job("thirteen", pool, 13))
+        condition = await eventually(lambda: waiting(cluster, "thirteen"), what="thirteen waiting")
     print(f"Running=False {WAITING}: {condition['message']}")
-    assert condition["message"] == (
+    logged = [(line["job"], line["left_out"]) for line in logs if line["event"] == "total-GPU job waits"]
+    print(f"the operator's log: {logged[:1]}")
+    assert logged and set(map(str, logged)) == {str((f"{cluster.ns}/thirteen", [
+        f"{pool}-infer-{i} (8 nvidia.com/gpu): taint dedicated=infer:NoSchedule not tolerated" for i in (0, 1)]))}
+    assert condition["message"] == (  # the nodes left out counted, not named: the job's owner may not read nodes
         f"MPIJob {cluster.ns}/thirteen waits: no layout of 13 nvidia.com/gpu fits the nodes the Worker template may "
-        f"run on (2 nodes with 4 nvidia.com/gpu, 8 nodes with 8 nvidia.com/gpu; left out: {pool}-infer-0 (8 "
-        f"nvidia.com/gpu): taint dedicated=infer:NoSchedule not tolerated; {pool}-infer-1 (8 nvidia.com/gpu): taint "
-        "dedicated=infer:NoSchedule not tolerated): no worker size of 2 GPUs or more divides both 13 and a node's "
-        "GPUs, and 13 is larger than any node")
+        "run on (2 nodes with 4 nvidia.com/gpu, 8 nodes with 8 nvidia.com/gpu; left out: 2 nodes with 8 nvidia.com/gpu "
+        "(2 taint not tolerated)): no worker size of 2 GPUs or more divides both 13 and a node's GPUs, and 13 is "
+        "larger than any node")
     assert not [p for p in await cluster.pods() if p.startswith("thirteen-")]  # it never guesses
     # A 16-GPU node joins the pool: the Node informer wakes the waiting job, which now fits on one node.
     await kube.create(NODES, None, gpu_node(f"{pool}-sixteen", 16, labels={POOL_LABEL: pool}))
@@ -185,3 +189,50 @@ async def test_the_pass_that_writes_the_layout_asks_for_the_next_one_at_once(con
         await asyncio.gather(*informers, return_exceptions=True)
         await manager.recorder.close(timeout=0)
         await client.close()
+
+
+async def test_a_template_over_the_entries_limit_waits_saying_so_and_the_operator_stays_responsive(
+        control_plane: ControlPlane, cluster: Cluster, operator: Operator, kube: KubeClient, pool: str) -> None:
+    """Issue 50: a Worker template of 20,000 tolerations (the CRD bounds no list of it) matched against every node,
+    again at each node event, held the event loop for seconds. Now it is over --gpu-layout-max-entries: the
+    webhook reads the ~0.7 MiB body (more than the status endpoint's 64 KiB) and warns, the job waits naming the
+    field and the limit, and node events meanwhile leave the operator serving other jobs."""
+    huge = total_gpus_job("huge", pool, 16)
+    worker = huge["spec"]["mpiReplicaSpecs"]["Worker"]["template"]["spec"]
+    worker["tolerations"] += [{"key": f"t{i}", "operator": "Exists"} for i in range(20_000)]
+    limit = operator.manager.config.settings.gpu_layout_max_entries
+    over = (f"spec.mpiReplicaSpecs.Worker.template.spec.tolerations: 20002 entries, over the GPU layout's limit of "
+            f"{limit} (the operator's --gpu-layout-max-entries)")
+    async with serving_layout_webhook(operator, kube, cluster.ns, total_gpus_job("probe", pool, 16)):
+        body = json.dumps(huge).encode()
+        kubectl = await asyncio.create_subprocess_exec(
+            str(kube_binary("kubectl")), f"--kubeconfig={control_plane.kubeconfig}", "create", "-n", cluster.ns,
+            "-f", "-", "-o", "name", stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE)
+        _, err = await kubectl.communicate(body)
+        print(f"\nkubectl create ({len(body)} bytes): {err.decode().strip()}")
+        assert kubectl.returncode == 0 and err.decode().strip() == (
+            f"Warning: spec.gpus: mpiop does not lay this job out: {over}")
+        condition = await eventually(lambda: waiting(cluster, "huge"), what="huge waiting")
+        print(f"Running=False {WAITING}: {condition['message']}")
+        assert condition["message"] == (
+            f"MPIJob {cluster.ns}/huge waits: {over}; shorten it, or lay the job out yourself (Worker.replicas and the "
+            "first worker container's nvidia.com/gpu limit)")
+        # Node events wake the waiting job, pass after pass; meanwhile another job is laid out and made.
+        for i in range(10):
+            await kube.patch(NODES, None, f"{pool}-eight-{i % 8}", {"metadata": {"labels": {"touched": str(i)}}})
+        await cluster.create_job(total_gpus_job("other", pool, 16))
+
+        async def other_made() -> JSON | None:
+            pods = await cluster.pods()
+            job = await cluster.job("other")
+            created = next((c for c in (job or {}).get("status", {}).get("conditions", []) if c["type"] == "Created"),
+                           None)
+            return job if created and {"other-worker-0", "other-worker-1", "other-launcher"} <= set(pods) else None
+
+        other = await eventually(other_made, what="other laid out, its pods made and its status written")
+        assert other["spec"]["mpiReplicaSpecs"]["Worker"]["replicas"] == 2
+        await operator.settle()
+    assert not [p for p in await cluster.pods() if p.startswith("huge-")]
+    after = await waiting(cluster, "huge")
+    assert after is not None and after["message"] == condition["message"]

@@ -22,7 +22,7 @@ from devcluster.controlplane import ControlPlane
 from mpiop import names
 from mpiop.api.raw import JSON
 from mpiop.kube.client import CONFIGMAPS, PODS
-from testkit.operator import Cluster, Operator, eventually, mpijob, running_operator
+from testkit.operator import Cluster, Operator, eventually, mpijob, running_operator, start_pods
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(180)]
 
@@ -53,19 +53,6 @@ async def node(cluster: Cluster) -> AsyncIterator[str]:
         yield name
 
 
-async def has_pods(cluster: Cluster, wanted: set[str]) -> bool:
-    return wanted <= set(await cluster.pods())
-
-
-async def start(cluster: Cluster, name: str, workers: int) -> list[str]:
-    """The job's pods made and Running, the job Running; the pods' names, the launcher first."""
-    pods = [f"{name}-launcher", *(f"{name}-worker-{i}" for i in range(workers))]
-    await eventually(lambda: has_pods(cluster, set(pods)), what=f"pods of {name}")
-    await cluster.run_all(pods)
-    await eventually(lambda: cluster.condition(name, "Running"), what=f"{name} Running")
-    return pods
-
-
 async def status_of(cluster: Cluster, name: str) -> JSON:
     job = await cluster.job(name)
     assert job is not None
@@ -75,7 +62,7 @@ async def status_of(cluster: Cluster, name: str) -> JSON:
 
 async def test_787_running_is_not_set_again_after_the_job_finished(cluster: Cluster, operator: Operator) -> None:
     await cluster.create_job(mpijob("fin", workers=1, run_policy={"cleanPodPolicy": "None"}))
-    await start(cluster, "fin", 1)
+    await start_pods(cluster, "fin", 1)
     await cluster.set_phase("fin-launcher", "Succeeded", exit_code=0, reason="Completed")
     await eventually(lambda: cluster.condition("fin", "Succeeded"), what="Succeeded")
     finished = await status_of(cluster, "fin")
@@ -94,9 +81,7 @@ async def test_787_running_is_not_set_again_after_the_job_finished(cluster: Clus
 async def test_810_no_launcher_is_made_while_the_earlier_one_is_terminating(cluster: Cluster, operator: Operator,
                                                                             node: str) -> None:
     await cluster.create_job(mpijob("tl", workers=1))
-    await eventually(lambda: has_pods(cluster, {"tl-launcher", "tl-worker-0"}), what="pods")
-    await cluster.bind("tl-launcher", node)
-    await start(cluster, "tl", 1)
+    await start_pods(cluster, "tl", 1, nodes={"tl-launcher": node})
 
     # A worker fails: the attempt's pods are deleted, the launcher gracefully (bound to a node, it stays
     # terminating, its mpirun running, until its kubelet ends it), and the next attempt's are made.
@@ -125,7 +110,7 @@ async def test_647_an_evicted_worker_fails_the_job_with_completion_time_then_cle
     async with running_operator(str(control_plane.kubeconfig), cluster.ns, max_disruption_restarts=0):
         await cluster.create_job(mpijob("evf", workers=2, run_policy={
             "backoffLimit": 0, "cleanPodPolicy": "Running", "ttlSecondsAfterFinished": 5}))
-        await start(cluster, "evf", 2)
+        await start_pods(cluster, "evf", 2)
         await cluster.kube.patch(PODS, cluster.ns, "evf-worker-1", {"status": {
             "phase": "Failed", "reason": "Evicted", "message": "The node was low on resource: memory.",
             "conditions": [{"type": "DisruptionTarget", "status": "True", "reason": "TerminationByKubelet",
@@ -150,7 +135,7 @@ async def test_647_an_evicted_worker_fails_the_job_with_completion_time_then_cle
 
 async def test_643_clean_pod_policy_all_deletes_the_launcher_too(cluster: Cluster, operator: Operator) -> None:
     await cluster.create_job(mpijob("all", workers=2, run_policy={"cleanPodPolicy": "All"}))
-    await start(cluster, "all", 2)
+    await start_pods(cluster, "all", 2)
     await cluster.set_phase("all-launcher", "Succeeded", exit_code=0, reason="Completed")
     await eventually(lambda: cluster.condition("all", "Succeeded"), what="Succeeded")
 
@@ -165,7 +150,7 @@ async def test_704_738_a_custom_cluster_domain_reaches_the_hostfile_discover_hos
     domain = "kube.local"
     async with running_operator(str(control_plane.kubeconfig), cluster.ns, cluster_domain=domain):
         await cluster.create_job(mpijob("dom", workers=2))
-        pods = await start(cluster, "dom", 2)
+        pods = await start_pods(cluster, "dom", 2)
         service = f"dom.{cluster.ns}.svc.{domain}"
         wanted = [f"dom-worker-{i}.{service}" for i in range(2)]
 

@@ -11,7 +11,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from devcluster.controlplane import ControlPlane
 from testkit.deploy import metric_names, queries
 from testkit.metrics import Metrics
-from testkit.operator import Cluster, drive_to_success, eventually, mpijob
+from testkit.operator import Cluster, drive_to_success, eventually, mpijob, start_pods
 from testkit.process import OperatorProcess
 
 
@@ -26,14 +26,7 @@ def exported_families(text: str) -> set[str]:
 
 async def _fail(cluster: Cluster, name: str) -> None:
     """backoffLimit 1: the worker OOM-killed (a restart), then the next attempt's launcher fails (Failed)."""
-    wanted = {f"{name}-launcher", f"{name}-worker-0"}
-
-    async def pods_exist() -> bool:
-        return wanted <= set(await cluster.pods())
-
-    await eventually(pods_exist, what=f"pods of {name}")
-    await cluster.run_all(sorted(wanted))
-    await eventually(lambda: cluster.condition(name, "Running"), what=f"{name} Running")
+    await start_pods(cluster, name, 1)
     await cluster.set_phase(f"{name}-worker-0", "Failed", exit_code=137, reason="OOMKilled")
     await eventually(lambda: cluster.condition(name, "Restarting"), what=f"{name} Restarting")
     await eventually(lambda: cluster.pod(f"{name}-launcher-1"), what="the next attempt's launcher")

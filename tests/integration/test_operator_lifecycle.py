@@ -8,7 +8,8 @@ from typing import Any
 import pytest
 
 from mpiop.kube.client import CONFIGMAPS, MPIJOBS, SECRETS, SERVICES
-from testkit.operator import Cluster, Operator, eventually, mpijob
+from testkit.operator import Cluster, Operator, eventually, mpijob, start_pods
+from testkit.pods import env_of
 
 
 async def test_two_gpu_workers_run_to_success(cluster: Cluster, operator: Operator) -> None:
@@ -27,7 +28,7 @@ async def test_two_gpu_workers_run_to_success(cluster: Cluster, operator: Operat
     assert service["spec"]["clusterIP"] == "None"
 
     launcher = pods["pi-launcher"]
-    env = {e["name"]: e.get("value") for e in launcher["spec"]["containers"][0]["env"]}
+    env = env_of(launcher)
     assert env["OMPI_MCA_orte_default_hostfile"] == "/etc/mpi/hostfile"
     assert env["OMPI_MCA_orte_set_default_slots"] == "4"
     assert "NVIDIA_VISIBLE_DEVICES" in env and not env["NVIDIA_VISIBLE_DEVICES"]  # blanked
@@ -89,9 +90,7 @@ async def test_a_resumed_job_waits_for_its_new_workers_ready_again(cluster: Clus
 
 async def test_a_settled_job_makes_no_writes(cluster: Cluster, operator: Operator) -> None:
     await cluster.create_job(mpijob("quiet", workers=1))
-    await eventually(lambda: _pods_named(cluster, {"quiet-launcher", "quiet-worker-0"}), what="pods")
-    await cluster.run_all(["quiet-worker-0", "quiet-launcher"])
-    await eventually(lambda: cluster.condition("quiet", "Running"), what="Running")
+    await start_pods(cluster, "quiet", 1)
     await operator.settle()
     before = sum(operator.requests.writes().values())
     for _ in range(3):

@@ -7,18 +7,11 @@ import pytest
 from devcluster.controlplane import ControlPlane
 from mpiop.api.raw import JSON
 from mpiop.kube.client import CONFIGMAPS, MPIJOBS, PODS, SECRETS, SERVICES, Resource
-from testkit.operator import Cluster, Operator, eventually, mpijob, running_operator
+from testkit.operator import Cluster, Operator, eventually, mpijob, running_operator, start_pods
 
 
 async def _pods(cluster: Cluster, names: set[str]) -> bool:
     return names <= set(await cluster.pods())
-
-
-async def _start(cluster: Cluster, name: str, workers: int) -> None:
-    wanted = {f"{name}-launcher", *(f"{name}-worker-{i}" for i in range(workers))}
-    await eventually(lambda: _pods(cluster, wanted), what=f"pods of {name}")
-    await cluster.run_all(sorted(wanted))
-    await eventually(lambda: cluster.condition(name, "Running"), what=f"{name} Running")
 
 
 async def _no_pod_left(cluster: Cluster) -> bool:
@@ -27,7 +20,7 @@ async def _no_pod_left(cluster: Cluster) -> bool:
 
 async def test_launcher_failure_restarts_then_fails_at_backoff_limit(cluster: Cluster, operator: Operator) -> None:
     await cluster.create_job(mpijob("bo", workers=1, run_policy={"backoffLimit": 1}))
-    await _start(cluster, "bo", 1)
+    await start_pods(cluster, "bo", 1)
     await cluster.set_phase("bo-launcher", "Failed", exit_code=3)
     restarting = await eventually(lambda: cluster.condition("bo", "Restarting"), what="Restarting")
     assert "bo-launcher container main Error exit 3" in restarting["message"]
@@ -48,7 +41,7 @@ async def test_a_worker_made_again_under_the_launcher_makes_its_exit_0_no_succes
     (as the apiserver gave it). The launcher then exits 0 (prterun may, having lost the worker's daemon): the
     attempt restarts, blaming the worker, whatever the creation timestamps say."""
     await cluster.create_job(mpijob("rw", workers=2))
-    await _start(cluster, "rw", 2)
+    await start_pods(cluster, "rw", 2)
     launcher, lost = await cluster.pod("rw-launcher"), await cluster.pod("rw-worker-1")
     assert launcher is not None and lost is not None
     assert "mpiop.kubeflow.org/replacement" not in lost["metadata"]["labels"]
@@ -70,7 +63,7 @@ async def test_a_worker_made_again_under_the_launcher_makes_its_exit_0_no_succes
 
 async def test_oom_killed_worker_restarts_the_job(cluster: Cluster, operator: Operator) -> None:
     await cluster.create_job(mpijob("oom", workers=2))
-    await _start(cluster, "oom", 2)
+    await start_pods(cluster, "oom", 2)
     await cluster.set_phase("oom-worker-1", "Failed", exit_code=137, reason="OOMKilled")
     restarting = await eventually(lambda: cluster.condition("oom", "Restarting"), what="Restarting")
     assert "oom-worker-1 (rank 1) container main OOMKilled exit 137" in restarting["message"]
@@ -90,7 +83,7 @@ async def test_oom_killed_worker_restarts_the_job(cluster: Cluster, operator: Op
 async def test_clean_pod_policy_after_success(cluster: Cluster, operator: Operator, policy: str,
                                               left: set[str]) -> None:
     await cluster.create_job(mpijob("cp", workers=2, run_policy={"cleanPodPolicy": policy}))
-    await _start(cluster, "cp", 2)
+    await start_pods(cluster, "cp", 2)
     await cluster.set_phase("cp-launcher", "Succeeded")
     await eventually(lambda: cluster.condition("cp", "Succeeded"), what="Succeeded")
 
@@ -104,7 +97,7 @@ async def test_clean_pod_policy_after_success(cluster: Cluster, operator: Operat
 
 async def test_active_deadline_fails_and_cleans(cluster: Cluster, operator: Operator) -> None:
     await cluster.create_job(mpijob("dl", workers=1, run_policy={"activeDeadlineSeconds": 3}))
-    await _start(cluster, "dl", 1)
+    await start_pods(cluster, "dl", 1)
     failed = await eventually(lambda: cluster.condition("dl", "Failed"), timeout=15, what="DeadlineExceeded")
     assert failed["reason"] == "DeadlineExceeded"
     assert "activeDeadlineSeconds=3" in failed["message"]
@@ -113,7 +106,7 @@ async def test_active_deadline_fails_and_cleans(cluster: Cluster, operator: Oper
 
 async def test_ttl_deletes_the_finished_job(cluster: Cluster, operator: Operator) -> None:
     await cluster.create_job(mpijob("ttl", workers=1, run_policy={"ttlSecondsAfterFinished": 2}))
-    await _start(cluster, "ttl", 1)
+    await start_pods(cluster, "ttl", 1)
     await cluster.set_phase("ttl-launcher", "Succeeded")
     await eventually(lambda: cluster.condition("ttl", "Succeeded"), what="Succeeded")
 
@@ -142,7 +135,7 @@ async def test_suspend_then_resume_from_the_current_template(cluster: Cluster, o
     job = await cluster.job("sus")
     assert job is not None and job["status"]["startTime"]
     assert any(c["type"] == "Suspended" and c["status"] == "False" for c in job["status"]["conditions"])
-    await _start(cluster, "sus", 1)
+    await start_pods(cluster, "sus", 1)
 
 
 async def test_jobs_managed_by_another_controller_are_left_alone(cluster: Cluster, operator: Operator) -> None:
@@ -171,7 +164,7 @@ async def test_refused_pod_template_fails_the_job_once(cluster: Cluster, operato
 
 async def test_deleting_a_running_job_collects_everything_it_owned(cluster: Cluster, operator: Operator) -> None:
     await cluster.create_job(mpijob("del", workers=2))
-    await _start(cluster, "del", 2)
+    await start_pods(cluster, "del", 2)
     await cluster.kube.delete(MPIJOBS, cluster.ns, "del", propagation="Background")
 
     async def all_gone() -> bool:
@@ -200,8 +193,7 @@ async def test_operator_restarted_mid_reconcile_makes_no_duplicates(control_plan
         secrets = await cluster.kube.list(SECRETS, cluster.ns)
         assert [s["metadata"]["name"] for s in secrets["items"]] == ["rs-ssh"]
         assert set(await cluster.pods()) == wanted
-        await cluster.run_all(sorted(wanted))
-        await eventually(lambda: cluster.condition("rs", "Running"), what="Running after restart")
+        await start_pods(cluster, "rs", 6)
         await cluster.set_phase("rs-launcher", "Succeeded")
         await eventually(lambda: cluster.condition("rs", "Succeeded"), what="Succeeded after restart")
         created = [c for c in second.requests.calls if c[:2] == ("POST", "pods") and c[2] == 201]

@@ -27,14 +27,15 @@ from typing import Any
 from devcluster.controlplane import ControlPlane, free_port
 from mpiop.kube.client import CONFIGMAPS, KubeClient, Resource
 from mpiop.leader import LEASES
-from testkit.operator import Cluster, drive_to_success, eventually, mpijob
+from testkit.operator import Cluster, drive_to_success, eventually, mpijob, start_pods
+from testkit.pods import env_of
 from testkit.process import OperatorProcess
 from testkit.prometheus import PrometheusServer, Series, dashboard_queries, finite, rules_with_for
 from testkit.rbac import pod_token
 
 FOR = "3s"
 POLL = 0.25
-QUIET_AFTER_HEALTHY = 6.0  # past FOR and a few evaluations: a pending alert would have fired
+QUIET_AFTER_HEALTHY = 6.0  # evaluations this long after it (past FOR and a few more) fire what was pending
 WEBHOOKS = Resource("admissionregistration.k8s.io", "v1", "validatingwebhookconfigurations",
                     "ValidatingWebhookConfiguration", namespaced=False)
 QUEUED_JOBS = 120  # MPIOperatorWorkQueueGrowing: more than 100 waiting
@@ -54,7 +55,7 @@ class AlertWatch:
             for name, state in (await self.prometheus.alerts()).items():
                 if state == "firing":
                     self.firing_at.setdefault(name, now)
-            await asyncio.sleep(POLL)
+            await asyncio.sleep(POLL)  # poll interval: when each alert fired, to within POLL s
 
     @contextlib.asynccontextmanager
     async def running(self) -> AsyncIterator[AlertWatch]:
@@ -131,7 +132,7 @@ async def _report_progress(cluster: Cluster, job: str, pod_name: str, tmp_path: 
     the pod's environment, a token bound to the pod (what its projected volume holds) and the job's CA."""
     pod = await cluster.pod(pod_name)
     assert pod is not None
-    env = {e["name"]: e.get("value") for e in pod["spec"]["containers"][0].get("env") or []}
+    env = env_of(pod)
     token, ca = tmp_path / f"{pod_name}.token", tmp_path / f"{job}-ca.crt"
     token.write_text(await pod_token(cluster.kube, cluster.ns, pod))
     ca.write_text((await cluster.kube.get(CONFIGMAPS, cluster.ns, f"{job}-config"))["data"]["mpiop-status-ca.crt"])
@@ -150,8 +151,7 @@ async def _report_progress(cluster: Cluster, job: str, pod_name: str, tmp_path: 
 async def _healthy_run(cluster: Cluster, tmp_path: Path) -> None:
     """One job restarts once (its worker OOM-killed), reports its progress, then succeeds."""
     await cluster.create_job(mpijob("ok", workers=1, run_policy={"backoffLimit": 3}))
-    await _pods_of(cluster, "ok-launcher", "ok-worker-0")
-    await cluster.run_all(["ok-worker-0", "ok-launcher"])
+    await start_pods(cluster, "ok", 1, running=False)
     await _restart(cluster, "ok", 0)
     await _pods_of(cluster, "ok-launcher-1", "ok-worker-0")
     await _report_progress(cluster, "ok", "ok-worker-0", tmp_path)
@@ -260,9 +260,13 @@ async def test_a_real_prometheus_scrapes_mpiop_and_fires_each_shipped_alert(
             # A healthy run: no alert fires, and every dashboard query returns a series with a value.
             healthy = time.monotonic()
             await _healthy_run(cluster, tmp_path)
-            await asyncio.sleep(QUIET_AFTER_HEALTHY)
+            ended = time.time()
+            await eventually(lambda: server.evaluated_after(ended + QUIET_AFTER_HEALTHY), timeout=60,
+                             what=f"every rule evaluated {QUIET_AFTER_HEALTHY} s after the healthy run")
             quiet = time.monotonic() - healthy
-            assert not watch.firing_at, f"alerts fired on a healthy run: {watch.firing_at}"
+            active = await server.alerts()
+            assert not watch.firing_at and "firing" not in active.values(), (
+                f"alerts fired on a healthy run: {watch.firing_at}, now {active}")
             for name, rule in (await server.rules()).items():
                 assert rule["health"] == "ok", f"{name}: {rule.get('lastError')}"
             counts = await _dashboard_series(server)
@@ -290,7 +294,9 @@ async def test_a_real_prometheus_scrapes_mpiop_and_fires_each_shipped_alert(
             async def standby_scraped() -> bool:
                 return [s.value for s in await _scraped(server, standby, "mpi_operator_is_leader")] == [0.0]
             await eventually(standby_scraped, what="the standby scraped, not leading")
-            await asyncio.sleep(2)  # a few evaluations with the standby's 0 in the query
+            scraped = time.time()
+            await eventually(lambda: server.evaluated_after(scraped + 2), timeout=30,
+                             what="two evaluations with the standby's 0 in the query")
             assert (await server.alerts()).get("MPIOperatorNotLeading") == "firing"
 
         report(f"alerts: none fired in the healthy run's {quiet:.1f} s (a job restarted once, then succeeded; every "

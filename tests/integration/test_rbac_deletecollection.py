@@ -11,16 +11,14 @@ from pathlib import Path
 from devcluster.controlplane import ControlPlane
 from mpiop.api.raw import JSON
 from mpiop.kube.client import KubeClient
-from testkit.deploy import DEPLOY, docs
 from testkit.operator import Cluster, drive_to_success, mpijob, running_operator
-from testkit.rbac import service_account_kubeconfig
+from testkit.rbac import base_rules, namespaced_role_kubeconfig
 
 ACCOUNT = "mpiop-before-deletecollection"
 
 
 def rules_without_deletecollection(control_plane: ControlPlane) -> list[JSON]:
-    built = docs(control_plane.kubectl("kustomize", str(DEPLOY / "base")))
-    rules = [rule for obj in built if obj["kind"] == "ClusterRole" for rule in obj["rules"]]
+    rules = base_rules(control_plane)
     taken = [{**rule, "verbs": [v for v in rule["verbs"] if v != "deletecollection"]} for rule in rules]
     assert taken != rules, "deploy/base no longer grants deletecollection: this test has nothing to take away"
     return taken
@@ -29,16 +27,8 @@ def rules_without_deletecollection(control_plane: ControlPlane) -> list[JSON]:
 async def test_a_role_without_deletecollection_falls_back_to_one_delete_per_pod(
         control_plane: ControlPlane, kube: KubeClient, cluster: Cluster, tmp_path: Path) -> None:
     ns = cluster.ns
-    await kube.request("POST", f"/api/v1/namespaces/{ns}/serviceaccounts",
-                       body={"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": ACCOUNT}})
-    await kube.request("POST", f"/apis/rbac.authorization.k8s.io/v1/namespaces/{ns}/roles", body={
-        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role", "metadata": {"name": ACCOUNT},
-        "rules": rules_without_deletecollection(control_plane)})
-    await kube.request("POST", f"/apis/rbac.authorization.k8s.io/v1/namespaces/{ns}/rolebindings", body={
-        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding", "metadata": {"name": ACCOUNT},
-        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": ACCOUNT},
-        "subjects": [{"kind": "ServiceAccount", "name": ACCOUNT, "namespace": ns}]})
-    kubeconfig = await service_account_kubeconfig(control_plane, kube, tmp_path / "kubeconfig", ns, ACCOUNT)
+    kubeconfig = await namespaced_role_kubeconfig(control_plane, kube, tmp_path / "kubeconfig", ns, ACCOUNT,
+                                                  rules_without_deletecollection(control_plane))
 
     name = "old-role"
     async with running_operator(kubeconfig, ns) as operator:

@@ -11,30 +11,16 @@ import datetime as dt
 import json
 
 from mpiop.kube.client import CONFIGMAPS, MPIJOBS
-from testkit.operator import Cluster, Operator, eventually, mpijob
+from testkit.operator import Cluster, Operator, eventually, mpijob, start_pods
 
 ANNOTATION = "mpiop.kubeflow.org/progress-deadline-seconds"
-
-
-async def _pods_of(cluster: Cluster, wanted: list[str]) -> bool:
-    found = await cluster.pods()
-    return all(n in found and not found[n]["metadata"].get("deletionTimestamp") for n in wanted)
-
-
-async def _run(cluster: Cluster, wanted: list[str]) -> None:
-    async def live() -> bool:
-        return await _pods_of(cluster, wanted)
-
-    await eventually(live, what=f"pods {wanted}")
-    await cluster.run_all(wanted)
 
 
 async def test_a_silent_job_restarts_then_fails_stalled(cluster: Cluster, operator: Operator) -> None:
     manifest = mpijob("st", workers=2, run_policy={"backoffLimit": 1})
     manifest["metadata"]["annotations"] = {ANNOTATION: "3"}
     await cluster.create_job(manifest)
-    await _run(cluster, ["st-launcher", "st-worker-0", "st-worker-1"])
-    await eventually(lambda: cluster.condition("st", "Running"), what="st Running")
+    await start_pods(cluster, "st", 2)
     reported = dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
     report = {"progressPercentage": 50, "estimatedRemainingSeconds": 60,
               "metrics": [{"name": "loss", "value": "0.25"}], "lastUpdatedTime": reported}
@@ -52,7 +38,7 @@ async def test_a_silent_job_restarts_then_fails_stalled(cluster: Cluster, operat
     logged = sorted(k.split(".")[0] for k in saved["data"] if k.endswith(".log"))
     assert logged == ["st-launcher", "st-worker-0", "st-worker-1"], "every rank's pod, not only a blamed one"
 
-    await _run(cluster, ["st-launcher-1", "st-worker-0", "st-worker-1"])
+    await start_pods(cluster, "st", 2, launcher="st-launcher-1", running=False)  # it stalls: Running is brief
     failed = await eventually(lambda: cluster.condition("st", "Failed"), what="Failed past backoffLimit 1")
     assert failed["reason"] == "Stalled"
     assert "this attempt never reported progress" in failed["message"]

@@ -32,6 +32,7 @@ from testkit.layout_webhook import configuration
 from testkit.metrics import Metrics
 from testkit.nodes import gpu_nodes
 from testkit.operator import Cluster, eventually, mpijob
+from testkit.pods import env_of
 from testkit.process import OperatorProcess
 from testkit.progress_posts import client_context, post
 from testkit.rbac import pod_token
@@ -85,7 +86,7 @@ async def test_only_the_jobs_own_pods_write_its_progress(control_plane: ControlP
         pods = await cluster.pods()
         ca = (await cluster.kube.get(CONFIGMAPS, cluster.ns, "pa-config"))["data"]["mpiop-status-ca.crt"]
         worker = pods["pa-worker-0"]["spec"]
-        env = {e["name"]: e.get("value") for e in worker["containers"][0]["env"]}
+        env = env_of(worker["containers"][0])
         url = f"{op.status_url}/apis/kubeflow.org/v2beta1/namespaces/{cluster.ns}/mpijobs/pa/status"
         assert env["MPIOP_STATUS_URL"] == url
         assert env["MPIOP_STATUS_TOKEN"] == "/var/run/secrets/mpiop.kubeflow.org/status/token"

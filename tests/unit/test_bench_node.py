@@ -9,7 +9,7 @@ import pytest
 
 from bench.node import MILESTONES, exec_job, intervals, printed_milestones, summary, ttfr_job
 from mpiop.api.raw import JSON
-from mpiop.desired.launch import LAUNCH_ANNOTATION
+from mpiop.names import LAUNCH_ANNOTATION
 from testkit.e2e.exec_launch import UID
 
 SSH_PRINTED = """\

@@ -11,16 +11,8 @@ from mpiop.desired import ssh_config
 from mpiop.desired.pods import WORKER_DEFAULT_COMMAND, launcher_pod, worker_pod
 from mpiop.policies import host_ports
 from testkit.mpijobs import make_mpijob
+from testkit.pods import env_of, main_container
 from testkit.world import World, names_of, running
-
-
-def main_container(pod: JSON) -> JSON:
-    container: JSON = pod["spec"]["containers"][0]
-    return container
-
-
-def env_of(pod: JSON) -> dict[str, Any]:
-    return {e["name"]: e.get("value") for e in main_container(pod).get("env", [])}
 
 
 def created(plan: Any, name: str) -> JSON:
@@ -30,7 +22,7 @@ def created(plan: Any, name: str) -> JSON:
 
 def config_ports(world: World) -> dict[str, int]:
     assert world.config_map is not None
-    return ssh_config.read(world.config_map, world.job.status.restart_count or 0)
+    return ssh_config.read(world.config_map, world.job.status.attempt)
 
 
 def test_worker_pod_gets_its_port() -> None:
@@ -44,8 +36,8 @@ def test_worker_pod_gets_its_port() -> None:
     ]
     assert main["command"] == [*WORKER_DEFAULT_COMMAND, "-p", "21000"]
     assert env_of(pod)["MPIOP_SSH_PORT"] == "21000"
-    assert pod["metadata"]["labels"][hn.SSH_PORT_LABEL] == "21000"
-    assert pod["metadata"]["labels"][hn.MASTER_PORT_LABEL] == "23000"
+    assert pod["metadata"]["labels"][names.SSH_PORT_LABEL] == "21000"
+    assert pod["metadata"]["labels"][names.MASTER_PORT_LABEL] == "23000"
     assert pod["spec"]["dnsPolicy"] == "ClusterFirstWithHostNet"
     other = worker_pod(job, 1, 0, ports=ports)
     assert [p["name"] for p in main_container(other)["ports"]] == ["mpiop-ssh"], "MASTER_PORT is rank 0's"

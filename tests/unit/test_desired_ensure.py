@@ -24,7 +24,7 @@ def run(job: MPIJob, observed: Observed, cluster_domain: str = "") -> Plan:
     plan = Plan(status=job.status.model_copy(deep=True))
     settings = Settings(cluster_domain=cluster_domain)
     ensure.supporting_objects(plan, job, observed, host_ports.for_plan(plan, job, observed, settings), settings)
-    attempt = plan.status.restart_count or 0
+    attempt = plan.status.attempt
     may_start = launcher_creation.launcher_may_start(job, observed, attempt)
     ensure.job_pods(plan, job, observed, may_start, host_ports.for_plan(plan, job, observed, settings), settings)
     return plan

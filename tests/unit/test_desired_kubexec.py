@@ -8,7 +8,6 @@ import signal
 import subprocess
 import time
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -17,13 +16,10 @@ from mpiop.desired import kubexec, objects
 from mpiop.desired.pods import launcher_pod, worker_pod
 from mpiop.desired.settings import Settings
 from testkit.mpijobs import make_mpijob
+from testkit.pods import env_of
 
 EXEC = Settings(default_launch="exec", kubectl_image="example.org/kubectl:v1.34.4")
 AGENT = "/etc/mpi/kubexec.sh"
-
-
-def env_of(container: dict[str, Any]) -> dict[str, Any]:
-    return {e["name"]: e.get("value") for e in container.get("env", [])}
 
 
 @pytest.mark.parametrize(("implementation", "wanted"), [
@@ -161,6 +157,15 @@ def test_kubexec_runs_with_its_stdin_closed(agent: tuple[Path, dict[str, str]]) 
     assert (done.returncode, done.stdout, done.stderr) == (0, "end\n", "")
 
 
+def _runs(pid_file: Path, cmdline: bytes) -> bool:
+    """Whether the process whose pid `pid_file` holds runs `cmdline` (NUL-separated, as /proc has it)."""
+    pid = pid_file.read_text().strip() if pid_file.exists() else ""
+    try:
+        return bool(pid) and Path(f"/proc/{pid}/cmdline").read_bytes() == cmdline
+    except FileNotFoundError:
+        return False
+
+
 def _default_signal_handling() -> None:
     """The agent starts with every signal at its default, as PRRTE and Hydra start their launch agents. A test
     runner started by `nohup` or in a non-interactive shell's background inherits INT and HUP ignored, and sh
@@ -183,10 +188,9 @@ def test_kubexec_passes_a_signal_on_to_kubectl(agent: tuple[Path, dict[str, str]
                                      stdin=subprocess.DEVNULL, preexec_fn=_default_signal_handling)
     try:
         deadline = time.monotonic() + 10
-        while not started.exists() or not started.read_text().strip():
-            assert time.monotonic() < deadline and agent_process.poll() is None, "kubectl never started"
-            time.sleep(0.05)
-        time.sleep(0.2)  # the agent is in its wait, kubectl's command runs
+        while not _runs(started, b"sleep\x00300\x00"):  # kubectl's command runs; the agent goes on to its wait
+            assert time.monotonic() < deadline and agent_process.poll() is None, "kubectl's command never ran"
+            time.sleep(0.05)  # poll interval: another process's state, read off /proc
         agent_process.send_signal(sent)
         assert agent_process.wait(timeout=10) == 128 + signal.SIGTERM
         with pytest.raises(ProcessLookupError):

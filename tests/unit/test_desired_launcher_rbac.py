@@ -1,14 +1,21 @@
-"""mpiop.desired.launcher_rbac and its place in ensure: an exec launcher may exec into exactly its job's pods."""
+"""mpiop.desired.launcher_rbac and its place in ensure and decide: an exec launcher may exec into exactly its job's
+pods, and only once each exists: a name is never granted ahead of the job's own pod of that name."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
+from mpiop.api.raw import JSON
+from mpiop.api.v2beta1 import MPIJob
+from mpiop.decide import decide
 from mpiop.desired import ensure, hostnetwork, launcher_rbac
 from mpiop.desired.launch import LAUNCH_ANNOTATION
 from mpiop.desired.settings import Settings
-from mpiop.plan import Observed, Plan
-from testkit.mpijobs import MPIJobBuilder, make_mpijob
+from mpiop.plan import Observed, Plan, Refusal
+from testkit.mpijobs import MPIJobBuilder, at, make_mpijob
+from testkit.pods import make_pod, observe
 
 EXEC = Settings(default_launch="exec")
 
@@ -25,20 +32,66 @@ def kinds(plan: Plan) -> list[str]:
     return [f"{o['kind']}/{o['metadata']['name']}" for o in plan.objects_to_create]
 
 
-@pytest.mark.parametrize(("builder", "attempt", "targets"), [
-    (make_mpijob("pi").workers(3), 0, ["pi-worker-0", "pi-worker-1", "pi-worker-2"]),
-    (make_mpijob("pi").workers(2), 4, ["pi-worker-0", "pi-worker-1"]),
-    (make_mpijob("pi").workers(1).launcher_as_worker(), 0, ["pi-launcher", "pi-worker-0"]),
-    (make_mpijob("pi").workers(1).launcher_as_worker(), 2, ["pi-launcher-2", "pi-worker-0"]),
-], ids=["workers", "workers-later-attempt", "launcher-works", "launcher-works-later-attempt"])
-def test_the_role_names_exactly_the_pods_mpirun_starts_ranks_in(builder: MPIJobBuilder, attempt: int,
-                                                                 targets: list[str]) -> None:
-    role = launcher_rbac.role(builder.obj(), attempt)
-    assert role["metadata"]["name"] == "pi-launcher"
-    assert role["rules"] == [
+def with_access(job: MPIJob, pods: list[JSON], role: JSON | None) -> Observed:
+    """The cache holding these pods and the job's launcher access, its Role as given."""
+    return Observed(pods=pods, service_account=launcher_rbac.service_account(job), role=role,
+                    role_binding=launcher_rbac.role_binding(job))
+
+
+def rules_for(targets: list[str]) -> list[dict[str, Any]]:
+    return [
         {"apiGroups": [""], "resources": ["pods"], "resourceNames": targets, "verbs": ["get"]},
         {"apiGroups": [""], "resources": ["pods/exec"], "resourceNames": targets, "verbs": ["create", "get"]},
     ]
+
+
+def someone_elses(pod: JSON) -> JSON:
+    """The same pod controlled by another owner (the caches would not hold it: checked anyway)."""
+    pod["metadata"]["ownerReferences"] = [{"kind": "PyTorchJob", "name": "pi", "uid": "uid-pytorchjob",
+                                           "controller": True}]
+    return pod
+
+
+PI3 = make_mpijob("pi").workers(3)
+PI_LW = make_mpijob("pi").workers(1).launcher_as_worker()
+# (job, attempt, its pods in the cache, what the Role names)
+CASES: list[tuple[MPIJobBuilder, int, list[JSON], list[str]]] = [
+    (PI3, 0, [], []),
+    (PI3, 0, [make_pod(PI3, "worker", i).obj() for i in range(3)], ["pi-worker-0", "pi-worker-1", "pi-worker-2"]),
+    (PI3, 0, [make_pod(PI3, "worker", 2).obj(), make_pod(PI3, "worker", 0).obj()], ["pi-worker-0", "pi-worker-2"]),
+    (PI3, 0, [make_pod(PI3, "worker", 0).obj(), make_pod(PI3, "worker", 3).obj()], ["pi-worker-0"]),
+    (PI3, 0, [make_pod(PI3, "launcher").obj()], []),
+    (PI3, 1, [make_pod(PI3, "worker", 0, attempt=0).obj(), make_pod(PI3, "worker", 1, attempt=1).obj()],
+     ["pi-worker-1"]),
+    (PI3, 0, [someone_elses(make_pod(PI3, "worker", 0).obj()), make_pod(PI3, "worker", 1).obj()], ["pi-worker-1"]),
+    (PI3, 0, [make_pod(make_mpijob("pi").workers(3).uid("uid-an-earlier-pi"), "worker", 0).obj()], []),
+    (PI_LW, 0, [make_pod(PI_LW, "worker", 0).obj()], ["pi-worker-0"]),
+    (PI_LW, 0, [make_pod(PI_LW, "launcher").obj(), make_pod(PI_LW, "worker", 0).obj()],
+     ["pi-launcher", "pi-worker-0"]),
+    (PI_LW, 2, [make_pod(PI_LW, "launcher", attempt=1).obj(), make_pod(PI_LW, "launcher", attempt=2).obj(),
+                make_pod(PI_LW, "worker", 0, attempt=2).obj()], ["pi-launcher-2", "pi-worker-0"]),
+]
+IDS = ["no-pod-yet", "every-worker", "some-workers-in-order", "not-beyond-the-count", "launcher-not-working",
+       "only-this-attempt", "not-another-owners-pod", "not-an-earlier-job-of-the-same-name",
+       "working-launcher-not-yet-made", "working-launcher-made", "working-launcher-of-a-later-attempt"]
+
+
+@pytest.mark.parametrize(("builder", "attempt", "pods", "targets"), CASES, ids=IDS)
+def test_the_role_names_only_pods_of_the_attempt_that_exist_and_the_job_controls(
+        builder: MPIJobBuilder, attempt: int, pods: list[JSON], targets: list[str]) -> None:
+    job = builder.obj()
+    assert launcher_rbac.exec_targets(job, Observed(pods=pods), attempt) == targets
+    role = launcher_rbac.role(job, targets)
+    assert role["metadata"]["name"] == "pi-launcher"
+    assert role["rules"] == (rules_for(targets) if targets else [])
+    assert launcher_rbac.named_pods(role) == set(targets)
+
+
+@pytest.mark.parametrize("targets", [[], ["pi-worker-0"]])
+def test_no_rule_ever_has_an_empty_resource_names_which_would_grant_every_pod(targets: list[str]) -> None:
+    rules = launcher_rbac.role(make_mpijob("pi").obj(), targets)["rules"]
+    assert all(rule["resourceNames"] for rule in rules)
+    assert len(rules) == (2 if targets else 0)
 
 
 def test_the_binding_gives_the_role_to_the_launcher_account_only() -> None:
@@ -46,7 +99,7 @@ def test_the_binding_gives_the_role_to_the_launcher_account_only() -> None:
     binding = launcher_rbac.role_binding(job)
     assert binding["roleRef"] == {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "pi-launcher"}
     assert binding["subjects"] == [{"kind": "ServiceAccount", "name": "pi-launcher", "namespace": "ml"}]
-    for obj in (binding, launcher_rbac.role(job, 0), launcher_rbac.service_account(job)):
+    for obj in (binding, launcher_rbac.role(job, []), launcher_rbac.service_account(job)):
         assert obj["metadata"]["ownerReferences"][0]["controller"] is True
 
 
@@ -62,14 +115,94 @@ def test_exec_jobs_get_launcher_access_instead_of_an_ssh_key(builder: MPIJobBuil
     plan = supporting(builder, settings=settings)
     assert [k for k in kinds(plan) if not k.startswith(("Service/", "ConfigMap/"))] == wanted
     assert plan.create_ssh_secret is ssh_secret
+    roles = [o for o in plan.objects_to_create if o["kind"] == "Role"]
+    assert [r["rules"] for r in roles] == ([[]] if wanted else [])  # made before any pod: it grants nothing
 
 
-def test_a_later_attempt_of_a_working_launcher_renames_it_in_the_role() -> None:
+def test_the_role_follows_the_pods_and_the_job_is_looked_at_again_once_it_changed() -> None:
+    builder = make_mpijob("pi").workers(2)
+    job = builder.obj()
+    workers = [make_pod(job, "worker", i).obj() for i in range(2)]
+    before = supporting(builder, with_access(job, workers, launcher_rbac.role(job, [])))
+    [updated] = before.objects_to_update
+    assert updated["kind"] == "Role" and updated["rules"] == rules_for(["pi-worker-0", "pi-worker-1"])
+    assert before.requeue_after == 0  # the launcher waits for this Role (policies/launcher_creation)
+    settled = supporting(builder, with_access(job, workers, updated))
+    assert (settled.objects_to_update, settled.requeue_after) == ([], None)
+    gone = supporting(builder, with_access(job, workers[1:], updated))  # worker 0 deleted
+    assert [u["rules"] for u in gone.objects_to_update] == [rules_for(["pi-worker-1"])]
+
+
+def test_a_later_attempt_of_a_working_launcher_renames_it_in_the_role_once_it_exists() -> None:
     builder = make_mpijob("pi").workers(1).launcher_as_worker()
     job = builder.obj()
-    observed = Observed(service_account=launcher_rbac.service_account(job), role=launcher_rbac.role(job, 0),
-                        role_binding=launcher_rbac.role_binding(job))
-    assert supporting(builder, observed).objects_to_update == []
-    [updated] = supporting(builder, observed, restarts=1).objects_to_update
-    assert updated["kind"] == "Role" and updated["rules"][0]["resourceNames"] == ["pi-launcher-1", "pi-worker-0"]
-    assert [k for k in kinds(supporting(builder, observed, restarts=1)) if "pi-launcher" in k] == []
+    first = [make_pod(job, "launcher").obj(), make_pod(job, "worker", 0).obj()]
+    role = launcher_rbac.role(job, ["pi-launcher", "pi-worker-0"])
+    assert supporting(builder, with_access(job, first, role)).objects_to_update == []
+    second = [make_pod(job, "launcher").obj(), make_pod(job, "worker", 0, attempt=1).obj()]
+    [updated] = supporting(builder, with_access(job, second, role), restarts=1).objects_to_update
+    assert updated["rules"][0]["resourceNames"] == ["pi-worker-0"]  # the attempt's launcher is not made yet
+    second.append(make_pod(job, "launcher", attempt=1).obj())
+    [renamed] = supporting(builder, with_access(job, second, updated), restarts=1).objects_to_update
+    assert renamed["rules"][0]["resourceNames"] == ["pi-launcher-1", "pi-worker-0"]
+
+
+def role_updates(plan: Plan) -> list[JSON]:
+    return [o for o in plan.objects_to_update if o["kind"] == "Role"]
+
+
+def exec_pass(job_builder: MPIJobBuilder, observed: Observed) -> Plan:
+    job = job_builder.obj()
+    return decide(job, observed, at(1), EXEC)
+
+
+def test_an_exec_job_makes_its_launcher_only_once_its_role_names_every_worker() -> None:
+    builder = make_mpijob("pi").workers(2)
+    job = builder.obj()
+    first = exec_pass(builder, observe(job))
+    assert [k for k in kinds(first) if k.startswith(("Role", "Pod"))] == [
+        "Role/pi-launcher", "RoleBinding/pi-launcher", "Pod/pi-worker-0", "Pod/pi-worker-1"]
+    assert first.objects_to_create[1]["rules"] == [] and first.requeue_after == 0
+    workers = [make_pod(job, "worker", i).obj() for i in range(2)]
+    observed = observe(job, workers)
+    observed.role = first.objects_to_create[1]
+    observed.service_account = launcher_rbac.service_account(job)
+    observed.role_binding = launcher_rbac.role_binding(job)
+    second = exec_pass(builder, observed)
+    assert kinds(second) == [] and second.requeue_after == 0
+    [role] = role_updates(second)
+    observed.role = role
+    third = exec_pass(builder, observed)
+    assert kinds(third) == ["Pod/pi-launcher"] and role_updates(third) == []
+
+
+def test_a_worker_name_taken_by_another_owner_is_never_in_the_role_and_holds_the_launcher() -> None:
+    builder = make_mpijob("pi").workers(2)
+    job = builder.obj()
+    observed = observe(job, [make_pod(job, "worker", 1).obj()])
+    observed.service_account, observed.role = launcher_rbac.service_account(job), launcher_rbac.role(job, [])
+    observed.role_binding = launcher_rbac.role_binding(job)
+    observed.refused = [Refusal("Pod", "pi-worker-0", 409, "AlreadyExists", 'pods "pi-worker-0" already exists')]
+    plan = exec_pass(builder, observed)
+    assert [u["rules"] for u in role_updates(plan)] == [rules_for(["pi-worker-1"])]
+    assert kinds(plan) == ["Pod/pi-worker-0"]  # retried; no launcher
+    failure = plan.status.condition("ReplicaFailure")
+    assert failure is not None and failure.reason == "ErrResourceExists"
+    assert "Pod pi-worker-0" in (failure.message or "")
+    observed.role = role_updates(plan)[0]
+    again = exec_pass(builder, observed)
+    assert kinds(again) == ["Pod/pi-worker-0"] and role_updates(again) == []
+    assert again.requeue_after is not None and again.requeue_after >= 1  # the refusal's backoff, no busy loop
+
+
+def test_a_suspended_exec_job_has_a_role_that_grants_nothing() -> None:
+    builder = make_mpijob("train").workers(2).suspend()
+    plan = exec_pass(builder, observe(builder.obj()))
+    [role] = [o for o in plan.objects_to_create if o["kind"] == "Role"]
+    assert role["rules"] == [] and plan.creation_steps.pods() == []
+
+
+def test_an_ssh_job_is_not_looked_at_again_for_a_role() -> None:
+    builder = make_mpijob("pi").workers(2)
+    plan = decide(builder.obj(), observe(builder.obj()), at(1), Settings())
+    assert "Pod/pi-launcher" in kinds(plan) and plan.requeue_after is None

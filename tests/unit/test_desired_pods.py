@@ -10,6 +10,7 @@ from mpiop import names
 from mpiop.api.v2beta1 import ReplicaSpec, RestartPolicy
 from mpiop.desired.pods import WORKER_DEFAULT_COMMAND, launcher_pod, pod_restart_policy, worker_pod
 from testkit.mpijobs import MPIJobBuilder, make_mpijob
+from testkit.pods import env_of
 
 SSH_ITEMS = [
     {"key": "ssh-privatekey", "path": "id_rsa"},
@@ -30,10 +31,6 @@ CONFIG_VOLUME = {
         ],
     },
 }
-
-
-def env_of(container: dict[str, Any]) -> dict[str, Any]:
-    return {e["name"]: e.get("value", e.get("valueFrom")) for e in container.get("env", [])}
 
 
 def test_worker_pod_identity_and_labels() -> None:

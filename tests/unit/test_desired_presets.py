@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from mpiop.desired.env import FORWARD_ENV_ANNOTATION, forward_env_errors, forwarded_names, framework_env
+from mpiop.desired.env import forward_env_errors, forwarded_names, framework_env
 from mpiop.desired.presets import DEFAULT_MASTER_PORT, PRESET_NAMES, first_host, presets, world_size
+from mpiop.names import FORWARD_ENV_ANNOTATION
 from testkit.mpijobs import MPIJobBuilder, make_mpijob
 
 PRESETS_LIST = "MASTER_ADDR;MASTER_PORT;WORLD_SIZE;NPROC_PER_NODE;LOCAL_WORLD_SIZE"

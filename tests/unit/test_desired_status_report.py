@@ -8,6 +8,7 @@ from mpiop.desired import objects, pods
 from mpiop.desired.settings import Settings
 from mpiop.desired.status_report import StatusEndpoint
 from testkit.mpijobs import MPIJobBuilder, make_mpijob
+from testkit.pods import env_of
 
 ENDPOINT = StatusEndpoint("https://mpiop-status.mpiop-system.svc:8443", "-----BEGIN CERTIFICATE-----\nCA\n")
 ON = Settings(status_endpoint=ENDPOINT)
@@ -30,7 +31,7 @@ def test_every_pod_and_container_gets_the_token_ca_and_variables() -> None:
             {"serviceAccountToken": {"audience": "mpiop.kubeflow.org", "expirationSeconds": 3600, "path": "token"}},
             {"configMap": {"name": "pi-config", "items": [{"key": "mpiop-status-ca.crt", "path": "ca.crt"}]}}]
         for container in spec["containers"]:
-            env = {e["name"]: e.get("value") for e in container["env"]}
+            env = env_of(container)
             assert {k: env.get(k) for k in VARIABLES} == VARIABLES, container["name"]
             assert {"name": "mpiop-status", "mountPath": "/var/run/secrets/mpiop.kubeflow.org/status",
                     "readOnly": True} in container["volumeMounts"]
@@ -38,7 +39,7 @@ def test_every_pod_and_container_gets_the_token_ca_and_variables() -> None:
 
 def test_the_launcher_forwards_the_variables_to_the_ranks() -> None:
     launcher = pods.launcher_pod(job().obj(), 0, settings=ON)
-    env = {e["name"]: e.get("value") for e in launcher["spec"]["containers"][0]["env"]}
+    env = env_of(launcher)
     assert {"MPIOP_STATUS_URL", "MPIOP_STATUS_TOKEN", "MPIOP_STATUS_CA"} <= set(
         str(env["OMPI_MCA_mca_base_env_list"]).split(";"))
 
@@ -50,7 +51,7 @@ def test_the_ca_is_in_the_jobs_config_map() -> None:
 
 def test_a_users_own_variable_wins() -> None:
     built = job().env("Worker", "MPIOP_STATUS_URL", "https://elsewhere").obj()
-    env = {e["name"]: e.get("value") for e in pods.worker_pod(built, 0, 0, settings=ON)["spec"]["containers"][0]["env"]}
+    env = env_of(pods.worker_pod(built, 0, 0, settings=ON))
     assert env["MPIOP_STATUS_URL"] == "https://elsewhere"
 
 

@@ -14,6 +14,7 @@ from mpiop.controller.events import EventRecorder
 from mpiop.kube.client import ApiError, Resource
 from mpiop.plan import MESSAGE_LIMIT, Event
 from testkit.mpijobs import at, make_mpijob
+from testkit.waits import until
 
 JOB = make_mpijob("pi").obj()
 
@@ -133,7 +134,7 @@ async def test_events_waiting_or_being_sent_at_close_are_counted_as_lost(fake: F
     for n in range(3):
         recorder.record(JOB, warning(n), at(n))
     recorder.record(JOB, warning(2), at(3))  # merged: 4 Events in 3 entries
-    await asyncio.sleep(0.01)
+    await until(lambda: len(fake.calls) >= 2, "both senders waiting for an answer")
     assert len(fake.calls) == 2  # two senders, each stuck on one
     await recorder.close(timeout=0.05)
     assert counted("dropped") - dropped == 4
@@ -149,7 +150,7 @@ async def test_unsent_counts_events_waiting_and_being_sent(fake: FakeEvents, rec
     fake.gate.clear()  # the apiserver does not answer yet
     for n in range(3):
         recorder.record(JOB, warning(n), at(n))
-    await asyncio.sleep(0.01)
+    await until(lambda: len(fake.calls) >= 2, "both senders waiting for an answer")
     assert len(fake.calls) == 2 and recorder.unsent() == 3  # two being sent, one waiting
     fake.gate.set()
     assert await recorder.flush(timeout=5)

@@ -2,7 +2,7 @@
 
 The replica-index numbering with runLauncherAsWorker, the `app` label of the ConfigMap, Secret and Service
 (compared with what kubeflow's operator really made: testkit/fixtures), and the condition order of a whole
-job. Slots from the launcher's GPUs are in test_desired_slots.py.
+job. Slots from the launcher's GPUs are in test_desired_gpus.py.
 """
 
 from __future__ import annotations

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import base64
 import json
+from collections.abc import AsyncIterator
 
 import pytest
 from aiohttp import web
@@ -15,19 +16,24 @@ from prometheus_client import REGISTRY
 from mpiop.api.raw import JSON
 from mpiop.api.v2beta1 import MPIJob
 from mpiop.controller import layout_webhook
-from mpiop.controller.layout_webhook import PATH, review
+from mpiop.controller.layout_webhook import BODY_LIMIT, PATH, malformed, review
 from mpiop.decide import decide
+from mpiop.desired.settings import Settings
 from mpiop.plan import Observed
 from mpiop.policies.gpu_layout import ANNOTATION, AT_ADMISSION, LAID_OUT, needs_layout
 from testkit.mpijobs import at, make_mpijob
-from testkit.nodes import gpu_nodes
+from testkit.nodes import gpu_node, gpu_nodes, taint
 
 EIGHTS = gpu_nodes("n", 10, 8)
+LIMIT = Settings().gpu_layout_max_entries
 
 
 def admission(obj: JSON, operation: str = "CREATE") -> JSON:
+    """An AdmissionReview as the apiserver sends it for deploy/base/webhook.yaml's rule."""
     return {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
             "request": {"uid": "705ab4f5-6393-11e8-b7cc-42010a800002", "operation": operation, "namespace": "ns",
+                        "kind": {"group": "kubeflow.org", "version": "v2beta1", "kind": "MPIJob"},
+                        "resource": {"group": "kubeflow.org", "version": "v2beta1", "resource": "mpijobs"},
                         "object": obj}}
 
 
@@ -52,7 +58,7 @@ def apply(obj: JSON, patch: list[JSON]) -> JSON:
 
 def test_64_gpus_are_stored_as_8_workers_of_8_with_the_record() -> None:
     job = make_mpijob("big", "ns").total_gpus(64).manifest()
-    answer = review(admission(job), EIGHTS)
+    answer = review(admission(job), EIGHTS, LIMIT)
     assert "warnings" not in answer["response"]
     laid_out = apply(job, patched(answer))
     record = laid_out["metadata"]["annotations"][ANNOTATION]
@@ -69,7 +75,7 @@ def test_64_gpus_are_stored_as_8_workers_of_8_with_the_record() -> None:
 
 def test_the_record_is_added_beside_other_annotations() -> None:
     job = make_mpijob("big", "ns").total_gpus(8).annotation("team", "vision").json()
-    patch = patched(review(admission(job), EIGHTS))
+    patch = patched(review(admission(job), EIGHTS, LIMIT))
     assert patch[1] == {"op": "add", "path": "/metadata/annotations/mpiop.kubeflow.org~1gpu-layout",
                         "value": "8 nvidia.com/gpu as 1 worker x 8 GPUs (slotsPerWorker 8), on nodes: 10 nodes with "
                                  "8 nvidia.com/gpu" + AT_ADMISSION}
@@ -87,16 +93,33 @@ def test_the_record_is_added_beside_other_annotations() -> None:
                  "spec.gpus: the job waits until a layout fits (its Running condition says why): no layout of 13 "
                  "nvidia.com/gpu fits the nodes the Worker template may run on (10 nodes with 8 nvidia.com/gpu): no "
                  "worker size of 2 GPUs or more divides both 13 and a node's G...", id="none-fits-cut-at-256"),
+    pytest.param(make_mpijob("long", "ns").total_gpus(8).pod_spec("Worker", tolerations=[{}] * 20_000).manifest(),
+                 "CREATE", EIGHTS,
+                 "spec.gpus: mpiop does not lay this job out: spec.mpiReplicaSpecs.Worker.template.spec.tolerations: "
+                 f"20000 entries, over the GPU layout's limit of {LIMIT} (the operator's --gpu-layout-max-entries)",
+                 id="over-the-limit"),
 ])
 def test_allowed_unchanged(obj: JSON, operation: str, nodes: list[JSON] | None, warning: str | None) -> None:
-    response = review(admission(obj, operation), nodes)["response"]
+    response = review(admission(obj, operation), nodes, LIMIT)["response"]
     assert response["allowed"] is True and "patch" not in response
     assert response.get("warnings") == ([warning] if warning else None)
 
 
+def test_the_warning_names_no_node_label_or_taint_value() -> None:
+    """Anyone who may create an MPIJob reads the warning, and may not read nodes: it counts the nodes left out by size
+    and reason (the operator's log names them)."""
+    secret = [gpu_node("rack7-secret-0", 8, labels={"customer": "acme-corp"}),
+              gpu_node("rack7-secret-1", 8, taints=[taint("customer", "acme-corp")]),
+              gpu_node("rack7-secret-2", 4, unschedulable=True)]
+    response = review(admission(make_mpijob("odd", "ns").total_gpus(24).manifest()), secret, LIMIT)["response"]
+    [warning] = response["warnings"]
+    assert "left out: 1 node with 4 nvidia.com/gpu (1 cordoned), 1 node with 8" in warning  # cut at 256
+    assert not [word for word in ("rack7", "secret", "customer", "acme") if word in warning], warning
+
+
 def test_the_first_pass_of_a_job_laid_out_at_admission_says_so_in_an_event() -> None:
     job = make_mpijob("big", "ns").total_gpus(64).manifest()
-    stored = MPIJob.model_validate(apply(job, patched(review(admission(job), EIGHTS))))
+    stored = MPIJob.model_validate(apply(job, patched(review(admission(job), EIGHTS, LIMIT))))
     first = decide(stored, Observed(nodes=EIGHTS), at(0))
     assert first.mpijob_patch is None and len(first.creation_steps.workers) == 8
     laid_out = [e.message for e in first.events if e.reason == LAID_OUT]
@@ -106,24 +129,74 @@ def test_the_first_pass_of_a_job_laid_out_at_admission_says_so_in_an_event() -> 
                 if e.reason == LAID_OUT]
 
 
-async def test_served_over_http_a_bad_body_is_a_400() -> None:
-    app = web.Application()
-    layout_webhook.add_route(app, lambda: EIGHTS)
+GOOD = admission(make_mpijob("big", "ns").total_gpus(16).manifest())
+OTHER_KIND = {**GOOD, "request": {**GOOD["request"], "kind": {"group": "", "version": "v1", "kind": "Pod"}}}
+
+
+@pytest.mark.parametrize(("body", "why"), [
+    pytest.param([GOOD], "the body is not an admission.k8s.io/v1 AdmissionReview", id="a-list"),
+    pytest.param({**GOOD, "apiVersion": "admission.k8s.io/v1beta1"},
+                 "the body is not an admission.k8s.io/v1 AdmissionReview", id="v1beta1"),
+    pytest.param({**GOOD, "kind": "TokenReview"}, "the body is not an admission.k8s.io/v1 AdmissionReview",
+                 id="other-kind-of-review"),
+    pytest.param({k: v for k, v in GOOD.items() if k != "request"}, "the AdmissionReview has no request with a uid",
+                 id="no-request"),
+    pytest.param({**GOOD, "request": {**GOOD["request"], "uid": ""}}, "the AdmissionReview has no request with a uid",
+                 id="empty-uid"),
+    pytest.param(OTHER_KIND, "this webhook answers only for kubeflow.org/v2beta1 MPIJobs, not /v1/Pod", id="a-pod"),
+    pytest.param({**GOOD, "request": {**GOOD["request"], "kind": "MPIJob"}},
+                 "this webhook answers only for kubeflow.org/v2beta1 MPIJobs, not a request without a kind",
+                 id="kind-not-an-object"),
+    pytest.param({**GOOD, "request": {k: v for k, v in GOOD["request"].items() if k != "operation"}},
+                 "the AdmissionReview's request has no operation", id="no-operation"),
+    pytest.param({**GOOD, "request": {k: v for k, v in GOOD["request"].items() if k != "object"}},
+                 "the AdmissionReview creates no object", id="create-without-object"),
+    pytest.param(GOOD, None, id="well-formed"),
+])
+def test_only_a_well_formed_review_of_an_mpijob_is_answered(body: object, why: str | None) -> None:
+    assert malformed(body) == why
+
+
+async def test_served_over_http_a_bad_body_is_a_400_and_a_long_job_is_read_up_to_the_limit() -> None:
+    """Served on the status endpoint's app, whose own body limit is 64 KiB: a job with a long template (here 1 MiB,
+    as the apiserver takes up to 3) is still laid out; a body over BODY_LIMIT is a 413 naming it."""
+    app = web.Application(client_max_size=64 * 1024)
+    layout_webhook.add_route(app, lambda: EIGHTS, LIMIT)
+    env = [{"name": f"VAR_{i}", "value": "x" * 100} for i in range(8_000)]  # ~1 MiB, within every limit of entries
+    long = admission(make_mpijob("long", "ns").total_gpus(16).pod_spec("Worker", env=env).manifest())
     async with TestClient(TestServer(app)) as client:
-        good = await client.post(PATH, json=admission(make_mpijob("big", "ns").total_gpus(16).manifest()))
+        good = await client.post(PATH, json=GOOD)
         assert good.status == 200
         assert patched(await good.json())[0]["value"]["mpiReplicaSpecs"]["Worker"]["replicas"] == 2
+        answered = await client.post(PATH, data=json.dumps(long))
+        assert answered.status == 200, await answered.text()
+        assert patched(await answered.json())[0]["value"]["mpiReplicaSpecs"]["Worker"]["replicas"] == 2
         bad = await client.post(PATH, data=b"{not json")
         assert bad.status == 400 and "not an AdmissionReview" in await bad.text()
+        pod = await client.post(PATH, json=OTHER_KIND)
+        assert (pod.status, await pod.text()) == (400, "this webhook answers only for kubeflow.org/v2beta1 MPIJobs, "
+                                                       "not /v1/Pod")
+        huge = await client.post(PATH, data=b" " * (BODY_LIMIT + 1))
+        assert (huge.status, await huge.text()) == (
+            413, f"the body is over the GPU layout webhook's limit of {BODY_LIMIT} bytes")
+
+        async def chunks() -> AsyncIterator[bytes]:  # no Content-Length: the limit holds as it is read
+            for _ in range(4):
+                yield b" " * (1024 * 1024)
+
+        streamed = await client.post(PATH, data=chunks())
+        assert streamed.status == 413
 
 
 def test_each_answer_is_counted_by_its_result() -> None:
     def counted(result: str) -> float:
         return REGISTRY.get_sample_value("mpiop_gpu_layout_admissions_total", {"result": result}) or 0.0
 
-    before = {r: counted(r) for r in ("laid_out", "no_fit", "no_nodes")}
-    review(admission(make_mpijob("big", "ns").total_gpus(16).manifest()), EIGHTS)
-    review(admission(make_mpijob("odd", "ns").total_gpus(13).manifest()), EIGHTS)
-    review(admission(make_mpijob("early", "ns").total_gpus(8).manifest()), None)
-    review(admission(make_mpijob("plain", "ns").gpus(8).manifest()), EIGHTS)  # not one to lay out: not counted
-    assert {r: counted(r) - before[r] for r in before} == {"laid_out": 1, "no_fit": 1, "no_nodes": 1}
+    before = {r: counted(r) for r in ("laid_out", "no_fit", "no_nodes", "over_limit")}
+    review(admission(make_mpijob("big", "ns").total_gpus(16).manifest()), EIGHTS, LIMIT)
+    review(admission(make_mpijob("odd", "ns").total_gpus(13).manifest()), EIGHTS, LIMIT)
+    review(admission(make_mpijob("early", "ns").total_gpus(8).manifest()), None, LIMIT)
+    review(admission(make_mpijob("long", "ns").total_gpus(8).pod_spec("Worker", tolerations=[{}] * (LIMIT + 1))
+                     .manifest()), EIGHTS, LIMIT)
+    review(admission(make_mpijob("plain", "ns").gpus(8).manifest()), EIGHTS, LIMIT)  # not one to lay out: not counted
+    assert {r: counted(r) - before[r] for r in before} == {"laid_out": 1, "no_fit": 1, "no_nodes": 1, "over_limit": 1}

@@ -19,6 +19,8 @@ from mpiop.leader import (
     format_micro_time,
     parse_micro_time,
 )
+from testkit.clock import FakeClock
+from testkit.waits import until
 
 
 class FakeLeases:
@@ -31,7 +33,7 @@ class FakeLeases:
         self.writes: list[JSON] = []
 
     async def request(self, method: str, path: str, *, query: Any = None, body: Any = None, **_: Any) -> JSON:
-        await asyncio.sleep(0)
+        await asyncio.sleep(0)  # no time: a request's answer comes on a later tick, as over a socket
         if self.down:
             raise OSError("apiserver unreachable")
         if method == "GET":
@@ -64,17 +66,9 @@ class FakeClient:
         self.request = leases.request
 
 
-class Clock:
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
-
-
-def elector(leases: FakeLeases, identity: str, clock: Clock | None = None, **timings: float) -> LeaderElector:
+def elector(leases: FakeLeases, identity: str, clock: FakeClock | None = None, **timings: float) -> LeaderElector:
     config = ElectionConfig(namespace="ns", name="lock", identity=identity, **timings)
-    kwargs: JSON = {"clock": clock} if clock is not None else {}
+    kwargs: JSON = {"clock": clock.now} if clock is not None else {}
     return LeaderElector(FakeClient(leases), config, **kwargs)  # type: ignore[arg-type]
 
 
@@ -101,7 +95,7 @@ def test_timings_must_let_the_leader_stop_before_its_lease_ends() -> None:
 
 
 async def test_first_candidate_creates_the_lease_and_a_second_waits_a_full_lease() -> None:
-    leases, clock = FakeLeases(), Clock()
+    leases, clock = FakeLeases(), FakeClock()
     a, b = elector(leases, "a", clock), elector(leases, "b", clock)
     assert await a.try_acquire_or_renew()
     assert leases.spec["holderIdentity"] == "a" and leases.spec["leaseDurationSeconds"] == 15
@@ -110,32 +104,32 @@ async def test_first_candidate_creates_the_lease_and_a_second_waits_a_full_lease
     assert a.is_leader()
 
     assert not await b.try_acquire_or_renew()
-    clock.now += 14
+    clock.step(14)
     assert await a.try_acquire_or_renew()  # a renews: b's wait starts again
-    clock.now += 14
+    clock.step(14)
     assert not await b.try_acquire_or_renew()
     assert b.healthy() and not b.is_leader()  # standing by cleanly
 
 
 async def test_an_expired_lease_is_taken_over_and_counted_as_a_transition() -> None:
-    leases, clock = FakeLeases(), Clock()
+    leases, clock = FakeLeases(), FakeClock()
     a, b = elector(leases, "a", clock), elector(leases, "b", clock)
     assert await a.try_acquire_or_renew()
     acquired = leases.spec["acquireTime"]
-    clock.now += 1
+    clock.step(1)
     assert await a.try_acquire_or_renew()
     assert leases.spec["acquireTime"] == acquired and leases.spec["leaseTransitions"] == 0
 
     assert not await b.try_acquire_or_renew()  # first look at the record starts b's timer
-    clock.now += 10
+    clock.step(10)
     assert not a.is_leader()  # past a's renew deadline: a must not write any more
-    clock.now += 5.5
+    clock.step(5.5)
     assert await b.try_acquire_or_renew()
     assert leases.spec["holderIdentity"] == "b" and leases.spec["leaseTransitions"] == 1
 
 
 async def test_two_candidates_racing_for_a_free_lease_cannot_both_win() -> None:
-    leases, clock = FakeLeases(), Clock()
+    leases, clock = FakeLeases(), FakeClock()
     leases.obj = {"metadata": {"name": "lock", "namespace": "ns", "resourceVersion": "0"},
                   "spec": {"holderIdentity": "", "leaseDurationSeconds": 1}}
     results = await asyncio.gather(*(elector(leases, name, clock).try_acquire_or_renew() for name in "abc"),
@@ -146,7 +140,7 @@ async def test_two_candidates_racing_for_a_free_lease_cannot_both_win() -> None:
 
 
 async def test_release_empties_the_holder_so_a_standby_takes_over_at_once() -> None:
-    leases, clock = FakeLeases(), Clock()
+    leases, clock = FakeLeases(), FakeClock()
     a, b = elector(leases, "a", clock), elector(leases, "b", clock)
     assert await a.try_acquire_or_renew()
     assert not await b.try_acquire_or_renew()
@@ -181,11 +175,9 @@ async def test_stopping_releases_the_lease() -> None:
     stop = asyncio.Event()
     task = asyncio.create_task(a.run(stop))
     await asyncio.wait_for(a.leading.wait(), 2)
-    await asyncio.sleep(0.15)
-    renewals = len(leases.writes)
+    await until(lambda: len(leases.writes) >= 3, "the acquisition and two renewals")
     stop.set()
     await asyncio.wait_for(task, 2)
-    assert renewals >= 2
     assert leases.spec["holderIdentity"] == "" and not a.leading.is_set()
 
 

@@ -6,14 +6,7 @@ from prometheus_client import REGISTRY
 
 from mpiop import metrics
 from mpiop.controller.workqueue import WorkQueue
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
+from testkit.clock import FakeClock
 
 
 def scraped() -> tuple[float | None, float | None, float | None]:
@@ -23,7 +16,7 @@ def scraped() -> tuple[float | None, float | None, float | None]:
 
 
 async def test_a_stuck_worker_shows_in_longest_running_and_unfinished_work() -> None:
-    clock = Clock()
+    clock = FakeClock()
     queue: WorkQueue[str] = WorkQueue(clock=clock)
     metrics.observe_queue(queue)
     assert scraped() == (0, 0, 0)
@@ -31,9 +24,9 @@ async def test_a_stuck_worker_shows_in_longest_running_and_unfinished_work() -> 
         queue.add(key)
     assert scraped() == (3, 0, 0)
     a = await queue.get()
-    clock.now += 10
+    clock.step(10)
     b = await queue.get()
-    clock.now += 5  # a has been at it 15 s, b 5 s
+    clock.step(5)  # a has been at it 15 s, b 5 s
     assert scraped() == (1, 15, 20)
     queue.done(a)
     assert scraped() == (1, 5, 5)

@@ -10,8 +10,9 @@ import pytest
 from mpiop import podstate
 from mpiop.api.v2beta1 import CleanPodPolicy, MPIJob
 from mpiop.decide import decide
-from mpiop.desired.hostnetwork import SSH_PORT_LABEL, PortRange
+from mpiop.desired.hostnetwork import PortRange
 from mpiop.desired.settings import Settings
+from mpiop.names import SSH_PORT_LABEL
 from mpiop.plan import Observed, Plan
 from mpiop.policies import adoption
 from testkit.kubeflow import as_cached

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from mpiop.decide import decide
-from mpiop.desired.env import FORWARD_ENV_ANNOTATION
+from mpiop.names import FORWARD_ENV_ANNOTATION
 from mpiop.plan import Plan
 from mpiop.policies import forward_env
 from mpiop.policies.outcome import CONTINUE

@@ -4,6 +4,8 @@ fits, it waits saying which shapes it saw and why, and never guesses."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import pytest
 
 from mpiop.api.v2beta1 import MPIJob
@@ -11,12 +13,22 @@ from mpiop.decide import decide
 from mpiop.desired.podgroup import gang_scheduler
 from mpiop.desired.settings import Settings
 from mpiop.plan import Observed, Plan
-from mpiop.policies.gpu_layout import ANNOTATION, LAID_OUT, WAITING, Layout, lay_out, needs_layout
+from mpiop.policies.gpu_layout import (
+    ANNOTATION,
+    LAID_OUT,
+    WAITING,
+    Layout,
+    choose,
+    lay_out,
+    left_out_nodes,
+    needs_layout,
+)
 from testkit.mpijobs import MPIJobBuilder, at, make_mpijob
 from testkit.nodes import gpu_node, gpu_nodes, taint
 from testkit.pods import make_pod
 
 MIG = "nvidia.com/mig-1g.5gb"
+LIMIT = Settings().gpu_layout_max_entries
 EIGHTS = [8] * 16  # 128 GPUs
 MIXED = [8] * 4 + [4] * 4  # 48 GPUs
 
@@ -117,16 +129,13 @@ def test_amd_gpus() -> None:
     assert plan.mpijob_patch.body["spec"]["mpiReplicaSpecs"]["Worker"]["replicas"] == 2
 
 
-def test_tainted_nodes_not_tolerated_are_left_out_and_named() -> None:
+def test_tainted_nodes_not_tolerated_are_left_out_and_counted() -> None:
     nodes = [*gpu_nodes("free", 2, 8), *gpu_nodes("reserved", 6, 8, taints=[taint("dedicated", "infer")])]
     message = waiting_message(decided(total(64).obj(), nodes))
     assert message == (
         "MPIJob ns/big waits: no layout of 64 nvidia.com/gpu fits the nodes the Worker template may run on "
-        "(2 nodes with 8 nvidia.com/gpu; left out: reserved-0 (8 nvidia.com/gpu): taint dedicated=infer:NoSchedule "
-        "not tolerated; reserved-1 (8 nvidia.com/gpu): taint dedicated=infer:NoSchedule not tolerated; reserved-2 "
-        "(8 nvidia.com/gpu): taint dedicated=infer:NoSchedule not tolerated; reserved-3 (8 nvidia.com/gpu): taint "
-        "dedicated=infer:NoSchedule not tolerated; reserved-4 (8 nvidia.com/gpu): taint dedicated=infer:NoSchedule "
-        "not tolerated and 1 more): they have 16 in all, fewer than 64")
+        "(2 nodes with 8 nvidia.com/gpu; left out: 6 nodes with 8 nvidia.com/gpu (6 taint not tolerated)): they have "
+        "16 in all, fewer than 64")
     tolerating = total(64).pod_spec("Worker", tolerations=[
         {"key": "dedicated", "operator": "Equal", "value": "infer", "effect": "NoSchedule"}]).obj()
     plan = decided(tolerating, nodes)
@@ -135,6 +144,113 @@ def test_tainted_nodes_not_tolerated_are_left_out_and_named() -> None:
     # PreferNoSchedule does not keep a pod off a node.
     soft = gpu_nodes("soft", 8, 8, taints=[taint("gpu-hint", effect="PreferNoSchedule")])
     assert decided(total(64).obj(), soft).mpijob_patch is not None
+
+
+SECRET_NODES = [gpu_node("rack7-secret-0", 8, labels={"pool": "vision", "zone": "z-hidden"}),
+                gpu_node("rack7-secret-1", 8, labels={"pool": "vision", "zone": "z-hidden"},
+                         taints=[taint("customer", "acme-corp")]),
+                gpu_node("rack7-secret-2", 8, labels={"pool": "speech"}, taints=[taint("customer", "acme-corp")]),
+                gpu_node("rack7-secret-3", 4, labels={"pool": "vision", "zone": "z-hidden"}, unschedulable=True),
+                gpu_node("rack7-secret-4", 4, labels={"pool": "speech", "zone": "z-other"})]
+NEVER_SAID = ("rack7", "secret", "acme", "customer", "hidden", "other", "speech")
+
+
+@pytest.mark.parametrize(("pod_spec", "left_out"), [
+    pytest.param({}, "1 node with 4 nvidia.com/gpu (1 cordoned), 2 nodes with 8 nvidia.com/gpu (2 taint not tolerated)",
+                 id="taints-and-cordon"),
+    pytest.param({"nodeSelector": {"pool": "vision"}},
+                 "2 nodes with 4 nvidia.com/gpu (1 nodeSelector not matched, 1 cordoned), 2 nodes with 8 "
+                 "nvidia.com/gpu (1 taint not tolerated, 1 nodeSelector not matched)", id="selector"),
+    pytest.param({"affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
+        "nodeSelectorTerms": [{"matchExpressions": [{"key": "zone", "operator": "Exists"}]}]}}},
+                  "tolerations": [{"operator": "Exists"}]},
+                 "1 node with 4 nvidia.com/gpu (1 cordoned), 1 node with 8 nvidia.com/gpu (1 required node affinity "
+                 "not matched)", id="affinity-tolerating-all"),
+])
+def test_the_nodes_left_out_are_counted_by_size_and_reason_never_named(pod_spec: dict[str, object],
+                                                                         left_out: str) -> None:
+    """Running=False (and its Event) is read by the job's owner, who may not read nodes: no node name, label value or
+    taint in it, only how many nodes of which size and why; the operator's log names them (left_out_nodes)."""
+    message = waiting_message(decided(total(64).pod_spec("Worker", **pod_spec).obj(), SECRET_NODES))
+    assert f"; left out: {left_out}):" in message
+    assert not [word for word in NEVER_SAID if word in message], message
+
+
+def test_the_operators_log_names_the_nodes_left_out_and_why() -> None:
+    job = total(64).pod_spec("Worker", nodeSelector={"pool": "vision"}).obj()
+    assert left_out_nodes(job, SECRET_NODES, LIMIT) == [
+        "rack7-secret-1 (8 nvidia.com/gpu): taint customer=acme-corp:NoSchedule not tolerated",
+        "rack7-secret-2 (8 nvidia.com/gpu): nodeSelector pool not matched",
+        "rack7-secret-3 (4 nvidia.com/gpu): cordoned",
+        "rack7-secret-4 (4 nvidia.com/gpu): nodeSelector pool not matched"]
+    assert left_out_nodes(job, SECRET_NODES, LIMIT, most=1) == [
+        "rack7-secret-1 (8 nvidia.com/gpu): taint customer=acme-corp:NoSchedule not tolerated"]
+
+
+def terms(count: int, values: int) -> dict[str, object]:
+    """Required node affinity of `count` terms of one expression with `values` values each."""
+    return {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
+        {"matchExpressions": [{"key": "pool", "operator": "NotIn", "values": [f"v{i}" for i in range(values)]}]}
+        for _ in range(count)]}}}
+
+
+TEMPLATE = "spec.mpiReplicaSpecs.Worker.template.spec"
+AFFINITY = "affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution.nodeSelectorTerms"
+
+
+@pytest.mark.parametrize(("pod_spec", "over"), [
+    pytest.param({"tolerations": [{"key": f"k{i}", "value": "v"} for i in range(20_000)]},
+                 f"{TEMPLATE}.tolerations: 20000 entries", id="20000-tolerations"),
+    pytest.param({"tolerations": [{"key": f"k{i}", "value": "v"} for i in range(LIMIT + 1)]},
+                 f"{TEMPLATE}.tolerations: {LIMIT + 1} entries", id="one-toleration-over"),
+    pytest.param({"nodeSelector": {f"k{i}": "v" for i in range(LIMIT + 1)}},
+                 f"{TEMPLATE}.nodeSelector: {LIMIT + 1} entries", id="node-selector"),
+    # 10 terms + 10 expressions + 10 x 99 values: terms, expressions and values each count.
+    pytest.param({"affinity": terms(10, 99)}, f"{TEMPLATE}.{AFFINITY}: more than {LIMIT} entries",
+                 id="affinity-values"),
+    pytest.param({"affinity": terms(LIMIT // 2 + 1, 0)}, f"{TEMPLATE}.{AFFINITY}: more than {LIMIT} entries",
+                 id="affinity-terms"),
+    pytest.param({"tolerations": [*({"key": f"k{i}", "value": "v"} for i in range(LIMIT - 1)),
+                                  {"key": "dedicated", "operator": "Exists"}],
+                  "affinity": terms(10, 98), "nodeSelector": {f"k{i}": "v" for i in range(LIMIT - 1)} | {"pool": "a"}},
+                 None, id="at-the-limit"),
+])
+def test_a_template_over_the_limit_waits_naming_the_field_and_the_limit(pod_spec: dict[str, object],
+                                                                          over: str | None) -> None:
+    nodes = gpu_nodes("n", 300, 8, labels={"pool": "a", **{f"k{i}": "v" for i in range(LIMIT - 1)}},
+                      taints=[taint("dedicated", "infer")])
+    plan = decided(total(16).pod_spec("Worker", **pod_spec).obj(), nodes)
+    if over is None:
+        assert plan.mpijob_patch is not None, plan.status.conditions
+        return
+    assert waiting_message(plan) == (
+        f"MPIJob ns/big waits: {over}, over the GPU layout's limit of {LIMIT} (the operator's "
+        "--gpu-layout-max-entries); shorten it, or lay the job out yourself (Worker.replicas and the first worker "
+        "container's nvidia.com/gpu limit)")
+
+
+class CountedList(list[dict[str, object]]):
+    """A list that counts how often it is walked."""
+
+    walks = 0
+
+    def __iter__(self) -> Iterator[dict[str, object]]:
+        self.walks += 1
+        return super().__iter__()
+
+
+@pytest.mark.parametrize(("limit", "walks"), [(LIMIT, 0), (20_000, 1)], ids=["over-the-limit", "limit-raised"])
+def test_300_tainted_nodes_and_20000_tolerations_walk_them_at_most_once(limit: int, walks: int) -> None:
+    """Issue 50's case (nothing fits, so each node event lays the job out again): matched node by node it took a
+    second a pass. Over the limit the tolerations are not read at all; under a raised limit, once, into an index."""
+    job = total(13).obj()
+    tolerations = CountedList({"key": f"k{i}", "operator": "Equal", "value": "v", "effect": "NoSchedule"}
+                              for i in range(20_000))
+    job.spec.mpi_replica_specs["Worker"].template["spec"]["tolerations"] = tolerations
+    nodes = gpu_nodes("n", 300, 8, taints=[taint("dedicated", "infer")])
+    chosen = choose(job, nodes, limit)
+    assert tolerations.walks == walks
+    assert isinstance(chosen, str) and ("over the GPU layout's limit" in chosen) is (walks == 0)
 
 
 @pytest.mark.parametrize(("pod_spec", "eligible"), [

@@ -7,6 +7,7 @@ from typing import Any
 
 import pytest
 
+from mpiop import names
 from mpiop.api.raw import JSON
 from mpiop.desired import hostnetwork as hn
 from mpiop.desired import ssh_config
@@ -26,9 +27,9 @@ def held(builder: MPIJobBuilder, index: int, ports: hn.Ports, attempt: int = 0) 
     job = builder.obj()
     pod = make_pod(job, "worker", index, attempt)
     name = f"{job.metadata.name}-worker-{index}"
-    pod.label(hn.SSH_PORT_LABEL, str(ports.ssh(name)))
+    pod.label(names.SSH_PORT_LABEL, str(ports.ssh(name)))
     if index == 0 and ports.master is not None:
-        pod.label(hn.MASTER_PORT_LABEL, str(ports.master))
+        pod.label(names.MASTER_PORT_LABEL, str(ports.master))
     return pod
 
 

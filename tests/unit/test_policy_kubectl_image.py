@@ -12,8 +12,8 @@ from mpiop.api.v2beta1 import MPIJob
 from mpiop.controller.trims import trim_pod
 from mpiop.decide import decide
 from mpiop.desired.kubexec import DELIVERY_CONTAINER
-from mpiop.desired.launch import LAUNCH_ANNOTATION
 from mpiop.desired.settings import Settings
+from mpiop.names import LAUNCH_ANNOTATION
 from mpiop.plan import Plan
 from mpiop.policies.kubectl_image import REASON
 from testkit.mpijobs import MPIJobBuilder, at, make_mpijob

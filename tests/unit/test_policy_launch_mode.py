@@ -6,8 +6,9 @@ import pytest
 
 from mpiop.decide import decide
 from mpiop.desired import launch
-from mpiop.desired.launch import LAUNCH_ANNOTATION, LaunchMode
+from mpiop.desired.launch import LaunchMode
 from mpiop.desired.settings import Settings
+from mpiop.names import LAUNCH_ANNOTATION
 from mpiop.plan import Plan
 from mpiop.policies import launch_mode
 from mpiop.policies.outcome import CONTINUE

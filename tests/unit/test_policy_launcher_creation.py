@@ -1,10 +1,13 @@
 """mpiop.policies.launcher_creation: AtStartup creates the launcher with the workers, WaitForWorkersReady
-once every worker of the current attempt is Ready."""
+once every worker of the current attempt is Ready; under exec launch either waits for the Role to name every
+worker."""
 
 from __future__ import annotations
 
 import pytest
 
+from mpiop.api.v2beta1 import LauncherCreationPolicy
+from mpiop.desired import launcher_rbac
 from mpiop.policies import launcher_creation
 from testkit.mpijobs import make_mpijob
 from testkit.pods import make_pod, observe
@@ -51,3 +54,30 @@ def test_ready_workers_of_an_old_attempt_do_not_count() -> None:
     job = make_mpijob("pi").workers(1).wait_for_workers_ready().status(restart_count=1).obj()
     pods = [make_pod(job, "worker", 0, attempt=0).ready().obj()]
     assert launcher_creation.launcher_may_start(job, observe(job, pods), attempt=1) is False
+
+
+@pytest.mark.parametrize(
+    ("policy", "named", "ready", "launcher_made"),
+    [
+        ("AtStartup", None, False, False),
+        ("AtStartup", [], False, False),
+        ("AtStartup", ["pi-worker-0"], False, False),
+        ("AtStartup", ["pi-worker-1", "pi-worker-0"], False, True),
+        ("AtStartup", ["pi-launcher", "pi-worker-0", "pi-worker-1"], False, True),
+        ("WaitForWorkersReady", ["pi-worker-0", "pi-worker-1"], False, False),
+        ("WaitForWorkersReady", ["pi-worker-0", "pi-worker-1"], True, True),
+        ("WaitForWorkersReady", None, True, False),
+    ],
+    ids=["no-role", "role-names-none", "role-names-one", "role-names-every-worker", "and-the-launcher",
+         "wait-ready-not-ready", "wait-ready-and-named", "wait-ready-not-named"],
+)
+def test_an_exec_launcher_waits_until_its_role_names_every_worker(policy: LauncherCreationPolicy,
+                                                                  named: list[str] | None, ready: bool,
+                                                                  launcher_made: bool) -> None:
+    job = make_mpijob("pi").workers(2).launcher_creation_policy(policy).obj()
+    pods = [(make_pod(job, "worker", i).ready() if ready else make_pod(job, "worker", i)).obj() for i in range(2)]
+    observed = observe(job, pods)
+    observed.role = None if named is None else launcher_rbac.role(job, named)
+    assert launcher_creation.launcher_may_start(job, observed, 0, exec_launch=True) is launcher_made
+    ssh = launcher_creation.launcher_may_start(job, observed, 0, exec_launch=False)
+    assert ssh is (policy == "AtStartup" or ready)  # SSH launch has no Role to wait for

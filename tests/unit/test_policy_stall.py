@@ -34,7 +34,7 @@ def pods(job: MPIJob, attempt: int = 0) -> Observed:
 
 def run(job: MPIJob, now: float) -> tuple[bool, Plan]:
     plan = Plan(status=job.status.model_copy(deep=True))
-    return stall.apply(plan, job, pods(job, job.status.restart_count or 0), at(now)) is STOP, plan
+    return stall.apply(plan, job, pods(job, job.status.attempt), at(now)) is STOP, plan
 
 
 @pytest.mark.parametrize(

@@ -132,6 +132,12 @@ def test_node_exclusion_flags(argv: tuple[str, ...], codes: frozenset[int], most
     assert (settings.node_fault_exit_codes, settings.max_excluded_nodes) == (codes, most)
 
 
+@pytest.mark.parametrize(("argv", "most"), [((), 1000), (("--gpu-layout-max-entries", "20000"), 20_000)],
+                         ids=["default", "raised"])
+def test_gpu_layout_max_entries_flag(argv: tuple[str, ...], most: int) -> None:
+    assert config_from_args(parse(*argv)).settings.gpu_layout_max_entries == most
+
+
 @pytest.mark.parametrize("bad", ["0", "256", "x"])
 def test_node_fault_exit_codes_refuses_what_is_not_an_exit_code(bad: str, capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit):

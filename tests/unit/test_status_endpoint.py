@@ -22,7 +22,7 @@ from mpiop.controller.status_endpoint import (
 )
 from mpiop.kube.client import ApiError, KubeClient, Resource
 from testkit.mpijobs import at, make_mpijob
-from testkit.operator import eventually
+from testkit.waits import until
 
 JOB = make_mpijob("pa", "ns").uid("job-uid").workers(2).json()
 RESTARTED = make_mpijob("pa", "ns").uid("job-uid").workers(2).status(restart_count=2).json()
@@ -172,8 +172,7 @@ async def test_progress_writes_wait_for_a_slot_and_then_write_the_newest_report(
     writer = StatusWriter(cast(KubeClient, client), interval=0.0, in_flight=2)
     for index in range(6):
         writer.offer("ns", f"job-{index}", TrainerStatus(progress_percentage=1))
-    for _ in range(10):
-        await asyncio.sleep(0)
+    await until(lambda: client.in_flight >= 2, "two writes in flight")
     assert client.in_flight == 2
     writer.offer("ns", "job-5", TrainerStatus(progress_percentage=50))
     client.release.set()
@@ -238,14 +237,10 @@ class Patches:
 async def test_the_writer_forgets_a_job_once_its_interval_passes_or_it_is_gone() -> None:
     """It kept every job that ever reported (the time of its last write) until a write was answered 404."""
     client = Patches()
-    writer = StatusWriter(cast(KubeClient, client), interval=0.05)
+    writer = StatusWriter(cast(KubeClient, client), interval=0.0)
     writer.offer("ns", "done", TrainerStatus(progress_percentage=100))
     writer.offer("ns", "gone", TrainerStatus(progress_percentage=1))
     assert writer.jobs() == {("ns", "done"), ("ns", "gone")}
-
-    async def forgotten() -> bool:
-        return not writer.jobs()
-
-    await eventually(forgotten, timeout=5, what="both jobs forgotten")
+    await until(lambda: not writer.jobs(), "both jobs forgotten")
     assert sorted(client.written) == ["done", "gone"]
     await writer.close()

@@ -10,14 +10,7 @@ from mpiop.api.raw import JSON
 from mpiop.controller.supervisor import Supervisor
 from mpiop.kube.backoff import Backoff
 from mpiop.kube.client import ApiError
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
+from testkit.clock import FakeClock
 
 
 @pytest.mark.parametrize(("rand", "expected"), [
@@ -26,33 +19,33 @@ class Clock:
 ], ids=["no-jitter-draw", "largest-jitter-draw"])
 def test_the_backoff_doubles_from_0_8_s_to_30_s_each_wait_jittered_up_to_twice(rand: float,
                                                                                  expected: list[float]) -> None:
-    clock = Clock()
-    backoff = Backoff(clock=clock, rand=lambda: rand)
+    clock = FakeClock()
+    backoff = Backoff(clock=clock.now, rand=lambda: rand)
     waits = []
     for _ in expected:
         waits.append(backoff.next())
-        clock.now += waits[-1]  # the next failure comes right after the wait
+        clock.step(waits[-1])  # the next failure comes right after the wait
     assert waits == pytest.approx(expected, rel=1e-3)
 
 
 def test_the_backoff_starts_over_after_two_quiet_minutes() -> None:
-    clock = Clock()
-    backoff = Backoff(clock=clock, rand=lambda: 0.0)
+    clock = FakeClock()
+    backoff = Backoff(clock=clock.now, rand=lambda: 0.0)
     assert [backoff.next() for _ in range(4)] == pytest.approx([0.8, 1.6, 3.2, 6.4])
-    clock.now += 119.0
+    clock.step(119.0)
     assert backoff.next() == pytest.approx(12.8), "within 2 minutes of the last failure: keeps growing"
-    clock.now += 121.0
+    clock.step(121.0)
     assert backoff.next() == pytest.approx(0.8)
 
 
 def test_a_success_starts_the_backoff_over_at_once() -> None:
     """After a long outage the waits are at their cap; one list that succeeds makes the next failure's wait the
     first step again, not the cap (nor after two quiet minutes only)."""
-    clock = Clock()
-    backoff = Backoff(clock=clock, rand=lambda: 0.0)
+    clock = FakeClock()
+    backoff = Backoff(clock=clock.now, rand=lambda: 0.0)
     assert [backoff.next() for _ in range(8)][-1] == pytest.approx(30.0)
     backoff.reset()
-    clock.now += 1.0
+    clock.step(1.0)
     assert [backoff.next() for _ in range(2)] == pytest.approx([0.8, 1.6])
 
 
@@ -70,11 +63,11 @@ def test_the_wait_an_apiserver_asks_for_is_read_off_its_status(status: int, body
 
 def test_a_reconnect_storm_is_at_most_a_few_tries_a_minute() -> None:
     """The apiserver down for 5 minutes: client-go's reflector tries ~0.22 times a second at worst."""
-    clock = Clock()
-    backoff = Backoff(clock=clock)  # real jitter
+    clock = FakeClock()
+    backoff = Backoff(clock=clock.now)  # real jitter
     tries = 0
-    while clock.now < 1300.0:
-        clock.now += backoff.next()
+    while clock.now() < 1300.0:
+        clock.step(backoff.next())
         tries += 1
     assert tries <= 20, tries  # 0.2 s fixed retries made 1,500 in the same 5 minutes
 
@@ -85,7 +78,7 @@ async def test_a_daemon_that_dies_fails_health_and_sets_stop() -> None:
     supervisor.stop_on_failure(stop)
 
     async def informer() -> None:
-        await asyncio.sleep(0)
+        await asyncio.sleep(0)  # no time: it dies after its first suspension, once spawn() has returned
         raise AttributeError("'list' object has no attribute 'get'")
 
     supervisor.spawn(informer(), name="informer-mpijobs")
@@ -100,6 +93,7 @@ async def test_ends_that_are_not_failures() -> None:
     supervisor = Supervisor()
     stop = asyncio.Event()
     supervisor.stop_on_failure(stop)
+    # The coroutines are stand-ins: one that never ends by itself (an hour), ones that end at their first tick.
     forever = supervisor.spawn(asyncio.sleep(3600), name="resync")
     helper = supervisor.spawn(asyncio.sleep(0), name="event", daemon=False)
     await helper
@@ -126,7 +120,7 @@ async def test_a_failed_write_cancels_its_siblings_before_the_reconcile_returns(
 
     async def write(name: str, seconds: float, fail: bool = False) -> str:
         try:
-            await asyncio.sleep(seconds)
+            await asyncio.sleep(seconds)  # the write's answer time: 0, 0.01 or 30 s (cancelled long before)
         except asyncio.CancelledError:
             cancelled.append(name)
             raise

@@ -20,6 +20,7 @@ from mpiop.controller.token_reviews import (
     TokenReviews,
 )
 from mpiop.kube.client import ApiError, KubeClient, Resource
+from testkit.waits import until
 
 
 class Apiserver:
@@ -66,12 +67,6 @@ def reviews(apiserver: Apiserver, clock: Clock | None = None, **limits: int | fl
     return TokenReviews(cast(KubeClient, apiserver), ReviewLimits(**limits), clock=clock or Clock())  # type: ignore[arg-type]
 
 
-async def wait_for() -> None:
-    """Let every task that can run do so (reviews starting, waiting for a slot)."""
-    for _ in range(20):
-        await asyncio.sleep(0)
-
-
 async def test_a_refusal_is_kept_as_data_and_each_post_raises_its_own_error() -> None:
     """The cached refusal was an exception instance raised by every post of its token: 1,000 posts left 2,000 frames
     on its traceback, each holding its request, until the entry expired."""
@@ -98,7 +93,7 @@ async def test_a_token_is_reviewed_once_however_many_post_it_at_once() -> None:
     apiserver = Apiserver(hold=True)
     lane = reviews(apiserver)
     posts = [asyncio.create_task(lane.review("good-pa-worker-0", f"10.0.0.{i}")) for i in range(50)]
-    await wait_for()
+    await until(lambda: apiserver.in_flight == 1, "the review under way, every post waiting for it")
     apiserver.release.set()
     answers = await asyncio.gather(*posts)
     assert apiserver.sent == ["good-pa-worker-0"]
@@ -110,7 +105,7 @@ async def test_a_poster_that_hangs_up_leaves_the_shared_review_to_the_others() -
     lane = reviews(apiserver)
     first = asyncio.create_task(lane.review("good-pa-launcher", "10.0.0.1"))
     second = asyncio.create_task(lane.review("good-pa-launcher", "10.0.0.2"))
-    await wait_for()
+    await until(lambda: apiserver.in_flight == 1, "the shared review under way")
     first.cancel()
     apiserver.release.set()
     assert await second == Reviewer("ns", "pa-launcher", "pa-launcher-uid")
@@ -121,8 +116,7 @@ async def test_at_most_in_flight_reviews_at_once() -> None:
     apiserver = Apiserver(hold=True)
     lane = reviews(apiserver, in_flight=4)
     posts = [asyncio.create_task(lane.review(f"junk-{i}", f"10.0.0.{i}")) for i in range(12)]
-    await wait_for()
-    assert apiserver.in_flight == 4
+    await until(lambda: apiserver.in_flight == 4, "four reviews under way")
     apiserver.release.set()
     await asyncio.gather(*posts)
     assert (apiserver.most_in_flight, len(apiserver.sent)) == (4, 12)
@@ -133,7 +127,7 @@ async def test_past_the_queue_a_new_token_is_a_503_naming_the_limit() -> None:
     apiserver = Apiserver(hold=True)
     lane = reviews(apiserver, in_flight=1, queue=3)
     posts = [asyncio.create_task(lane.review(f"junk-{i}", f"10.0.0.{i}")) for i in range(3)]
-    await wait_for()
+    await until(lambda: apiserver.in_flight == 1, "one review under way, two waiting for a slot")
     over = await lane.review("junk-x", "10.0.0.9")
     assert isinstance(over, Refused) and (over.code, over.reason, over.retry_after) == (503, "review_queue", 1)
     assert "--status-review-queue" in over.message

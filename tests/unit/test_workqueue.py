@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import random
-from collections.abc import Callable
 
 import pytest
 
@@ -15,32 +14,8 @@ from mpiop.controller.workqueue import (
     WorkQueue,
     default_controller_rate_limiter,
 )
-
-# A bound against a hang only, where what is asserted is an order or a result and not a time: a loaded machine
-# (the suite under stress-ng, load ~24) can keep this process off the CPU for longer than half a second.
-HANG_GUARD_S = 5.0
-
-
-class FakeClock:
-    """A clock the test moves by hand, so time-based logic is checked without sleeping."""
-
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
-
-
-class Timers(list[asyncio.TimerHandle]):
-    """A WorkQueue's `call_later` that keeps every timer the queue sets, to tell whether one is left pending."""
-
-    def __call__(self, delay: float, callback: Callable[[], None]) -> asyncio.TimerHandle:
-        self.append(handle := asyncio.get_running_loop().call_later(delay, callback))
-        return handle
-
-    def pending(self) -> list[asyncio.TimerHandle]:
-        now = asyncio.get_running_loop().time()
-        return [timer for timer in self if not timer.cancelled() and timer.when() > now]
+from testkit.clock import FakeClock
+from testkit.waits import HANG_GUARD, until
 
 
 async def drain(q: WorkQueue[str]) -> list[str]:
@@ -129,7 +104,7 @@ async def test_many_workers_never_process_a_key_concurrently_and_lose_nothing() 
             last_start[key] = tick
             passes += 1
             for _ in range(rng.randrange(4)):
-                await asyncio.sleep(0)
+                await asyncio.sleep(0)  # no time: work of 0-3 ticks, so the workers interleave
             active.discard(key)
             q.done(key)
             if not len(q) and not active:
@@ -142,8 +117,8 @@ async def test_many_workers_never_process_a_key_concurrently_and_lose_nothing() 
         tick += 1
         last_add[key] = tick
         if rng.random() < 0.3:
-            await asyncio.sleep(0)
-    async with asyncio.timeout(HANG_GUARD_S):
+            await asyncio.sleep(0)  # no time: a tick that lets the workers run between some of the adds
+    async with asyncio.timeout(HANG_GUARD):
         while len(q) or active:
             settled.clear()
             await settled.wait()
@@ -157,13 +132,17 @@ async def test_many_workers_never_process_a_key_concurrently_and_lose_nothing() 
 
 
 async def test_add_after_orders_by_due_time() -> None:
-    q: WorkQueue[str] = WorkQueue()
+    clock = FakeClock()
+    q: WorkQueue[str] = WorkQueue(clock=clock)
     for key, delay in [("c", 0.03), ("a", 0.01), ("b", 0.02)]:
         q.add_after(key, delay)
     q.add_after("now", 0)
     assert len(q) == 1
+    clock.step(0.025)
+    assert len(q) == 3, "a and b are due, c is not yet"
+    clock.step(0.005)
     got = []
-    async with asyncio.timeout(HANG_GUARD_S):
+    async with asyncio.timeout(HANG_GUARD):
         for _ in range(4):
             got.append(await q.get())
     assert got == ["now", "a", "b", "c"]
@@ -171,37 +150,38 @@ async def test_add_after_orders_by_due_time() -> None:
 
 
 async def test_add_after_earliest_wins_and_fires_once() -> None:
-    timers = Timers()
-    q: WorkQueue[str] = WorkQueue(call_later=timers)
+    clock = FakeClock()
+    q: WorkQueue[str] = WorkQueue(clock=clock)
     # (key, first delay, second delay): the sooner one wins whichever order they come in.
-    # The later delay is far beyond the get's timeout, so a loaded machine cannot make the wrong one pass.
     cases = [("sooner-second", 1.0, 0.005), ("sooner-first", 0.005, 1.0)]
     for key, first, second in cases:
         q.add_after(key, first)
         q.add_after(key, second)
+    clock.step(0.005)
     got = set()
-    async with asyncio.timeout(0.8):
+    async with asyncio.timeout(HANG_GUARD):
         for _ in cases:
             key = await q.get()
             got.add(key)
             q.done(key)
     assert got == {key for key, _, _ in cases}
-    await asyncio.sleep(1.2)
+    clock.step(1.0)
     assert len(q) == 0, "the superseded later due time must not add the key again"
-    assert timers and not timers.pending()
+    assert clock.timers and not clock.pending()
 
 
 async def test_add_after_of_a_queued_key_is_deduplicated() -> None:
-    q: WorkQueue[str] = WorkQueue()
+    clock = FakeClock()
+    q: WorkQueue[str] = WorkQueue(clock=clock)
     q.add("a")
     q.add_after("a", 0.005)
-    await asyncio.sleep(0.03)
+    clock.step(0.005)
     assert await drain(q) == ["a"]
 
 
 async def test_in_flight_and_next_delayed_add_say_what_is_left_to_do() -> None:
-    clock, timers = FakeClock(), Timers()
-    q: WorkQueue[str] = WorkQueue(clock=clock, call_later=timers)
+    clock = FakeClock()
+    q: WorkQueue[str] = WorkQueue(clock=clock)
     assert (len(q), q.in_flight(), q.next_delayed_add()) == (0, 0, None)
     q.add_after("later", 30.0)
     q.add_after("sooner", 2.0)
@@ -209,8 +189,10 @@ async def test_in_flight_and_next_delayed_add_say_what_is_left_to_do() -> None:
     key = await q.get()
     assert (len(q), q.in_flight(), q.next_delayed_add()) == (0, 1, 2.0)
     q.done(key)
-    clock.now += 3.0  # "sooner" is overdue (its timer has not fired): 0, not negative
+    clock.time += 3.0  # "sooner" is overdue (its timer has not fired: time moved, no step ran it): 0, not negative
     assert (q.in_flight(), q.next_delayed_add()) == (0, 0.0)
+    clock.step(0)
+    assert (len(q), q.next_delayed_add()) == (1, 27.0)
     q.shut_down()
     assert q.next_delayed_add() is None
 
@@ -260,43 +242,45 @@ def test_exponential_backoff_sequence_cap_and_forget() -> None:
 )
 def test_token_bucket(qps: float, burst: int, steps: list[tuple[float, float]]) -> None:
     clock = FakeClock()
-    bucket = BucketRateLimiter(qps, burst, clock=clock)
+    bucket = BucketRateLimiter(qps, burst, clock=clock.now)
     for i, (advance, delay) in enumerate(steps):
-        clock.now += advance
+        clock.step(advance)
         assert bucket.when(f"k{i}") == pytest.approx(delay), f"step {i}"
 
 
 def test_default_limiter_is_max_of_backoff_and_bucket() -> None:
     clock = FakeClock()
-    limiter = default_controller_rate_limiter(clock=clock)
+    limiter = default_controller_rate_limiter(clock=clock.now)
     # The burst of 100 covers the first 100 calls: only the per-key backoff counts.
     assert [limiter.when(f"k{i}") for i in range(100)] == pytest.approx([0.005] * 100)
     # Bucket exhausted: 10 qps dominates the small backoff of a fresh key ...
     assert limiter.when("fresh") == pytest.approx(0.1)
     # ... until the key's own backoff grows past it.
-    clock.now += 100
+    clock.step(100)
     assert [limiter.when("x") for _ in range(6)] == pytest.approx([0.005, 0.01, 0.02, 0.04, 0.08, 0.16])
     assert limiter.num_requeues("x") == 6
     limiter.forget("x")
     assert limiter.num_requeues("x") == 0
     assert limiter.when("x") == pytest.approx(0.005)
 
-    small = default_controller_rate_limiter(qps=10, burst=1, clock=clock)
+    small = default_controller_rate_limiter(qps=10, burst=1, clock=clock.now)
     assert [small.when("a"), small.when("a"), small.when("b")] == pytest.approx([0.005, 0.1, 0.2])
 
 
 async def test_add_rate_limited_uses_limiter_and_forget_resets() -> None:
+    clock = FakeClock()
     limiter: ItemExponentialFailureRateLimiter[str] = ItemExponentialFailureRateLimiter(0.001, 0.004)
-    q = WorkQueue(limiter)
+    q = WorkQueue(limiter, clock=clock)
     for _ in range(3):
         q.add_rate_limited("a")
     assert q.num_requeues("a") == 3
     assert q.retries == 3
     assert len(q) == 0, "a rate-limited add is delayed"
-    async with asyncio.timeout(HANG_GUARD_S):
+    clock.step(0.001)
+    async with asyncio.timeout(HANG_GUARD):
         assert await q.get() == "a"
     q.done("a")
-    await asyncio.sleep(0.01)
+    clock.step(0.01)
     assert len(q) == 0, "pending delayed adds of one key collapse into one"
     q.forget("a")
     assert q.num_requeues("a") == 0
@@ -308,20 +292,20 @@ async def test_metrics_hooks() -> None:
     works: list[float] = []
     q: WorkQueue[str] = WorkQueue(clock=clock, on_wait=waits.append, on_work=works.append)
     q.add("a")
-    clock.now += 2
+    clock.step(2)
     q.add("b")
-    clock.now += 1
+    clock.step(1)
     assert await q.get() == "a"
-    clock.now += 1
+    clock.step(1)
     assert await q.get() == "b"
     assert waits == [3.0, 2.0]
-    clock.now += 4
+    clock.step(4)
     assert q.longest_running() == 5.0
     assert q.unfinished_work() == 9.0
     q.add("a")  # re-added while processing: waits from now, not from get()
     q.done("a")
     assert works == [5.0]
-    clock.now += 1
+    clock.step(1)
     assert await q.get() == "a"
     assert waits[-1] == 1.0
     q.done("a")
@@ -334,10 +318,10 @@ async def test_cancelled_getter_passes_its_wakeup_on() -> None:
     q: WorkQueue[str] = WorkQueue()
     first = asyncio.create_task(q.get())
     second = asyncio.create_task(q.get())
-    await asyncio.sleep(0)
+    await until(lambda: q.waiting_getters() == 2, "both getters waiting")
     q.add("a")  # wakes `first` ...
     first.cancel()  # ... which is cancelled before it takes the key
-    async with asyncio.timeout(HANG_GUARD_S):
+    async with asyncio.timeout(HANG_GUARD):
         assert await second == "a"
     with pytest.raises(asyncio.CancelledError):
         await first
@@ -346,14 +330,14 @@ async def test_cancelled_getter_passes_its_wakeup_on() -> None:
 async def test_shut_down_wakes_waiting_getters_and_rejects_adds() -> None:
     q: WorkQueue[str] = WorkQueue()
     getters = [asyncio.create_task(q.get()) for _ in range(3)]
-    await asyncio.sleep(0)
+    await until(lambda: q.waiting_getters() == 3, "the three getters waiting")
     q.add("a")
     q.add("b")
     q.add("c")  # more keys than taken: shut_down must drop the rest
     q.add("d")
-    await asyncio.sleep(0)
+    await until(lambda: q.in_flight() == 3, "the getters holding a, b and c")
     q.shut_down()
-    async with asyncio.timeout(HANG_GUARD_S):
+    async with asyncio.timeout(HANG_GUARD):
         results = await asyncio.gather(*getters, q.get(), return_exceptions=True)
     assert results[:3] == ["a", "b", "c"]
     assert isinstance(results[3], QueueShutDownError)
@@ -369,9 +353,9 @@ async def test_shut_down_wakes_waiting_getters_and_rejects_adds() -> None:
 async def test_shut_down_wakes_idle_getters() -> None:
     q: WorkQueue[str] = WorkQueue()
     getters = [asyncio.create_task(q.get()) for _ in range(3)]
-    await asyncio.sleep(0)
+    await until(lambda: q.waiting_getters() == 3, "the three getters waiting")
     q.shut_down()
-    async with asyncio.timeout(HANG_GUARD_S):
+    async with asyncio.timeout(HANG_GUARD):
         results = await asyncio.gather(*getters, return_exceptions=True)
     assert all(isinstance(r, QueueShutDownError) for r in results)
 
@@ -385,17 +369,16 @@ async def test_shut_down_with_drain_waits_for_in_flight(ending: str) -> None:
         assert await q.get() == "a"
         q.add("a")  # dirty while processing: must not be requeued after shutdown
     drainer = asyncio.create_task(q.shut_down_with_drain())
-    for _ in range(5):
-        await asyncio.sleep(0)
+    await until(lambda: q.shutting_down, "the drain started")
     if ending == "nothing_in_flight":
-        assert drainer.done()
+        await until(drainer.done, "the drain with nothing in flight returned")
     else:
         assert not drainer.done(), "drain must wait for the in-flight key"
         if ending == "done":
             q.done("a")
         else:
             q.shut_down()
-    async with asyncio.timeout(HANG_GUARD_S):
+    async with asyncio.timeout(HANG_GUARD):
         await drainer
     assert len(q) == 0
     with pytest.raises(QueueShutDownError):
@@ -404,8 +387,8 @@ async def test_shut_down_with_drain_waits_for_in_flight(ending: str) -> None:
 
 async def test_nothing_left_pending_after_shutdown() -> None:
     before = asyncio.all_tasks()
-    timers = Timers()
-    q: WorkQueue[str] = WorkQueue(call_later=timers)
+    clock = FakeClock()
+    q: WorkQueue[str] = WorkQueue(clock=clock)
 
     async def worker() -> None:
         with pytest.raises(QueueShutDownError):
@@ -416,13 +399,13 @@ async def test_nothing_left_pending_after_shutdown() -> None:
     q.add_after("late", 10)
     q.add_after("soon", 0.01)
     q.add_rate_limited("retry")
-    assert timers.pending()
+    assert clock.pending()
     q.add("now")
-    await asyncio.sleep(0)
+    await until(lambda: not len(q), "a worker took 'now'")
     await q.shut_down_with_drain()
-    async with asyncio.timeout(HANG_GUARD_S):
+    async with asyncio.timeout(HANG_GUARD):
         await asyncio.gather(*workers)
-    assert timers and not timers.pending(), "shutdown cancels the delayed adds' timer"
+    assert clock.timers and not clock.pending(), "shutdown cancels the delayed adds' timer"
     assert asyncio.all_tasks() <= before
-    await asyncio.sleep(0.03)
+    clock.step(20)
     assert len(q) == 0, "delayed adds must not fire after shutdown"

@@ -88,6 +88,10 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
 - apiGroups: [rbac.authorization.k8s.io]
   resources: [roles, rolebindings]
   verbs: [list, watch]
+# ResourceClaimTemplates: the GPUs (slots) of workers that claim them through DRA (--gpu-device-classes).
+- apiGroups: [resource.k8s.io]
+  resources: [resourceclaimtemplates]
+  verbs: [list, watch]
 {{- if and .Values.statusEndpoint.enabled (eq .Values.watchNamespace "") }}
 # The GPU layout webhook (served beside the status endpoint): the leader writes its CA into the webhook's caBundle.
 - apiGroups: [admissionregistration.k8s.io]

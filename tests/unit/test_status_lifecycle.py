@@ -1,4 +1,4 @@
-"""mpiop.status.progress: Created and Running, and the replica counts."""
+"""mpiop.status.lifecycle: Created and Running, and the replica counts."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import pytest
 
 from mpiop.api.v2beta1 import JobStatus, MPIJob, ReplicaStatus
 from mpiop.plan import Observed, Plan
-from mpiop.status import progress
+from mpiop.status import lifecycle
 from testkit.mpijobs import at, make_mpijob
 from testkit.pods import PodBuilder, make_pod
 
@@ -23,14 +23,14 @@ def true_conditions(status: JobStatus) -> list[str]:
 
 def test_mark_created_once() -> None:
     plan = plan_for(JOB)
-    progress.mark_created(plan, JOB, at(0))
+    lifecycle.mark_created(plan, JOB, at(0))
     created = plan.status.condition("Created")
     assert created is not None
     assert (created.status, created.reason, created.message) == ("True", "MPIJobCreated", "MPIJob ns/pi is created.")
     assert [(e.type, e.reason) for e in plan.events] == [("Normal", "MPIJobCreated")]
 
     again = Plan(status=plan.status.model_copy(deep=True))
-    progress.mark_created(again, JOB, at(10))
+    lifecycle.mark_created(again, JOB, at(10))
     assert again.events == []
     assert again.status == plan.status
 
@@ -71,7 +71,7 @@ def W(i: int) -> PodBuilder:  # noqa: N802 - reads like the pod it stands for
 )
 def test_running_only_when_launcher_and_all_workers_run(observed: Observed, running: bool) -> None:
     plan = plan_for(JOB)
-    progress.mark_running(plan, JOB, observed, at(5))
+    lifecycle.mark_running(plan, JOB, observed, at(5))
     assert plan.status.is_true("Running") is running
     assert [e.reason for e in plan.events] == (["MPIJobRunning"] if running else [])
     if running:
@@ -84,7 +84,7 @@ def test_running_only_when_launcher_and_all_workers_run(observed: Observed, runn
 def test_running_with_no_workers() -> None:
     job = make_mpijob("solo").workers(0).launcher_as_worker().obj()
     plan = plan_for(job)
-    progress.mark_running(plan, job, Observed(pods=[make_pod(job, "launcher").running().obj()]), at(1))
+    lifecycle.mark_running(plan, job, Observed(pods=[make_pod(job, "launcher").running().obj()]), at(1))
     assert plan.status.is_true("Running")
 
 
@@ -93,7 +93,7 @@ def test_running_clears_restarting_and_is_not_repeated() -> None:
     observed = Observed(pods=[make_pod(job, "launcher", attempt=1).running().obj(),
                               make_pod(job, "worker", 0, 1).running().obj()])
     plan = plan_for(job)
-    progress.mark_running(plan, job, observed, at(3))
+    lifecycle.mark_running(plan, job, observed, at(3))
     assert [f"{c.type}={c.status}" for c in plan.status.conditions] == [
         "Created=True", "Restarting=False", "Running=True"]
     restarting = plan.status.condition("Restarting")
@@ -101,7 +101,7 @@ def test_running_clears_restarting_and_is_not_repeated() -> None:
     assert restarting.reason == "MPIJobRunning"
 
     again = Plan(status=plan.status.model_copy(deep=True))
-    progress.mark_running(again, job, observed, at(9))
+    lifecycle.mark_running(again, job, observed, at(9))
     assert again.events == []
     assert again.status == plan.status
 
@@ -117,7 +117,7 @@ def test_replica_statuses_counts() -> None:
         make_pod(JOB, "worker", 1).ready().terminating().obj(),
         make_pod(JOB, "worker", 1).unknown().obj(),
     ])
-    counts = progress.replica_statuses(JOB, observed)
+    counts = lifecycle.replica_statuses(JOB, observed)
     assert counts == {
         "Launcher": ReplicaStatus(
             active=1, succeeded=0, failed=0, ready=0,
@@ -132,7 +132,7 @@ def test_replica_statuses_counts() -> None:
 
 def test_replica_statuses_only_for_specified_replicas() -> None:
     job = make_mpijob("solo").without("Worker").obj()
-    counts = progress.replica_statuses(job, Observed())
+    counts = lifecycle.replica_statuses(job, Observed())
     assert list(counts) == ["Launcher"]
     assert counts["Launcher"].active == 0
     assert counts["Launcher"].to_json()["active"] == 0

@@ -1,4 +1,7 @@
-"""Created and Running, and the per-replica pod counts: read off the observed pods (Succeeded: policies/success)."""
+"""Created and Running, and the per-replica pod counts: read off the observed pods (Succeeded: policies/success).
+
+A job's lifecycle, not its training's progress (status.trainerStatus, policies/stall; milestones: status.milestones).
+"""
 
 from __future__ import annotations
 
@@ -23,7 +26,7 @@ def mark_created(plan: Plan, job: MPIJob, now: dt.datetime) -> None:
 def mark_running(plan: Plan, job: MPIJob, observed: Observed, now: dt.datetime) -> None:
     """Running when the current attempt's launcher and every one of its workers run."""
     status = plan.status
-    attempt = status.restart_count or 0
+    attempt = status.attempt
     launcher = observed.launcher(job, attempt)
     if launcher is None or podstate.attempt(launcher) != attempt or not podstate.is_running(launcher):
         return
@@ -33,17 +36,17 @@ def mark_running(plan: Plan, job: MPIJob, observed: Observed, now: dt.datetime) 
 def mark_running_if_workers_run(plan: Plan, job: MPIJob, observed: Observed, now: dt.datetime) -> None:
     """Running once every worker of the current attempt runs (the caller has seen its launcher run)."""
     status = plan.status
-    attempt = status.restart_count or 0
+    attempt = status.attempt
     if observed.workers_all(job, attempt, lambda s: s.running):
-        message = running_message(job, observed, attempt)
+        message = running_message(job, observed)
         if c.set_condition(status, "Running", "True", c.RUNNING_REASON, message, now):
             plan.event("Normal", c.RUNNING_REASON, message)
         c.set_false_if_true(status, "Restarting", c.RUNNING_REASON, message, now)
 
 
-def running_message(job: MPIJob, observed: Observed, attempt: int) -> str:
+def running_message(job: MPIJob, observed: Observed) -> str:
     """`MPIJob ns/name is running.`, or with the containers restarted in place counted against backoffLimit."""
-    restarts = in_place.note(job, observed, attempt)
+    restarts = in_place.note(job, observed)
     return f"MPIJob {job.key} is running; {restarts}" if restarts else f"MPIJob {job.key} is running."
 
 
