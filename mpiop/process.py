@@ -28,7 +28,7 @@ import uvloop
 from mpiop import logging as mpiop_logging
 from mpiop import metrics, status_serving
 from mpiop.controller.manager import Manager, ManagerConfig
-from mpiop.controller.status_endpoint import BODY_SECONDS, OwnPod
+from mpiop.controller.status_endpoint import OwnPod
 from mpiop.controller.supervisor import Supervisor
 from mpiop.controller.token_reviews import ReviewLimits
 from mpiop.desired.hostnetwork import PortRange
@@ -219,9 +219,10 @@ def add_run_arguments(parser: argparse.ArgumentParser) -> None:
     status.add_argument("--status-max-header-bytes", type=_at_least(1024), default=_LIMITS.max_header_bytes,
                         metavar="BYTES",
                         help="bytes of the request line and of each header line; more is a 400 (default %(default)s)")
-    status.add_argument("--status-body-seconds", type=_positive, default=BODY_SECONDS, metavar="SECONDS",
-                        help="the time a post whose token was accepted has to send its body; then a 408 "
-                             "(default %(default)g)")
+    status.add_argument("--status-request-seconds", type=_positive, default=_LIMITS.request_seconds,
+                        metavar="SECONDS",
+                        help="once a request's headers are in, the time it has to send its body and be answered "
+                             "(its token reviewed); then a 408 (default %(default)g)")
     status.add_argument("--status-review-in-flight", type=_at_least(1), default=_REVIEWS.in_flight, metavar="N",
                         help="TokenReviews of posted tokens at once, on a client of their own (default %(default)s)")
     status.add_argument("--status-review-per-source-qps", type=_positive, default=_REVIEWS.per_source_qps,

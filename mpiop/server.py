@@ -119,6 +119,7 @@ class Limits:
     idle_seconds: float = 10.0  # to finish the TLS handshake, to send a whole request's headers, idle between requests
     max_headers: int = 32  # header lines of one request
     max_header_bytes: int = 8190  # the request line, and each header line (a pod's token is ~1 KiB)
+    request_seconds: float = 30.0  # once a request's headers are in: its body read and its answer sent
 
     def handler_args(self) -> dict[str, Any]:
         """aiohttp's: its keep-alive timeout also closes a connection that has not sent a whole request's headers
@@ -127,7 +128,28 @@ class Limits:
                 "max_field_size": self.max_header_bytes, "max_headers": self.max_headers, "logger": REQUEST_ERRORS}
 
 
-OVER_CONNECTIONS, OVER_SOURCE_CONNECTIONS = "connections", "source_connections"
+# The limits a refusal names, as `on_refused` and the posts' counter are told them.
+OVER_CONNECTIONS, OVER_SOURCE_CONNECTIONS = "too_many_connections", "too_many_source_connections"
+REQUEST_TIMEOUT = "request_timeout"
+
+
+def request_deadline(limits: Limits, on_refused: Callable[[str], None]) -> Any:
+    """An aiohttp middleware: a request not answered `request_seconds` after its headers came (a body sent a byte at
+    a time, to any route: the status posts', the GPU layout webhook's) is a 408 naming the flag."""
+    @web.middleware
+    async def deadline(request: web.Request,
+                       handler: Callable[[web.Request], Awaitable[web.StreamResponse]]) -> web.StreamResponse:
+        try:
+            async with asyncio.timeout(limits.request_seconds):
+                return await handler(request)
+        except TimeoutError:
+            on_refused(REQUEST_TIMEOUT)
+            message = (f"the request was not read and answered within {limits.request_seconds:g}s "
+                       "(--status-request-seconds)")
+            return web.json_response({"kind": "Status", "status": "Failure", "code": 408, "reason": REQUEST_TIMEOUT,
+                                      "message": message}, status=408)
+
+    return deadline
 
 
 @dataclass
@@ -144,7 +166,7 @@ class ConnectionGate:
     warned: float = -math.inf
 
     def admit(self, source: str) -> str | None:
-        """None, and the connection counted; or the limit that refuses it (OVER_CONNECTIONS or
+        """None, and the connection counted; or the limit that refuses it (OVER_CONNECTIONS,
         OVER_SOURCE_CONNECTIONS)."""
         if self.open >= self.limits.max_connections:
             refused: str | None = OVER_CONNECTIONS
@@ -283,13 +305,14 @@ class Servers:
     async def start(self, app: web.Application, address: str, what: str,
                     ssl_context: ssl.SSLContext | None = None, limits: Limits | None = None,
                     on_refused: Callable[[str], None] = lambda limit: None) -> ConnectionGate | None:
-        """Serve `app` on `address` within `limits` (`on_refused(limit)` for each connection refused); its gate,
-        None when the address turns it off."""
+        """Serve `app` on `address` within `limits` (`on_refused(limit)` for each connection refused and each request
+        past its deadline); its gate, None when the address turns it off."""
         parsed = parse_address(address)
         if parsed is None:
             return None
         host, port = parsed
         limits = limits if limits is not None else Limits()
+        app.middlewares.append(request_deadline(limits, on_refused))
         runner = web.AppRunner(app, access_log=None, handle_signals=False, handler_cancellation=True,
                                **limits.handler_args())
         await runner.setup()

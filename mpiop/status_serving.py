@@ -20,7 +20,7 @@ from mpiop.controller.status_endpoint import OwnPod, StatusWriter, status_app
 from mpiop.controller.token_reviews import ReviewLimits, TokenReviews
 from mpiop.desired.status_report import StatusEndpoint
 from mpiop.kube.client import KubeClient
-from mpiop.server import Limits, Servers
+from mpiop.server import REQUEST_TIMEOUT, Limits, Servers
 
 log = structlog.get_logger(__name__)
 
@@ -41,7 +41,7 @@ def server_limits(args: argparse.Namespace) -> Limits:
     return Limits(max_connections=args.status_max_connections,
                   max_connections_per_source=args.status_max_connections_per_source,
                   idle_seconds=args.status_idle_seconds, max_headers=args.status_max_headers,
-                  max_header_bytes=args.status_max_header_bytes)
+                  max_header_bytes=args.status_max_header_bytes, request_seconds=args.status_request_seconds)
 
 
 def review_limits(args: argparse.Namespace) -> ReviewLimits:
@@ -50,9 +50,10 @@ def review_limits(args: argparse.Namespace) -> ReviewLimits:
                         queue=args.status_review_queue)
 
 
-def count_refused_connection(limit: str) -> None:
-    """A connection closed at a limit, in the posts' counter: no answer was sent, so its code is 0."""
-    metrics.STATUS_POSTS.labels("0", f"too_many_{limit}").inc()
+def count_refusal(limit: str) -> None:
+    """A connection closed at a limit (code 0: no answer was sent), or a request past its deadline (408), in the
+    posts' counter."""
+    metrics.STATUS_POSTS.labels("408" if limit == REQUEST_TIMEOUT else "0", limit).inc()
 
 
 CA_CHECK_SECONDS = 3600.0
@@ -81,13 +82,13 @@ async def serve_status(servers: Servers, manager: Manager, client: KubeClient, a
                                              observer=metrics.observe_request, field_manager=args.field_manager)
     reviews = TokenReviews(review_client, review_limits(args))
     writer = StatusWriter(client, interval=args.status_write_seconds)
-    app = status_app(manager.caches, reviews, writer, body_seconds=args.status_body_seconds)
+    app = status_app(manager.caches, reviews, writer)
     webhook = args.gpu_layout_webhook if args.gpu_layout else ""
     if webhook:
         layout_webhook.add_route(app, manager.caches.node_list, manager.config.settings.gpu_layout_max_entries)
     try:
         await servers.start(app, args.status_addr, "the status endpoint", ssl_context=certificates.context,
-                            limits=server_limits(args), on_refused=count_refused_connection)
+                            limits=server_limits(args), on_refused=count_refusal)
         if labelled is not None:
             await labelled[0].mark(labelled[1], serving=True)
         webhook_trusts = ""

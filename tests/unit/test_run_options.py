@@ -211,17 +211,16 @@ def test_status_endpoint_limits_default_to_their_dataclasses_and_reach_them() ->
     args = parse("--status-max-connections=50", "--status-max-connections-per-source=4", "--status-idle-seconds=2.5",
                  "--status-max-headers=16", "--status-max-header-bytes=4096", "--status-review-in-flight=2",
                  "--status-review-per-source-qps=0.5", "--status-review-per-source-burst=3",
-                 "--status-token-cache-size=100", "--status-body-seconds=3", "--status-review-queue=7")
+                 "--status-token-cache-size=100", "--status-request-seconds=3", "--status-review-queue=7")
     assert server_limits(args) == Limits(max_connections=50, max_connections_per_source=4, idle_seconds=2.5,
-                                         max_headers=16, max_header_bytes=4096)
+                                         max_headers=16, max_header_bytes=4096, request_seconds=3)
     assert review_limits(args) == ReviewLimits(in_flight=2, per_source_qps=0.5, per_source_burst=3, cache_size=100,
                                                queue=7)
-    assert args.status_body_seconds == 3
 
 
 @pytest.mark.parametrize("argv", ["--status-max-connections=0", "--status-idle-seconds=0",
                                   "--status-review-per-source-qps=-1", "--status-max-header-bytes=100",
-                                  "--status-body-seconds=soon", "--status-review-queue=0"])
+                                  "--status-request-seconds=soon", "--status-review-queue=0"])
 def test_status_endpoint_limits_refuse_what_would_turn_them_off(argv: str, capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit):
         parse(argv)

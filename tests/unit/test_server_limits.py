@@ -88,3 +88,25 @@ async def test_a_server_refuses_past_its_limits_and_closes_what_idles(tls: bool)
         await eventually(released, timeout=10, what="the gate released")
     finally:
         await servers.stop()
+
+
+async def test_a_request_whose_body_never_comes_is_a_408_naming_the_flag() -> None:
+    """Past its headers, a request held the connection as long as its body took (the webhook reads up to 3 MiB)."""
+    async def echo(request: web.Request) -> web.Response:
+        return web.Response(body=await request.read())
+
+    app = web.Application()
+    app.router.add_post("/", echo)
+    servers, port = Servers(), free_port()
+    refused: list[str] = []
+    await servers.start(app, f"127.0.0.1:{port}", "test", None, Limits(request_seconds=0.5), refused.append)
+    try:
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        writer.write(b"POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n{")  # and no more
+        assert (await asyncio.wait_for(reader.readline(), 10)).startswith(b"HTTP/1.1 408")
+        answer = await asyncio.wait_for(reader.read(4096), 10)
+        assert b'"reason": "request_timeout"' in answer and b"(--status-request-seconds)" in answer
+        assert refused == ["request_timeout"]
+        writer.close()
+    finally:
+        await servers.stop()
