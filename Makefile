@@ -31,18 +31,25 @@ venv: $(STAMP)
 binaries: venv
 	$(BIN)/python -m devcluster.binaries
 
-# Tests also render the Helm chart (helm, built once from its Go module into .cache/ by hack/helm.sh), check and
+# Every binary the test suite runs, built (or fetched) here so that none is made under a test's timeout; in CI the
+# test session forbids it (MPIOP_NO_BUILD, tests/conftest.py), so one missing here fails loudly, naming this target.
+# Tests render the Helm chart (helm, built once from its Go module into .cache/ by hack/helm.sh), check and
 # unit-test the alerting rules with promtool, and have a real Prometheus scrape mpiop: both binaries are taken
-# out of Debian's prometheus package into .cache/ (hack/prometheus.sh, hack/promtool.sh); and gang-schedule on the simulated cluster:
-# scheduler-plugins' kube-scheduler and controller-gen (for Volcano's PodGroup CRD) are built once from theirs
-# (devcluster/coscheduler.py). Kueue's own controller, which test_kueue.py runs on a job of total GPUs, is not
-# built here: the suite runs that module last and builds it then if it is not built yet (devcluster/kueue.py, about
-# 10 minutes the first time), so .ci/run can build it in the background while the rest of the suite runs.
+# out of Debian's prometheus package into .cache/ (hack/prometheus.sh, hack/promtool.sh); run a simulated cluster
+# (KWOK and its Stages, devcluster/kwok.py); gang-schedule on it: scheduler-plugins' kube-scheduler and
+# controller-gen (for Volcano's PodGroup CRD) are built once from theirs (devcluster/coscheduler.py); and compare
+# the CRD with kubeflow/mpi-operator's, read from its Go module (testkit/kubeflow.py). Each step is a no-op once
+# its output is there. Kueue's own controller, which test_kueue.py runs on a job of total GPUs, is not built here
+# (about 10 minutes the first time): .ci/run builds it in the background (`python -m devcluster.kueue`) while the
+# rest of the suite runs, and the suite runs test_kueue.py last; its first test waits for that build. Outside CI,
+# a test session builds it on first use.
 test-binaries: binaries
 	bash hack/helm.sh >/dev/null
 	bash hack/promtool.sh >/dev/null
 	bash hack/prometheus.sh >/dev/null
+	$(BIN)/python -m devcluster.kwok >/dev/null
 	$(BIN)/python -m devcluster.coscheduler >/dev/null
+	$(BIN)/python -m testkit.kubeflow >/dev/null
 
 # Everything Python in the repo: ruff, mypy --strict, and the import contracts of .importlinter (the layers).
 PY_DIRS := mpiop devcluster testkit tests bench e2e hack

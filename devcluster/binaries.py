@@ -5,6 +5,11 @@ Order, per Kubernetes binary: ``KUBEBUILDER_ASSETS`` (the controller-runtime env
 the cache, which the first caller fills with ``go build`` from a small wrapper module that requires
 ``k8s.io/kubernetes`` and replaces every ``k8s.io/*`` staging module with its ``v0.Y.Z`` tag. etcd: only
 ``KUBEBUILDER_ASSETS`` or the cache (built the same way from ``go.etcd.io/etcd/server/v3``), never PATH.
+
+With ``MPIOP_NO_BUILD=1`` (the test session sets it in CI: tests/conftest.py) nothing is built or downloaded: a
+binary missing from the cache, or a Go module missing from Go's module cache, raises NotBuiltError naming it and
+what makes it (`make test-binaries`), instead of a build that would run under a test's timeout. A build already
+running in another process (the lock) is still waited for: Kueue's, which .ci/run starts in the background.
 """
 
 from __future__ import annotations
@@ -21,7 +26,7 @@ from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from devcluster.versions import ETCD_VERSION, KUBERNETES_VERSION, KWOK_VERSION, staging_version
+from devcluster.versions import ETCD_VERSION, KUBERNETES_VERSION, staging_version
 
 KUBE_COMMANDS = {
     "kube-apiserver": "k8s.io/kubernetes/cmd/kube-apiserver",
@@ -37,6 +42,26 @@ CONTROL_PLANE = ("kube-apiserver", "kube-controller-manager", "kube-scheduler", 
 
 class BinaryError(RuntimeError):
     """A binary could not be found or built."""
+
+
+class NotBuiltError(BinaryError):
+    """A binary (or a Go module's files) is missing where MPIOP_NO_BUILD forbids making it."""
+
+
+NO_BUILD_ENV = "MPIOP_NO_BUILD"
+TEST_BINARIES = "`make test-binaries`"  # what builds every binary the test suite needs but Kueue's manager
+
+
+def builds_allowed() -> bool:
+    """False when MPIOP_NO_BUILD is set (not empty, not 0): the test session in CI."""
+    return os.environ.get(NO_BUILD_ENV, "") in ("", "0")
+
+
+def refuse_build(what: str, where: Path | str, built_by: str = TEST_BINARIES) -> None:
+    """Raise NotBuiltError, naming `what` is missing from `where` and `built_by`, unless builds are allowed."""
+    if not builds_allowed():
+        raise NotBuiltError(f"{what}: not in {where}, and {NO_BUILD_ENV}=1 forbids building or downloading here (it "
+                            f"would run under a test's timeout); run {built_by} first")
 
 
 def project_root() -> Path | None:
@@ -94,7 +119,11 @@ def build_lock(directory: Path) -> Iterator[None]:
     """Serialise builds between processes (pytest and `python -m devcluster up` may race)."""
     directory.mkdir(parents=True, exist_ok=True)
     with (directory / ".lock").open("w") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            report(f"waiting for another process's build in {directory}")
+            fcntl.flock(handle, fcntl.LOCK_EX)
         try:
             yield
         finally:
@@ -109,20 +138,27 @@ def go_tool() -> str:
 
 
 def _run_go(args: list[str], cwd: Path) -> None:
+    refuse_build(f"the output of `go {' '.join(args[:2])}`", cwd)  # a backstop: builders refuse first, by name
     env = {**os.environ, "GOFLAGS": "-mod=mod", "GOWORK": "off"}
     result = subprocess.run([go_tool(), *args], cwd=cwd, env=env, check=False)
     if result.returncode != 0:
         raise BinaryError(f"`go {' '.join(args)}` failed in {cwd} (exit {result.returncode})")
 
 
-def go_mod_download(module: str, version: str, workdir: Path, want: str) -> Path:
-    """`go mod download -json module@version`: the path it reports under `want` (Dir, GoMod, ...)."""
-    env = {**os.environ, "GOFLAGS": "-mod=mod", "GOWORK": "off"}
+def go_mod_download(module: str, version: str, workdir: Path, want: str, *, built_by: str = TEST_BINARIES) -> Path:
+    """`go mod download -json module@version`: the path it reports under `want` (Dir, GoMod, ...).
+
+    Builds not allowed (MPIOP_NO_BUILD), only from Go's module cache (GOPROXY=off): a module not there raises
+    NotBuiltError naming `built_by`."""
+    offline = {} if builds_allowed() else {"GOPROXY": "off"}
+    env = {**os.environ, "GOFLAGS": "-mod=mod", "GOWORK": "off", **offline}
     out = subprocess.run(
         [go_tool(), "mod", "download", "-json", f"{module}@{version}"],
         cwd=workdir, env=env, capture_output=True, text=True, check=False,
     )
     info = json.loads(out.stdout or "{}")
+    if out.returncode != 0 and offline:
+        refuse_build(f"Go module {module}@{version}", "Go's module cache (go env GOMODCACHE)", built_by)
     if out.returncode != 0 or want not in info:
         raise BinaryError(f"cannot download {module}@{version}: {info.get('Error', out.stderr)}")
     return Path(info[want])
@@ -163,7 +199,7 @@ def _prepare_wrapper(root: Path, *, what: str, write_module: Callable[[Path], No
 
 
 def build_in_wrapper(root: Path, commands: dict[str, str], *, what: str, ldflags: str,
-                     write_module: Callable[[Path], None], tidy: bool = True) -> Path:
+                     write_module: Callable[[Path], None], tidy: bool = True, built_by: str = TEST_BINARIES) -> Path:
     """Build `commands` (binary name -> Go package) in the wrapper module `root/gomod` into `root/bin`.
 
     For Go modules whose go.mod has replace directives, which `go install module@version` refuses: the
@@ -174,6 +210,7 @@ def build_in_wrapper(root: Path, commands: dict[str, str], *, what: str, ldflags
         missing = [c for c in sorted(commands) if not (bin_dir / c).is_file()]
         if not missing:
             return bin_dir
+        refuse_build(f"{', '.join(missing)} ({what})", bin_dir, built_by)
         workdir = _prepare_wrapper(root, what=what, write_module=write_module, tidy=tidy)
         report(f"building {', '.join(missing)} ({what}; first time only, minutes on 2 cores)")
         staging_out = root / "bin.partial"
@@ -225,7 +262,7 @@ def kubernetes_module(version: str = KUBERNETES_VERSION) -> Path:
 
 
 def go_install(package: str, version: str, bin_dir: Path, binary: str, *, what: str,
-               ldflags: str = "-s -w", env: dict[str, str] | None = None) -> Path:
+               ldflags: str = "-s -w", env: dict[str, str] | None = None, built_by: str = TEST_BINARIES) -> Path:
     """`go install package@version` into `bin_dir` once (under a build lock); the built `binary`.
 
     For modules without replace directives (CoreDNS, KWOK); Kubernetes and etcd need a wrapper module
@@ -234,6 +271,7 @@ def go_install(package: str, version: str, bin_dir: Path, binary: str, *, what: 
     with build_lock(bin_dir.parent):
         if (bin_dir / binary).is_file():
             return bin_dir / binary
+        refuse_build(f"{binary} ({what} {version})", bin_dir, built_by)
         report(f"building {what} {version} from {package} (first time only)")
         bin_dir.mkdir(parents=True, exist_ok=True)
         go_env = {**os.environ, "GOBIN": str(bin_dir), "GOWORK": "off", "GOFLAGS": "-mod=mod", **(env or {})}
@@ -265,46 +303,6 @@ def build_etcd(version: str = ETCD_VERSION) -> Path:
 
     return build_in_wrapper(etcd_dir(version), {"etcd": ETCD_PACKAGE}, what=f"etcd {version}",
                             ldflags=etcd_ldflags(version), write_module=write_module) / "etcd"
-
-
-# KWOK's own default Stages of the pinned release (node-initialize, node heartbeat with a Lease, pod-ready,
-# pod-complete, pod-delete), copied from its module next to the binary: the simulated cluster loads them.
-KWOK_DEFAULT_STAGES = (
-    "kustomize/stage/node/fast/node-initialize.yaml",
-    "kustomize/stage/node/heartbeat-with-lease/node-heartbeat-with-lease.yaml",
-    "kustomize/stage/pod/fast/pod-ready.yaml",
-    "kustomize/stage/pod/fast/pod-complete.yaml",
-    "kustomize/stage/pod/fast/pod-delete.yaml",
-)
-
-
-def kwok_dir(version: str = KWOK_VERSION) -> Path:
-    return cache_dir() / "kwok" / version
-
-
-def build_kwok(version: str = KWOK_VERSION) -> Path:
-    """Build sigs.k8s.io/kwok/cmd/kwok from its Go module into the cache; return the binary."""
-    return go_install("sigs.k8s.io/kwok/cmd/kwok", version, kwok_dir(version) / "bin", "kwok", what="kwok",
-                      ldflags=f"-s -w -X sigs.k8s.io/kwok/pkg/consts.Version={version}")
-
-
-def kwok_stages_dir(version: str = KWOK_VERSION) -> Path:
-    """KWOK's default Stage files of that release, copied once from its Go module into the cache."""
-    root = kwok_dir(version)
-    stages = root / "stages"
-    with build_lock(root):
-        if all((stages / Path(s).name).is_file() for s in KWOK_DEFAULT_STAGES):
-            return stages
-        source = go_mod_download("sigs.k8s.io/kwok", version, root, "Dir")
-        stages.mkdir(parents=True, exist_ok=True)
-        for stage in KWOK_DEFAULT_STAGES:
-            shutil.copyfile(source / stage, stages / Path(stage).name)
-        return stages
-
-
-def kwok_binary(version: str = KWOK_VERSION) -> Path:
-    """The kwok binary of the pinned release: KUBEBUILDER_ASSETS, PATH (if it reports that version), or built."""
-    return from_assets_or_path("kwok", version) or build_kwok(version)
 
 
 def kube_binary(name: str, version: str = KUBERNETES_VERSION) -> Path:

@@ -71,9 +71,8 @@ def coscheduler_go_mod(kubernetes_go_mod: str, version: str = SCHEDULER_PLUGINS_
 def build_coscheduler(version: str = SCHEDULER_PLUGINS_VERSION) -> Path:
     """scheduler-plugins' kube-scheduler (Coscheduling compiled in), built once into the cache on the very
     Kubernetes (and every other module) the project's own binaries are built from."""
-    kubernetes = binaries.kubernetes_module()
-
-    def write_module(workdir: Path) -> None:
+    def write_module(workdir: Path) -> None:  # only when it is built: the Kubernetes module may need preparing
+        kubernetes = binaries.kubernetes_module()
         binaries.write_wrapper_module(workdir, "mpiop.local/coscheduler", f"{SCHEDULER_PLUGINS_MODULE} {version}",
                                       [SCHEDULER_COMMAND])
         (workdir / "go.mod").write_text(coscheduler_go_mod((kubernetes / "go.mod").read_text(), version))

@@ -27,14 +27,16 @@ from devcluster.nodehost import (
 from devcluster.nodehost import log as _log
 from devcluster.versions import KUBERNETES_VERSION
 
-
 # -- binaries that are not Kubernetes ----------------------------------------------------------------
+PREPARED_BY = "`python -m devcluster.node prepare` (`make e2e` runs it)"
+
+
 def coredns_binary(version: str = COREDNS_VERSION) -> Path:
     """CoreDNS built from its Go module into the cache (its go.mod has no replace: `go install` works)."""
     if found := shutil.which("coredns"):
         return Path(found)
     return binaries.go_install("github.com/coredns/coredns", version, cache_dir() / "coredns" / version / "bin",
-                               "coredns", what="CoreDNS", env={"CGO_ENABLED": "0"})
+                               "coredns", what="CoreDNS", env={"CGO_ENABLED": "0"}, built_by=PREPARED_BY)
 
 
 def cri_binary() -> Path:
@@ -48,6 +50,7 @@ def cri_binary() -> Path:
     with build_lock(bin_dir.parent):
         if (bin_dir / "cri").is_file():
             return bin_dir / "cri"
+        binaries.refuse_build("cri (e2e/tools/cri)", bin_dir, PREPARED_BY)
         _log("building the cri tool (e2e/tools/cri)")
         bin_dir.mkdir(parents=True, exist_ok=True)
         env = {**os.environ, "GOWORK": "off", "GOFLAGS": "-mod=mod", "CGO_ENABLED": "0"}
@@ -74,6 +77,7 @@ def kube_proxy_binary() -> Path:
     with build_lock(bin_dir.parent):
         if (bin_dir / name).is_file():
             return bin_dir / name
+        binaries.refuse_build(f"kube-proxy (Kubernetes {KUBERNETES_VERSION})", bin_dir, PREPARED_BY)
         _log(f"building kube-proxy {KUBERNETES_VERSION} (first time only)")
         partial = bin_dir.parent / "bin.partial"
         partial.mkdir(parents=True, exist_ok=True)

@@ -35,7 +35,7 @@ from typing import Any
 
 import yaml
 
-from devcluster import binaries, coscheduler
+from devcluster import binaries, coscheduler, kwok
 from devcluster.controlplane import ControlPlane, ControlPlaneError, free_port
 
 KWOK_NODE_ANNOTATION = "kwok.x-k8s.io/node"
@@ -181,8 +181,8 @@ class SimulatedCluster:
         self.stop()
 
     def start(self, timeout: float = 180.0) -> None:
-        kwok = binaries.kwok_binary()
-        stages = binaries.kwok_stages_dir()
+        kwok_binary = kwok.kwok_binary()
+        stages = kwok.kwok_stages_dir()
         scheduler = binaries.kube_binary("kube-scheduler")
         gang = coscheduler.coscheduler_binary() if self.coscheduler else None
         deadline = time.monotonic() + timeout
@@ -193,7 +193,7 @@ class SimulatedCluster:
             self._launch_scheduler(scheduler, workdir)
             if gang is not None:
                 self._launch_coscheduler(gang, workdir)
-            self._launch_kwok(kwok, stages, workdir)
+            self._launch_kwok(kwok_binary, stages, workdir)
             self.add_nodes(self.nodes, deadline=deadline)
         except BaseException:
             self.stop()

@@ -26,6 +26,16 @@ if [[ -z $version ]]; then
   cached="$(ls "$cache"/prometheus/*/"$tool" 2>/dev/null | sort -V | tail -n 1)"
   [[ -n $cached ]] && { echo "$cached"; exit 0; }
 fi
+# The test session in CI (tests/conftest.py) fetches nothing under a test's timeout: `make test-binaries` does.
+refuse_fetch() {
+  if [[ ${MPIOP_NO_BUILD:-0} != 0 ]]; then
+    echo "hack/prometheus.sh: $tool (Debian's prometheus ${version:-package}): not in $cache/prometheus, and" \
+      "MPIOP_NO_BUILD=$MPIOP_NO_BUILD forbids building or downloading here (it would run under a test's timeout);" \
+      "run \`make test-binaries\` first" >&2
+    exit 1
+  fi
+}
+[[ -n $version ]] || refuse_fetch
 command -v apt-get >/dev/null || { echo "hack/prometheus.sh: apt-get is needed to fetch Debian's prometheus" >&2; exit 1; }
 if [[ -z $version && $(id -u) -eq 0 ]]; then
   apt-get update -qq >&2  # a new machine's package lists may not have been fetched yet
@@ -44,6 +54,7 @@ if [[ ! -x "$dir/prometheus" || ! -x "$dir/promtool" ]]; then
   exec 9>"$dir/.lock"
   flock 9
   if [[ ! -x "$dir/prometheus" || ! -x "$dir/promtool" ]]; then
+    refuse_fetch
     echo "hack/prometheus.sh: fetching Debian's prometheus $version (once)..." >&2
     tmp="$(mktemp -d "$dir/.fetch.XXXXXX")"
     trap 'rm -rf "$tmp"' EXIT

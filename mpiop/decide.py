@@ -8,6 +8,7 @@
     a template naming an account <x>-launcher (an exec launcher's)? -> Failed ValidationError
                                                                       (policies/launcher_accounts)
     bad progress-deadline-seconds annotation? -> Failed ValidationError          (policies/stall)
+    bad stop-grace-seconds annotation? -> Failed ValidationError               (policies/graceful_stop)
     too big?     -> Failed ValidationError
     refused?     -> Failed ValidationError (the template is wrong), else ReplicaFailure and retry
     spec.gpus, not laid out, no pod? -> the layout written into the job, or Running=False why none fits;
@@ -42,6 +43,10 @@
                     status.milestones); create what is missing, the launcher when its creation policy allows
                     (policies/launcher_creation; under exec launch once the Role names every worker); update
                     the hostfile (host network: per-pod SSH ports, desired.hostnetwork)
+    stopping?    -> a suspend, a disruption restart or the deadline under a stop grace: the running launcher
+                    deleted first (SIGTERM to mpirun), the workers once it ended or the grace passed, no pod
+                    made meanwhile; Stopping=True until then (policies/graceful_stop, last: it rewrites the
+                    deletions planned above). A resumed job waits for its suspended attempt's pods to go.
     gang?        -> its PodGroup made before any pod and the new pods put in it; deleted while suspended
                     or finished; why the gang waits in Running=False (policies/gang, --gang-scheduling)
 
@@ -69,6 +74,7 @@ from mpiop.policies import (
     gang,
     gpu_layout,
     gpu_slots,
+    graceful_stop,
     host_ports,
     kubectl_image,
     launch_mode,
@@ -104,6 +110,7 @@ def decide(job: MPIJob, observed: Observed, now: dt.datetime, settings: Settings
         cleanup.apply(plan, job, observed)
         adoption.cleanup(plan, job, observed)
         ttl.apply(plan, job, now)
+    graceful_stop.apply(plan, job, observed, now, settings.stop_grace_seconds)
     plan.status.replica_statuses = lifecycle.replica_statuses(job, lifecycle.after(observed, plan))
     return plan
 
@@ -119,6 +126,7 @@ def _decide(plan: Plan, job: MPIJob, observed: Observed, now: dt.datetime, setti
         lambda: launcher_accounts.apply(plan, job, now, settings.default_launch),
         lambda: node_exclusion.refuse_bad_annotation(plan, job, now),
         lambda: stall.refuse_bad_annotation(plan, job, now),
+        lambda: graceful_stop.refuse_bad_annotation(plan, job, now),
         lambda: size.apply(plan, job, now),
         lambda: refused.apply(plan, job, observed, now),
         lambda: gpu_layout.apply(plan, job, observed, now, settings.gpu_layout_max_entries),

@@ -19,6 +19,8 @@ from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from mpiop.api.v2beta1 import JobStatus, MPIJob
+from mpiop.policies.graceful_stop import REASONS as GRACEFUL_STOP_REASONS
+from mpiop.policies.graceful_stop import RESULTS as GRACEFUL_STOP_RESULTS
 from mpiop.status.failure_report import RANK_FAILED, WORKER_LOST
 
 # kubeflow/mpi-operator's metric names.
@@ -80,6 +82,15 @@ GPU_LAYOUT_ADMISSIONS = Counter("mpiop_gpu_layout_admissions", "Total-GPU jobs t
                                 "result: laid_out, or stored as written: no_fit (the job waits), over_limit (its "
                                 "Worker template is over --gpu-layout-max-entries), no_nodes (the node cache not "
                                 "synced yet), unparsed", ["result"])
+GRACEFUL_STOPS = Counter("mpiop_graceful_stops", "Graceful stops (the launcher told first, the workers deleted "
+                         "after it) by why the attempt ended (Suspended, Disrupted, DeadlineExceeded) and how the "
+                         "stop ended: launcher_ended, or grace_expired (the workers deleted at the deadline)",
+                         ["reason", "result"])
+GRACEFUL_STOP_SECONDS = Histogram(
+    "mpiop_graceful_stop_duration_seconds", "From a graceful stop's start (the launcher deleted) until its workers "
+    "were deleted, by why the attempt ended", ["reason"],
+    buckets=(1, 2.5, 5, 10, 20, 30, 60, 120, 300, 600, 1800, 3600),
+)
 PHASES = ("Pending", "Created", "Running", "Restarting", "Suspended", "Succeeded", "Failed")
 
 
@@ -112,8 +123,20 @@ def count_transitions(job: MPIJob, new: JobStatus, now: dt.datetime) -> None:
                 JOB_DURATION_SECONDS.labels(state).observe(max(seconds, 0))
     if new.attempt > old.attempt:
         JOBS_RESTARTED.labels(new.last_failure.reason if new.last_failure else "Unknown").inc()
+    count_graceful_stop(old, new, now)
     if old.condition("Running") is None and new.is_true("Running") and job.metadata.creation_timestamp is not None:
         JOB_SCHEDULING_DELAY_SECONDS.observe(max((now - job.metadata.creation_timestamp).total_seconds(), 0))
+
+
+def count_graceful_stop(old: JobStatus, new: JobStatus, now: dt.datetime) -> None:
+    """A Stopping condition that turned False (policies/graceful_stop): one stop ended, and how long it took."""
+    before, after = old.condition("Stopping"), new.condition("Stopping")
+    if before is None or before.status != "True" or after is None or after.status == "True":
+        return
+    reason = before.reason or "Unknown"
+    GRACEFUL_STOPS.labels(reason, GRACEFUL_STOP_RESULTS.get(after.reason or "", "other")).inc()
+    if before.last_transition_time is not None:
+        GRACEFUL_STOP_SECONDS.labels(reason).observe(max((now - before.last_transition_time).total_seconds(), 0))
 
 
 def observe_request(verb: str, resource: str, code: int, seconds: float) -> None:
@@ -148,6 +171,10 @@ from_zero(JOB_DURATION_SECONDS, "Succeeded", "Failed")
 from_zero(RECONCILE_SECONDS, "ok", "error")
 # The reasons most restarts carry: the kubelet's for a container (OOMKilled, Error) or a pod (Evicted), and
 # mpirun's for a lost worker or rank. Others appear at their first restart.
+for _reason in GRACEFUL_STOP_REASONS:
+    from_zero(GRACEFUL_STOP_SECONDS, _reason)
+    for _result in GRACEFUL_STOP_RESULTS.values():
+        GRACEFUL_STOPS.labels(_reason, _result)
 from_zero(JOBS_RESTARTED, "OOMKilled", "Error", "Evicted", WORKER_LOST, RANK_FAILED)
 
 

@@ -245,6 +245,9 @@ class Plan:
     evidence: Evidence | None = None
     mpijob_patch: MPIJobPatch | None = None  # total-GPU mode: the layout, written before anything else of the job
     requeue_after: float | None = None
+    # Why this pass ends the attempt, when that is planned and not a rank's failure (Suspended, Disrupted,
+    # DeadlineExceeded): policies/graceful_stop then deletes the launcher first and the workers after it ended.
+    stop_reason: str | None = None
 
     @property
     def objects_to_create(self) -> list[JSON]:

@@ -146,6 +146,12 @@ def add_run_arguments(parser: argparse.ArgumentParser) -> None:
                         metavar="N",
                         help="restarts per job after a pod was evicted or preempted (its DisruptionTarget condition) "
                              "that do not count against backoffLimit; past N they do (default %(default)s)")
+    parser.add_argument("--stop-grace-seconds", type=_at_least(0), default=_SETTINGS.stop_grace_seconds,
+                        metavar="S",
+                        help="at a suspend, a disruption restart or activeDeadlineSeconds, delete the launcher first "
+                             "(SIGTERM to mpirun) and its workers once it ended or S seconds passed, so the ranks can "
+                             "checkpoint; capped at the pods' terminationGracePeriodSeconds; per job: annotation "
+                             "mpiop.kubeflow.org/stop-grace-seconds; 0: all pods at once (default %(default)s)")
     parser.add_argument("--kept-attempts", type=_at_least(1), default=_SETTINGS.kept_attempts, metavar="K",
                         help="keep the logs of each job's last K failed attempts in ConfigMaps <job>-attempt-<n> "
                              "(default %(default)s)")
@@ -278,7 +284,8 @@ def config_from_args(args: argparse.Namespace) -> ManagerConfig:
                         default_launch=args.default_launch, kubectl_image=args.kubectl_image,
                         kubectl_image_grace_seconds=args.kubectl_image_grace_seconds,
                         gpu_layout_max_entries=args.gpu_layout_max_entries,
-                        gpu_device_classes=args.gpu_device_classes)
+                        gpu_device_classes=args.gpu_device_classes,
+                        stop_grace_seconds=args.stop_grace_seconds)
     return ManagerConfig(namespace=args.namespace or None, workers=args.workers, resync_seconds=args.resync_seconds,
                          lifecycle_events=args.lifecycle_events, gpu_layout=args.gpu_layout,
                          pod_event_batch_seconds=args.pod_event_batch_seconds, settings=settings)

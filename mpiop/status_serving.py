@@ -20,6 +20,7 @@ from mpiop.controller.status_endpoint import OwnPod, StatusWriter, status_app
 from mpiop.controller.token_reviews import ReviewLimits, TokenReviews
 from mpiop.desired.status_report import StatusEndpoint
 from mpiop.kube.client import KubeClient
+from mpiop.policies import graceful_stop
 from mpiop.server import REQUEST_TIMEOUT, Limits, Servers
 
 log = structlog.get_logger(__name__)
@@ -82,7 +83,8 @@ async def serve_status(servers: Servers, manager: Manager, client: KubeClient, a
                                              observer=metrics.observe_request, field_manager=args.field_manager)
     reviews = TokenReviews(review_client, review_limits(args))
     writer = StatusWriter(client, interval=args.status_write_seconds)
-    app = status_app(manager.caches, reviews, writer)
+    grace = manager.config.settings.stop_grace_seconds
+    app = status_app(manager.caches, reviews, writer, stop_notice=lambda job: graceful_stop.notice(job, grace))
     webhook = args.gpu_layout_webhook if args.gpu_layout else ""
     if webhook:
         layout_webhook.add_route(app, manager.caches.node_list, manager.config.settings.gpu_layout_max_entries)

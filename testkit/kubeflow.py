@@ -221,3 +221,10 @@ def with_crd_defaults(crd: JSON, obj: JSON) -> JSON:
         if node is not None and field not in node:
             node[field] = value
     return out
+
+
+if __name__ == "__main__":  # `make test-binaries`: the module in Go's module cache before a test reads its CRD
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as scratch:
+        print(kubeflow_crd(Path(scratch))["metadata"]["name"])

@@ -34,7 +34,8 @@ CleanPodPolicy = Literal["None", "Running", "All"]
 LauncherCreationPolicy = Literal["AtStartup", "WaitForWorkersReady"]
 MPIImplementation = Literal["OpenMPI", "Intel", "MPICH"]
 # ReplicaFailure is mpiop's, as a ReplicaSet's: True while the job's objects cannot be created.
-ConditionType = Literal["Created", "Running", "Restarting", "Succeeded", "Failed", "Suspended", "ReplicaFailure"]
+ConditionType = Literal["Created", "Running", "Restarting", "Succeeded", "Failed", "Suspended", "ReplicaFailure",
+                        "Stopping"]
 ConditionStatus = Literal["True", "False", "Unknown"]
 
 DEFAULT_SSH_AUTH_MOUNT_PATH = "/root/.ssh"
@@ -272,7 +273,8 @@ class JobCondition(ApiModel):
         description=(
             "Type of the condition: Created, Running, Restarting, Succeeded, Failed or Suspended; mpiop also sets "
             "ReplicaFailure (True while an object of the job cannot be created: the reason and message say which "
-            "and why)."
+            "and why) and Stopping (True while a graceful stop waits for the launcher: the reason says why the "
+            "attempt ends, the message until when)."
         )
     )
     status: ConditionStatus = Field(description="Status of the condition: True, False or Unknown.")

@@ -210,7 +210,11 @@ class Reconciler:
 
     # -- objects -----------------------------------------------------------------------------------
     async def _apply_objects(self, job: MPIJob, plan: Plan) -> list[Refusal]:
-        """Carry out the creation steps (stopping at one with refusals), updates and deletions."""
+        """Carry out the creation steps (stopping at one with refusals), updates and deletions.
+
+        The updates go before any pod: the pods of this pass may depend on them (an exec launcher's Role names
+        the next attempt's launcher and new workers, the ConfigMap is mounted), and a pod made first could start,
+        or outlive a failed patch, without them."""
         supporting = plan.creation_steps.supporting
         if plan.create_ssh_secret:
             private, public = ssh.generate_key_pair(comment=f"mpiop@{job.key}")
@@ -219,15 +223,15 @@ class Reconciler:
         if not refusals and plan.pod_group is not None:  # its pods are not created without it
             refused_group = await self._write_pod_group(job, plan)
             refusals = [refused_group] if refused_group is not None else []
-        for step in plan.creation_steps.pod_steps():
-            if refusals:
-                break
-            refusals = await self._create_all(job, step)
         for obj in plan.objects_to_update:
             informer = self.caches.informer_for(obj["kind"])
             updated = await self.client.patch(informer.resource, job.metadata.namespace, obj["metadata"]["name"],
                                               {k: obj[k] for k in UPDATED_FIELDS if k in obj})
             informer.observe_write(updated)
+        for step in plan.creation_steps.pod_steps():
+            if refusals:
+                break
+            refusals = await self._create_all(job, step)
         await self._delete_pods(job, plan.pods_to_delete, plan.pod_grace_seconds)
         if plan.launcher_batch_job_to_delete is not None:
             await self._delete_launcher_batch_job(plan.launcher_batch_job_to_delete)

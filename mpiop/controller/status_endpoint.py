@@ -227,8 +227,10 @@ def _refusal(refused: PostRefusedError) -> web.Response:
 
 
 def status_app(caches: Caches, reviews: TokenReviews, writer: StatusWriter,
-               now: Callable[[], dt.datetime] = lambda: dt.datetime.now(dt.UTC)) -> web.Application:
-    """The posts' route; a slow body is bounded by the server's request deadline (server.request_deadline)."""
+               now: Callable[[], dt.datetime] = lambda: dt.datetime.now(dt.UTC),
+               stop_notice: Callable[[MPIJob], JSON | None] = lambda job: None) -> web.Application:
+    """`stop_notice`: what a job that is stopping tells its ranks in the 202 (policies/graceful_stop.notice). A slow
+    body is bounded by the server's request deadline (server.request_deadline)."""
     async def post(request: web.Request) -> web.Response:
         namespace, name = request.match_info["namespace"], request.match_info["name"]
         try:
@@ -239,22 +241,24 @@ def status_app(caches: Caches, reviews: TokenReviews, writer: StatusWriter,
             who = await reviews.review(header[7:].strip(), request.remote or "")
             if isinstance(who, Refused):
                 raise who.error()
-            check_reporter(caches.mpijobs.get(f"{namespace}/{name}"),
-                           caches.pods.get(f"{who.namespace}/{who.pod_name}"), namespace, name, who)
+            job = check_reporter(caches.mpijobs.get(f"{namespace}/{name}"),
+                                 caches.pods.get(f"{who.namespace}/{who.pod_name}"), namespace, name, who)
             if request.content_length is not None and request.content_length > BODY_LIMIT:
                 raise PostRefusedError(413, "too_large", f"the body is over {BODY_LIMIT} bytes")
             report = parse_report(await request.read(), now())
         except PostRefusedError as refused:
             metrics.STATUS_POSTS.labels(str(refused.code), refused.reason).inc()
-            job = f"{namespace}/{name}" if refused.reason != "bad_path" else ascii(f"{namespace}/{name}"[:120])
-            log.info("progress post refused", job=job, code=refused.code, why=refused.message)
+            key = f"{namespace}/{name}" if refused.reason != "bad_path" else ascii(f"{namespace}/{name}"[:120])
+            log.info("progress post refused", job=key, code=refused.code, why=refused.message)
             return _refusal(refused)
         except web.HTTPRequestEntityTooLarge:
             metrics.STATUS_POSTS.labels("413", "too_large").inc()
             raise
         writer.offer(namespace, name, report)
         metrics.STATUS_POSTS.labels("202", "accepted").inc()
-        return web.json_response({"kind": "Status", "status": "Success", "code": 202}, status=202)
+        stop = stop_notice(job)
+        return web.json_response({"kind": "Status", "status": "Success", "code": 202,
+                                  **({"stop": stop} if stop else {})}, status=202)
 
     app = web.Application(client_max_size=BODY_LIMIT)
     app.router.add_post(status_report.path("{namespace}", "{name}"), post)

@@ -34,6 +34,9 @@ class Settings:
     # --gpu-device-classes: DRA device classes whose devices a worker's claims count as GPUs, so as slots
     # (desired.gpus); empty: claims count none and ResourceClaimTemplates are not watched
     gpu_device_classes: frozenset[str] = DEFAULT_GPU_DEVICE_CLASSES
+    # --stop-grace-seconds: how long a suspend, a disruption restart or activeDeadlineSeconds waits for the launcher
+    # (told by SIGTERM) to end before its workers are deleted; 0: all at once (policies/graceful_stop)
+    stop_grace_seconds: int = 0
     # mpiop's status endpoint and its CA, for the pods to report progress to; None: --no-status-endpoint
     status_endpoint: StatusEndpoint | None = None
 

@@ -245,16 +245,22 @@ async def _print_log(kube: KubeClient, namespace: str, name: str, which: Which, 
     if pod is not None and views.pod_attempt(pod) in (attempt, None):
         await _pod_log(kube, namespace, pod, container, follow)
         return
-    if attempt == views.attempt_of(job):
-        raise click.ClickException(f'pod "{pod_of}" of mpijob {name} not found in namespace "{namespace}" '
-                                   f"(attempt {attempt})")
+    # The pod is gone (or not made yet): its log as the attempt's ConfigMap saved it, when the attempt failed.
     saved = await kube.get_or_none(CONFIGMAPS, namespace, names.attempt_config_map_name(job, attempt))
-    if saved is None:
+    current = attempt == views.attempt_of(job)
+    if saved is None and not current:
         raise click.ClickException(f"the pods of attempt {attempt} are gone, and so is ConfigMap "
                                    f"{names.attempt_config_map_name(job, attempt)} (mpiop keeps the last attempts')")
     try:
+        if saved is None:
+            raise views.SavedLogMissingError(pod_of)
         key, text = views.saved_log(saved, pod_of, container)
     except views.SavedLogMissingError as error:
+        if current:  # why it is gone, and where its ranks' output is: the launcher's log
+            launcher = await kube.get_or_none(PODS, namespace, names.launcher_name(job, attempt))
+            kept = launcher is not None and views.pod_attempt(launcher) in (attempt, None)
+            raise click.ClickException(views.missing_pod(job, pod_of, attempt, launcher_kept=kept,
+                                                         saved=saved)) from error
         raise click.ClickException(str(error)) from error
     click.echo(f"# {pod_of}, attempt {attempt}: from ConfigMap {saved['metadata']['name']} key {key} "
                "(the pod is gone; its last lines)", err=True)

@@ -184,6 +184,29 @@ class SavedLogMissingError(LookupError):
     """The attempt's ConfigMap does not hold the log asked for."""
 
 
+def missing_pod(job: MPIJob, pod: str, attempt: int, *, launcher_kept: bool, saved: JSON | None) -> str:
+    """Why the current attempt's `pod` is not there (a finished job's cleanPodPolicy deletes its running workers),
+    and where its ranks' output is instead: mpirun gathers every rank's output into the launcher's log, which is
+    kept (`launcher_kept`) or, when the attempt failed, saved in its ConfigMap (`saved`)."""
+    name, namespace = job.metadata.name, job.metadata.namespace
+    launcher = names.launcher_name(job, attempt)
+    text = f'pod "{pod}" of mpijob {name} not found in namespace "{namespace}" (attempt {attempt})'
+    policy = job.spec.run_policy.effective_clean_pod_policy
+    if job.status.finished and policy != "None":
+        cleaned = "every pod" if policy == "All" else "its pods still running"
+        text += f": the job {state(job)}, and cleanPodPolicy {policy} deleted {cleaned}"
+    if pod == launcher:
+        return text
+    saved_data: dict[str, str] = (saved or {}).get("data") or {}
+    if launcher_kept or any(key.startswith(f"{launcher}.") for key in saved_data):
+        kept_where = "" if launcher_kept else f", saved in ConfigMap {(saved or {})['metadata']['name']}"
+        return (f"{text}. mpirun gathers every rank's output into the launcher's log{kept_where}: "
+                f"kubectl mpijob logs {name} -n {namespace} --launcher")
+    if job.status.finished and policy == "All":
+        return f"{text}. The launcher's log, where mpirun gathers every rank's output, went with its pod"
+    return text
+
+
 def _label_int(obj: JSON, key: str) -> int | None:
     value = ((obj.get("metadata") or {}).get("labels") or {}).get(key)
     try:

@@ -1,4 +1,7 @@
-"""activeDeadlineSeconds: a job that runs too long (counted from startTime) fails with DeadlineExceeded."""
+"""activeDeadlineSeconds: a job that runs too long (counted from startTime) fails with DeadlineExceeded.
+
+Its pods go as cleanPodPolicy says, gracefully under a stop grace (policies/graceful_stop).
+"""
 
 from __future__ import annotations
 
@@ -6,6 +9,7 @@ import datetime as dt
 
 from mpiop.api.v2beta1 import MPIJob
 from mpiop.plan import Plan
+from mpiop.policies import graceful_stop
 from mpiop.policies.outcome import CONTINUE, STOP, Outcome
 from mpiop.status import conditions as c
 from mpiop.status.failed import mark_failed
@@ -23,4 +27,5 @@ def apply(plan: Plan, job: MPIJob, now: dt.datetime) -> Outcome:
         return CONTINUE
     message = f"MPIJob {job.key} has failed: it ran longer than activeDeadlineSeconds={deadline}"
     mark_failed(plan, c.DEADLINE_EXCEEDED_REASON, message, now)
+    plan.stop_reason = graceful_stop.DEADLINE_EXCEEDED  # the clean-up's deletions go gracefully
     return STOP

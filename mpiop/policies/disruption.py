@@ -8,7 +8,8 @@ pressure, node shutdown); a pod that is already being deleted counts too, since 
 failed, and without this the worker would come back alone into a job whose mpirun lost it (kubeflow #647).
 A condition on a pod that neither goes nor failed is not acted on (an eviction that was then not carried out;
 Kubernetes clears it). Past --max-disruption-restarts a disruption counts as an ordinary failure, so a job that
-is preempted again and again still ends.
+is preempted again and again still ends. The attempt's pods go gracefully under a stop grace (policies/graceful_stop):
+the launcher is told first, so the ranks left can checkpoint.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ import datetime as dt
 from mpiop import podstate
 from mpiop.api.v2beta1 import MPIJob
 from mpiop.plan import Observed, Plan
-from mpiop.policies import failure
+from mpiop.policies import failure, graceful_stop
 from mpiop.policies.outcome import CONTINUE, STOP, Outcome
 from mpiop.status import failure_report
 
@@ -43,4 +44,5 @@ def apply(plan: Plan, job: MPIJob, observed: Observed, now: dt.datetime, cap: in
     past_cap = "" if within_cap else f" (past --max-disruption-restarts {cap}: counted as a failure)"
     report = failure_report.disruption_report(job, pod, reason, message + past_cap, attempt)
     failure.attempt_failed(plan, job, observed, now, report, disrupted=within_cap)
+    plan.stop_reason = graceful_stop.DISRUPTED
     return STOP

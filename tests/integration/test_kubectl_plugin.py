@@ -12,8 +12,8 @@ import pytest
 
 from devcluster.controlplane import ControlPlane
 from mpiop.api.v2beta1 import FailureInfo, JobCondition, JobStatus, MPIJob
-from mpiop.desired import evidence, objects
-from mpiop.kube.client import CONFIGMAPS, MPIJOBS, KubeClient
+from mpiop.desired import evidence, objects, pods
+from mpiop.kube.client import CONFIGMAPS, MPIJOBS, PODS, KubeClient
 from testkit.mpijobs import make_mpijob
 from testkit.plugin import kubectl_mpijob as run_plugin
 from testkit.plugin import plugin_env
@@ -122,3 +122,26 @@ async def test_missing_things_are_one_line_and_a_failure(control_plane: ControlP
     assert shown.returncode == 1, shown
     assert shown.stderr == reason.format(ns=namespace) + "\n"
     assert shown.stdout == ""
+
+
+async def test_a_finished_jobs_cleaned_worker_points_at_the_launchers_log(control_plane: ControlPlane,
+                                                                         kube: KubeClient, mpijob_crd: str,
+                                                                         namespace: str) -> None:
+    """`make run`'s pi once it Succeeded: cleanPodPolicy Running deleted its workers and kept the launcher, so
+    `--rank 3` says so and names the log that has that rank's output, not only that the pod is gone."""
+    created = await kube.create(MPIJOBS, namespace, make_mpijob("pi", namespace).workers(2).slots(2).manifest())
+    job = MPIJob.model_validate(created)
+    now = dt.datetime.now(dt.UTC).replace(microsecond=0)
+    status = JobStatus(conditions=[
+        JobCondition(type=kind, status="True", reason=f"MPIJob{kind}", last_transition_time=now)
+        for kind in ("Created", "Running", "Succeeded")])
+    await kube.patch(MPIJOBS, namespace, "pi", {"status": status.to_json()}, subresource="status")
+    await kube.create(CONFIGMAPS, namespace, objects.config_map(job, [0, 1]))
+    await kube.create(PODS, namespace, pods.launcher_pod(job, 0))
+    shown = await kubectl_mpijob(control_plane, "logs", "pi", "-n", namespace, "--rank", "3")
+    print(f"$ kubectl mpijob logs pi --rank 3\n{shown.stderr}")
+    assert shown.returncode == 1 and shown.stdout == "", shown
+    assert shown.stderr == (
+        f'Error: pod "pi-worker-1" of mpijob pi not found in namespace "{namespace}" (attempt 0): the job Succeeded, '
+        "and cleanPodPolicy Running deleted its pods still running. mpirun gathers every rank's output into the "
+        f"launcher's log: kubectl mpijob logs pi -n {namespace} --launcher\n")

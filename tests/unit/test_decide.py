@@ -216,11 +216,12 @@ def test_suspend_and_resume() -> None:
     assert world.job.status.restart_count is None, "pods deleted by a suspend are not failures"
     assert world.state == "Created"
     assert plan.objects_to_create == [], "not before the old pods are gone"
-    assert world.job.status.start_time == at(20)
+    assert world.job.status.start_time is None, "the resumed attempt starts (its deadline too) once they are"
 
     world.gone()
     plan = world.reconcile(21)
     assert names_of(plan.objects_to_create) == ["Pod/pi-worker-0", "Pod/pi-launcher"]
+    assert world.job.status.start_time == at(21)
     world.set_all(running)
     world.reconcile(22)
     assert world.state == "Running"

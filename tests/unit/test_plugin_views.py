@@ -3,13 +3,20 @@
 from __future__ import annotations
 
 import datetime as dt
-from typing import Any
+from typing import Any, Literal
 
 import pytest
 
 from mpiop.api.raw import JSON
-from mpiop.api.v2beta1 import FailureInfo, MPIJob
-from mpiop.plugin.views import SavedLogMissingError, attempts_table, last_failure, saved_log, status_text
+from mpiop.api.v2beta1 import CleanPodPolicy, FailureInfo, MPIJob
+from mpiop.plugin.views import (
+    SavedLogMissingError,
+    attempts_table,
+    last_failure,
+    missing_pod,
+    saved_log,
+    status_text,
+)
 from testkit.mpijobs import T0, make_mpijob
 
 NOW = T0 + dt.timedelta(minutes=5)
@@ -114,3 +121,47 @@ def test_a_past_attempts_log_from_its_config_map() -> None:
     with pytest.raises(SavedLogMissingError, match="pi-attempt-0 has no log of pi-worker-0: it keeps the launcher's "
                        r"and the failed pods' \(pi-launcher.main.log, pi-worker-1.main.log\)"):
         saved_log(SAVED[0], "pi-worker-0", None)
+
+
+def finished(policy: CleanPodPolicy | None, outcome: Literal["Succeeded", "Failed"] = "Succeeded") -> MPIJob:
+    """Job pi of `make run` after its one attempt: Created, Running, then `outcome`."""
+    builder = make_mpijob("pi", "default").workers(2).condition("Created").condition("Running").condition(outcome)
+    if policy is not None:
+        builder = builder.clean_pod_policy(policy)
+    return builder.obj()
+
+
+CLEANED = 'pod "pi-worker-1" of mpijob pi not found in namespace "default" (attempt 0): the job Succeeded, and '
+LAUNCHER_LOG = "mpirun gathers every rank's output into the launcher's log"
+
+
+@pytest.mark.parametrize(
+    ("job", "pod", "launcher_kept", "saved", "message"),
+    [
+        # `make run`'s pi, `--rank 3`: the workers went when the job finished; the launcher is kept.
+        (finished(None), "pi-worker-1", True, None,
+         f"{CLEANED}cleanPodPolicy Running deleted its pods still running. {LAUNCHER_LOG}: "
+         "kubectl mpijob logs pi -n default --launcher"),
+        # A failed attempt: its launcher's log saved in its ConfigMap, where `--launcher` reads it.
+        (finished("Running", "Failed"), "pi-worker-0", False,
+         attempt_config_map(0, {"failure": SUMMARY, "pi-launcher.main.log": "x\n", "pi-worker-1.main.log": "y\n"}),
+         'pod "pi-worker-0" of mpijob pi not found in namespace "default" (attempt 0): the job Failed, and '
+         f"cleanPodPolicy Running deleted its pods still running. {LAUNCHER_LOG}, saved in ConfigMap pi-attempt-0: "
+         "kubectl mpijob logs pi -n default --launcher"),
+        (finished("All"), "pi-worker-1", False, None,
+         f"{CLEANED}cleanPodPolicy All deleted every pod. The launcher's log, where mpirun gathers every rank's "
+         "output, went with its pod"),
+        (finished("All"), "pi-launcher", False, None, f"{CLEANED}cleanPodPolicy All deleted every pod".replace(
+            "pi-worker-1", "pi-launcher")),
+        # A running job whose pod is not there (yet): only that, and where its ranks' output goes.
+        (make_mpijob("pi", "default").condition("Created").obj(), "pi-worker-1", True, None,
+         f'pod "pi-worker-1" of mpijob pi not found in namespace "default" (attempt 0). {LAUNCHER_LOG}: '
+         "kubectl mpijob logs pi -n default --launcher"),
+    ],
+    ids=["succeeded-workers-cleaned", "failed-launcher-saved", "all-cleaned", "all-cleaned-launcher", "running"],
+)
+def test_a_missing_pod_says_why_and_where_its_ranks_output_is(job: MPIJob, pod: str, launcher_kept: bool,
+                                                              saved: JSON | None, message: str) -> None:
+    shown = missing_pod(job, pod, 0, launcher_kept=launcher_kept, saved=saved)
+    print(shown)
+    assert shown == message

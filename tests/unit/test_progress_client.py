@@ -4,7 +4,11 @@ pod, and posts paced by ProgressReporter."""
 from __future__ import annotations
 
 import ast
+import http.server
+import os
+import subprocess
 import sys
+import threading
 from pathlib import Path
 
 import pytest
@@ -57,3 +61,45 @@ def test_the_reporter_paces_posts_and_estimates_the_eta(monkeypatch: pytest.Monk
         reporter.step(done, loss="0.5")
     # 10 steps in 5 s: 90 left take 45 s; 20 at 9 s is within 10 s of the last post; the last step always posts.
     assert sent == [(10, 45, {"loss": "0.5"}), (30, 35, {"loss": "0.5"}), (100, 0, {"loss": "0.5"})]
+
+
+STOPPING_ANSWER = b'{"kind": "Status", "status": "Success", "code": 202, ' \
+                  b'"stop": {"reason": "Suspended", "deadline": "2024-05-01T12:02:00Z"}}'
+
+
+@pytest.mark.parametrize(("answer", "expected"), [
+    (b'{"kind": "Status", "status": "Success", "code": 202}', "202 None False False"),
+    (STOPPING_ANSWER, "202 {'reason': 'Suspended', 'deadline': '2024-05-01T12:02:00Z'} True True"),
+], ids=["running", "stopping"])
+def test_a_post_answered_with_a_stop_asks_for_a_checkpoint(tmp_path: Path, answer: bytes, expected: str) -> None:
+    """In a fresh process (the client remembers a stop for its life): report(...).should_stop and stop_requested()."""
+    class Answering(http.server.BaseHTTPRequestHandler):
+        def do_POST(self) -> None:
+            self.rfile.read(int(self.headers["Content-Length"]))
+            self.send_response(202)
+            self.send_header("Content-Type", "application/json")
+            self.end_headers()
+            self.wfile.write(answer)
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    (tmp_path / "token").write_text("t")
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Answering)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        script = ("from mpiop import progress_client as p; a = p.report(10); "
+                  "print(a.code, a.stop, a.should_stop, p.stop_requested())")
+        env = {**os.environ, "MPIOP_STATUS_URL": f"http://127.0.0.1:{server.server_port}/status",
+               "MPIOP_STATUS_TOKEN": str(tmp_path / "token")}
+        ran = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=60)
+    finally:
+        server.shutdown()
+    assert ran.stdout.strip() == expected, ran.stderr
+
+
+def test_sigterm_is_a_stop_request_once_the_handler_is_installed() -> None:
+    script = ("import os, signal; from mpiop import progress_client as p; before = p.stop_requested(); "
+              "p.install_stop_handler(); os.kill(os.getpid(), signal.SIGTERM); print(before, p.stop_requested())")
+    ran = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
+    assert (ran.returncode, ran.stdout.strip()) == (0, "False True"), ran.stderr

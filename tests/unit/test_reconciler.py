@@ -10,7 +10,8 @@ from mpiop.api.raw import JSON
 from mpiop.controller.caches import Caches
 from mpiop.controller.events import EventRecorder
 from mpiop.controller.reconciler import Reconciler
-from mpiop.desired import objects
+from mpiop.desired import launcher_rbac, objects
+from mpiop.desired.launch import LAUNCH_ANNOTATION
 from mpiop.kube.client import ApiError
 from testkit.mpijobs import MPIJobBuilder, at, make_mpijob
 from testkit.pods import make_pod
@@ -144,3 +145,51 @@ async def test_a_failed_status_write_deletes_no_pod() -> None:
     with pytest.raises(ApiError):
         await reconciler(running_job(), client, failed_attempt()).reconcile("ns/pi")
     assert client.writes() == [*EVIDENCE, STATUS]
+
+
+def exec_job(workers: int = 3) -> MPIJobBuilder:
+    """A running exec-launched job of `workers` workers."""
+    return running_job().annotation(LAUNCH_ANNOTATION, "exec").workers(workers)
+
+
+def exec_reconciler(job: MPIJobBuilder, client: RecordingClient, named: list[str], pods: list[JSON]) -> Reconciler:
+    """A reconciler whose caches hold `job`'s launcher access (its Role naming `named`), Service and `pods`."""
+    caches = Caches.build(client, "ns")
+    caches.mpijobs.observe_write(job.json())
+    obj = job.obj()
+    for owned in (launcher_rbac.service_account(obj), launcher_rbac.role(obj, named),
+                  launcher_rbac.role_binding(obj), objects.service(obj)):
+        caches.informer_for(owned["kind"]).observe_write(owned)
+    for pod in pods:
+        caches.pods.observe_write(pod)
+    return Reconciler(client, caches, EventRecorder(RecordingClient()), clock=lambda: at(60))
+
+
+ROLE = "PATCH roles/pi-launcher"
+
+
+def two_of_three_workers() -> tuple[MPIJobBuilder, list[JSON]]:
+    """Worker.replicas grew from 2 to 3: the Role is to name the two that exist, and pi-worker-2 is to be made."""
+    job = exec_job(workers=3)
+    return job, [make_pod(job, "worker", i).obj() for i in range(2)]
+
+
+async def test_the_role_is_patched_before_the_pass_creates_pods() -> None:
+    """Fails if a pod is created before the pass's updates: what the new pods depend on (the Role, the hostfile)
+    is written first."""
+    job, pods = two_of_three_workers()
+    client = RecordingClient(patched=[job.json()])
+    await exec_reconciler(job, client, [], pods).reconcile("ns/pi")
+    writes = client.writes()
+    assert ROLE in writes and "POST pods pi-worker-2" in writes, writes
+    assert writes.index(ROLE) < writes.index("POST pods pi-worker-2"), writes
+
+
+async def test_a_failed_role_patch_creates_no_pod() -> None:
+    """The pods wait for the pass's updates: a pass whose Role patch fails is retried whole, and made no pod
+    meanwhile."""
+    job, pods = two_of_three_workers()
+    client = RecordingClient([Fault("PATCH", "/roles/pi-launcher$", 500, "InternalError")], patched=[job.json()])
+    with pytest.raises(ApiError):
+        await exec_reconciler(job, client, [], pods).reconcile("ns/pi")
+    assert not [w for w in client.writes() if w.startswith("POST pods")], client.writes()
