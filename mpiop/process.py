@@ -12,10 +12,10 @@ from __future__ import annotations
 import argparse
 import asyncio
 import dataclasses
-import datetime as dt
 import gc
 import os
 import re
+import resource
 import signal
 import socket
 import uuid
@@ -26,12 +26,11 @@ import structlog
 import uvloop
 
 from mpiop import logging as mpiop_logging
-from mpiop import metrics
-from mpiop.certs import Certificates
-from mpiop.controller import layout_webhook, status_ca
+from mpiop import metrics, status_serving
 from mpiop.controller.manager import Manager, ManagerConfig
-from mpiop.controller.status_endpoint import OwnPod, StatusWriter, TokenReviews, status_app
+from mpiop.controller.status_endpoint import OwnPod
 from mpiop.controller.supervisor import Supervisor
+from mpiop.controller.token_reviews import ReviewLimits
 from mpiop.desired.hostnetwork import PortRange
 from mpiop.desired.launch import LAUNCH_ANNOTATION, LAUNCH_MODES
 from mpiop.desired.podgroup import gang_scheduler
@@ -39,14 +38,14 @@ from mpiop.desired.settings import DEFAULT_SETTINGS, Settings
 from mpiop.desired.status_report import StatusEndpoint
 from mpiop.kube.client import KubeClient
 from mpiop.leader import ElectionConfig, LeaderElector, LeadershipLostError
-from mpiop.policies import graceful_stop
-from mpiop.server import Checks, Servers, health_app, metrics_app
+from mpiop.server import Checks, Limits, Servers, health_app, metrics_app
 
 log = structlog.get_logger(__name__)
 SA_NAMESPACE_FILE = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
 # Where the flags' defaults live (the help text reads them): each once, in the value the flag fills.
 _CONFIG, _SETTINGS = ManagerConfig(), DEFAULT_SETTINGS
 _ELECTION = ElectionConfig(namespace="", name="", identity="")
+_LIMITS, _REVIEWS = Limits(), ReviewLimits()
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d*)?|\.\d+)\s*(ms|s|m|h)?\s*$")
 
 
@@ -81,6 +80,17 @@ def _at_least(minimum: int) -> Callable[[str], int]:
             raise argparse.ArgumentTypeError(f"not a whole number >= {minimum}: {text!r}")
         return value
     return parse
+
+
+def _positive(text: str) -> float:
+    """An argparse type: a number > 0."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = 0.0
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"not a number > 0: {text!r}")
+    return value
 
 
 def _exit_codes(text: str) -> frozenset[int]:
@@ -199,6 +209,41 @@ def add_run_arguments(parser: argparse.ArgumentParser) -> None:
     status.add_argument("--status-write-seconds", type=float, default=10.0, metavar="SECONDS",
                         help="write a job's reported progress at most this often, the posts in between coalesced "
                              "(default %(default)g)")
+    # Every pod of every tenant can reach the endpoint: what one may hold of it (docs/security.md, "Status endpoint
+    # limits"). The probes' and /metrics' servers take the connection and header limits too.
+    status.add_argument("--status-max-connections", type=_at_least(1), default=_LIMITS.max_connections, metavar="N",
+                        help="connections open at once; one more is closed at once (default %(default)s)")
+    status.add_argument("--status-max-connections-per-source", type=_at_least(1),
+                        default=_LIMITS.max_connections_per_source, metavar="N",
+                        help="connections open at once from one address (a pod; a node, for hostNetwork pods); one "
+                             "more is closed at once (default %(default)s)")
+    status.add_argument("--status-idle-seconds", type=_positive, default=_LIMITS.idle_seconds, metavar="SECONDS",
+                        help="a connection that has not finished its TLS handshake, or sent a whole request's headers, "
+                             "this long after it opened or after its last answer is closed (default %(default)g)")
+    status.add_argument("--status-max-headers", type=_at_least(1), default=_LIMITS.max_headers, metavar="N",
+                        help="header lines one request may have; more is a 400 (default %(default)s)")
+    status.add_argument("--status-max-header-bytes", type=_at_least(1024), default=_LIMITS.max_header_bytes,
+                        metavar="BYTES",
+                        help="bytes of the request line and of each header line; more is a 400 (default %(default)s)")
+    status.add_argument("--status-request-seconds", type=_positive, default=_LIMITS.request_seconds,
+                        metavar="SECONDS",
+                        help="once a request's headers are in, the time it has to send its body and be answered "
+                             "(its token reviewed); then a 408 (default %(default)g)")
+    status.add_argument("--status-review-in-flight", type=_at_least(1), default=_REVIEWS.in_flight, metavar="N",
+                        help="TokenReviews of posted tokens at once, on a client of their own (default %(default)s)")
+    status.add_argument("--status-review-per-source-qps", type=_positive, default=_REVIEWS.per_source_qps,
+                        metavar="QPS",
+                        help="TokenReviews a second that the posts of one address may cause (tokens not cached); past "
+                             "it (and its burst) a 429 with Retry-After (default %(default)g)")
+    status.add_argument("--status-review-per-source-burst", type=_at_least(1), default=_REVIEWS.per_source_burst,
+                        metavar="N",
+                        help="TokenReviews the posts of one address may cause at once (default %(default)s)")
+    status.add_argument("--status-review-queue", type=_at_least(1), default=_REVIEWS.queue, metavar="N",
+                        help="TokenReviews under way or waiting for their turn; past it a 503 with Retry-After "
+                             "(default %(default)s)")
+    status.add_argument("--status-token-cache-size", type=_at_least(1), default=_REVIEWS.cache_size, metavar="N",
+                        help="tokens whose review is kept: N accepted (60 s), N refused (10 s), each dropping the "
+                             "least recently used; and the budgets of N addresses (default %(default)s)")
     parser.add_argument("--resync-seconds", type=float, default=_CONFIG.resync_seconds,
                         help="re-reconcile every job this often (default %(default)gs)")
     parser.add_argument("--pod-event-batch-seconds", type=float, default=_CONFIG.pod_event_batch_seconds,
@@ -252,48 +297,6 @@ def own_namespace() -> str:
     if not namespace and SA_NAMESPACE_FILE.is_file():
         namespace = SA_NAMESPACE_FILE.read_text().strip()
     return namespace
-
-
-async def status_certificates(args: argparse.Namespace, client: KubeClient) -> Certificates | None:
-    """The status endpoint's serving certificate, signed by the CA of --status-ca-secret (made there if need be)."""
-    if not args.status_endpoint:
-        return None
-    try:
-        hosts = status_ca.endpoint_hosts(args.status_url)
-        ref = status_ca.parse_secret_ref(args.status_ca_secret, own_namespace())
-        return await status_ca.certificates(client, hosts, ref, dt.datetime.now(dt.UTC))
-    except (ValueError, status_ca.CASecretError) as error:
-        raise SystemExit(str(error)) from None
-
-
-async def serve_status(servers: Servers, manager: Manager, client: KubeClient, args: argparse.Namespace,
-                       certificates: Certificates, leading: asyncio.Event | None,
-                       labelled: tuple[OwnPod, KubeClient] | None) -> None:
-    """The status endpoint, once leading (only the leader may write): it serves until the process stops, and its
-    serving certificate is renewed from the same CA when due (checked hourly). Once it listens, the process's
-    pod is labelled for the Service that routes the jobs' posts, and the GPU layout webhook (served beside it)
-    is given the CA."""
-    if leading is not None:
-        await leading.wait()
-    writer = StatusWriter(client, interval=args.status_write_seconds)
-    grace = manager.config.settings.stop_grace_seconds
-    app = status_app(manager.caches, TokenReviews(client), writer,
-                     stop_notice=lambda job: graceful_stop.notice(job, grace))
-    webhook = args.gpu_layout_webhook if args.gpu_layout else ""
-    if webhook:
-        layout_webhook.add_route(app, manager.caches.node_list, manager.config.settings.gpu_layout_max_entries)
-    await servers.start(app, args.status_addr, "the status endpoint", ssl_context=certificates.context)
-    if labelled is not None:
-        await labelled[0].mark(labelled[1], serving=True)
-    if webhook:
-        await layout_webhook.install_ca_bundle(client, webhook, certificates.ca_pem)
-    try:
-        while True:
-            await asyncio.sleep(3600)
-            if certificates.rotate_if_due(dt.datetime.now(dt.UTC)):
-                log.info("status endpoint certificate renewed", not_after=certificates.not_after.isoformat())
-    finally:
-        await writer.close()
 
 
 def election_from_args(args: argparse.Namespace) -> ElectionConfig | None:
@@ -382,8 +385,21 @@ def health_checks(manager: Manager, elector: LeaderElector | None) -> Checks:
 GC_YOUNG_THRESHOLD = 10_000
 
 
+def raise_open_files_limit() -> None:
+    """The soft limit of open files up to the hard one, as Go's runtime does at start: a container's soft limit may be
+    1,024, fewer than --status-max-connections beside the apiserver's connections."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    wanted = hard if hard != resource.RLIM_INFINITY else max(soft, 1 << 20)
+    if soft != resource.RLIM_INFINITY and soft < wanted:
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (wanted, hard))
+        except (ValueError, OSError) as error:
+            log.warning("could not raise the open files limit", soft=soft, hard=hard, error=str(error))
+
+
 async def run(args: argparse.Namespace) -> int:
     gc.set_threshold(GC_YOUNG_THRESHOLD, *gc.get_threshold()[1:])
+    raise_open_files_limit()
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGTERM, signal.SIGINT):
@@ -401,23 +417,24 @@ async def run(args: argparse.Namespace) -> int:
     servers = Servers()
     try:
         # Unguarded (a standby may not write through `client`): the CA's Secret, made by whoever starts first.
-        certificates = await status_certificates(args, lease_client or client)
+        certificates = await status_serving.status_certificates(args, lease_client or client, own_namespace())
         if certificates is not None:
             config.settings = dataclasses.replace(config.settings,
                                                   status_endpoint=StatusEndpoint(args.status_url, certificates.ca_pem))
         manager = Manager(client, config, Supervisor())
         await manager.preflight()
         metrics.IS_LEADER.set(0 if elector is not None else 1)
-        await servers.start(health_app(health_checks(manager, elector)), args.health_addr, "health probes")
-        await servers.start(metrics_app(), args.metrics_addr, "metrics")
+        await servers.start(health_app(health_checks(manager, elector)), args.health_addr, "health probes",
+                            limits=status_serving.server_limits(args))
+        await servers.start(metrics_app(), args.metrics_addr, "metrics", limits=status_serving.server_limits(args))
         # Unguarded (the standby may not write through `client`): this one label, on the process's own pod.
         own_pod = None if certificates is None else OwnPod.from_env()
         labelled = None if own_pod is None else (own_pod, lease_client or client)
         if labelled is not None:
             await labelled[0].mark(labelled[1], serving=False)
-        status_server = None if certificates is None else asyncio.create_task(serve_status(
+        status_server = None if certificates is None else asyncio.create_task(status_serving.serve_status(
             servers, manager, client, args, certificates, elector.leading if elector is not None else None,
-            labelled), name="status-endpoint")
+            labelled, own_namespace()), name="status-endpoint")
         if status_server is not None:  # a port it cannot bind stops the process, as a dead informer does
             status_server.add_done_callback(
                 lambda task: None if task.cancelled() or task.exception() is None

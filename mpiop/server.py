@@ -1,14 +1,28 @@
-"""HTTP endpoints for the kubelet and Prometheus: /healthz and /readyz, and /metrics, on aiohttp.
+"""HTTP endpoints for the kubelet and Prometheus: /healthz and /readyz, and /metrics, on aiohttp; and the listening
+of every server the process runs (the status endpoint's too), each within `Limits`.
 
 Probes and metrics listen on separate addresses (controller-runtime's --health-probe-bind-address and
 --metrics-bind-address) so a NetworkPolicy can open one to Prometheus without the other. Address "0" disables.
+
+Every pod of every tenant can reach the status endpoint, so a server bounds what a client may hold: connections
+(in all, and from one address), counted from the moment they are accepted, before any TLS, so a refused one costs
+a close and no handshake; how long a connection may take over its handshake, a request's headers or idling between
+requests; and the headers' size. aiohttp alone bounds none of the first two.
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import logging
+import math
+import socket
 import ssl
+import struct
+import time
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Any
 
 import structlog
 from aiohttp import web
@@ -68,25 +82,254 @@ def metrics_app(registry: CollectorRegistry = REGISTRY) -> web.Application:
     return app
 
 
+class EveryMinute(logging.Filter):
+    """At most `records` records a minute pass: aiohttp logs a traceback for each request it refuses to parse (too
+    many headers, a line too long), and anyone who reaches the endpoint may send a thousand a second."""
+
+    def __init__(self, records: int = 10, clock: Callable[[], float] = time.monotonic) -> None:
+        super().__init__()
+        self.records, self.clock = records, clock
+        self.window, self.passed, self.dropped = clock(), 0, 0
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        now = self.clock()
+        if now - self.window >= 60:
+            if self.dropped:
+                record.msg = f"{record.msg} ({self.dropped} more such records dropped in the last minute)"
+            self.window, self.passed, self.dropped = now, 0, 0
+        if self.passed >= self.records:
+            self.dropped += 1
+            return False
+        self.passed += 1
+        return True
+
+
+REQUEST_ERRORS = logging.getLogger("mpiop.server.requests")  # aiohttp's request errors, within EveryMinute
+REQUEST_ERRORS.addFilter(EveryMinute())
+
+
+@dataclass(frozen=True)
+class Limits:
+    """What the clients of one server may hold (`mpiop run`'s --status-* flags; each default is here, once)."""
+
+    max_connections: int = 1000  # open at once, in all
+    # Open at once from one address: a pod; a node's hostNetwork pods; the apiserver calling the GPU layout webhook,
+    # a connection per job created at once (its failurePolicy Ignore: past this, a job is laid out after it is made).
+    max_connections_per_source: int = 100
+    idle_seconds: float = 10.0  # to finish the TLS handshake, to send a whole request's headers, idle between requests
+    max_headers: int = 32  # header lines of one request
+    max_header_bytes: int = 8190  # the request line, and each header line (a pod's token is ~1 KiB)
+    request_seconds: float = 30.0  # once a request's headers are in: its body read and its answer sent
+
+    def handler_args(self) -> dict[str, Any]:
+        """aiohttp's: its keep-alive timeout also closes a connection that has not sent a whole request's headers
+        that long after it opened or after its last answer (a slowloris)."""
+        return {"keepalive_timeout": self.idle_seconds, "max_line_size": self.max_header_bytes,
+                "max_field_size": self.max_header_bytes, "max_headers": self.max_headers, "logger": REQUEST_ERRORS}
+
+
+# The limits a refusal names, as `on_refused` and the posts' counter are told them.
+OVER_CONNECTIONS, OVER_SOURCE_CONNECTIONS = "too_many_connections", "too_many_source_connections"
+REQUEST_TIMEOUT = "request_timeout"
+
+
+def request_deadline(limits: Limits, on_refused: Callable[[str], None]) -> Any:
+    """An aiohttp middleware: a request not answered `request_seconds` after its headers came (a body sent a byte at
+    a time, to any route: the status posts', the GPU layout webhook's) is a 408 naming the flag."""
+    @web.middleware
+    async def deadline(request: web.Request,
+                       handler: Callable[[web.Request], Awaitable[web.StreamResponse]]) -> web.StreamResponse:
+        try:
+            async with asyncio.timeout(limits.request_seconds):
+                return await handler(request)
+        except TimeoutError:
+            on_refused(REQUEST_TIMEOUT)
+            message = (f"the request was not read and answered within {limits.request_seconds:g}s "
+                       "(--status-request-seconds)")
+            return web.json_response({"kind": "Status", "status": "Failure", "code": 408, "reason": REQUEST_TIMEOUT,
+                                      "message": message}, status=408)
+
+    return deadline
+
+
+@dataclass
+class ConnectionGate:
+    """The connections one server has open, by source address; `admit` says which limit refuses another, if any."""
+
+    limits: Limits
+    what: str
+    on_refused: Callable[[str], None] = lambda limit: None
+    clock: Callable[[], float] = time.monotonic
+    open: int = 0
+    by_source: dict[str, int] = field(default_factory=dict)
+    refused: int = 0  # since the last warning, which is at most one a minute
+    warned: float = -math.inf
+
+    def admit(self, source: str) -> str | None:
+        """None, and the connection counted; or the limit that refuses it (OVER_CONNECTIONS,
+        OVER_SOURCE_CONNECTIONS)."""
+        if self.open >= self.limits.max_connections:
+            refused: str | None = OVER_CONNECTIONS
+        elif self.by_source.get(source, 0) >= self.limits.max_connections_per_source:
+            refused = OVER_SOURCE_CONNECTIONS
+        else:
+            refused = None
+        if refused is not None:
+            self.refused += 1
+            if (now := self.clock()) - self.warned >= 60:
+                log.warning(f"{self.what}: connections closed at a limit (--status-max-connections, "
+                            "--status-max-connections-per-source)", limit=refused, source=source, open=self.open,
+                            refused=self.refused, max_connections=self.limits.max_connections,
+                            max_connections_per_source=self.limits.max_connections_per_source)
+                self.warned, self.refused = now, 0
+            self.on_refused(refused)
+            return refused
+        self.open += 1
+        self.by_source[source] = self.by_source.get(source, 0) + 1
+        return None
+
+    def release(self, source: str) -> None:
+        self.open -= 1
+        left = self.by_source.pop(source, 1) - 1
+        if left > 0:
+            self.by_source[source] = left
+
+
+class _Connection(asyncio.Protocol):
+    """One admitted connection, as the loop hands it over (after its TLS handshake): passed on to aiohttp's
+    protocol, and released from the gate when it ends, or when it never came to be (`release` is idempotent)."""
+
+    def __init__(self, gate: ConnectionGate, source: str, handler: asyncio.Protocol) -> None:
+        self.gate, self.source, self.handler = gate, source, handler
+        self.counted = True
+
+    def release(self) -> None:
+        if self.counted:
+            self.counted = False
+            self.gate.release(self.source)
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.handler.connection_made(transport)
+
+    def data_received(self, data: bytes) -> None:
+        self.handler.data_received(data)
+
+    def eof_received(self) -> bool | None:
+        return self.handler.eof_received()
+
+    def pause_writing(self) -> None:
+        self.handler.pause_writing()
+
+    def resume_writing(self) -> None:
+        self.handler.resume_writing()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        try:
+            self.handler.connection_lost(exc)
+        finally:
+            self.release()
+
+
+def listening_socket(host: str | None, port: int) -> socket.socket:
+    """Bound and listening, non-blocking: `host` None is every interface (IPv4 and, where the host has it, IPv6)."""
+    if host is None:
+        dual = socket.has_dualstack_ipv6()
+        sock = socket.create_server(("", port), family=socket.AF_INET6 if dual else socket.AF_INET,
+                                    dualstack_ipv6=dual, backlog=1024)
+    else:
+        family = socket.AF_INET6 if ":" in host else socket.AF_INET
+        sock = socket.create_server((host, port), family=family, backlog=1024)
+    sock.setblocking(False)
+    return sock
+
+
+class _Listener:
+    """Accepts connections itself, so that each is counted from its accept, before any TLS: one past the gate's
+    limits is closed at once; one admitted is given to the loop, which does its TLS handshake (within
+    idle_seconds) and hands it to aiohttp."""
+
+    def __init__(self, sock: socket.socket, gate: ConnectionGate, make_handler: Callable[[], asyncio.Protocol],
+                 context: ssl.SSLContext | None) -> None:
+        self.sock, self.gate, self.make_handler, self.context = sock, gate, make_handler, context
+        self.handshakes: set[asyncio.Task[None]] = set()
+        self.accepting = asyncio.get_running_loop().create_task(self._accept(), name=f"accept: {gate.what}")
+
+    async def _accept(self) -> None:
+        loop = asyncio.get_running_loop()
+        while True:
+            try:
+                conn, peer = await loop.sock_accept(self.sock)
+            except OSError as error:  # e.g. out of file descriptors: try again shortly rather than spin or stop
+                log.warning(f"{self.gate.what}: accept failed", error=str(error))
+                await asyncio.sleep(0.1)
+                continue
+            source = str(peer[0]) if isinstance(peer, tuple) and peer else ""
+            if self.gate.admit(source) is not None:
+                with contextlib.suppress(OSError):
+                    conn.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))  # RST: no TIME_WAIT
+                conn.close()
+                continue
+            task = loop.create_task(self._hand_over(conn, _Connection(self.gate, source, self.make_handler())))
+            self.handshakes.add(task)
+            task.add_done_callback(self.handshakes.discard)
+
+    async def _hand_over(self, conn: socket.socket, connection: _Connection) -> None:
+        handshake = self.gate.limits.idle_seconds if self.context is not None else None
+        try:
+            await asyncio.get_running_loop().connect_accepted_socket(
+                lambda: connection, conn, ssl=self.context, ssl_handshake_timeout=handshake)
+        except (OSError, ssl.SSLError, TimeoutError, asyncio.CancelledError):  # a failed or slow handshake
+            conn.close()
+            connection.release()
+
+    async def close(self) -> None:
+        self.accepting.cancel()
+        for task in list(self.handshakes):
+            task.cancel()
+        await asyncio.gather(self.accepting, *self.handshakes, return_exceptions=True)
+        self.sock.close()
+
+
+@dataclass
+class _Listening:
+    runner: web.AppRunner
+    listener: _Listener
+
+
 class Servers:
     """The listening endpoints of one process; `start()` binds, `stop()` closes them."""
 
     def __init__(self) -> None:
-        self._runners: list[web.AppRunner] = []
+        self._listening: list[_Listening] = []
 
     async def start(self, app: web.Application, address: str, what: str,
-                    ssl_context: ssl.SSLContext | None = None) -> None:
+                    ssl_context: ssl.SSLContext | None = None, limits: Limits | None = None,
+                    on_refused: Callable[[str], None] = lambda limit: None) -> ConnectionGate | None:
+        """Serve `app` on `address` within `limits` (`on_refused(limit)` for each connection refused and each request
+        past its deadline); its gate, None when the address turns it off."""
         parsed = parse_address(address)
         if parsed is None:
-            return
+            return None
         host, port = parsed
-        runner = web.AppRunner(app, access_log=None, handle_signals=False)
+        limits = limits if limits is not None else Limits()
+        app.middlewares.append(request_deadline(limits, on_refused))
+        runner = web.AppRunner(app, access_log=None, handle_signals=False, handler_cancellation=True,
+                               **limits.handler_args())
         await runner.setup()
-        self._runners.append(runner)
-        await web.TCPSite(runner, host, port, reuse_address=True, ssl_context=ssl_context).start()
+        handler = runner.server
+        assert handler is not None  # set up above
+        try:
+            sock = listening_socket(host, port)
+        except BaseException:
+            await runner.cleanup()
+            raise
+        gate = ConnectionGate(limits, what, on_refused)
+        self._listening.append(_Listening(runner, _Listener(sock, gate, handler, ssl_context)))
         log.info("serving " + what, address=address)
+        return gate
 
     async def stop(self) -> None:
-        for runner in reversed(self._runners):
-            await runner.cleanup()
-        self._runners.clear()
+        for listening in reversed(self._listening):
+            await listening.listener.close()
+            await listening.runner.cleanup()
+        self._listening.clear()

@@ -136,7 +136,7 @@ async def certificates(client: KubeClient, hosts: list[str], ref: SecretRef | No
     try:
         ca, outcome = await shared_ca(client, ref, now)
     except ApiError as error:
-        if error.status == 403:  # e.g. the image upgraded before the RBAC: serve on, as before the Secret
+        if error.forbidden:  # e.g. the image upgraded before the RBAC: serve on, as before the Secret
             log.error("status endpoint CA: the Secret is refused, so this process serves under a CA of its own and a "
                       "restart rewrites the CA in every job's ConfigMap; its ServiceAccount needs secrets create, "
                       "and get and update on the Secret (deploy/base/rbac.yaml, Role mpiop-status-endpoint)",
@@ -145,3 +145,60 @@ async def certificates(client: KubeClient, hosts: list[str], ref: SecretRef | No
         raise CASecretError(f"status endpoint CA Secret {ref}: {error}") from None
     log.info(f"status endpoint CA {outcome}", secret=str(ref), not_after=ca.cert.not_valid_after_utc.isoformat())
     return Certificates(hosts, now, ca)
+
+
+SWITCH_AFTER = dt.timedelta(hours=1)
+
+
+@dataclass
+class Renewal:
+    """The CA renewed before it ends, with no moment at which a job's pods do not trust the endpoint. Checked hourly
+    by the leader: within RENEW_BEFORE of the served CA's end, `shared_ca` makes the next one in the Secret (or
+    reads the one another process made); it is given to the jobs' pods beside the current one (`trusted`, written
+    into each job's ConfigMap by the next resync, and into the GPU layout webhook's caBundle), and served
+    SWITCH_AFTER later. A standby that takes over catches up the same way. Before, the CA was renewed only when a
+    process started: one running for a year served under an expired CA."""
+
+    certificates: Certificates
+    ref: SecretRef | None  # None: a CA of this process's own, renewed here alike
+    next_ca: CA | None = None
+    given: dt.datetime | None = None
+
+    @property
+    def serving(self) -> CA:
+        assert self.certificates.ca is not None  # set by Certificates.__post_init__
+        return self.certificates.ca
+
+    def trusted(self) -> str:
+        """The CA the pods must trust: the served one, and the next one once it is known."""
+        return self.serving.cert_pem + (self.next_ca.cert_pem if self.next_ca is not None else "")
+
+    async def check(self, client: KubeClient, now: dt.datetime) -> bool:
+        """Whether `trusted()` changed. An error reading or writing the Secret is logged: the next check tries again."""
+        try:
+            if self.ref is not None:
+                latest, _ = await shared_ca(client, self.ref, now)
+            elif self.serving.valid_for(now) <= RENEW_BEFORE:
+                latest = self.next_ca or CA.generate(now)
+            else:
+                latest = self.serving
+        except (ApiError, OSError, CASecretError) as error:
+            log.warning("status endpoint CA: could not check its Secret; trying again within the hour",
+                        secret=str(self.ref), error=str(error)[:300])
+            return False
+        if latest.cert == self.serving.cert:
+            return False
+        if self.next_ca is None or latest.cert != self.next_ca.cert:
+            self.next_ca, self.given = latest, now
+            log.info("status endpoint CA: the next one is given to the jobs' pods beside the current one",
+                     secret=str(self.ref), serving_until=self.serving.cert.not_valid_after_utc.isoformat(),
+                     switch_after=SWITCH_AFTER.total_seconds())
+            return True
+        if self.given is not None and now - self.given < SWITCH_AFTER:
+            return False
+        self.certificates.ca, self.certificates.ca_pem = latest, latest.cert_pem
+        self.certificates.issue(now)
+        self.next_ca = self.given = None
+        log.info("status endpoint CA renewed: serving under the next one", secret=str(self.ref),
+                 not_after=latest.cert.not_valid_after_utc.isoformat())
+        return True

@@ -16,9 +16,10 @@ from __future__ import annotations
 
 import asyncio
 import datetime as dt
-import hashlib
 import os
+import re
 import time
+import unicodedata
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
@@ -27,81 +28,53 @@ import structlog
 from aiohttp import web
 from pydantic import ValidationError
 
-from mpiop import metrics
+from mpiop import metrics, names
 from mpiop.api.raw import JSON
 from mpiop.api.v2beta1 import MPIJob, TrainerStatus
 from mpiop.controller.caches import Caches
+from mpiop.controller.token_reviews import PostRefusedError, Refused, Reviewer, TokenReviews
 from mpiop.desired import status_report
-from mpiop.kube.client import MPIJOBS, PODS, ApiError, KubeClient, Resource
+from mpiop.kube.client import MPIJOBS, PODS, ApiError, KubeClient
+
+__all__ = ["PostRefusedError", "Reviewer", "StatusWriter", "TokenReviews", "check_reporter", "parse_report",
+           "status_app"]
 
 log = structlog.get_logger(__name__)
-TOKEN_REVIEWS = Resource("authentication.k8s.io", "v1", "tokenreviews", "TokenReview", namespaced=False)
-POD_NAME_CLAIM = "authentication.kubernetes.io/pod-name"
-POD_UID_CLAIM = "authentication.kubernetes.io/pod-uid"
 BODY_LIMIT = 64 * 1024
-REVIEW_SECONDS = 60.0  # a token accepted is trusted this long without asking again
-REFUSED_REVIEW_SECONDS = 10.0
 REPORT_FIELDS = ("progressPercentage", "estimatedRemainingSeconds", "metrics", "lastUpdatedTime")
 SERVING_LABEL = "mpiop.kubeflow.org/status-endpoint"
 SERVING = "serving"
+DNS1123_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
+DNS1123_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
+# What a metric's name or value may not hold: `kubectl mpijob status` prints them to terminals. Control characters
+# (Cc: ESC starts a terminal escape), format characters (Cf: the bidirectional overrides reorder what is shown),
+# line and paragraph separators, surrogates.
+UNPRINTABLE = frozenset({"Cc", "Cf", "Zl", "Zp", "Cs"})
 
 
-class PostRefusedError(Exception):
-    """A post refused: the HTTP status, a short reason (the metric's label) and the message the client gets."""
-
-    def __init__(self, code: int, reason: str, message: str) -> None:
-        super().__init__(message)
-        self.code, self.reason, self.message = code, reason, message
-
-
-@dataclass(frozen=True)
-class Reviewer:
-    """Who the apiserver says a token belongs to: the pod it was bound to, and the account's namespace."""
-
-    namespace: str
-    pod_name: str
-    pod_uid: str
+def check_path(namespace: str, name: str) -> None:
+    """The URL's namespace and name as Kubernetes names them (so nothing else is logged or looked up); else a 400
+    naming the segment."""
+    if len(namespace) > 63 or not DNS1123_LABEL.fullmatch(namespace):
+        raise PostRefusedError(400, "bad_path", "the path's namespace segment is not a namespace name "
+                                                "(a DNS-1123 label: at most 63 of a-z, 0-9, '-')")
+    if len(name) > 253 or not DNS1123_SUBDOMAIN.fullmatch(name):
+        raise PostRefusedError(400, "bad_path", "the path's mpijobs name segment is not an MPIJob name "
+                                                "(a DNS-1123 subdomain: at most 253 of a-z, 0-9, '-', '.')")
 
 
-class TokenReviews:
-    """TokenReview against mpiop's audience, cached by the token's hash (accepted and refused alike)."""
-
-    def __init__(self, client: KubeClient, clock: Callable[[], float] = time.monotonic) -> None:
-        self.client = client
-        self.clock = clock
-        self._cache: dict[str, tuple[float, Reviewer | PostRefusedError]] = {}
-
-    async def review(self, token: str) -> Reviewer:
-        key = hashlib.sha256(token.encode()).hexdigest()
-        now = self.clock()
-        cached = self._cache.get(key)
-        if cached is None or cached[0] <= now:
-            found = await self._ask(token)
-            ttl = REVIEW_SECONDS if isinstance(found, Reviewer) else REFUSED_REVIEW_SECONDS
-            if len(self._cache) > 100_000:  # tokens of gone pods: forget them all rather than grow
-                self._cache.clear()
-            cached = self._cache[key] = (now + ttl, found)
-        if isinstance(cached[1], PostRefusedError):
-            raise cached[1]
-        return cached[1]
-
-    async def _ask(self, token: str) -> Reviewer | PostRefusedError:
-        body = {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenReview",
-                "spec": {"token": token, "audiences": [status_report.AUDIENCE]}}
-        status = (await self.client.create(TOKEN_REVIEWS, None, body)).get("status") or {}
-        if not status.get("authenticated"):
-            why = status.get("error") or "not authenticated"
-            return PostRefusedError(401, "unauthenticated",
-                                    f"the token was refused (audience {status_report.AUDIENCE}): {why}")
-        if status_report.AUDIENCE not in (status.get("audiences") or []):
-            return PostRefusedError(401, "unauthenticated", f"the token is not for audience {status_report.AUDIENCE}")
-        user = status.get("user") or {}
-        parts = str(user.get("username", "")).split(":")
-        extra = user.get("extra") or {}
-        pod_name, pod_uid = (extra.get(POD_NAME_CLAIM) or [""])[0], (extra.get(POD_UID_CLAIM) or [""])[0]
-        if len(parts) != 4 or parts[:2] != ["system", "serviceaccount"] or not pod_name or not pod_uid:
-            return PostRefusedError(403, "not_a_pod", "the token is not a pod's service-account token")
-        return Reviewer(parts[2], pod_name, pod_uid)
+def its_own_pod(job: MPIJob, pod_name: str, labels: Mapping[str, str]) -> bool:
+    """Whether a pod has a name the job's own pods carry (its current attempt's launcher, or a worker below its
+    replicas) and the job's labels for that role: anyone who may create pods in the namespace can forge a controller
+    reference to the job, but not take the name of a pod the job has."""
+    if pod_name == names.launcher_name(job, job.status.restart_count or 0):
+        role = names.LAUNCHER_ROLE
+    elif (index := names.worker_index(job, pod_name)) is not None and index < job.spec.worker_replicas:
+        role = names.WORKER_ROLE
+    else:
+        return False
+    wanted = {**names.job_labels(job), names.JOB_ROLE_LABEL: role}
+    return all(labels.get(key) == value for key, value in wanted.items())
 
 
 def check_reporter(job: JSON | None, pod: JSON | None, namespace: str, name: str, who: Reviewer) -> MPIJob:
@@ -118,6 +91,11 @@ def check_reporter(job: JSON | None, pod: JSON | None, namespace: str, name: str
     owners = [o.get("uid") for o in meta.get("ownerReferences") or [] if o.get("controller")]
     if pod is None or meta.get("uid") != who.pod_uid or owners != [parsed.metadata.uid]:
         raise PostRefusedError(403, "other_job", f"pod {who.namespace}/{who.pod_name} is not a pod of MPIJob {key}")
+    if not its_own_pod(parsed, who.pod_name, meta.get("labels") or {}):
+        raise PostRefusedError(403, "not_its_pod", f"pod {who.namespace}/{who.pod_name} names MPIJob {key} as its "
+                                                   "controller, but its name or labels are not those of a pod of "
+                                                   "the job (its current launcher, or a worker below its "
+                                                   "replicas)")
     return parsed
 
 
@@ -136,6 +114,12 @@ def parse_report(body: bytes, now: dt.datetime) -> TrainerStatus:
         problems = "; ".join(f"trainerStatus.{'.'.join(str(p) for p in e['loc'])}: {e['msg']}"
                              for e in error.errors()[:5])
         raise PostRefusedError(422, "out_of_range", problems) from None
+    for index, metric in enumerate(report.metrics or []):
+        for what, text in (("name", metric.name), ("value", metric.value)):
+            if bad := next((c for c in text if unicodedata.category(c) in UNPRINTABLE), None):
+                raise PostRefusedError(422, "unprintable",
+                                       f"trainerStatus.metrics.{index}.{what}: holds U+{ord(bad):04X}, a control "
+                                       "character or a format character")
     if report.last_updated_time is None or report.last_updated_time > now:
         report.last_updated_time = now
     return report
@@ -146,7 +130,9 @@ class StatusWriter:
     """The last report of each job, written at most once per `interval` seconds per job, and at most
     `in_flight` of them at once: progress is the least urgent write mpiop makes, and a thousand jobs' reports
     sent all at once would queue every reconcile's writes (a new job's first status) behind them at the
-    apiserver. A report that waits for its turn is replaced by a newer one meanwhile, so it is never stale."""
+    apiserver. A report that waits for its turn is replaced by a newer one meanwhile, so it is never stale.
+    A job is kept only while it has a report to write or its interval since the last write runs: one that stops
+    reporting (or is deleted) is forgotten then."""
 
     client: KubeClient
     interval: float = 10.0
@@ -154,7 +140,6 @@ class StatusWriter:
     in_flight: int = 4
     _slots: asyncio.Semaphore = field(init=False)
     _pending: dict[tuple[str, str], TrainerStatus] = field(default_factory=dict)
-    _last: dict[tuple[str, str], float] = field(default_factory=dict)
     _tasks: dict[tuple[str, str], asyncio.Task[None]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -164,28 +149,38 @@ class StatusWriter:
         key = (namespace, name)
         self._pending[key] = report
         if key not in self._tasks:
-            wait = max(0.0, self._last.get(key, -self.interval) + self.interval - self.clock())
-            self._tasks[key] = asyncio.create_task(self._write_after(key, wait), name=f"status-{namespace}/{name}")
+            self._tasks[key] = asyncio.create_task(self._write_while_reported(key), name=f"status-{namespace}/{name}")
 
-    async def _write_after(self, key: tuple[str, str], wait: float) -> None:
+    def jobs(self) -> set[tuple[str, str]]:
+        """The jobs kept: a report to write, or within their interval after a write."""
+        return set(self._tasks) | set(self._pending)
+
+    async def _write_while_reported(self, key: tuple[str, str]) -> None:
+        """Write the job's report; then, after the interval, the one posted meanwhile, if any; else forget the job."""
         try:
-            await asyncio.sleep(wait)
-            async with self._slots:
-                report = self._pending.pop(key)
-                self._last[key] = self.clock()
-                patch = {"status": {"trainerStatus": {**dict.fromkeys(REPORT_FIELDS), **report.to_json()}}}
-                await self.client.patch(MPIJOBS, key[0], key[1], patch, subresource="status")
+            while key in self._pending:
+                async with self._slots:
+                    report = self._pending.pop(key, None)
+                    started = self.clock()
+                    if report is not None and not await self._write(key, report):
+                        self._pending.pop(key, None)  # the job is gone: so are its reports
+                        return
+                await asyncio.sleep(max(0.0, started + self.interval - self.clock()))
+        finally:
+            self._tasks.pop(key, None)
+
+    async def _write(self, key: tuple[str, str], report: TrainerStatus) -> bool:
+        """Write one report; False when the job is not found."""
+        patch = {"status": {"trainerStatus": {**dict.fromkeys(REPORT_FIELDS), **report.to_json()}}}
+        try:
+            await self.client.patch(MPIJOBS, key[0], key[1], patch, subresource="status")
         except ApiError as error:
             log.warning("a job's progress could not be written", job=f"{key[0]}/{key[1]}", code=error.status,
                         error=error.message[:200])
-            if error.not_found:
-                self._last.pop(key, None)
+            return not error.not_found
         except (OSError, RuntimeError) as error:
             log.warning("a job's progress could not be written", job=f"{key[0]}/{key[1]}", error=str(error)[:200])
-        finally:
-            self._tasks.pop(key, None)
-            if key in self._pending:  # a post came in while writing: its turn after the interval
-                self.offer(key[0], key[1], self._pending[key])
+        return True
 
     async def close(self) -> None:
         tasks = list(self._tasks.values())
@@ -215,7 +210,7 @@ class OwnPod:
             await client.patch(PODS, self.namespace, self.name,
                                {"metadata": {"labels": {SERVING_LABEL: SERVING if serving else None}}})
         except (ApiError, OSError) as error:
-            forbidden = isinstance(error, ApiError) and error.status == 403
+            forbidden = isinstance(error, ApiError) and error.forbidden
             log.error("could not label this process's pod for the status Service" + (
                 ": its ServiceAccount needs pods patch in its namespace (deploy/base/rbac.yaml)" if forbidden else ""),
                 pod=f"{self.namespace}/{self.name}", label=SERVING_LABEL, serving=serving, error=str(error)[:200])
@@ -223,17 +218,29 @@ class OwnPod:
         return True
 
 
+def _refusal(refused: PostRefusedError) -> web.Response:
+    response = web.json_response({"kind": "Status", "status": "Failure", "code": refused.code,
+                                  "reason": refused.reason, "message": refused.message}, status=refused.code)
+    if refused.retry_after is not None:
+        response.headers["Retry-After"] = str(refused.retry_after)
+    return response
+
+
 def status_app(caches: Caches, reviews: TokenReviews, writer: StatusWriter,
                now: Callable[[], dt.datetime] = lambda: dt.datetime.now(dt.UTC),
                stop_notice: Callable[[MPIJob], JSON | None] = lambda job: None) -> web.Application:
-    """`stop_notice`: what a job that is stopping tells its ranks in the 202 (policies/graceful_stop.notice)."""
+    """`stop_notice`: what a job that is stopping tells its ranks in the 202 (policies/graceful_stop.notice). A slow
+    body is bounded by the server's request deadline (server.request_deadline)."""
     async def post(request: web.Request) -> web.Response:
         namespace, name = request.match_info["namespace"], request.match_info["name"]
         try:
+            check_path(namespace, name)
             header = request.headers.get("Authorization", "")
             if not header.startswith("Bearer ") or not header[7:].strip():
                 raise PostRefusedError(401, "no_token", "no bearer token: send the file $MPIOP_STATUS_TOKEN names")
-            who = await reviews.review(header[7:].strip())
+            who = await reviews.review(header[7:].strip(), request.remote or "")
+            if isinstance(who, Refused):
+                raise who.error()
             job = check_reporter(caches.mpijobs.get(f"{namespace}/{name}"),
                                  caches.pods.get(f"{who.namespace}/{who.pod_name}"), namespace, name, who)
             if request.content_length is not None and request.content_length > BODY_LIMIT:
@@ -241,9 +248,9 @@ def status_app(caches: Caches, reviews: TokenReviews, writer: StatusWriter,
             report = parse_report(await request.read(), now())
         except PostRefusedError as refused:
             metrics.STATUS_POSTS.labels(str(refused.code), refused.reason).inc()
-            log.info("progress post refused", job=f"{namespace}/{name}", code=refused.code, why=refused.message)
-            return web.json_response({"kind": "Status", "status": "Failure", "code": refused.code,
-                                      "reason": refused.reason, "message": refused.message}, status=refused.code)
+            key = f"{namespace}/{name}" if refused.reason != "bad_path" else ascii(f"{namespace}/{name}"[:120])
+            log.info("progress post refused", job=key, code=refused.code, why=refused.message)
+            return _refusal(refused)
         except web.HTTPRequestEntityTooLarge:
             metrics.STATUS_POSTS.labels("413", "too_large").inc()
             raise

@@ -102,6 +102,10 @@ class ApiError(Exception):
         return self.status == 409
 
     @property
+    def forbidden(self) -> bool:
+        return self.status == 403
+
+    @property
     def already_exists(self) -> bool:
         return self.status == 409 and self.reason == "AlreadyExists"
 

@@ -7,6 +7,7 @@ progress a training loop reports) are shown when present without this version kn
 from __future__ import annotations
 
 import datetime as dt
+import unicodedata
 from collections.abc import Sequence
 from typing import Any
 
@@ -56,6 +57,19 @@ def last_failure(job: MPIJob, attempt_config_maps: Sequence[JSON] = ()) -> str |
     return " ".join(p for p in parts if p)
 
 
+# What a terminal must not be handed raw: control characters (ESC starts an escape sequence), format characters (the
+# bidirectional overrides reorder what is shown), line and paragraph separators, surrogates.
+UNPRINTABLE = frozenset({"Cc", "Cf", "Zl", "Zp", "Cs"})
+
+
+def printable(text: str) -> str:
+    """`text` with every unprintable character escaped as Python writes it (\\x1b, \\u202e): a job's pods write its
+    trainerStatus, and whoever runs `kubectl mpijob status` is someone else."""
+    if not any(unicodedata.category(c) in UNPRINTABLE for c in text):
+        return text
+    return "".join(c.encode("unicode_escape").decode() if unicodedata.category(c) in UNPRINTABLE else c for c in text)
+
+
 def _flatten(value: Any, prefix: str = "") -> list[tuple[str, str]]:
     if isinstance(value, dict):
         return [kv for k, v in value.items() for kv in _flatten(v, f"{prefix}.{k}" if prefix else str(k))]
@@ -86,7 +100,7 @@ def status_text(raw: JSON, attempt_config_maps: list[JSON], now: dt.datetime) ->
     progress = (raw.get("status") or {}).get("trainerStatus")
     if progress:
         lines.append("Progress:")
-        lines += [f"  {key}: {value}" for key, value in _flatten(progress)]
+        lines += [f"  {printable(key)}: {printable(value)}" for key, value in _flatten(progress)]
     else:
         lines.append(f"Progress:         {NONE} (not reported)")
     lines.append("Milestones:")

@@ -13,7 +13,6 @@ from __future__ import annotations
 import base64
 import datetime as dt
 import json
-import ssl
 import time
 from pathlib import Path
 
@@ -35,6 +34,7 @@ from testkit.nodes import gpu_nodes
 from testkit.operator import Cluster, eventually, mpijob
 from testkit.pods import env_of
 from testkit.process import OperatorProcess
+from testkit.progress_posts import client_context, post
 from testkit.rbac import pod_token
 
 AUDIENCE = "mpiop.kubeflow.org"
@@ -65,11 +65,9 @@ def _expired_token(control_plane: ControlPlane, namespace: str, pod: JSON) -> st
 
 
 async def _post(url: str, ca: str, token: str | None, body: bytes) -> tuple[int, JSON]:
-    context = ssl.create_default_context(cadata=ca)
-    headers = {"Content-Type": "application/json", **({"Authorization": f"Bearer {token}"} if token else {})}
-    async with aiohttp.ClientSession() as session, session.post(url, data=body, headers=headers,
-                                                                 ssl=context) as response:
-        return response.status, await response.json()
+    async with aiohttp.ClientSession() as session:
+        code, answer, _ = await post(session, url, token, body, client_context(ca))
+        return code, answer
 
 
 async def test_only_the_jobs_own_pods_write_its_progress(control_plane: ControlPlane, cluster: Cluster,

@@ -93,6 +93,20 @@ def test_status_shows_reported_progress_whatever_its_shape() -> None:
     assert "loss" in out and "0.42" in out
 
 
+def test_status_escapes_what_a_terminal_would_act_on() -> None:
+    """A job's pods write its trainerStatus (an older mpiop took any characters): an escape sequence or a
+    bidirectional override is shown escaped, not handed to the terminal of whoever runs `kubectl mpijob status`."""
+    raw = restarted_once()
+    raw["status"]["trainerStatus"] = {"progressPercentage": 40, "\x1b]0;pwned\x07": "x",
+                                      "note": "done\u202e\x1b[2J\nFAKE: line",
+                                      "metrics": [{"name": "loss\x1b[31m", "value": "0.42"}]}
+    out = status_text(raw, [], NOW)
+    assert not any(c in out for c in "\x1b\x07\u202e")
+    assert "  \\x1b]0;pwned\\x07: x\n" in out
+    assert "  note: done\\u202e\\x1b[2J\\nFAKE: line\n" in out
+    assert "loss\\x1b[31m" in out
+
+
 @pytest.mark.parametrize(("saved", "expected"), [
     (SAVED, SUMMARY.splitlines()[0]),  # the attempt's saved report
     ([], "attempt 0 pi-worker-1 ranks 2-3 node n1 container main Error exit 1"),  # only status.lastFailure

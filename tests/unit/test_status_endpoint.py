@@ -16,24 +16,58 @@ from mpiop.controller.status_endpoint import (
     PostRefusedError,
     Reviewer,
     StatusWriter,
+    check_path,
     check_reporter,
     parse_report,
 )
-from mpiop.kube.client import KubeClient, Resource
+from mpiop.kube.client import ApiError, KubeClient, Resource
 from testkit.mpijobs import at, make_mpijob
 from testkit.waits import until
 
-JOB = make_mpijob("pa", "ns").uid("job-uid").json()
+JOB = make_mpijob("pa", "ns").uid("job-uid").workers(2).json()
+RESTARTED = make_mpijob("pa", "ns").uid("job-uid").workers(2).status(restart_count=2).json()
 WHO = Reviewer("ns", "pa-worker-0", "pod-uid")
+WORKER_LABELS = {"training.kubeflow.org/operator-name": "mpi-operator", "training.kubeflow.org/job-name": "pa",
+                 "training.kubeflow.org/job-role": "worker", "training.kubeflow.org/replica-index": "0"}
+LAUNCHER_LABELS = {**WORKER_LABELS, "training.kubeflow.org/job-role": "launcher"}
 
 
-def pod(uid: str = "pod-uid", owner: str = "job-uid") -> dict[str, object]:
-    return {"metadata": {"name": "pa-worker-0", "namespace": "ns", "uid": uid,
+def pod(uid: str = "pod-uid", owner: str = "job-uid", name: str = "pa-worker-0",
+        labels: dict[str, str] | None = None) -> dict[str, object]:
+    return {"metadata": {"name": name, "namespace": "ns", "uid": uid,
+                         "labels": WORKER_LABELS if labels is None else labels,
                          "ownerReferences": [{"kind": "MPIJob", "name": "pa", "uid": owner, "controller": True}]}}
 
 
-def test_the_jobs_own_pod_may_report() -> None:
-    assert check_reporter(JOB, pod(), "ns", "pa", WHO).metadata.name == "pa"
+@pytest.mark.parametrize(("job", "name", "labels"), [
+    (JOB, "pa-worker-0", WORKER_LABELS),
+    (JOB, "pa-worker-1", WORKER_LABELS),
+    (JOB, "pa-launcher", LAUNCHER_LABELS),
+    (RESTARTED, "pa-launcher-2", LAUNCHER_LABELS),
+], ids=["worker-0", "last-worker", "launcher", "restarted-launcher"])
+def test_the_jobs_own_pod_may_report(job: dict[str, object], name: str, labels: dict[str, str]) -> None:
+    found = pod(name=name, labels=labels)
+    assert check_reporter(job, found, "ns", "pa", Reviewer("ns", name, "pod-uid")).metadata.name == "pa"
+
+
+@pytest.mark.parametrize(("job", "name", "labels"), [
+    (JOB, "pa-worker-2", WORKER_LABELS),  # beyond the job's 2 replicas
+    (JOB, "pa-worker-00", WORKER_LABELS),
+    (JOB, "reporter", WORKER_LABELS),
+    (JOB, "pa-worker-0", {}),
+    (JOB, "pa-worker-0", {**WORKER_LABELS, "training.kubeflow.org/job-name": "pb"}),
+    (JOB, "pa-worker-0", LAUNCHER_LABELS),  # a worker's name with the launcher's role
+    (RESTARTED, "pa-launcher", LAUNCHER_LABELS),  # the first attempt's launcher, kept for its log
+], ids=["worker-beyond-replicas", "padded-index", "another-name", "no-labels", "another-jobs-label", "wrong-role",
+        "old-attempts-launcher"])
+def test_a_pod_with_a_forged_controller_reference_is_refused(job: dict[str, object], name: str,
+                                                             labels: dict[str, str]) -> None:
+    """Anyone who may create pods in the namespace can name the job as a pod's controller: the pod must also have a
+    name and labels of the job's own pods, so it cannot post the job's progress (and hide a hung job)."""
+    with pytest.raises(PostRefusedError) as refused:
+        check_reporter(job, pod(name=name, labels=labels), "ns", "pa", Reviewer("ns", name, "pod-uid"))
+    assert (refused.value.code, refused.value.reason) == (403, "not_its_pod")
+    assert f"pod ns/{name} names MPIJob ns/pa as its controller" in refused.value.message
 
 
 @pytest.mark.parametrize(
@@ -78,9 +112,16 @@ NOW = at(100)
         (json.dumps({"trainerStatus": {"metrics": [{"name": f"m{i}", "value": "1"} for i in range(33)]}}).encode(),
          422, "trainerStatus.metrics: List should have at most 32 items"),
         (b'{"trainerStatus": {"lastUpdatedTime": "yesterday"}}', 422, "trainerStatus.lastUpdatedTime: Input should be"),
+        (json.dumps({"trainerStatus": {"metrics": [{"name": "loss", "value": "1"},
+                                                   {"name": "\x1b[2Jloss", "value": "1"}]}}).encode(), 422,
+         "trainerStatus.metrics.1.name: holds U+001B, a control character or a format character"),
+        (json.dumps({"trainerStatus": {"metrics": [{"name": "loss", "value": "0.3\u202e"}]}}).encode(), 422,
+         "trainerStatus.metrics.0.value: holds U+202E"),
+        (json.dumps({"trainerStatus": {"metrics": [{"name": "loss", "value": "0.3\n"}]}}).encode(), 422,
+         "trainerStatus.metrics.0.value: holds U+000A"),
     ],
     ids=["not-json", "not-object", "not-wrapped", "negative", "over-100", "negative-eta", "empty-metric-name",
-         "too-many-metrics", "bad-time"],
+         "too-many-metrics", "bad-time", "escape-in-name", "bidi-override-in-value", "newline-in-value"],
 )
 def test_bad_bodies(body: bytes, code: int, message: str) -> None:
     with pytest.raises(PostRefusedError) as refused:
@@ -151,3 +192,55 @@ async def test_progress_writes_wait_for_a_slot_and_then_write_the_newest_report(
 ])
 def test_own_pod_from_the_downward_api(env: dict[str, str], found: OwnPod | None) -> None:
     assert OwnPod.from_env(env) == found
+
+
+@pytest.mark.parametrize(("status", "forbidden"), [(403, True), (401, False), (404, False)])
+def test_api_error_forbidden(status: int, forbidden: bool) -> None:
+    """What OwnPod.mark and the CA's Secret ask of a refusal: a 403 is RBAC's, and the log says what to grant."""
+    assert ApiError(status, {"reason": "Forbidden"}, "PATCH", "/api/v1/namespaces/x/pods/y").forbidden is forbidden
+
+
+@pytest.mark.parametrize(("namespace", "name", "segment"), [
+    ("NS", "pa", "namespace"),
+    ("ns\x1b[31m", "pa", "namespace"),
+    ("n" * 64, "pa", "namespace"),
+    ("ns", "pa\nINFO forged line", "mpijobs name"),
+    ("ns", "-pa", "mpijobs name"),
+    ("ns", "p" * 254, "mpijobs name"),
+], ids=["upper-case", "escape", "too-long-namespace", "newline", "leading-dash", "too-long-name"])
+def test_a_path_that_names_no_job_is_refused(namespace: str, name: str, segment: str) -> None:
+    """Checked before anything is looked up or logged: the console log printed the job's name from the URL as sent."""
+    with pytest.raises(PostRefusedError) as refused:
+        check_path(namespace, name)
+    assert (refused.value.code, refused.value.reason) == (400, "bad_path")
+    assert f"the path's {segment} segment" in refused.value.message
+
+
+def test_a_jobs_own_path_is_fine() -> None:
+    check_path("team-a", "pi.v2")
+    check_path("a" * 63, "p" * 253)
+
+
+class Patches:
+    """KubeClient.patch for the writer: each write noted, the job named `gone` answered 404."""
+
+    def __init__(self) -> None:
+        self.written: list[str] = []
+
+    async def patch(self, resource: Resource, namespace: str, name: str, body: JSON, subresource: str = "") -> JSON:
+        self.written.append(name)
+        if name == "gone":
+            raise ApiError(404, {"reason": "NotFound"}, "PATCH", f"/mpijobs/{name}/status")
+        return {}
+
+
+async def test_the_writer_forgets_a_job_once_its_interval_passes_or_it_is_gone() -> None:
+    """It kept every job that ever reported (the time of its last write) until a write was answered 404."""
+    client = Patches()
+    writer = StatusWriter(cast(KubeClient, client), interval=0.0)
+    writer.offer("ns", "done", TrainerStatus(progress_percentage=100))
+    writer.offer("ns", "gone", TrainerStatus(progress_percentage=1))
+    assert writer.jobs() == {("ns", "done"), ("ns", "gone")}
+    await until(lambda: not writer.jobs(), "both jobs forgotten")
+    assert sorted(client.written) == ["done", "gone"]
+    await writer.close()

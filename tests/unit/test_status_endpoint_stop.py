@@ -16,6 +16,8 @@ from mpiop.policies import graceful_stop
 from testkit.mpijobs import at, make_mpijob
 
 POD = {"metadata": {"name": "pa-worker-0", "namespace": "ns", "uid": "pod-uid",
+                    "labels": {"training.kubeflow.org/operator-name": "mpi-operator",
+                               "training.kubeflow.org/job-name": "pa", "training.kubeflow.org/job-role": "worker"},
                     "ownerReferences": [{"kind": "MPIJob", "name": "pa", "uid": "job-uid", "controller": True}]}}
 
 
@@ -34,7 +36,7 @@ class FakeCaches:
 
 
 class FakeReviews:
-    async def review(self, token: str) -> Reviewer:
+    async def review(self, token: str, source: str) -> Reviewer:
         return Reviewer("ns", "pa-worker-0", "pod-uid")
 
 

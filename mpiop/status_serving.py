@@ -1,0 +1,109 @@
+"""The status endpoint as `mpiop run` serves it (the process layer's, apart from the flags): its certificates and
+their renewal, its limits, the TokenReviews' own client, and the GPU layout webhook beside it. `namespace` is the
+process's own (process.own_namespace), where the CA's Secret is by default.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import dataclasses
+import datetime as dt
+
+import structlog
+
+from mpiop import metrics
+from mpiop.certs import Certificates
+from mpiop.controller import layout_webhook, status_ca
+from mpiop.controller.manager import Manager
+from mpiop.controller.status_endpoint import OwnPod, StatusWriter, status_app
+from mpiop.controller.token_reviews import ReviewLimits, TokenReviews
+from mpiop.desired.status_report import StatusEndpoint
+from mpiop.kube.client import KubeClient
+from mpiop.policies import graceful_stop
+from mpiop.server import REQUEST_TIMEOUT, Limits, Servers
+
+log = structlog.get_logger(__name__)
+
+
+async def status_certificates(args: argparse.Namespace, client: KubeClient, namespace: str) -> Certificates | None:
+    """The status endpoint's serving certificate, signed by the CA of --status-ca-secret (made there if need be)."""
+    if not args.status_endpoint:
+        return None
+    try:
+        hosts = status_ca.endpoint_hosts(args.status_url)
+        ref = status_ca.parse_secret_ref(args.status_ca_secret, namespace)
+        return await status_ca.certificates(client, hosts, ref, dt.datetime.now(dt.UTC))
+    except (ValueError, status_ca.CASecretError) as error:
+        raise SystemExit(str(error)) from None
+
+
+def server_limits(args: argparse.Namespace) -> Limits:
+    return Limits(max_connections=args.status_max_connections,
+                  max_connections_per_source=args.status_max_connections_per_source,
+                  idle_seconds=args.status_idle_seconds, max_headers=args.status_max_headers,
+                  max_header_bytes=args.status_max_header_bytes, request_seconds=args.status_request_seconds)
+
+
+def review_limits(args: argparse.Namespace) -> ReviewLimits:
+    return ReviewLimits(in_flight=args.status_review_in_flight, per_source_qps=args.status_review_per_source_qps,
+                        per_source_burst=args.status_review_per_source_burst, cache_size=args.status_token_cache_size,
+                        queue=args.status_review_queue)
+
+
+def count_refusal(limit: str) -> None:
+    """A connection closed at a limit (code 0: no answer was sent), or a request past its deadline (408), in the
+    posts' counter."""
+    metrics.STATUS_POSTS.labels("408" if limit == REQUEST_TIMEOUT else "0", limit).inc()
+
+
+CA_CHECK_SECONDS = 3600.0
+
+
+def trust(manager: Manager, url: str, ca_pem: str) -> None:
+    """Have the jobs' pods trust `ca_pem`: the settings each reconcile decides by, so the next pass of each job (the
+    resync, every --resync-seconds) writes it into the job's ConfigMap, whence the kubelet gives it to its pods."""
+    settings = dataclasses.replace(manager.reconciler.settings, status_endpoint=StatusEndpoint(url, ca_pem))
+    manager.config.settings = manager.reconciler.settings = settings
+
+
+async def serve_status(servers: Servers, manager: Manager, client: KubeClient, args: argparse.Namespace,
+                       certificates: Certificates, leading: asyncio.Event | None,
+                       labelled: tuple[OwnPod, KubeClient] | None, namespace: str) -> None:
+    """The status endpoint, once leading (only the leader may write): it serves until the process stops. Hourly,
+    its serving certificate is renewed from the same CA when due, and the CA itself before it ends
+    (status_ca.Renewal: the jobs' pods are given the next CA beside the current one before it is served). Once it
+    listens, the process's pod is labelled for the Service that routes the jobs' posts, and the GPU layout webhook
+    (served beside it) is given the CA. TokenReviews go through a client of their own (token_reviews)."""
+    if leading is not None:
+        await leading.wait()
+    ref = status_ca.parse_secret_ref(args.status_ca_secret, namespace)
+    renewal = status_ca.Renewal(certificates, ref)
+    review_client = await KubeClient.connect(args.kubeconfig, qps=0, burst=args.status_review_in_flight,
+                                             observer=metrics.observe_request, field_manager=args.field_manager)
+    reviews = TokenReviews(review_client, review_limits(args))
+    writer = StatusWriter(client, interval=args.status_write_seconds)
+    grace = manager.config.settings.stop_grace_seconds
+    app = status_app(manager.caches, reviews, writer, stop_notice=lambda job: graceful_stop.notice(job, grace))
+    webhook = args.gpu_layout_webhook if args.gpu_layout else ""
+    if webhook:
+        layout_webhook.add_route(app, manager.caches.node_list, manager.config.settings.gpu_layout_max_entries)
+    try:
+        await servers.start(app, args.status_addr, "the status endpoint", ssl_context=certificates.context,
+                            limits=server_limits(args), on_refused=count_refusal)
+        if labelled is not None:
+            await labelled[0].mark(labelled[1], serving=True)
+        webhook_trusts = ""
+        while True:
+            if await renewal.check(client, dt.datetime.now(dt.UTC)):  # a standby that took over may serve an old CA
+                trust(manager, args.status_url, renewal.trusted())
+            if webhook and webhook_trusts != renewal.trusted():
+                await layout_webhook.install_ca_bundle(client, webhook, renewal.trusted())
+                webhook_trusts = renewal.trusted()
+            await asyncio.sleep(CA_CHECK_SECONDS)
+            if certificates.rotate_if_due(dt.datetime.now(dt.UTC)):
+                log.info("status endpoint certificate renewed", not_after=certificates.not_after.isoformat())
+    finally:
+        await writer.close()
+        await reviews.close()
+        await review_client.close()

@@ -1,0 +1,112 @@
+"""mpiop.server's limits: the connections a server admits (in all, from one address), counted from accept to close
+whatever happens between, idle connections closed, and aiohttp's request errors logged at most 10 a minute."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import ssl
+
+import pytest
+from aiohttp import web
+
+from devcluster.controlplane import free_port
+from mpiop.certs import Certificates
+from mpiop.server import OVER_CONNECTIONS, OVER_SOURCE_CONNECTIONS, ConnectionGate, EveryMinute, Limits, Servers
+from testkit.operator import eventually
+
+
+def test_the_gate_admits_within_both_limits_and_counts_until_release() -> None:
+    refused: list[str] = []
+    gate = ConnectionGate(Limits(max_connections=3, max_connections_per_source=2), "test", refused.append)
+    assert [gate.admit(s) for s in ("a", "a", "a", "b", "c")] == [None, None, OVER_SOURCE_CONNECTIONS, None,
+                                                                   OVER_CONNECTIONS]
+    assert refused == [OVER_SOURCE_CONNECTIONS, OVER_CONNECTIONS]
+    gate.release("a")
+    assert gate.admit("c") is None
+    for source in ("a", "b", "c"):
+        gate.release(source)
+    assert (gate.open, gate.by_source) == (0, {})
+
+
+def test_request_errors_are_logged_at_most_ten_a_minute() -> None:
+    now = [0.0]
+    limit = EveryMinute(clock=lambda: now[0])
+    records = [logging.LogRecord("aiohttp", logging.ERROR, __file__, 1, "Error handling request", None, None)
+               for _ in range(16)]
+    assert [limit.filter(r) for r in records[:15]] == [True] * 10 + [False] * 5
+    now[0] = 60.0
+    assert limit.filter(records[15])
+    assert records[15].getMessage() == "Error handling request (5 more such records dropped in the last minute)"
+
+
+async def _closed(reader: asyncio.StreamReader, within: float) -> None:
+    """Returns once the server closed the connection (what it still had to send read first); TimeoutError past
+    `within` seconds."""
+    async with asyncio.timeout(within):
+        try:
+            while await reader.read(65536):
+                pass
+        except OSError:
+            pass
+
+
+@pytest.mark.parametrize("tls", [False, True], ids=["http", "https"])
+async def test_a_server_refuses_past_its_limits_and_closes_what_idles(tls: bool) -> None:
+    certificates = Certificates(["127.0.0.1"]) if tls else None
+    async def hello(request: web.Request) -> web.Response:
+        return web.Response(text=str(request.remote))
+
+    app = web.Application()
+    app.router.add_get("/", hello)
+    servers, port = Servers(), free_port()
+    refused: list[str] = []
+    gate = await servers.start(app, f"127.0.0.1:{port}", "test", certificates.context if certificates else None,
+                               Limits(max_connections=10, max_connections_per_source=2, idle_seconds=0.5),
+                               refused.append)
+    assert gate is not None
+    context = ssl.create_default_context(cadata=certificates.ca_pem) if certificates else None
+    try:
+        first = await asyncio.open_connection("127.0.0.1", port, ssl=context)
+        second = await asyncio.open_connection("127.0.0.1", port, ssl=context)
+        first[1].write(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+        assert (await first[0].readline()).startswith(b"HTTP/1.1 200")
+        if context is None:  # closed at once: the first read sees it
+            third = await asyncio.open_connection("127.0.0.1", port)
+            await _closed(third[0], within=2)
+        else:  # closed before the handshake
+            with pytest.raises((OSError, ssl.SSLError)):
+                await asyncio.open_connection("127.0.0.1", port, ssl=context)
+        assert refused == [OVER_SOURCE_CONNECTIONS]
+        # Both idle (one after its answer, one that never asked): closed, and the gate counts none.
+        await _closed(first[0], within=10)
+        await _closed(second[0], within=10)
+
+        async def released() -> bool:
+            return gate.open == 0
+
+        await eventually(released, timeout=10, what="the gate released")
+    finally:
+        await servers.stop()
+
+
+async def test_a_request_whose_body_never_comes_is_a_408_naming_the_flag() -> None:
+    """Past its headers, a request held the connection as long as its body took (the webhook reads up to 3 MiB)."""
+    async def echo(request: web.Request) -> web.Response:
+        return web.Response(body=await request.read())
+
+    app = web.Application()
+    app.router.add_post("/", echo)
+    servers, port = Servers(), free_port()
+    refused: list[str] = []
+    await servers.start(app, f"127.0.0.1:{port}", "test", None, Limits(request_seconds=0.5), refused.append)
+    try:
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        writer.write(b"POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n{")  # and no more
+        assert (await asyncio.wait_for(reader.readline(), 10)).startswith(b"HTTP/1.1 408")
+        answer = await asyncio.wait_for(reader.read(4096), 10)
+        assert b'"reason": "request_timeout"' in answer and b"(--status-request-seconds)" in answer
+        assert refused == ["request_timeout"]
+        writer.close()
+    finally:
+        await servers.stop()
