@@ -32,7 +32,7 @@ from mpiop.api.raw import JSON
 from mpiop.certs import CA_DAYS
 from mpiop.controller import layout_webhook, status_ca
 from mpiop.controller.manager import Manager, ManagerConfig
-from mpiop.controller.status_endpoint import SERVING, SERVING_LABEL, OwnPod, TokenReviews
+from mpiop.controller.status_endpoint import SERVING, SERVING_LABEL, OwnPod, Reviewer, TokenReviews
 from mpiop.desired.settings import Settings
 from mpiop.kube.client import BATCH_JOBS, MPIJOBS, NODES, PODS, SECRETS, ApiError, KubeClient
 from mpiop.leader import LEASES, ElectionConfig, LeaderElector
@@ -102,7 +102,8 @@ async def fail_attempt(cluster: Cluster, name: str, attempt: int = 0) -> str:
 async def review_a_pods_token(cluster: Cluster, client: KubeClient, name: str) -> None:
     """The status endpoint's one request (`tokenreviews create`): a TokenReview of a pod's progress token."""
     pod = await eventually(lambda: cluster.pod(f"{name}-worker-0"), what=f"{name}-worker-0")
-    who = await TokenReviews(client).review(await pod_token(cluster.kube, cluster.ns, pod))
+    who = await TokenReviews(client).review(await pod_token(cluster.kube, cluster.ns, pod), "127.0.0.1")
+    assert isinstance(who, Reviewer), who
     assert (who.namespace, who.pod_name) == (cluster.ns, f"{name}-worker-0")
 
 
