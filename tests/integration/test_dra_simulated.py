@@ -8,7 +8,7 @@ DeviceClass provides it from DRA devices (KEP-5004, alpha gate DRAExtendedResour
 
 Own cluster of 4 fake nodes with no nvidia.com/gpu in their capacity, 8 GPUs each in a ResourceSlice, the two
 alpha gates on every component and resource.k8s.io/v1alpha3 served (the eviction controller waits for its
-DeviceTaintRule informer): docs/e2e.md, "The simulated cluster's feature gates".
+DeviceTaintRule informer): docs/architecture.md, "The simulated cluster's feature gates".
 """
 
 from __future__ import annotations
