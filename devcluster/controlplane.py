@@ -20,7 +20,7 @@ import tempfile
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -105,6 +105,11 @@ class ControlPlane:
     scheduler: bool = False
     tie_to_parent: bool = True
     extra_apiserver_flags: Sequence[str] = ()
+    # Opt-in only (the default control plane runs every component with production defaults): feature gates set
+    # alike on the apiserver, controller-manager and scheduler, e.g. {"DRADeviceTaints": True}, and API groups
+    # the apiserver serves beyond its defaults (--runtime-config), e.g. ("resource.k8s.io/v1alpha3=true",).
+    feature_gates: Mapping[str, bool] = field(default_factory=dict)
+    runtime_config: Sequence[str] = ()
     # More names/IPs on the apiserver's serving cert (e.g. the address pods reach it at on a real node).
     serving_hosts: Sequence[str] = ()
     # A client cert the apiserver shows kubelets (logs, exec) that authenticate clients by the cluster CA.
@@ -199,6 +204,8 @@ class ControlPlane:
             "--allow-privileged=true",
             "--v=1",
             *kubelet_flags,
+            *self.gate_flags(),
+            *([f"--runtime-config={','.join(self.runtime_config)}"] if self.runtime_config else []),
             *self.extra_apiserver_flags,
         ])
         deadline = time.monotonic() + timeout
@@ -221,10 +228,12 @@ class ControlPlane:
                 # Snappy garbage collection and namespace cleanup for tests.
                 "--concurrent-gc-syncs=10",
                 "--v=1",
+                *self.gate_flags(),
             ])
         if self.scheduler:
             self.launch("kube-scheduler", [
                 str(paths["kube-scheduler"]), *client_flags, f"--secure-port={free_port()}", "--v=1",
+                *self.gate_flags(),
             ])
         if self.controller_manager:
             # The ServiceAccount controller making `default` proves the controller manager is serving.
@@ -233,6 +242,13 @@ class ControlPlane:
                 lambda: self.get("/api/v1/namespaces/default/serviceaccounts/default") is not None,
                 deadline,
             )
+
+    def gate_flags(self) -> list[str]:
+        """`--feature-gates=...` for every component, or nothing when none is set (each its own default)."""
+        if not self.feature_gates:
+            return []
+        gates = sorted(self.feature_gates.items())
+        return ["--feature-gates=" + ",".join(f"{gate}={str(on).lower()}" for gate, on in gates)]
 
     def launch(self, name: str, argv: list[str]) -> None:
         """Start one more component (the simulated cluster adds kwok), logging to logs/<name>.log."""

@@ -28,7 +28,7 @@ from __future__ import annotations
 import datetime as dt
 import json
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -99,9 +99,10 @@ _FINISH_STAGE: dict[str, Any] = {
 
 
 def fake_node(name: str, *, gpus: int = 8, cpu: str = "96", memory: str = "1Ti", pods: int = 110) -> dict[str, Any]:
-    """A Node KWOK manages (by annotation), with GPU, CPU, memory and pod capacity."""
-    capacity = {"cpu": cpu, "memory": memory, "pods": str(pods), GPU_RESOURCE: str(gpus),
-                "ephemeral-storage": "1Ti"}
+    """A Node KWOK manages (by annotation), with GPU, CPU, memory and pod capacity. With `gpus=0` it has no
+    nvidia.com/gpu at all, as a node whose GPUs only a DRA driver publishes (ResourceSlices)."""
+    capacity = {"cpu": cpu, "memory": memory, "pods": str(pods), "ephemeral-storage": "1Ti",
+                **({GPU_RESOURCE: str(gpus)} if gpus else {})}
     return {
         "apiVersion": "v1",
         "kind": "Node",
@@ -149,12 +150,16 @@ class SimulatedCluster:
     kwok_parallelism: int = 16
     coscheduler: str = ""
     coscheduler_permit_wait_seconds: int = 10
+    # Opt-in, for the tests of alpha features (DRA device taints, DRA extended resources): on every component.
+    feature_gates: Mapping[str, bool] = field(default_factory=dict)
+    runtime_config: Sequence[str] = ()
     control_plane: ControlPlane = field(init=False)
 
     def __post_init__(self) -> None:
         self.control_plane = ControlPlane(workdir=self.workdir, controller_manager=True, scheduler=False,
                                           tie_to_parent=self.tie_to_parent,
-                                          extra_apiserver_flags=self.extra_apiserver_flags)
+                                          extra_apiserver_flags=self.extra_apiserver_flags,
+                                          feature_gates=self.feature_gates, runtime_config=self.runtime_config)
 
     @property
     def kubeconfig(self) -> Path:
@@ -222,6 +227,7 @@ class SimulatedCluster:
             str(binary), f"--config={path}",
             f"--authentication-kubeconfig={self.kubeconfig}", f"--authorization-kubeconfig={self.kubeconfig}",
             "--bind-address=127.0.0.1", f"--secure-port={free_port()}", f"--v={verbosity}", *more,
+            *self.control_plane.gate_flags(),
         ])
 
     def _launch_coscheduler(self, binary: Path, workdir: Path) -> None:

@@ -73,6 +73,9 @@ class Observed:
     # Nodes found NotReady or deleted, with why (e.g. "deleted"): read by the controller, one GET each, for the
     # nodes policies/node_exclusion.nodes_to_check names when an attempt fails (the Node informer keeps only GPU nodes).
     node_faults: dict[str, str] = field(default_factory=dict)
+    # A pod the device taint manager evicted -> which of its DRA devices was tainted how (policies/node_exclusion's
+    # `tainted_devices`, from its ResourceClaims and its node's ResourceSlices, read by the controller).
+    device_faults: dict[str, str] = field(default_factory=dict)
     # The job's saved attempts' logs (`<job>-attempt-<n>` ConfigMaps): their metadata only.
     attempt_config_maps: list[JSON] = field(default_factory=list)
     # An exec-launched job's launcher access (desired.launcher_rbac): ServiceAccount, Role, RoleBinding.

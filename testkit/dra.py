@@ -1,13 +1,13 @@
-"""Dynamic Resource Allocation objects (resource.k8s.io/v1) for tests: DeviceClasses and ResourceClaimTemplates,
-as plain JSON, in the v1 schema (a request is `exactly` one device class's devices, or `firstAvailable` of
-alternatives)."""
+"""Dynamic Resource Allocation objects (resource.k8s.io/v1) for tests: DeviceClasses, ResourceClaimTemplates and
+the ResourceSlices a driver would publish (with device taints, KEP-5055), as plain JSON, in the v1 schema (a
+request is `exactly` one device class's devices, or `firstAvailable` of alternatives)."""
 
 from __future__ import annotations
 
 from typing import Any
 
 from mpiop.api.raw import JSON
-from mpiop.kube.client import RESOURCE_CLAIM_TEMPLATES, Resource
+from mpiop.kube.client import RESOURCE_CLAIM_TEMPLATES, RESOURCE_SLICES, Resource
 
 DEVICE_CLASSES = Resource("resource.k8s.io", "v1", "deviceclasses", "DeviceClass", namespaced=False)
 
@@ -40,3 +40,43 @@ def request(name: str, one: JSON | None = None, first_available: list[JSON] | No
     if first_available is not None:
         return {"name": name, "firstAvailable": [{"name": f"{name}-{i}", **a} for i, a in enumerate(first_available)]}
     return {"name": name, "exactly": one or {}}
+
+
+DEVICE_TAINT_RULES = Resource("resource.k8s.io", "v1alpha3", "devicetaintrules", "DeviceTaintRule", namespaced=False)
+
+
+def gpu(name: str, index: int, memory: str = "80Gi", taints: list[JSON] | None = None) -> JSON:
+    """One device of a ResourceSlice, as a GPU driver publishes it: attributes, capacity and any taints."""
+    found: JSON = {"name": name, "attributes": {"index": {"int": index}, "productName": {"string": "Fake GPU"}},
+                   "capacity": {"memory": {"value": memory}}}
+    if taints:
+        found["taints"] = taints
+    return found
+
+
+def taint(key: str, value: str = "", effect: str = "NoExecute") -> JSON:
+    """A device taint (KEP-5055, DRADeviceTaints): NoSchedule keeps new claims off the device, NoExecute also
+    evicts the pods using it."""
+    return {"key": key, **({"value": value} if value else {}), "effect": effect}
+
+
+def resource_slice(driver: str, node: str, devices: list[JSON], generation: int = 1) -> JSON:
+    """The one ResourceSlice of pool `node` (a node-local driver's pool is named after its node) with `devices`."""
+    return {"apiVersion": RESOURCE_SLICES.api_version, "kind": RESOURCE_SLICES.kind,
+            "metadata": {"name": f"{node}-{driver}"},
+            "spec": {"driver": driver, "nodeName": node,
+                     "pool": {"name": node, "generation": generation, "resourceSliceCount": 1},
+                     "devices": devices}}
+
+
+def node_gpus(driver: str, node: str, count: int = 8, tainted: dict[str, JSON] | None = None) -> JSON:
+    """A node's slice of `count` GPUs named gpu-0..; `tainted` maps a device's name to its taint."""
+    tainted = tainted or {}
+    return resource_slice(driver, node, [gpu(f"gpu-{i}", i, taints=[tainted[f"gpu-{i}"]] if f"gpu-{i}" in tainted
+                                             else None) for i in range(count)])
+
+
+def allocated_devices(claim: JSON) -> list[str]:
+    """`driver/pool/device` of each device a ResourceClaim was allocated (status.allocation.devices.results)."""
+    results = ((((claim.get("status") or {}).get("allocation") or {}).get("devices") or {}).get("results") or [])
+    return [f"{r['driver']}/{r['pool']}/{r['device']}" for r in results]

@@ -30,6 +30,7 @@ from mpiop.api.raw import JSON
 from mpiop.api.v2beta1 import MPIJob, format_time
 from mpiop.controller import bulk_delete, deleted_pods
 from mpiop.controller.caches import Caches, pod_group_resource
+from mpiop.controller.devices import DeviceChecks
 from mpiop.controller.events import EventRecorder
 from mpiop.controller.evidence import AttemptEvidence
 from mpiop.controller.logreads import LogReads
@@ -65,6 +66,10 @@ async def all_or_none(writes: Iterable[Coroutine[Any, Any, T]]) -> list[T]:
     return [task.result() for task in tasks]
 
 
+async def _nothing() -> str:
+    return ""
+
+
 def utcnow() -> dt.datetime:
     return dt.datetime.now(dt.UTC).replace(microsecond=0)
 
@@ -88,6 +93,7 @@ class Reconciler:
         self.deleting = deleted_pods.DeletionsInFlight()
         self.evidence = AttemptEvidence(client, caches, reads)
         self.nodes = NodeChecks(client)
+        self.devices = DeviceChecks(client)
         self._tasks: set[asyncio.Task[None]] = set()  # work a pass left running (_background)
         # Whether the operator's role lacks `deletecollection` on pods (a role from before it was needed).
         self._collections_forbidden = False
@@ -140,13 +146,21 @@ class Reconciler:
 
     async def _settle_failure(self, job: MPIJob, observed: Observed, now: dt.datetime, plan: Plan) -> Plan:
         """A pass that fails an attempt: its logs are saved (before the status names them and its pods go) while
-        its nodes are read; if one is NotReady or deleted, the plan is decided again with that known."""
+        its nodes (and the devices of a pod a device taint evicted) are read; if one is NotReady or deleted (or
+        a tainted device is found), the plan is decided again with that known."""
         checks = node_exclusion.nodes_to_check(plan, job, observed, self.settings)
-        if plan.evidence is None and not checks:
+        device = node_exclusion.device_to_check(plan, job, observed, self.settings)
+        if plan.evidence is None and not checks and device is None:
             return plan
         saving = [self.evidence.save(job, plan.evidence, observed)] if plan.evidence is not None else []
-        faults, *_ = await asyncio.gather(self.nodes.faults(checks), *saving)
-        if not faults:
+        reading = self.devices.fault(job.metadata.namespace, device) if device is not None else _nothing()
+        node_reads = asyncio.ensure_future(self.nodes.faults(checks))
+        device_read = asyncio.ensure_future(reading)
+        await asyncio.gather(node_reads, device_read, *saving)
+        faults, tainted = node_reads.result(), device_read.result()
+        if device is not None and tainted:
+            observed.device_faults[device.pod] = tainted
+        if not faults and not tainted:
             return plan
         observed.node_faults.update(faults)
         return await self._decide(job, observed, now)  # the same evidence: it does not depend on the nodes

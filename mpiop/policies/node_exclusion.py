@@ -1,24 +1,29 @@
 """Node exclusion: an attempt that failed for its node's reason is not retried on that node.
 
-A GPU throwing Xid errors or a flapping NIC fails the next attempt the same way until backoffLimit is spent.
-When the pod blamed for a failed attempt was evicted for node pressure (the kubelet's TerminationByKubelet, or
-reason Evicted), deleted off a NotReady node by the taint manager (DeletionByTaintManager) or off a deleted node
-by the pod GC (DeletionByPodGC), or exited with a code the operator is told means a node fault
-(--node-fault-exit-codes), its node joins status.excludedNodes (the most recent --max-excluded-nodes), and every
-later pod gets a required `kubernetes.io/hostname NotIn` (desired/affinity). So does the node of any of the
-attempt's pods that is NotReady or deleted when the attempt fails: mpiop watches no Node (at 10,000 nodes an
-informer would hold them all for a rare failure), so `nodes_to_check` names the few to read (the blamed pod's
-first, then failed or not Ready pods'), the controller GETs them and decides again with `Observed.node_faults`;
-the taint manager and the pod GC only act minutes later. If that leaves no node to run on,
-Running=False says so instead of the pods waiting silently. Annotation
-mpiop.kubeflow.org/exclude-failed-nodes: "false" turns it off for a job.
+A GPU throwing Xid errors or a flapping NIC fails the next attempt the same way until backoffLimit is spent. When
+the pod blamed for a failed attempt was evicted for node pressure (the kubelet's TerminationByKubelet, or reason
+Evicted), deleted off a NotReady node by the taint manager (DeletionByTaintManager) or off a deleted node by the
+pod GC (DeletionByPodGC), deleted for a NoExecute taint on one of its DRA devices by the device taint manager
+(DeletionByDeviceTaintManager: a faulty GPU is its node's fault for the next attempt), or exited with a code the
+operator is told means a node fault (--node-fault-exit-codes), its node joins status.excludedNodes (the most recent
+--max-excluded-nodes), and every later pod gets a required `kubernetes.io/hostname NotIn` (desired/affinity). So
+does the node of any of the attempt's pods that is NotReady or deleted when the attempt fails: mpiop watches no
+Node (at 10,000 nodes an informer would hold them all for a rare failure), so `nodes_to_check` names the few to
+read (the blamed pod's first, then failed or not Ready pods'), the controller GETs them and decides again with
+`Observed.node_faults`; the taint manager and the pod GC only act minutes later. If that leaves no node to run on,
+Running=False says so instead of the pods waiting silently. The device taint manager's condition message names no
+device: `device_to_check` names the pod whose devices to read, the controller lists its ResourceClaims and its
+node's ResourceSlices and `tainted_devices` says which allocated device is tainted how (`Observed.device_faults`),
+for the NodeExcluded Event. Annotation mpiop.kubeflow.org/exclude-failed-nodes: "false" turns it off for a job.
 """
 
 from __future__ import annotations
 
 import datetime as dt
+from dataclasses import dataclass
 
 from mpiop import names, podstate
+from mpiop.api.raw import JSON
 from mpiop.api.v2beta1 import FailureInfo, MPIJob
 from mpiop.desired.settings import Settings
 from mpiop.plan import Observed, Plan
@@ -26,7 +31,9 @@ from mpiop.policies.outcome import CONTINUE, STOP, Outcome
 from mpiop.status import conditions as c
 from mpiop.status.failed import mark_failed
 
-NODE_DISRUPTIONS = frozenset({"TerminationByKubelet", "DeletionByTaintManager", "DeletionByPodGC"})
+DEVICE_TAINT_EVICTION = "DeletionByDeviceTaintManager"  # kube-controller-manager's device-taint-eviction-controller
+NODE_DISRUPTIONS = frozenset({"TerminationByKubelet", "DeletionByTaintManager", "DeletionByPodGC",
+                              DEVICE_TAINT_EVICTION})
 NODE_EXCLUDED_REASON = "NodeExcluded"
 MAX_NODE_CHECKS = 32  # node GETs when an attempt fails
 WAITING_REASON = "ExcludedNodesUnschedulable"
@@ -88,6 +95,52 @@ def nodes_to_check(plan: Plan, job: MPIJob, observed: Observed, settings: Settin
     return nodes[:MAX_NODE_CHECKS]
 
 
+@dataclass(frozen=True)
+class DeviceCheck:
+    """A pod the device taint manager evicted: whose ResourceClaims (owned by its uid) and node's slices to read."""
+
+    pod: str
+    uid: str
+    node: str
+
+
+def device_to_check(plan: Plan, job: MPIJob, observed: Observed, settings: Settings) -> DeviceCheck | None:
+    """The pod blamed for the attempt this plan fails, when a device taint evicted it and its devices are unread."""
+    failure = _new_failure(plan, job, settings)
+    if failure is None or failure.reason != DEVICE_TAINT_EVICTION or not failure.pod or not failure.node \
+            or failure.pod in observed.device_faults or (pod := observed.pod(failure.pod)) is None:
+        return None
+    return DeviceCheck(failure.pod, podstate.uid(pod), failure.node)
+
+
+def _taints(device: JSON) -> list[str]:
+    """`key=value:NoExecute` of each NoExecute taint on a slice's device."""
+    return [f"{t.get('key')}{'=' + t['value'] if t.get('value') else ''}:{t.get('effect')}"
+            for t in device.get("taints") or [] if t.get("effect") == "NoExecute"]
+
+
+def tainted_devices(claims: list[JSON], slices: list[JSON]) -> str:
+    """`device gpu-3 of driver gpu.example.com tainted example.com/unhealthy=true:NoExecute` for each device allocated
+    to `claims` that a slice of `slices` taints NoExecute; the claims gone (the pod went first) or none matching,
+    every NoExecute-tainted device of the slices (the node's), said to be on the node; "" when no taint is seen
+    (a DeviceTaintRule's, which mpiop does not read, or one removed since)."""
+    tainted: dict[tuple[str, str, str], list[str]] = {}
+    for found in slices:
+        spec = found.get("spec") or {}
+        for device in spec.get("devices") or []:
+            if taints := _taints(device):
+                pool = str((spec.get("pool") or {}).get("name"))
+                tainted[(str(spec.get("driver")), pool, str(device.get("name")))] = taints
+    allocated = [(str(r.get("driver")), str(r.get("pool")), str(r.get("device")))
+                 for claim in claims
+                 for r in ((((claim.get("status") or {}).get("allocation") or {}).get("devices") or {}).get("results")
+                           or [])]
+    mine = [d for d in dict.fromkeys(allocated) if d in tainted]
+    where, keys = ("", mine) if mine else (" on its node", list(tainted))
+    return "; ".join(f"device {device} of driver {driver}{where} tainted {', '.join(tainted[(driver, pool, device)])}"
+                     for driver, pool, device in keys)
+
+
 def apply(plan: Plan, job: MPIJob, observed: Observed, settings: Settings) -> Outcome:
     """Exclude the node of the pod blamed for an attempt this plan failed, if it failed for the node's reason,
     and the node of any of the attempt's pods that was found NotReady or deleted."""
@@ -98,7 +151,8 @@ def apply(plan: Plan, job: MPIJob, observed: Observed, settings: Settings) -> Ou
     blamed = observed.pod(failure.pod) if failure.pod and failure.node else None
     why = node_fault(blamed, settings.node_fault_exit_codes) if blamed is not None else None
     if why is not None and failure.node:
-        faults[failure.node] = f"{failure.pod} failed there ({why})"
+        device = observed.device_faults.get(failure.pod or "")
+        faults[failure.node] = f"{failure.pod} failed there ({why}{': ' + device if device else ''})"
     for pod in _attempt_pods(plan, observed, failure):
         node = podstate.node_name(pod)
         if node and node in observed.node_faults and node not in faults:

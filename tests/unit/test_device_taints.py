@@ -1,0 +1,109 @@
+"""A worker the device taint manager evicted (a NoExecute taint on one of its DRA devices, KEP-5055): a disruption,
+not a failure against backoffLimit, and its node is avoided by the next attempts; the NodeExcluded Event names the
+device and taint the controller read (policies/node_exclusion's `device_to_check` and `tainted_devices`)."""
+
+from __future__ import annotations
+
+import pytest
+
+from mpiop import podstate
+from mpiop.api.raw import JSON
+from mpiop.decide import decide
+from mpiop.desired.settings import Settings
+from mpiop.plan import Observed
+from mpiop.policies import node_exclusion
+from testkit.dra import node_gpus, taint
+from testkit.mpijobs import MPIJobBuilder, at, make_mpijob
+from testkit.pods import make_pod, observe
+
+DRIVER = "gpu.example.com"
+EVICTED = "Device Taint manager: deleting due to NoExecute taint"  # the condition's message in v1.34
+UNHEALTHY = taint("example.com/unhealthy", "true")
+
+
+def base() -> MPIJobBuilder:
+    return (make_mpijob("pi", "ns").workers(2).condition("Created").condition("Running")
+            .run_policy(backoffLimit=0).status(start_time=at(0)))
+
+
+def observed_with_eviction(reason: str = node_exclusion.DEVICE_TAINT_EVICTION) -> Observed:
+    job = base().obj()
+    pods = [make_pod(job, "launcher", 0).ready().on_node("n0"), make_pod(job, "worker", 0).ready().on_node("n1"),
+            make_pod(job, "worker", 1).running().on_node("n2").disrupted(reason, EVICTED).terminating()]
+    return observe(job, [p.obj() for p in pods])
+
+
+def claim(owner_uid: str, *devices: tuple[str, str]) -> JSON:
+    """A claim allocated `devices` ((pool, device)) of DRIVER, owned by the pod of `owner_uid`."""
+    return {"metadata": {"name": "c", "ownerReferences": [{"kind": "Pod", "uid": owner_uid}]},
+            "status": {"allocation": {"devices": {"results": [
+                {"request": "gpus", "driver": DRIVER, "pool": pool, "device": device} for pool, device in devices]}}}}
+
+
+def test_a_device_taint_eviction_is_a_disruption_that_excludes_the_node() -> None:
+    job = base().obj()
+    plan = decide(job, observed_with_eviction(), at(100), Settings())
+    # backoffLimit 0: as a failure it would have failed the job; as a disruption it restarts it.
+    assert (plan.status.restart_count, plan.status.disruptions, plan.status.excluded_nodes) == (1, 1, ["n2"])
+    assert plan.status.last_failure is not None and plan.status.last_failure.reason == "DeletionByDeviceTaintManager"
+    assert [e.message for e in plan.events if e.reason == "NodeExcluded"] == [
+        "node n2 is excluded from MPIJob ns/pi's next attempts: pi-worker-1 failed there (DisruptionTarget "
+        "DeletionByDeviceTaintManager); excluded: n2"]
+
+
+def test_the_device_read_is_named_once_and_its_taint_told_in_the_event() -> None:
+    job = base().obj()
+    observed = observed_with_eviction()
+    plan = decide(job, observed, at(100), Settings())
+    check = node_exclusion.device_to_check(plan, job, observed, Settings())
+    worker = observed.pod("pi-worker-1")
+    assert worker is not None
+    assert check == node_exclusion.DeviceCheck("pi-worker-1", podstate.uid(worker), "n2")
+    observed.device_faults["pi-worker-1"] = (
+        "device gpu-3 of driver gpu.example.com tainted example.com/unhealthy=true:NoExecute")
+    plan = decide(job, observed, at(100), Settings())
+    assert node_exclusion.device_to_check(plan, job, observed, Settings()) is None, "read once"
+    assert [e.message for e in plan.events if e.reason == "NodeExcluded"] == [
+        "node n2 is excluded from MPIJob ns/pi's next attempts: pi-worker-1 failed there (DisruptionTarget "
+        "DeletionByDeviceTaintManager: device gpu-3 of driver gpu.example.com tainted "
+        "example.com/unhealthy=true:NoExecute); excluded: n2"]
+
+
+@pytest.mark.parametrize(
+    ("reason", "annotation"),
+    [("EvictionByEvictionAPI", None), (node_exclusion.DEVICE_TAINT_EVICTION, "false")],
+    ids=["another-disruption", "exclusion-off"],
+)
+def test_no_device_read_for_other_disruptions_or_with_exclusion_off(reason: str, annotation: str | None) -> None:
+    builder = base()
+    if annotation is not None:
+        builder = builder.annotation("mpiop.kubeflow.org/exclude-failed-nodes", annotation)
+    job = builder.obj()
+    observed = observed_with_eviction(reason)
+    plan = decide(job, observed, at(100), Settings())
+    assert plan.status.disruptions == 1
+    assert node_exclusion.device_to_check(plan, job, observed, Settings()) is None
+
+
+@pytest.mark.parametrize(
+    ("claims", "slices", "told"),
+    [
+        ([claim("u1", ("n2", "gpu-0"), ("n2", "gpu-3"))],
+         [node_gpus(DRIVER, "n2", 4, tainted={"gpu-3": UNHEALTHY, "gpu-1": UNHEALTHY})],
+         "device gpu-3 of driver gpu.example.com tainted example.com/unhealthy=true:NoExecute"),
+        ([claim("u1", ("n2", "gpu-0"), ("n2", "gpu-1"))],
+         [node_gpus(DRIVER, "n2", 4, tainted={"gpu-0": taint("xid", effect="NoExecute"), "gpu-1": UNHEALTHY})],
+         "device gpu-0 of driver gpu.example.com tainted xid:NoExecute; "
+         "device gpu-1 of driver gpu.example.com tainted example.com/unhealthy=true:NoExecute"),
+        ([], [node_gpus(DRIVER, "n2", 4, tainted={"gpu-2": UNHEALTHY})],
+         "device gpu-2 of driver gpu.example.com on its node tainted example.com/unhealthy=true:NoExecute"),
+        ([claim("u1", ("n2", "gpu-0"))], [node_gpus(DRIVER, "n2", 4, tainted={"gpu-0": taint("k", "v", "NoSchedule")})],
+         ""),
+        ([claim("u1", ("n2", "gpu-0"))], [node_gpus(DRIVER, "n2", 4)], ""),
+        ([claim("u1", ("other-pool", "gpu-0"))], [node_gpus(DRIVER, "n2", 1, tainted={"gpu-0": UNHEALTHY})],
+         "device gpu-0 of driver gpu.example.com on its node tainted example.com/unhealthy=true:NoExecute"),
+    ],
+    ids=["its-device", "two-of-its-devices", "claims-gone", "no-execute-only", "no-taint", "another-pool"],
+)
+def test_which_device_is_tainted_how(claims: list[JSON], slices: list[JSON], told: str) -> None:
+    assert node_exclusion.tainted_devices(claims, slices) == told
