@@ -271,7 +271,8 @@ async def serve_status(servers: Servers, manager: Manager, client: KubeClient, a
     app = status_app(manager.caches, TokenReviews(client), writer)
     webhook = args.gpu_layout_webhook if args.gpu_layout else ""
     if webhook:
-        layout_webhook.add_route(app, manager.caches.node_list, manager.config.settings.gpu_layout_max_entries)
+        layout_webhook.add_route(app, manager.caches.node_list, manager.config.settings.gpu_layout_max_entries,
+                                 manager.caches.dra)
     await servers.start(app, args.status_addr, "the status endpoint", ssl_context=certificates.context)
     if labelled is not None:
         await labelled[0].mark(labelled[1], serving=True)

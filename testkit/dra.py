@@ -7,15 +7,28 @@ from __future__ import annotations
 from typing import Any
 
 from mpiop.api.raw import JSON
-from mpiop.kube.client import RESOURCE_CLAIM_TEMPLATES, Resource
+from mpiop.kube.client import DEVICE_CLASSES, RESOURCE_CLAIM_TEMPLATES, RESOURCE_SLICES
 
-DEVICE_CLASSES = Resource("resource.k8s.io", "v1", "deviceclasses", "DeviceClass", namespaced=False)
+__all__ = ["DEVICE_CLASSES", "RESOURCE_SLICES", "claim_template", "device_class", "exactly", "request",
+           "resource_slice"]
 
 
 def device_class(name: str) -> JSON:
     """A DeviceClass selecting the devices of the driver of the same name (NVIDIA's `gpu.nvidia.com` is so)."""
     return {"apiVersion": DEVICE_CLASSES.api_version, "kind": DEVICE_CLASSES.kind, "metadata": {"name": name},
             "spec": {"selectors": [{"cel": {"expression": f'device.driver == "{name}"'}}]}}
+
+
+def resource_slice(node: str, driver: str, devices: int, device_type: str | None = None, generation: int = 0) -> JSON:
+    """The ResourceSlice a DRA driver publishes for a node: `devices` devices (of `type` `device_type`, if set), the
+    node's pool of the driver's alone."""
+    attributes: JSON = {"type": {"string": device_type}} if device_type is not None else {}
+    return {"apiVersion": RESOURCE_SLICES.api_version, "kind": RESOURCE_SLICES.kind,
+            "metadata": {"name": f"{node}-{driver}"},
+            "spec": {"driver": driver, "nodeName": node,
+                     "pool": {"name": node, "generation": generation, "resourceSliceCount": 1},
+                     "devices": [{"name": f"dev-{i}", **({"attributes": attributes} if attributes else {})}
+                                 for i in range(devices)]}}
 
 
 def exactly(device_class_name: str, count: int | None = None, all_devices: bool = False, **more: Any) -> JSON:

@@ -79,6 +79,8 @@ NODES = Resource("", "v1", "nodes", "Node", namespaced=False)
 MPIJOBS = Resource("kubeflow.org", "v2beta1", "mpijobs", "MPIJob")
 BATCH_JOBS = Resource("batch", "v1", "jobs", "Job")
 RESOURCE_CLAIM_TEMPLATES = Resource("resource.k8s.io", "v1", "resourceclaimtemplates", "ResourceClaimTemplate")
+RESOURCE_SLICES = Resource("resource.k8s.io", "v1", "resourceslices", "ResourceSlice", namespaced=False)
+DEVICE_CLASSES = Resource("resource.k8s.io", "v1", "deviceclasses", "DeviceClass", namespaced=False)
 CRDS = Resource("apiextensions.k8s.io", "v1", "customresourcedefinitions", "CustomResourceDefinition",
                 namespaced=False)
 
