@@ -89,6 +89,10 @@ class Observed:
     # The ResourceClaimTemplates the job's pod templates name, by name, in its namespace (trimmed to their device
     # requests), for the slots of workers whose GPUs come through DRA claims (desired.gpus); None: not watched.
     claim_templates: dict[str, JSON] | None = None
+    # Total-GPU mode through DRA (spec.gpuDeviceClassName): the cached ResourceSlices (trimmed to node, driver, pool and
+    # devices counted by type) and DeviceClasses by name (trimmed to the devices they select); None: not watched.
+    resource_slices: list[JSON] | None = None
+    device_classes: dict[str, JSON] | None = None
     _states: list[podsnapshot.State] | None = field(default=None, init=False, repr=False, compare=False)
     _by_name: dict[str, Pod] | None = field(default=None, init=False, repr=False, compare=False)
     _worker_indexes: dict[str, int | None] = field(default_factory=dict, init=False, repr=False, compare=False)

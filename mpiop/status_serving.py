@@ -87,7 +87,8 @@ async def serve_status(servers: Servers, manager: Manager, client: KubeClient, a
     app = status_app(manager.caches, reviews, writer, stop_notice=lambda job: graceful_stop.notice(job, grace))
     webhook = args.gpu_layout_webhook if args.gpu_layout else ""
     if webhook:
-        layout_webhook.add_route(app, manager.caches.node_list, manager.config.settings.gpu_layout_max_entries)
+        layout_webhook.add_route(app, manager.caches.node_list, manager.config.settings.gpu_layout_max_entries,
+                                 manager.caches.dra)
     try:
         await servers.start(app, args.status_addr, "the status endpoint", ssl_context=certificates.context,
                             limits=server_limits(args), on_refused=count_refusal)

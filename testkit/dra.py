@@ -7,15 +7,28 @@ from __future__ import annotations
 from typing import Any
 
 from mpiop.api.raw import JSON
-from mpiop.kube.client import RESOURCE_CLAIM_TEMPLATES, RESOURCE_SLICES, Resource
+from mpiop.kube.client import DEVICE_CLASSES, RESOURCE_CLAIM_TEMPLATES, RESOURCE_SLICES, Resource
 
-DEVICE_CLASSES = Resource("resource.k8s.io", "v1", "deviceclasses", "DeviceClass", namespaced=False)
+__all__ = ["DEVICE_CLASSES", "RESOURCE_SLICES", "claim_template", "device_class", "exactly", "request",
+           "resource_slice"]
 
 
 def device_class(name: str) -> JSON:
     """A DeviceClass selecting the devices of the driver of the same name (NVIDIA's `gpu.nvidia.com` is so)."""
     return {"apiVersion": DEVICE_CLASSES.api_version, "kind": DEVICE_CLASSES.kind, "metadata": {"name": name},
             "spec": {"selectors": [{"cel": {"expression": f'device.driver == "{name}"'}}]}}
+
+
+def resource_slice(node: str, driver: str, devices: int, device_type: str | None = None, generation: int = 0) -> JSON:
+    """The ResourceSlice a DRA driver publishes for a node: `devices` devices (of `type` `device_type`, if set), the
+    node's pool of the driver's alone."""
+    attributes: JSON = {"type": {"string": device_type}} if device_type is not None else {}
+    return {"apiVersion": RESOURCE_SLICES.api_version, "kind": RESOURCE_SLICES.kind,
+            "metadata": {"name": f"{node}-{driver}"},
+            "spec": {"driver": driver, "nodeName": node,
+                     "pool": {"name": node, "generation": generation, "resourceSliceCount": 1},
+                     "devices": [{"name": f"dev-{i}", **({"attributes": attributes} if attributes else {})}
+                                 for i in range(devices)]}}
 
 
 def exactly(device_class_name: str, count: int | None = None, all_devices: bool = False, **more: Any) -> JSON:
@@ -60,7 +73,7 @@ def taint(key: str, value: str = "", effect: str = "NoExecute") -> JSON:
     return {"key": key, **({"value": value} if value else {}), "effect": effect}
 
 
-def resource_slice(driver: str, node: str, devices: list[JSON], generation: int = 1) -> JSON:
+def device_slice(driver: str, node: str, devices: list[JSON], generation: int = 1) -> JSON:
     """The one ResourceSlice of pool `node` (a node-local driver's pool is named after its node) with `devices`."""
     return {"apiVersion": RESOURCE_SLICES.api_version, "kind": RESOURCE_SLICES.kind,
             "metadata": {"name": f"{node}-{driver}"},
@@ -72,7 +85,7 @@ def resource_slice(driver: str, node: str, devices: list[JSON], generation: int 
 def node_gpus(driver: str, node: str, count: int = 8, tainted: dict[str, JSON] | None = None) -> JSON:
     """A node's slice of `count` GPUs named gpu-0..; `tainted` maps a device's name to its taint."""
     tainted = tainted or {}
-    return resource_slice(driver, node, [gpu(f"gpu-{i}", i, taints=[tainted[f"gpu-{i}"]] if f"gpu-{i}" in tainted
+    return device_slice(driver, node, [gpu(f"gpu-{i}", i, taints=[tainted[f"gpu-{i}"]] if f"gpu-{i}" in tainted
                                              else None) for i in range(count)])
 
 

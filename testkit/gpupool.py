@@ -39,9 +39,9 @@ async def gpu_pool(kube: KubeClient, nodes: Callable[[str, dict[str, str]], list
                 await kube.delete(NODES, None, node["metadata"]["name"])
 
 
-def total_gpus_job(name: str, pool: str, gpus: int, **run_policy: object) -> JSON:
-    """`gpus` in all, laid out by mpiop on the pool's nodes."""
-    return (make_mpijob(name).total_gpus(gpus).run_policy(**run_policy)
+def total_gpus_job(name: str, pool: str, gpus: int, device_class: str | None = None, **run_policy: object) -> JSON:
+    """`gpus` in all (devices of `device_class`: through DRA), laid out by mpiop on the pool's nodes."""
+    return (make_mpijob(name).total_gpus(gpus, device_class=device_class).run_policy(**run_policy)
             .pod_spec("Worker", nodeSelector={POOL_LABEL: pool}, tolerations=NOT_READY_TOLERATIONS).manifest())
 
 

@@ -44,7 +44,7 @@ async def serving_layout_webhook(operator: Operator, kube: KubeClient, namespace
     port = free_port()
     app = web.Application()
     layout_webhook.add_route(app, operator.manager.caches.node_list,
-                             operator.manager.config.settings.gpu_layout_max_entries)
+                             operator.manager.config.settings.gpu_layout_max_entries, operator.manager.caches.dra)
     servers = Servers()
     await servers.start(app, f"127.0.0.1:{port}", "the GPU layout webhook", ssl_context=certificates.context)
     name = f"{namespace}-gpu-layout"

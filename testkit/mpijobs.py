@@ -132,11 +132,14 @@ class MPIJobBuilder:
         """A limit of `n` of `resource` on the replica's main container."""
         return self.limit(replica, resource, n)
 
-    def total_gpus(self, n: int | str, resource: str | None = None) -> Self:
-        """mpiop's total-GPU mode: spec.gpus (and spec.gpuResource), Worker.replicas left to mpiop."""
+    def total_gpus(self, n: int | str, resource: str | None = None, device_class: str | None = None) -> Self:
+        """mpiop's total-GPU mode: spec.gpus (and spec.gpuResource, or through DRA spec.gpuDeviceClassName),
+        Worker.replicas left to mpiop."""
         self._spec["gpus"] = n
         if resource is not None:
             self._spec["gpuResource"] = resource
+        if device_class is not None:
+            self._spec["gpuDeviceClassName"] = device_class
         self._replica(WORKER).pop("replicas", None)
         return self
 

@@ -142,6 +142,13 @@ _WORKER_GPU_LIMIT_SET = (
     f" && {_GPU_RESOURCE} in {_FIRST_WORKER_CONTAINER}.resources.limits)"
 )
 _WORKER_GPU_LIMIT = f"string({_FIRST_WORKER_CONTAINER}.resources.limits[{_GPU_RESOURCE}])"
+# Through DRA (spec.gpuDeviceClassName) the layout is the Worker template's claim `gpus` (desired.gpu_claims) instead of
+# the limit; the count is in the ResourceClaimTemplate, which CEL cannot read.
+_DRA = "has(self.gpuDeviceClassName)"
+_WORKER_GPU_CLAIM_SET = (
+    f"(has({_WORKER}.template) && has({_WORKER}.template.spec) && has({_WORKER}.template.spec.resourceClaims)"
+    f" && {_WORKER}.template.spec.resourceClaims.exists(c, c.name == 'gpus'))"
+)
 GPU_RULES: list[JSON] = [
     _rule(
         f"!has(self.gpus) || has({_WORKER})",
@@ -149,7 +156,18 @@ GPU_RULES: list[JSON] = [
         field_path=".gpus", reason="FieldValueRequired",
     ),
     _rule(
-        f"!has(self.gpus) || !has({_WORKER}) || has({_WORKER}.replicas) == {_WORKER_GPU_LIMIT_SET}",
+        f"!{_DRA} || !has(self.gpuResource)",
+        message="spec.gpuDeviceClassName: not with spec.gpuResource (GPUs come through DRA or as a resource, not both)",
+        field_path=".gpuDeviceClassName",
+    ),
+    _rule(
+        f"!has(self.gpus) || !{_DRA} || !has({_WORKER}) || has({_WORKER}.replicas) == {_WORKER_GPU_CLAIM_SET}",
+        message=("spec.gpus with spec.gpuDeviceClassName: set both spec.mpiReplicaSpecs.Worker.replicas and the "
+                 "Worker template's resourceClaims entry named gpus, or neither (mpiop lays the job out)"),
+        field_path=".gpus",
+    ),
+    _rule(
+        f"!has(self.gpus) || {_DRA} || !has({_WORKER}) || has({_WORKER}.replicas) == {_WORKER_GPU_LIMIT_SET}",
         message_expression=(
             "'spec.gpus: set both spec.mpiReplicaSpecs.Worker.replicas and the first worker container\\'s '"
             f" + {_GPU_RESOURCE} + ' limit (their product must be spec.gpus), or neither (mpiop lays the job out)'"
@@ -159,7 +177,7 @@ GPU_RULES: list[JSON] = [
     # The limit's value is a quantity of unbounded length: CEL's cost estimate allows only int() of it (a
     # fraction or suffix fails the conversion, and the job with it), and no string(int) in the message.
     _rule(
-        f"!has(self.gpus) || !has({_WORKER}) || !has({_WORKER}.replicas) || !{_WORKER_GPU_LIMIT_SET}"
+        f"!has(self.gpus) || {_DRA} || !has({_WORKER}) || !has({_WORKER}.replicas) || !{_WORKER_GPU_LIMIT_SET}"
         f" || {_WORKER}.replicas * int({_WORKER_GPU_LIMIT}) == self.gpus",
         message_expression=(
             "'spec.gpus disagrees with spec.mpiReplicaSpecs.Worker.replicas x the first worker container\\'s '"

@@ -60,6 +60,7 @@ MAX_WORKER_REPLICAS = 10_000
 Int32 = Annotated[int, Field(ge=0, le=2**31 - 1, json_schema_extra={"format": "int32"})]
 # An extended resource's name: a DNS-subdomain prefix, '/', a name (nvidia.com/gpu, amd.com/gpu,
 # gpu.intel.com/i915, nvidia.com/mig-1g.5gb).
+DNS_SUBDOMAIN_PATTERN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
 EXTENDED_RESOURCE_PATTERN = r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?/[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$"
 DEFAULT_GPU_RESOURCE = "nvidia.com/gpu"
 # No maximum for int64: the apiserver reads schema bounds as float64, where 2**63 - 1 overflows.
@@ -224,6 +225,18 @@ class MPIJobSpec(ApiModel):
         description=(
             "mpiop extension: the extended resource spec.gpus counts, e.g. amd.com/gpu, gpu.intel.com/i915 or "
             f"a MIG profile such as nvidia.com/mig-1g.5gb. Defaults to {DEFAULT_GPU_RESOURCE}."
+        ),
+    )
+    gpu_device_class_name: str | None = Field(
+        default=None,
+        pattern=DNS_SUBDOMAIN_PATTERN,
+        max_length=253,
+        description=(
+            "mpiop extension: spec.gpus through DRA (resource.k8s.io/v1). The DeviceClass whose devices spec.gpus "
+            "counts, e.g. gpu.nvidia.com: each node's GPUs are the devices of that class its ResourceSlices publish, "
+            "and the layout is written as a ResourceClaimTemplate <job>-gpus (made by mpiop, owned by the job) "
+            "requesting the GPUs per worker, claim `gpus` of the Worker template and of its first container. "
+            "Leave Worker.replicas and that claim out, or set both. Not with spec.gpuResource."
         ),
     )
     mpi_replica_specs: dict[ReplicaType, ReplicaSpec] = Field(

@@ -23,12 +23,14 @@ from mpiop.controller.trims import (
     has_extended_resources,
     trim_claim_template,
     trim_config_map,
+    trim_device_class,
     trim_launcher_batch_job,
     trim_metadata_only,
     trim_mpijob,
     trim_node,
     trim_pod,
     trim_pod_group,
+    trim_resource_slice,
     trim_role,
     trim_secret,
     trim_service,
@@ -38,10 +40,12 @@ from mpiop.desired.podgroup import GangScheduler
 from mpiop.kube.client import (
     BATCH_JOBS,
     CONFIGMAPS,
+    DEVICE_CLASSES,
     MPIJOBS,
     NODES,
     PODS,
     RESOURCE_CLAIM_TEMPLATES,
+    RESOURCE_SLICES,
     ROLE_BINDINGS,
     ROLES,
     SECRETS,
@@ -53,6 +57,7 @@ from mpiop.kube.client import (
 )
 from mpiop.kube.informer import Indexer, Informer, object_key
 from mpiop.plan import Observed, Refusal
+from mpiop.policies import gpu_layout
 
 OWNER_INDEX = "owner"
 # Pods by `namespace/<job-name label>`, whoever owns them: what a DELETE collection by the job's labels matches.
@@ -197,6 +202,12 @@ class Caches:
     # ResourceClaimTemplates, for the slots of workers whose GPUs come through DRA claims (policies/gpu_slots); None
     # under an empty --gpu-device-classes, or when the role or the apiserver does not allow them (Manager.run).
     claim_templates: Informer | None = None
+    # Total-GPU mode through DRA (policies/gpu_layout, dra_inventory): ResourceSlices and DeviceClasses, trimmed to
+    # devices counted by driver and type; on with both of the above, off (None) with either or when Manager.run finds
+    # them not listable. While on, the Node informer keeps every node, not only those with an extended resource: a
+    # DRA node's GPUs are in its slices, not its allocatable.
+    resource_slices: Informer | None = None
+    device_classes: Informer | None = None
 
     @classmethod
     def build(cls, client: KubeClient, namespace: str | None, watch_timeout_seconds: int = 300,
@@ -209,7 +220,12 @@ class Caches:
                             indexers={OWNER_INDEX: _by_owner, **more}, watch_timeout_seconds=watch_timeout_seconds,
                             on_watch_restart=on_watch_restart, shape=shape)
 
-        return cls(
+        def cluster_wide(resource: Resource, trim: Callable[[JSON], JSON]) -> Informer:
+            return Informer(client, resource, None, trim=trim, watch_timeout_seconds=watch_timeout_seconds,
+                            on_watch_restart=on_watch_restart)
+
+        dra = watch_nodes and watch_claim_templates
+        caches = cls(
             mpijobs=Informer(client, MPIJOBS, namespace, trim=trim_mpijob,
                              indexers={CLAIM_TEMPLATE_INDEX: _by_claim_template},
                              watch_timeout_seconds=watch_timeout_seconds, on_watch_restart=on_watch_restart),
@@ -235,10 +251,28 @@ class Caches:
             claim_templates=Informer(client, RESOURCE_CLAIM_TEMPLATES, namespace, trim=trim_claim_template,
                                      watch_timeout_seconds=watch_timeout_seconds,
                                      on_watch_restart=on_watch_restart) if watch_claim_templates else None,
+            resource_slices=cluster_wide(RESOURCE_SLICES, trim_resource_slice) if dra else None,
+            device_classes=cluster_wide(DEVICE_CLASSES, trim_device_class) if dra else None,
         )
+        if caches.nodes is not None:
+            caches.nodes.accept = caches.keeps_node
+        return caches
+
+    def keeps_node(self, node: JSON) -> bool:
+        """A node with an extended resource; while ResourceSlices are watched, every node."""
+        return self.resource_slices is not None or has_extended_resources(node)
+
+    def dra(self) -> gpu_layout.Dra:
+        """The cached ResourceSlices and DeviceClasses (by name), None when not watched (or not listed yet)."""
+        if self.resource_slices is None or self.device_classes is None or not (
+                self.resource_slices.synced.is_set() and self.device_classes.synced.is_set()):
+            return gpu_layout.Dra()
+        return gpu_layout.Dra(list(self.resource_slices.cached_objects()),
+                              {c["metadata"]["name"]: c for c in self.device_classes.cached_objects()})
 
     def all(self) -> list[Informer]:
-        return [self.mpijobs, *self.owned(), *(i for i in (self.nodes, self.claim_templates) if i is not None)]
+        return [self.mpijobs, *self.owned(), *(i for i in (self.nodes, self.claim_templates, self.resource_slices,
+                                                            self.device_classes) if i is not None)]
 
     def node_list(self) -> list[JSON] | None:
         """The cached GPU nodes, or None when nodes are not watched (or not listed yet)."""
@@ -306,4 +340,6 @@ class Caches:
                      "ServiceAccount": self.service_accounts, "Role": self.roles, "RoleBinding": self.role_bindings}
         if self.pod_groups is not None:
             informers[podgroup.KIND] = self.pod_groups
+        if self.claim_templates is not None:  # total-GPU mode through DRA: a job's own template (desired.gpu_claims)
+            informers[RESOURCE_CLAIM_TEMPLATES.kind] = self.claim_templates
         return informers[kind]

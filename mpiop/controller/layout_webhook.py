@@ -63,9 +63,10 @@ class Answer:
     result: str | None = None
 
 
-def layout_patch(raw: JSON, nodes: list[JSON] | None, max_entries: int) -> Answer:
+def layout_patch(raw: JSON, nodes: list[JSON] | None, max_entries: int, dra: gpu_layout.Dra | None = None) -> Answer:
     """The patch laying out a new job: spec replaced whole with the laid-out one (the merge patch the controller
-    would write, applied) and the record annotation added; or why not."""
+    would write, applied) and the record annotation added; or why not. `dra`: the ResourceSlices and DeviceClasses
+    a job through DRA counts. Its ResourceClaimTemplate is the controller's to make (the job has no uid yet)."""
     try:
         job = MPIJob.model_validate(raw)
     except ValidationError as error:
@@ -77,7 +78,7 @@ def layout_patch(raw: JSON, nodes: list[JSON] | None, max_entries: int) -> Answe
         return Answer([], "spec.gpus: mpiop does not watch nodes yet; it lays the job out once it does", "no_nodes")
     if (over := gpu_layout.over_limit(job, max_entries)) is not None:
         return Answer([], _cut(f"spec.gpus: mpiop does not lay this job out: {over}"), "over_limit")
-    chosen = gpu_layout.choose(job, nodes, max_entries)
+    chosen = gpu_layout.choose(job, nodes, max_entries, dra)
     if isinstance(chosen, str):
         return Answer([], _cut(f"spec.gpus: the job waits until a layout fits (its Running condition says why): "
                                f"{chosen}"), "no_fit")
@@ -116,13 +117,13 @@ def malformed(admission: object) -> str | None:
     return None
 
 
-def review(admission: JSON, nodes: list[JSON] | None, max_entries: int) -> JSON:
+def review(admission: JSON, nodes: list[JSON] | None, max_entries: int, dra: gpu_layout.Dra | None = None) -> JSON:
     """The AdmissionReview answering `admission` (admission.k8s.io/v1, which `malformed` found well-formed): always
     allowed."""
     request = admission["request"]
     response: JSON = {"uid": request["uid"], "allowed": True}
     if request["operation"] == "CREATE":
-        answer = layout_patch(request["object"], nodes, max_entries)
+        answer = layout_patch(request["object"], nodes, max_entries, dra)
         if answer.patch:
             response["patchType"] = "JSONPatch"
             response["patch"] = base64.b64encode(orjson.dumps(answer.patch)).decode()
@@ -138,9 +139,11 @@ def review(admission: JSON, nodes: list[JSON] | None, max_entries: int) -> JSON:
     return {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "response": response}
 
 
-def add_route(app: web.Application, nodes: Callable[[], list[JSON] | None], max_entries: int) -> None:
-    """POST PATH on `app`: `nodes()` gives the cached GPU nodes (None while not watched or not synced);
-    `max_entries`: --gpu-layout-max-entries. The body may be up to BODY_LIMIT, whatever the app's own limit."""
+def add_route(app: web.Application, nodes: Callable[[], list[JSON] | None], max_entries: int,
+              dra: Callable[[], gpu_layout.Dra] | None = None) -> None:
+    """POST PATH on `app`: `nodes()` gives the cached GPU nodes (None while not watched or not synced), `dra()` the
+    cached ResourceSlices and DeviceClasses; `max_entries`: --gpu-layout-max-entries. The body may be up to
+    BODY_LIMIT, whatever the app's own limit."""
 
     async def handle(request: web.Request) -> web.Response:
         too_large = web.Response(status=413, text=f"the body is over the GPU layout webhook's limit of {BODY_LIMIT} "
@@ -155,7 +158,8 @@ def add_route(app: web.Application, nodes: Callable[[], list[JSON] | None], max_
             return web.Response(status=400, text=f"the body is not an AdmissionReview: {error}")
         if (why := malformed(admission)) is not None:
             return web.Response(status=400, text=why)
-        return web.Response(body=orjson.dumps(review(admission, nodes(), max_entries)),
+        return web.Response(body=orjson.dumps(review(admission, nodes(), max_entries,
+                                                     dra() if dra is not None else None)),
                             content_type="application/json")
 
     app.router.add_post(PATH, handle)

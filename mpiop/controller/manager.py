@@ -44,7 +44,7 @@ from mpiop.controller.workqueue import (
     default_controller_rate_limiter,
 )
 from mpiop.desired.settings import DEFAULT_SETTINGS, Settings
-from mpiop.kube.client import NODES, RESOURCE_CLAIM_TEMPLATES, ApiError, KubeClient
+from mpiop.kube.client import DEVICE_CLASSES, NODES, RESOURCE_CLAIM_TEMPLATES, RESOURCE_SLICES, ApiError, KubeClient
 from mpiop.kube.codec import UNDECODABLE
 from mpiop.kube.informer import object_key
 from mpiop.plan import Event
@@ -122,6 +122,9 @@ class Manager:
             self.caches.nodes.handlers.append(self._on_node)
         if self.caches.claim_templates is not None:
             self.caches.claim_templates.handlers.append(self._on_claim_template)
+        for dra in (self.caches.resource_slices, self.caches.device_classes):
+            if dra is not None:  # a node's devices: as a node's change
+                dra.handlers.append(self._on_node)
         for informer, unchanged in self.caches.owned_filters():
             batch = 0.0
             if informer is self.caches.pods:
@@ -184,6 +187,22 @@ class Manager:
                         "resource.k8s.io/v1 is served from Kubernetes 1.34; --gpu-device-classes= says so without "
                         "asking)", status=error.status, error=error.message[:200])
             return False
+        return True
+
+    async def _may_list_dra(self) -> bool:
+        """Whether ResourceSlices and DeviceClasses can be listed: otherwise total-GPU jobs through DRA wait saying
+        so (policies/gpu_layout), and the Node informer keeps only nodes with an extended resource."""
+        for resource in (RESOURCE_SLICES, DEVICE_CLASSES):
+            try:
+                await self.client.list(resource, limit=1)
+            except ApiError as error:
+                if error.status not in (403, 404):
+                    continue  # the informer retries whatever this was
+                log.warning(f"{resource.plural} cannot be listed: jobs stating spec.gpus with spec.gpuDeviceClassName "
+                            "are not laid out (deploy/'s ClusterRole grants list and watch on resourceslices and "
+                            "deviceclasses; resource.k8s.io/v1 is served from Kubernetes 1.34)",
+                            status=error.status, error=error.message[:200])
+                return False
         return True
 
     async def _may_list_nodes(self) -> bool:
@@ -254,6 +273,10 @@ class Manager:
             self.caches.nodes = None
         if self.caches.claim_templates is not None and not await self._may_list_claim_templates():
             self.caches.claim_templates = None
+        if self.caches.resource_slices is not None and not (
+                self.caches.nodes is not None and self.caches.claim_templates is not None
+                and await self._may_list_dra()):
+            self.caches.resource_slices = self.caches.device_classes = None
         informers = [self.supervisor.spawn(i.run(), name=f"informer-{i.resource.plural}") for i in self.caches.all()]
         workers: list[asyncio.Task[None]] = []
         try:

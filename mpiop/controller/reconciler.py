@@ -131,7 +131,8 @@ class Reconciler:
         if observed.nodes is not None and any(e.reason == gpu_layout.WAITING for e in plan.events):
             # The job's condition counts the GPU nodes left out; which ones, and why, is for an admin's eyes.
             log.info("total-GPU job waits", job=job.key, left_out=gpu_layout.left_out_nodes(
-                job, observed.nodes, self.settings.gpu_layout_max_entries))
+                job, observed.nodes, self.settings.gpu_layout_max_entries,
+                dra=gpu_layout.Dra(observed.resource_slices, observed.device_classes)))
         if plan.mpijob_patch is not None:
             await self._write_mpijob_patch(job, plan, now)
             # Decide again at once, on the laid-out job the cache now holds: the watch event of this write
@@ -196,6 +197,10 @@ class Reconciler:
         observed = self.caches.observed(job, refused=self.refusals.of(job))
         if gpu_layout.needs_layout(job):
             observed.nodes = self.caches.node_list()
+            if job.spec.gpu_device_class_name is not None:
+                dra = self.caches.dra()
+                observed.resource_slices = dra.slices
+                observed.device_classes = dict(dra.classes) if dra.classes is not None else None
         await self.log_tails.fill(job, observed)  # the failure report's one I/O
         return observed
 

@@ -21,6 +21,7 @@ from mpiop.podsnapshot import (
     TerminatedRun,
     TrimmedPodBody,
 )
+from mpiop.policies import dra_inventory
 
 _KEPT_POD_STATUS: tuple[Literal["phase", "reason", "message"], ...] = ("phase", "reason", "message")
 
@@ -334,3 +335,31 @@ def trim_claim_template(obj: JSON) -> JSON:
             one["firstAvailable"] = [_device_request(a) for a in request["firstAvailable"]]
         kept.append(one)
     return {"metadata": trimmed_metadata(obj), "spec": {"spec": {"devices": {"requests": kept}}}}
+
+
+def trim_resource_slice(obj: JSON) -> JSON:
+    """What a node's GPUs through DRA read (policies/dra_inventory): its node, driver, pool (name, generation) and
+    its devices counted by their `type` attribute, at most dra_inventory.TYPES_KEPT of them: a few hundred bytes,
+    not the devices' attributes and capacities."""
+    spec = obj.get("spec") or {}
+    driver = str(spec.get("driver") or "")
+    counts: dict[str, int] = {}
+    for device in spec.get("devices") or []:
+        kind = dra_inventory.device_type(device if isinstance(device, dict) else {}, driver)
+        if kind not in counts and len(counts) >= dra_inventory.TYPES_KEPT:
+            kind = dra_inventory.OTHER_TYPES
+        counts[kind] = counts.get(kind, 0) + 1
+    pool = spec.get("pool") or {}
+    kept: JSON = {"driver": shared(driver), "devices": counts,
+                  "pool": {"name": shared(str(pool.get("name") or "")), "generation": int(pool.get("generation") or 0)}}
+    if spec.get("nodeName"):
+        kept["nodeName"] = shared(str(spec["nodeName"]))
+    return {"metadata": trimmed_metadata(obj), "spec": kept}
+
+
+def trim_device_class(obj: JSON) -> JSON:
+    """A DeviceClass as the devices it selects (driver and type), or why mpiop cannot tell: never its expressions."""
+    found = dra_inventory.class_devices(str(obj["metadata"].get("name")), obj)
+    devices: JSON = ({"refused": found} if isinstance(found, str) else
+                     {"driver": found.driver, **({"type": found.type} if found.type is not None else {})})
+    return {"metadata": trimmed_metadata(obj), "devices": devices}

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from mpiop import names, podsnapshot, podstate
 from mpiop.api.v2beta1 import MPIJob
-from mpiop.desired import hostnetwork, launch, launcher_rbac, objects, pods, ssh_config
+from mpiop.desired import gpu_claims, hostnetwork, launch, launcher_rbac, objects, pods, ssh_config
 from mpiop.desired.settings import DEFAULT_SETTINGS, Settings
 from mpiop.plan import Observed, Plan
 
@@ -57,6 +57,11 @@ def supporting_objects(plan: Plan, job: MPIJob, observed: Observed, ports: hostn
         plan.create_ssh_secret = True
     if observed.service is None:
         plan.creation_steps.supporting.append(objects.service(job))
+    claim_template = gpu_claims.claim_template(job)  # total-GPU mode through DRA: the workers' GPUs
+    if claim_template is not None:
+        seen = (observed.claim_templates or {}).get(gpu_claims.template_name(job))
+        if seen is None or not names.controlled_by(job, seen):  # another's: its creation is refused (squatters)
+            plan.creation_steps.supporting.append(claim_template)
 
     workers = observed.worker_states(job, attempt)
     count = job.spec.worker_replicas

@@ -17,6 +17,10 @@ tolerated (policies/node_fit, in work bounded by --gpu-layout-max-entries). What
 or taint value (its owner may not read nodes): the nodes left out are counted by size and reason, and the
 controller logs them by name. A layout is chosen once, while the job has no pod and never ran; it is never changed
 after.
+
+Through DRA (spec.gpuDeviceClassName), a node's GPUs are the devices of that DeviceClass its ResourceSlices publish
+(policies/dra_inventory), and the layout is written as the Worker template's claim `gpus` made from template
+`<job>-gpus` (desired.gpu_claims, which the controller makes before any pod) instead of a limit.
 """
 
 from __future__ import annotations
@@ -25,14 +29,15 @@ import datetime as dt
 import itertools
 import json
 from collections import Counter
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 
 from mpiop.api.raw import JSON
 from mpiop.api.v2beta1 import WORKER, MPIJob
+from mpiop.desired import gpu_claims
 from mpiop.desired.gpus import layout_resource
 from mpiop.plan import MESSAGE_LIMIT, Event, MPIJobPatch, Observed, Plan
-from mpiop.policies import node_fit
+from mpiop.policies import dra_inventory, node_fit
 from mpiop.policies.outcome import CONTINUE, STOP, Outcome
 from mpiop.status import conditions as c
 
@@ -89,6 +94,37 @@ def _shapes(counts: Counter[int], resource: str) -> str:
     return ", ".join(f"{n} node{'s' if n != 1 else ''} with {gpus} {resource}" for gpus, n in sorted(counts.items()))
 
 
+@dataclass(frozen=True)
+class Dra:
+    """What a layout through DRA reads besides the nodes: the cached ResourceSlices (trimmed) and DeviceClasses (by
+    name, trimmed); None: not watched."""
+
+    slices: list[JSON] | None = None
+    classes: Mapping[str, JSON] | None = None
+
+
+NOT_WATCHED_DRA = ("spec.gpuDeviceClassName: mpiop does not watch ResourceSlices and DeviceClasses (resource.k8s.io/v1 "
+                   "not served, its role lacks list and watch on them, or it runs with --no-gpu-layout or an empty "
+                   "--gpu-device-classes)")
+
+
+def counting(job: MPIJob, dra: Dra | None) -> tuple[str, Callable[[JSON], int]] | str:
+    """What the job's layout counts on a node (its name in messages, and the count), or why it cannot count."""
+    name = job.spec.gpu_device_class_name
+    if name is None:
+        resource = layout_resource(job)
+        return resource, lambda node: gpus_of(node, resource)
+    if dra is None or dra.slices is None or dra.classes is None:
+        return NOT_WATCHED_DRA
+    if (device_class := dra.classes.get(name)) is None:
+        return f"spec.gpuDeviceClassName: DeviceClass {name} not found"
+    selected = dra_inventory.cached_class(device_class)
+    if isinstance(selected, str):
+        return selected
+    counts = dra_inventory.node_devices(dra.slices, selected)
+    return f"{name} devices", lambda node: counts.get(node["metadata"]["name"], 0)
+
+
 # -- the job ------------------------------------------------------------------------------------------------
 
 
@@ -102,6 +138,8 @@ def needs_layout(job: MPIJob) -> bool:
     allows spec.gpus with Worker.replicas and that limit both set, agreeing, or neither)."""
     if job.spec.gpus is None or job.spec.worker is None:
         return False
+    if job.spec.gpu_device_class_name is not None:  # through DRA: laid out once the Worker template has the claim
+        return gpu_claims.worker_claim(job) is None
     containers = _pod_spec(job).get("containers") or []
     limits = ((containers[0].get("resources") or {}).get("limits") or {}) if containers else {}
     return layout_resource(job) not in limits
@@ -109,15 +147,23 @@ def needs_layout(job: MPIJob) -> bool:
 
 def layout_patch(job: MPIJob, layout: Layout, record: str) -> JSON:
     """A merge patch writing the layout into the job: Worker.replicas, the first worker container's GPU limit (the
-    containers list whole: a merge patch replaces lists), slotsPerWorker if unset, and the annotation."""
-    resource = layout_resource(job)
+    containers list whole: a merge patch replaces lists), slotsPerWorker if unset, and the annotation. Through DRA,
+    instead of the limit: the pod's claim gpu_claims.CLAIM made from the job's template, used by the first container
+    (those lists whole too)."""
     containers = json.loads(json.dumps(_pod_spec(job).get("containers") or []))
     resources = containers[0].setdefault("resources", {})
-    resources.setdefault("limits", {})[resource] = str(layout.gpus_per_worker)
-    if resource in (resources.get("requests") or {}):  # extended resources: a request must equal the limit
-        resources["requests"][resource] = str(layout.gpus_per_worker)
-    spec: JSON = {"mpiReplicaSpecs": {WORKER: {"replicas": layout.workers,
-                                               "template": {"spec": {"containers": containers}}}}}
+    template: JSON = {"containers": containers}
+    if job.spec.gpu_device_class_name is not None:
+        resources["claims"] = [*(resources.get("claims") or []), {"name": gpu_claims.CLAIM}]
+        template["resourceClaims"] = [*(_pod_spec(job).get("resourceClaims") or []),
+                                      {"name": gpu_claims.CLAIM,
+                                       "resourceClaimTemplateName": gpu_claims.template_name(job)}]
+    else:
+        resource = layout_resource(job)
+        resources.setdefault("limits", {})[resource] = str(layout.gpus_per_worker)
+        if resource in (resources.get("requests") or {}):  # extended resources: a request must equal the limit
+            resources["requests"][resource] = str(layout.gpus_per_worker)
+    spec: JSON = {"mpiReplicaSpecs": {WORKER: {"replicas": layout.workers, "template": {"spec": template}}}}
     if job.spec.slots_per_worker is None:
         spec["slotsPerWorker"] = layout.gpus_per_worker
     return {"metadata": {"annotations": {ANNOTATION: record}}, "spec": spec}
@@ -129,11 +175,12 @@ def pending(plan: Plan, job: MPIJob, observed: Observed) -> bool:
     return needs_layout(job) and not observed.pods and plan.status.start_time is None
 
 
-def _judged(job: MPIJob, nodes: Iterable[JSON]) -> Iterator[tuple[JSON, int, node_fit.Unfit | None]]:
-    """Each node with GPUs of the job's resource, their count, and why the Worker template may not run there."""
-    resource, fit = layout_resource(job), node_fit.Fit(_pod_spec(job))
+def _judged(job: MPIJob, nodes: Iterable[JSON], count: Callable[[JSON], int]
+            ) -> Iterator[tuple[JSON, int, node_fit.Unfit | None]]:
+    """Each node with GPUs the job counts, their count, and why the Worker template may not run there."""
+    fit = node_fit.Fit(_pod_spec(job))
     for node in nodes:
-        gpus = gpus_of(node, resource)
+        gpus = count(node)
         if gpus > 0:
             yield node, gpus, fit.why_not(node)
 
@@ -155,24 +202,32 @@ def over_limit(job: MPIJob, max_entries: int) -> node_fit.OverLimit | None:
     return node_fit.over_limit(_pod_spec(job), max_entries)
 
 
-def choose(job: MPIJob, nodes: Iterable[JSON], max_entries: int) -> tuple[Layout, str] | str:
+def choose(job: MPIJob, nodes: Iterable[JSON], max_entries: int, dra: Dra | None = None) -> tuple[Layout, str] | str:
     """The job's layout on these nodes and its record (the annotation's text), or why none fits. A Worker template
-    with more than `max_entries` tolerations, nodeSelector or node affinity entries is not matched at all."""
-    total, resource = job.spec.gpus or 0, layout_resource(job)
+    with more than `max_entries` tolerations, nodeSelector or node affinity entries is not matched at all. `dra`:
+    the devices a job through DRA counts."""
+    total = job.spec.gpus or 0
     over = over_limit(job, max_entries)
     if over is not None:
-        return (f"{over}; shorten it, or lay the job out yourself (Worker.replicas and the first worker container's "
-                f"{resource} limit)")
+        yours = ("the Worker template's claim gpus" if job.spec.gpu_device_class_name is not None else
+                 f"the first worker container's {layout_resource(job)} limit")
+        return f"{over}; shorten it, or lay the job out yourself (Worker.replicas and {yours})"
+    counted = counting(job, dra)
+    if isinstance(counted, str):
+        return counted
+    resource, count = counted
     eligible: Counter[int] = Counter()
     left_out: Counter[tuple[int, str]] = Counter()
-    for _, gpus, why in _judged(job, nodes):
+    for _, gpus, why in _judged(job, nodes, count):
         if why is None:
             eligible[gpus] += 1
         else:
             left_out[(gpus, why.kind)] += 1
     chosen = lay_out(total, eligible.elements())
     if isinstance(chosen, str):
-        seen = _shapes(eligible, resource) if eligible else f"no node with allocatable {resource}"
+        seen = _shapes(eligible, resource) if eligible else (
+            f"no node with {resource}" if job.spec.gpu_device_class_name is not None else
+            f"no node with allocatable {resource}")
         left = f"; left out: {_left_out(left_out, resource)}" if left_out else ""
         return (f"no layout of {total} {resource} fits the nodes the Worker template may run on "
                 f"({seen}{left}): {chosen}")
@@ -180,14 +235,16 @@ def choose(job: MPIJob, nodes: Iterable[JSON], max_entries: int) -> tuple[Layout
     return chosen, f"{total} {resource} as {chosen} (slotsPerWorker {slots}), on nodes: {_shapes(eligible, resource)}"
 
 
-def left_out_nodes(job: MPIJob, nodes: Iterable[JSON], max_entries: int, most: int = 20) -> list[str]:
+def left_out_nodes(job: MPIJob, nodes: Iterable[JSON], max_entries: int, most: int = 20,
+                   dra: Dra | None = None) -> list[str]:
     """The first `most` GPU nodes the Worker template may not run on, by name, with the taint or key that keeps it
     off: for the operator's log, which an admin reads (the job's condition only counts them)."""
-    if over_limit(job, max_entries) is not None:
+    counted = counting(job, dra)
+    if over_limit(job, max_entries) is not None or isinstance(counted, str):
         return []
-    resource = layout_resource(job)
+    resource, count = counted
     named = (f"{node['metadata']['name']} ({gpus} {resource}): {why.detail}"
-             for node, gpus, why in _judged(job, nodes) if why is not None)
+             for node, gpus, why in _judged(job, nodes, count) if why is not None)
     return list(itertools.islice(named, most))
 
 
@@ -204,7 +261,7 @@ def apply(plan: Plan, job: MPIJob, observed: Observed, now: dt.datetime, max_ent
         return _wait(plan, job, now, "mpiop does not watch nodes (it runs with --no-gpu-layout, or its role does not "
                                      "grant list and watch on nodes, as a namespaced Role cannot): set "
                                      "Worker.replicas and the GPU limit instead")
-    chosen = choose(job, observed.nodes, max_entries)
+    chosen = choose(job, observed.nodes, max_entries, Dra(observed.resource_slices, observed.device_classes))
     if isinstance(chosen, str):
         return _wait(plan, job, now, chosen)
     layout, record = chosen

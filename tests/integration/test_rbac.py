@@ -11,8 +11,9 @@ from and renewed in Secret mpiop-status-ca, and written into the GPU layout webh
 success, clean-up of the workers, deletion by ttlSecondsAfterFinished, and the lease's release at shutdown; beside
 it, a job kubeflow's operator left with a failed worker is taken over and restarted (its objects claimed, its
 launcher Job deleted), and a job stating its total GPUs is laid out on a GPU node (the Node informer's list and
-watch, the job's patch). Every request it sends is recorded as the (verb, group, resource, name) the authorizer
-sees and compared with the rules both ways.
+watch, the job's patch), another through DRA from the node's ResourceSlice (their informers', and DeviceClasses',
+list and watch; its ResourceClaimTemplate's creation). Every request it sends is recorded as the (verb, group,
+resource, name) the authorizer sees and compared with the rules both ways.
 """
 
 from __future__ import annotations
@@ -34,11 +35,23 @@ from mpiop.controller import layout_webhook, status_ca
 from mpiop.controller.manager import Manager, ManagerConfig
 from mpiop.controller.status_endpoint import SERVING, SERVING_LABEL, OwnPod, Reviewer, TokenReviews
 from mpiop.desired.settings import Settings
-from mpiop.kube.client import BATCH_JOBS, MPIJOBS, NODES, PODS, SECRETS, ApiError, KubeClient
+from mpiop.kube.client import (
+    BATCH_JOBS,
+    DEVICE_CLASSES,
+    MPIJOBS,
+    NODES,
+    PODS,
+    RESOURCE_CLAIM_TEMPLATES,
+    RESOURCE_SLICES,
+    SECRETS,
+    ApiError,
+    KubeClient,
+)
 from mpiop.leader import LEASES, ElectionConfig, LeaderElector
 from mpiop.process import supervise
 from testkit import kubeflow
 from testkit.deploy import DEPLOY, SYSTEM
+from testkit.dra import device_class, resource_slice
 from testkit.layout_webhook import configuration
 from testkit.mpijobs import make_mpijob
 from testkit.namespaces import create_namespace, delete_namespace
@@ -54,6 +67,7 @@ RBAC_KINDS = ("ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "Ro
 ADMISSION_ONLY = {("update", "kubeflow.org", "mpijobs/finalizers")}
 GONE_NODE = "rbac-gone-node"
 GPU_NODE = "rbac-gpu-node"  # a job stating its total GPUs is laid out on it (nodes list/watch, mpijobs patch)
+DRA_CLASS = "gpu.rbac.example.com"  # its DeviceClass and driver: a ResourceSlice of 8 devices on GPU_NODE
 WEBHOOK = "mpiop-gpu-layout"  # deploy/base/webhook.yaml's (for the test's namespace only: the apiserver is shared)
 OWN_POD = "mpiop-rbac-own"  # the operator's own pod, labelled for the status Service (pods patch in its namespace)
 STATUS_CA = status_ca.SecretRef(SYSTEM, "mpiop-status-ca")  # deploy/base/deployment.yaml's --status-ca-secret
@@ -128,6 +142,10 @@ async def lifecycle(kube: KubeClient, token_kubeconfig: str, mpijob_crd: None) -
     with contextlib.suppress(ApiError):
         await kube.create(NODES, None, gpu_node(GPU_NODE, 8))
     with contextlib.suppress(ApiError):
+        await kube.create(DEVICE_CLASSES, None, device_class(DRA_CLASS))
+    with contextlib.suppress(ApiError):
+        await kube.create(RESOURCE_SLICES, None, resource_slice(GPU_NODE, DRA_CLASS, 8))
+    with contextlib.suppress(ApiError):
         await kube.delete(LEASES, SYSTEM, LEASE)  # so the run also creates it
     run = Run()
     def recording(**options: Any) -> Awaitable[KubeClient]:
@@ -187,6 +205,11 @@ async def lifecycle(kube: KubeClient, token_kubeconfig: str, mpijob_crd: None) -
                 return bool(job.get("spec", {}).get("mpiReplicaSpecs", {}).get("Worker", {}).get("replicas") == 1)
 
             await eventually(laid_out, what="the total-GPU job laid out")
+            await cluster.create_job(make_mpijob("total-dra").total_gpus(8, device_class=DRA_CLASS).pod_spec(
+                "Worker", nodeSelector={"kubernetes.io/hostname": GPU_NODE},
+                tolerations=[{"operator": "Exists"}]).manifest())
+            await eventually(lambda: kube.get_or_none(RESOURCE_CLAIM_TEMPLATES, namespace, "total-dra-gpus"),
+                             what="the DRA total-GPU job's ResourceClaimTemplate")
             for _ in range(2):
                 await suspend_and_resume(cluster, "life")
             await fail_attempt(cluster, "life")
@@ -216,6 +239,10 @@ async def lifecycle(kube: KubeClient, token_kubeconfig: str, mpijob_crd: None) -
         await delete_namespace(kube, namespace)
         with contextlib.suppress(ApiError):
             await kube.delete(NODES, None, GPU_NODE)
+        with contextlib.suppress(ApiError):
+            await kube.delete(RESOURCE_SLICES, None, f"{GPU_NODE}-{DRA_CLASS}")
+        with contextlib.suppress(ApiError):
+            await kube.delete(DEVICE_CLASSES, None, DRA_CLASS)
         with contextlib.suppress(ApiError):
             await kube.delete(PODS, SYSTEM, OWN_POD, grace_period_seconds=0)
         with contextlib.suppress(ApiError):

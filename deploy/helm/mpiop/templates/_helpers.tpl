@@ -68,6 +68,11 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
 - apiGroups: [""]
   resources: [nodes]
   verbs: [get, list, watch]
+# Total-GPU mode through DRA (spec.gpuDeviceClassName): each node's GPUs are the devices of the job's DeviceClass its
+# ResourceSlices publish (cluster-scoped too: not under watchNamespace).
+- apiGroups: [resource.k8s.io]
+  resources: [resourceslices, deviceclasses]
+  verbs: [list, watch]
 {{- end }}
 # configmaps: the hostfile is patched; all three: labelled when a job is taken over from kubeflow's operator.
 - apiGroups: [""]
@@ -88,10 +93,11 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
 - apiGroups: [rbac.authorization.k8s.io]
   resources: [roles, rolebindings]
   verbs: [list, watch]
-# ResourceClaimTemplates: the GPUs (slots) of workers that claim them through DRA (--gpu-device-classes).
+# ResourceClaimTemplates: the GPUs (slots) of workers that claim them through DRA (--gpu-device-classes);
+# create: the <job>-gpus template of a job laid out through DRA (spec.gpuDeviceClassName).
 - apiGroups: [resource.k8s.io]
   resources: [resourceclaimtemplates]
-  verbs: [list, watch]
+  verbs: [list, watch, create]
 {{- if and .Values.statusEndpoint.enabled (eq .Values.watchNamespace "") }}
 # The GPU layout webhook (served beside the status endpoint): the leader writes its CA into the webhook's caBundle.
 - apiGroups: [admissionregistration.k8s.io]
