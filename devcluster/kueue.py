@@ -56,6 +56,10 @@ MPIJOB_FRAMEWORK = "kubeflow.org/mpijob"
 QUEUE_NAME_LABEL = "kueue.x-k8s.io/queue-name"
 API_GROUP = "kueue.x-k8s.io"
 API_VERSION = f"{API_GROUP}/v1beta2"
+# Kueue's DRA support (alpha, its feature gate DynamicResourceAllocation): the devices a pod set's
+# ResourceClaimTemplates ask of a mapped DeviceClass count, per pod, in quota of the mapping's resource name.
+DRA_DEVICE_CLASS = "gpu.nvidia.com"  # NVIDIA's DRA driver's class of whole GPUs
+DRA_GPU_RESOURCE = "gpu.nvidia.com/devices"  # its quota resource in a ClusterQueue, and a Workload's usage
 
 
 def _root(version: str) -> Path:
@@ -159,7 +163,8 @@ def webhook_objects(namespace: str, webhook_port: int) -> list[dict[str, Any]]:
 def kueue_config(namespace: str, *, webhook_port: int, metrics_port: int, health_port: int,
                  cert_dir: Path) -> dict[str, Any]:
     """Kueue's Configuration (config.kueue.x-k8s.io/v1beta2): its defaults but for loopback addresses, one
-    replica (no leader election), MPIJobs only, and no visibility API server (it would bind a fixed port)."""
+    replica (no leader election), MPIJobs only, no visibility API server (it would bind a fixed port), and its DRA
+    support on, with DRA_DEVICE_CLASS's devices counted as DRA_GPU_RESOURCE."""
     return {
         "apiVersion": "config.kueue.x-k8s.io/v1beta2",
         "kind": "Configuration",
@@ -171,7 +176,8 @@ def kueue_config(namespace: str, *, webhook_port: int, metrics_port: int, health
         "internalCertManagement": {"enable": True, "webhookServiceName": WEBHOOK_SERVICE,
                                    "webhookSecretName": WEBHOOK_SECRET},
         "integrations": {"frameworks": [MPIJOB_FRAMEWORK]},
-        "featureGates": {"VisibilityOnDemand": False},
+        "featureGates": {"VisibilityOnDemand": False, "DynamicResourceAllocation": True},
+        "resources": {"deviceClassMappings": [{"name": DRA_GPU_RESOURCE, "deviceClassNames": [DRA_DEVICE_CLASS]}]},
     }
 
 

@@ -16,41 +16,66 @@ no pod yet); Kueue finds the job no longer matches its Workload, stops it, delet
 matching Workload") and makes one of the layout. The test waits for that end, and prints Kueue's Events and
 mpiop's pod writes: more than 3 POSTs say mpiop made the pods in the window where the job ran under the Workload
 of the job as written.
+
+Preemption with a graceful stop (issue 52): a job of a higher WorkloadPriorityClass preempts a running one in a
+ClusterQueue with quota for one job. Kueue suspends the preempted job; mpiop deletes its launcher first, with the
+stop grace, and its workers once the launcher ended; Kueue keeps the preempted Workload's quota while the workers
+are active, and admits the preemptor once they are deleted (while they are still terminating: a pod being deleted
+is not active, as in a batch Job). The preempted job is re-admitted and resumes once the preemptor finished.
+
+DRA (issue 53): Kueue's DRA support (its DynamicResourceAllocation gate; devcluster/kueue.py maps DeviceClass
+gpu.nvidia.com to the quota resource DRA_GPU_RESOURCE) counts the devices a pod set's ResourceClaimTemplates ask for,
+for an MPIJob as for any integration: 2 workers of 8 are 16 of quota.
 """
 
 from __future__ import annotations
 
 import contextlib
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+import functools
+from collections.abc import AsyncIterator, Iterator
 from dataclasses import replace
 
 import pytest
 
 from devcluster.controlplane import ControlPlane
-from devcluster.kueue import JOB_WEBHOOKS_LABEL, Kueue
+from devcluster.kueue import DRA_DEVICE_CLASS, DRA_GPU_RESOURCE, JOB_WEBHOOKS_LABEL, Kueue
 from mpiop.api.raw import JSON
-from mpiop.kube.client import EVENTS, MPIJOBS, NAMESPACES, ApiError, KubeClient, Resource
+from mpiop.api.v2beta1 import LAUNCHER, WORKER
+from mpiop.kube.client import (
+    EVENTS,
+    MPIJOBS,
+    NAMESPACES,
+    PODS,
+    RESOURCE_CLAIM_TEMPLATES,
+    ApiError,
+    KubeClient,
+)
+from mpiop.policies import graceful_stop
+from testkit.dra import DEVICE_CLASSES, claim_template, device_class, exactly, request
 from testkit.gpupool import gpu_pool, laid_out, total_gpus_job
 from testkit.kueue import (
-    CLUSTER_QUEUES,
-    LOCAL_QUEUES,
+    PRIORITY_CLASS_LABEL,
+    QUEUE,
     QUEUE_NAME_LABEL,
-    RESOURCE_FLAVORS,
+    WORKLOAD_PRIORITY_CLASSES,
     WORKLOADS,
-    cluster_queue,
     condition,
-    local_queue,
-    resource_flavor,
+    conditions,
+    cq_usage,
+    kueue_queue,
+    pod_timeline,
     workload_of,
+    workload_priority_class,
 )
 from testkit.layout_webhook import serving_layout_webhook
+from testkit.mpijobs import make_mpijob
 from testkit.nodes import GPU, gpu_nodes
-from testkit.operator import Cluster, Operator, eventually
+from testkit.operator import Cluster, Operator, drive_to_success, eventually, running_operator, start_pods
+from testkit.pods import env_of
 
 # The first test starts Kueue, built first if it is not yet (about 10 minutes on a fresh machine; tests/integration/
 # conftest.py runs this module last, so .ci/run's background build has the rest of the suite's time).
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(1800)]
-QUEUE = "user-queue"
 QUOTA = {"cpu": "64", "memory": "512Gi", GPU: "16"}
 
 
@@ -69,39 +94,9 @@ async def pool(kube: KubeClient) -> AsyncIterator[str]:
 
 @pytest.fixture
 async def queue(kube: KubeClient, cluster: Cluster, kueue: Kueue) -> AsyncIterator[str]:
-    """LocalQueue `user-queue` in the test's namespace, of a ClusterQueue with QUOTA in a flavor of its own, both
-    Active. Afterwards the namespace's jobs go first, and their Workloads (whose finalizer Kueue removes), while
-    Kueue still runs: the queue and flavor, which Kueue keeps while in use, are then deleted at once."""
-    flavor, cq = f"{cluster.ns}-flavor", f"{cluster.ns}-cq"
-    await kube.create(RESOURCE_FLAVORS, None, resource_flavor(flavor))
-    await kube.create(CLUSTER_QUEUES, None, cluster_queue(cq, flavor, QUOTA))
-    await kube.create(LOCAL_QUEUES, cluster.ns, local_queue(QUEUE, cluster.ns, cq))
-
-    async def active() -> bool:
-        lq = await kube.get(LOCAL_QUEUES, cluster.ns, QUEUE)
-        return (c := condition(lq, "Active")) is not None and c["status"] == "True"
-
-    await eventually(active, what=f"LocalQueue {QUEUE} Active")
-    try:
-        yield QUEUE
-    finally:
-        for job in (await kube.list(MPIJOBS, cluster.ns))["items"]:
-            with contextlib.suppress(ApiError):
-                await kube.delete(MPIJOBS, cluster.ns, job["metadata"]["name"])
-
-        async def no_workloads() -> bool:
-            return not (await kube.list(WORKLOADS, cluster.ns))["items"]
-
-        await eventually(no_workloads, what=f"the Workloads of {cluster.ns} gone")
-        for resource, name in ((CLUSTER_QUEUES, cq), (RESOURCE_FLAVORS, flavor)):
-            await kube.delete(resource, None, name)
-            await eventually(absent(kube, resource, name), what=f"{name} deleted")
-
-
-def absent(kube: KubeClient, resource: Resource, name: str) -> Callable[[], Awaitable[bool]]:
-    async def probe() -> bool:
-        return await kube.get_or_none(resource, None, name) is None
-    return probe
+    """QUEUE with QUOTA, in which the GPU jobs fit up to 16 GPUs."""
+    async with kueue_queue(kube, cluster.ns, QUOTA) as name:
+        yield name
 
 
 def in_queue(name: str, pool: str, gpus: int) -> JSON:
@@ -274,3 +269,233 @@ async def test_a_job_beyond_the_quota_is_stored_laid_out_and_stays_suspended_wit
     assert job is not None and job["spec"]["runPolicy"]["suspend"] is True
     assert condition(await kube.get(WORKLOADS, cluster.ns, workload["metadata"]["name"]), "Admitted") is None
     assert not await cluster.pods() and not pod_writes(operator)
+
+
+# Preemption with a graceful stop. Quota for one job of a launcher and 2 workers of 1 CPU each; Kueue preempts
+# within the ClusterQueue for a job of higher WorkloadPriorityClass.
+ONE_JOB = {"cpu": "3"}
+POD_GRACE = 120  # the pods' terminationGracePeriodSeconds, which caps the stop grace
+STOP_GRACE = 90  # long enough that the launcher, not the grace, ends the stop on a busy machine
+
+
+@pytest.fixture
+async def priorities(kube: KubeClient, cluster: Cluster) -> AsyncIterator[tuple[str, str]]:
+    """WorkloadPriorityClasses (low, high) of the test's own."""
+    made = {f"{cluster.ns}-low": 100, f"{cluster.ns}-high": 1000}
+    for name, value in made.items():
+        await kube.create(WORKLOAD_PRIORITY_CLASSES, None, workload_priority_class(name, value))
+    try:
+        yield f"{cluster.ns}-low", f"{cluster.ns}-high"
+    finally:
+        for name in made:
+            with contextlib.suppress(ApiError):
+                await kube.delete(WORKLOAD_PRIORITY_CLASSES, None, name)
+
+
+@pytest.fixture
+async def node(cluster: Cluster) -> AsyncIterator[str]:
+    """A Node without kubelet: a pod bound to it and deleted gracefully stays terminating until the test ends it."""
+    async with cluster.bare_node() as name:
+        yield name
+
+
+def cpu_job(name: str, priority: str, stop_grace: int | None = None) -> JSON:
+    """A launcher and 2 workers of 1 CPU each, in QUEUE at `priority`, as Kueue's webhook leaves it (suspended)."""
+    job = make_mpijob(name).workers(2).label(QUEUE_NAME_LABEL, QUEUE).label(PRIORITY_CLASS_LABEL, priority)
+    for replica in (LAUNCHER, WORKER):
+        job.request(replica, "cpu", "1").pod_spec(replica, terminationGracePeriodSeconds=POD_GRACE)
+    manifest = job.suspend().manifest()
+    if stop_grace is not None:
+        manifest["metadata"]["annotations"] = {graceful_stop.ANNOTATION: str(stop_grace)}
+    return manifest
+
+
+async def terminating(cluster: Cluster, name: str) -> bool:
+    pod = await cluster.pod(name)
+    return pod is not None and bool(pod["metadata"].get("deletionTimestamp"))
+
+
+async def end(cluster: Cluster, pod: str) -> None:
+    """The kubelet's part: the pod's containers exited, it is removed."""
+    await cluster.kube.delete(PODS, cluster.ns, pod, grace_period_seconds=0)
+
+
+async def test_a_preempted_job_tells_its_launcher_first_and_the_preemptor_runs_once_its_workers_are_deleted(
+        control_plane: ControlPlane, cluster: Cluster, kube: KubeClient, kueue: Kueue, node: str,
+        priorities: tuple[str, str]) -> None:
+    low, high = priorities
+    async with kueue_queue(kube, cluster.ns, ONE_JOB, {"withinClusterQueue": "LowerPriority"}), \
+            running_operator(str(control_plane.kubeconfig), cluster.ns) as operator, \
+            pod_timeline(kube, cluster.ns) as timeline:
+        await cluster.create_job(cpu_job("low", low, STOP_GRACE))
+        old = ["low-launcher", "low-worker-0", "low-worker-1"]
+        await start_pods(cluster, "low", 2, nodes=dict.fromkeys(old, node))
+        old_uids = {n: p["metadata"]["uid"] for n, p in (await cluster.pods()).items()}
+
+        async def all_quota_used() -> dict[str, dict[str, str]] | None:
+            usage = await cq_usage(kube, cluster.ns)
+            return usage if usage["flavorsUsage"].get("cpu") == ONE_JOB["cpu"] else None
+
+        print(f"\nlow running: ClusterQueue {await eventually(all_quota_used, what='low using all the quota')}")
+
+        await cluster.create_job(cpu_job("high", high))
+        preempted = timeline.clock()
+
+        async def evicted() -> JSON | None:
+            workload = await workload_of(kube, cluster.ns, "MPIJob", "low")
+            found = None if workload is None else condition(workload, "Evicted")
+            return workload if found is not None and found["status"] == "True" else None
+
+        workload = await eventually(evicted, what="low's Workload evicted")
+        print(f"low's Workload at its eviction: {conditions(workload)}")
+        assert conditions(workload)["Evicted"] == "True Preempted"
+        await eventually(lambda: terminating(cluster, "low-launcher"), what="low's launcher told (deleted) first")
+        stopping = await eventually(lambda: cluster.condition("low", graceful_stop.STOPPING), what="low Stopping")
+        print(f"Stopping: {stopping['message']}")
+        assert stopping["reason"] == graceful_stop.SUSPENDED
+        assert timeline.grace["low-launcher"] == STOP_GRACE
+        assert "stop grace 90s, annotation mpiop.kubeflow.org/stop-grace-seconds)" in stopping["message"]
+        await operator.settle()
+        # While mpirun may checkpoint: the workers stay, and so does low's quota; high waits for it.
+        assert not [p for p in old[1:] if await terminating(cluster, p)], "no worker deleted while mpirun runs"
+        workload = await kube.get(WORKLOADS, cluster.ns, workload["metadata"]["name"])
+        high_workload = await workload_of(kube, cluster.ns, "MPIJob", "high")
+        assert high_workload is not None
+        print(f"while low stops: low's Workload {conditions(workload)}; high's {conditions(high_workload)}; "
+              f"ClusterQueue {await cq_usage(kube, cluster.ns)}")
+        assert conditions(workload)["QuotaReserved"].startswith("True")
+        assert not admitted(high_workload) and not [p for p in await cluster.pods() if p.startswith("high-")]
+
+        await end(cluster, "low-launcher")  # mpirun exited: its ranks checkpointed
+        for worker in old[1:]:
+            await eventually(functools.partial(terminating, cluster, worker), what=f"{worker} deleted after")
+
+        async def high_pods() -> bool:
+            return any(p.startswith("high-") for p in await cluster.pods())
+
+        await eventually(high_pods, what="high's pods")
+        # Kueue waits for the job's replicaStatuses to have no active pod, and a terminating pod is not active (as
+        # in a batch Job's status.active): high's pods are made while low's workers have their SIGTERM grace (no
+        # kubelet ends them here); the scheduler, not Kueue, keeps them off the devices until those end.
+        still = [p for p in old[1:] if await terminating(cluster, p)]
+        print(f"when high's first pod was made, low's workers still terminating: {still}")
+        assert still == old[1:]
+        workload = await kube.get(WORKLOADS, cluster.ns, workload["metadata"]["name"])
+        print(f"low's Workload once released: {conditions(workload)}")
+        assert conditions(workload)["QuotaReserved"].startswith("False Pending")
+        assert (conditions(workload)["Evicted"], conditions(workload)["Requeued"]) == (
+            "True Preempted", "True Preempted")
+        job = await cluster.job("low")
+        assert job is not None
+        stopped = next(c for c in job["status"]["conditions"] if c["type"] == graceful_stop.STOPPING)
+        print(f"low's Stopping: {stopped['status']} {stopped['reason']}: {stopped['message']}")
+        assert (stopped["status"], stopped["reason"]) == ("False", graceful_stop.LAUNCHER_ENDED)
+        for worker in old[1:]:
+            await end(cluster, worker)
+        print("pod timeline (seconds since the timeline began; high created at "
+              f"{preempted:.2f}s):\n  " + "\n  ".join(timeline.lines()))
+        workers_deleted = [timeline.at("deleting", w) for w in old[1:]]
+        assert timeline.at("deleting", "low-launcher") < min(workers_deleted)
+        assert max(workers_deleted) < timeline.at("created", "high-")
+
+        await drive_to_success(cluster, "high", workers=2)
+
+        async def resumed() -> dict[str, JSON] | None:
+            pods = await cluster.pods()
+            fresh = {n: p for n, p in pods.items() if n.startswith("low-") and p["metadata"]["uid"] not in
+                     old_uids.values() and not p["metadata"].get("deletionTimestamp")}
+            return fresh if len(fresh) == 3 else None
+
+        fresh = await eventually(resumed, timeout=60, what="low re-admitted and its new attempt's pods made")
+        readmitted = await workload_of(kube, cluster.ns, "MPIJob", "low")
+        assert readmitted is not None
+        print(f"low resumed, pods {sorted(fresh)}; its Workload {conditions(readmitted)}; ClusterQueue "
+              f"{await cq_usage(kube, cluster.ns)}")
+        print("Kueue's Events on low: " + "; ".join(await kueue_events(kube, cluster.ns, "low")))
+        assert admitted(readmitted)
+        assert (conditions(readmitted)["QuotaReserved"], conditions(readmitted)["Evicted"]) == (
+            "True QuotaReserved", "False QuotaReserved")
+        job = await cluster.job("low")
+        assert job is not None and job["spec"]["runPolicy"]["suspend"] is False
+        await operator.settle()
+
+
+# DRA: Kueue's Configuration (devcluster/kueue.py) maps DeviceClass gpu.nvidia.com to DRA_GPU_RESOURCE, counted in
+# devices: 2 workers claiming 8 each are 16.
+@pytest.fixture
+async def nvidia_class(kube: KubeClient) -> AsyncIterator[str]:
+    """DeviceClass gpu.nvidia.com (cluster-wide: made if missing, removed afterwards)."""
+    with contextlib.suppress(ApiError):
+        await kube.create(DEVICE_CLASSES, None, device_class(DRA_DEVICE_CLASS))
+    yield DRA_DEVICE_CLASS
+    with contextlib.suppress(ApiError):
+        await kube.delete(DEVICE_CLASSES, None, DRA_DEVICE_CLASS)
+
+
+def dra_job(name: str) -> JSON:
+    """2 workers, each claiming 8 GPUs through ResourceClaimTemplate eight-gpus, in QUEUE (suspended)."""
+    return (make_mpijob(name).workers(2).claim("gpus", "eight-gpus").label(QUEUE_NAME_LABEL, QUEUE).suspend()
+            .manifest())
+
+
+def claims(workload: JSON) -> dict[str, tuple[int, list[JSON]]]:
+    """Each pod set's (count, its template's resourceClaims)."""
+    return {p["name"]: (p["count"], p["template"]["spec"].get("resourceClaims") or [])
+            for p in workload["spec"]["podSets"]}
+
+
+async def test_a_dra_job_is_admitted_in_quota_of_its_claimed_devices_and_one_more_waits(
+        cluster: Cluster, operator: Operator, kube: KubeClient, kueue: Kueue, nvidia_class: str) -> None:
+    async with kueue_queue(kube, cluster.ns, {DRA_GPU_RESOURCE: "16"}):
+        await kube.create(RESOURCE_CLAIM_TEMPLATES, cluster.ns,
+                          claim_template("eight-gpus", request("gpus", exactly(nvidia_class, 8))))
+        await cluster.create_job(dra_job("dra"))
+
+        async def admitted_workload() -> JSON | None:
+            workload = await workload_of(kube, cluster.ns, "MPIJob", "dra")
+            return workload if workload is not None and admitted(workload) else None
+
+        workload = await eventually(admitted_workload, timeout=60, what="dra's Workload admitted")
+        assignments = {a["name"]: a for a in workload["status"]["admission"]["podSetAssignments"]}
+        print(f"\nWorkload {workload['metadata']['name']} podSets (count, resourceClaims): {claims(workload)}")
+        print("podSetAssignments resourceUsage: "
+              f"{ {n: (a['count'], a.get('resourceUsage')) for n, a in assignments.items()} }")
+        assert claims(workload) == {"launcher": (1, []), "worker": (2, [
+            {"name": "gpus", "resourceClaimTemplateName": "eight-gpus"}])}
+        assert assignments["worker"]["resourceUsage"] == {DRA_GPU_RESOURCE: "16"}
+        assert not assignments["launcher"].get("resourceUsage")
+
+        async def used() -> dict[str, dict[str, str]] | None:
+            usage = await cq_usage(kube, cluster.ns)
+            return usage if usage["flavorsUsage"].get(DRA_GPU_RESOURCE) == "16" else None
+
+        usage = await eventually(used, what=f"the ClusterQueue using 16 {DRA_GPU_RESOURCE}")
+        print(f"ClusterQueue {usage}")
+        assert usage["flavorsReservation"] == {DRA_GPU_RESOURCE: "16"}
+
+        async def pods() -> dict[str, JSON] | None:
+            found = await cluster.pods()
+            return found if {"dra-launcher", "dra-worker-0", "dra-worker-1"} <= set(found) else None
+
+        made = await eventually(pods, what="dra's pods")
+        job = await cluster.job("dra")
+        assert job is not None and job["spec"]["runPolicy"]["suspend"] is False
+        print(f"dra-worker-1 resourceClaims: {made['dra-worker-1']['spec']['resourceClaims']}")
+        assert made["dra-worker-1"]["spec"]["resourceClaims"] == [
+            {"name": "gpus", "resourceClaimTemplateName": "eight-gpus"}]
+        assert env_of(made["dra-worker-1"])["LOCAL_WORLD_SIZE"] == "8"
+
+        # Another 16 GPUs do not fit beside it: Kueue counts them in the mapped resource.
+        await cluster.create_job(dra_job("more"))
+
+        async def pending() -> JSON | None:
+            workload = await workload_of(kube, cluster.ns, "MPIJob", "more")
+            reserved = None if workload is None else condition(workload, "QuotaReserved")
+            return reserved if reserved is not None and reserved["reason"] == "Pending" else None
+
+        reserved = await eventually(pending, timeout=60, what="more's Workload pending")
+        print(f"more: QuotaReserved={reserved['status']} {reserved['reason']}: {reserved['message']}")
+        assert f"insufficient unused quota for {DRA_GPU_RESOURCE} in flavor {cluster.ns}-flavor, 16 more needed" \
+            in reserved["message"]
+        await operator.settle()
+        assert not [p for p in await cluster.pods() if p.startswith("more-")]
