@@ -64,7 +64,11 @@ def after(observed: Observed, plan: Plan) -> Observed:
 
 
 def replica_statuses(job: MPIJob, observed: Observed) -> dict[ReplicaType, ReplicaStatus]:
+    """Each replica type's pods by state. A suspended job's pods still being deleted count as active: they hold
+    their nodes' GPUs until they end (a graceful stop's launcher for up to its grace), and Kueue, which releases a
+    suspended job's quota once no replica is active, then admits the next job only when they are gone."""
     counts: dict[ReplicaType, ReplicaStatus] = {}
+    stopping = bool(job.spec.run_policy.suspend)
     for replica_type, role in ((LAUNCHER, names.LAUNCHER_ROLE), (WORKER, names.WORKER_ROLE)):
         if job.spec.mpi_replica_specs.get(replica_type) is None:
             continue
@@ -72,7 +76,8 @@ def replica_statuses(job: MPIJob, observed: Observed) -> dict[ReplicaType, Repli
         states = [s for s in observed.states + [podsnapshot.state(p) for p in observed.launcher_batch_job_pods]
                   if s.role == role]
         counts[replica_type] = ReplicaStatus(
-            active=sum(1 for s in states if s.active),
+            active=sum(1 for s in states
+                       if s.active or (stopping and s.terminating and podstate.active_in(s.phase, False))),
             succeeded=sum(1 for s in states if s.phase == "Succeeded"),
             failed=sum(1 for s in states if s.phase == "Failed"),
             ready=sum(1 for s in states if s.ready),

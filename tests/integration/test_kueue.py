@@ -20,8 +20,9 @@ of the job as written.
 Preemption with a graceful stop (issue 52): a job of a higher WorkloadPriorityClass preempts a running one in a
 ClusterQueue with quota for one job. Kueue suspends the preempted job; mpiop deletes its launcher first, with the
 stop grace, and its workers once the launcher ended; Kueue keeps the preempted Workload's quota while the workers
-are active, and admits the preemptor once they are deleted (while they are still terminating: a pod being deleted
-is not active, as in a batch Job). The preempted job is re-admitted and resumes once the preemptor finished.
+are active, and admits the preemptor once they are gone (a suspended job's pods being deleted count as active in
+its replicaStatuses: they hold their GPUs until they end). The preempted job is re-admitted and resumes once the
+preemptor finished.
 
 DRA (issue 53): Kueue's DRA support (its DynamicResourceAllocation gate; devcluster/kueue.py maps DeviceClass
 gpu.nvidia.com to the quota resource DRA_GPU_RESOURCE) counts the devices a pod set's ResourceClaimTemplates ask for,
@@ -320,7 +321,7 @@ async def end(cluster: Cluster, pod: str) -> None:
     await cluster.kube.delete(PODS, cluster.ns, pod, grace_period_seconds=0)
 
 
-async def test_a_preempted_job_tells_its_launcher_first_and_the_preemptor_runs_once_its_workers_are_deleted(
+async def test_a_preempted_job_tells_its_launcher_first_and_the_preemptor_runs_once_its_pods_are_gone(
         control_plane: ControlPlane, cluster: Cluster, kube: KubeClient, kueue: Kueue, node: str,
         priorities: tuple[str, str]) -> None:
     low, high = priorities
@@ -369,17 +370,22 @@ async def test_a_preempted_job_tells_its_launcher_first_and_the_preemptor_runs_o
         await end(cluster, "low-launcher")  # mpirun exited: its ranks checkpointed
         for worker in old[1:]:
             await eventually(functools.partial(terminating, cluster, worker), what=f"{worker} deleted after")
+        await operator.settle()
+        # Kueue waits for the job's replicaStatuses to have no active pod, and a suspended job's terminating pods
+        # count as active: while low's workers have their SIGTERM grace (no kubelet ends them here), high waits.
+        assert not [p for p in await cluster.pods() if p.startswith("high-")], "high made while low's workers end"
+        workload = await kube.get(WORKLOADS, cluster.ns, workload["metadata"]["name"])
+        assert conditions(workload)["QuotaReserved"].startswith("True"), conditions(workload)
+        for worker in old[1:]:
+            await end(cluster, worker)
 
         async def high_pods() -> bool:
             return any(p.startswith("high-") for p in await cluster.pods())
 
         await eventually(high_pods, what="high's pods")
-        # Kueue waits for the job's replicaStatuses to have no active pod, and a terminating pod is not active (as
-        # in a batch Job's status.active): high's pods are made while low's workers have their SIGTERM grace (no
-        # kubelet ends them here); the scheduler, not Kueue, keeps them off the devices until those end.
-        still = [p for p in old[1:] if await terminating(cluster, p)]
-        print(f"when high's first pod was made, low's workers still terminating: {still}")
-        assert still == old[1:]
+        still = [p for p in old[1:] if await cluster.pod(p) is not None]
+        print(f"when high's first pod was made, low's pods left: {still}")
+        assert still == []
         workload = await kube.get(WORKLOADS, cluster.ns, workload["metadata"]["name"])
         print(f"low's Workload once released: {conditions(workload)}")
         assert conditions(workload)["QuotaReserved"].startswith("False Pending")
@@ -390,13 +396,11 @@ async def test_a_preempted_job_tells_its_launcher_first_and_the_preemptor_runs_o
         stopped = next(c for c in job["status"]["conditions"] if c["type"] == graceful_stop.STOPPING)
         print(f"low's Stopping: {stopped['status']} {stopped['reason']}: {stopped['message']}")
         assert (stopped["status"], stopped["reason"]) == ("False", graceful_stop.LAUNCHER_ENDED)
-        for worker in old[1:]:
-            await end(cluster, worker)
         print("pod timeline (seconds since the timeline began; high created at "
               f"{preempted:.2f}s):\n  " + "\n  ".join(timeline.lines()))
         workers_deleted = [timeline.at("deleting", w) for w in old[1:]]
         assert timeline.at("deleting", "low-launcher") < min(workers_deleted)
-        assert max(workers_deleted) < timeline.at("created", "high-")
+        assert max(timeline.at("gone", w) for w in old[1:]) < timeline.at("created", "high-")
 
         await drive_to_success(cluster, "high", workers=2)
 

@@ -130,6 +130,22 @@ def test_replica_statuses_counts() -> None:
     }
 
 
+@pytest.mark.parametrize(
+    ("suspended", "active"),
+    [
+        (False, 0),  # as a batch Job's status.active: a pod being deleted is not active
+        # Suspended (Kueue's preemption): its pods being deleted still hold their GPUs until they end, so Kueue,
+        # which releases the quota once no replica is active, admits the next job only then. An ended one does not.
+        (True, 2),
+    ],
+)
+def test_a_suspended_jobs_pods_count_active_until_they_are_gone(suspended: bool, active: int) -> None:
+    job = make_mpijob("pi", "ns").workers(2).suspend(suspended).obj()
+    observed = Observed(pods=[W(0).running().terminating().obj(), W(1).terminating().obj(),
+                              make_pod(job, "worker", 2).failed().terminating().obj()])
+    assert lifecycle.replica_statuses(job, observed)["Worker"].active == active
+
+
 def test_replica_statuses_only_for_specified_replicas() -> None:
     job = make_mpijob("solo").without("Worker").obj()
     counts = lifecycle.replica_statuses(job, Observed())
