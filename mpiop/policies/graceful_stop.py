@@ -158,6 +158,8 @@ def _begin(plan: Plan, job: MPIJob, observed: Observed, now: dt.datetime, reason
     stop_grace = grace(job, flag_seconds)
     if stop_grace.seconds == 0 or not launchers:
         return  # nothing runs mpirun: nothing to tell
+    if all(podstate.is_terminating(p) for p in observed.pods):
+        return  # a stop ended (its grace passed) and deleted every pod: a launcher still going was told already
     _hold(plan, launchers, stop_grace.seconds)
     until = now + dt.timedelta(seconds=stop_grace.seconds)
     capped = f"; {stop_grace.note()}" if stop_grace.asked is not None else ""

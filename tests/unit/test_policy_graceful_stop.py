@@ -146,6 +146,18 @@ def test_a_stop_under_way(job: MPIJob, builders: list[PodBuilder], now: float, e
     assert (event.type, event.message) == ("Normal" if result == "LauncherEnded" else "Warning", condition.message)
 
 
+def test_a_stop_whose_grace_passed_does_not_begin_again() -> None:
+    """Found on the real node: the grace passed with the launcher still going, every pod was deleted, and the next
+    pass of the still-suspended job began a second stop (Checkpointing again) for the launcher already told."""
+    job = (base().suspend().condition("Stopping", "False", reason=graceful_stop.GRACE_EXPIRED, when=at(120))
+           .obj())
+    builders = [going_launcher(job), *(make_pod(job, "worker", i).running().terminating(at(150)) for i in range(2))]
+    plan = run(job, builders, now=125)
+    stopped = plan.status.condition("Stopping")
+    assert stopped is not None and stopped.status == "False"
+    assert "Checkpointing" not in [e.reason for e in plan.events]
+
+
 def test_a_disruption_stop_then_the_next_attempt() -> None:
     """After a disruption restart, the old attempt's workers go once its launcher ended; the new attempt's pods
     come only once they are gone (ensure: same names)."""
