@@ -12,10 +12,8 @@ from __future__ import annotations
 import argparse
 import asyncio
 import dataclasses
-import gc
 import os
 import re
-import resource
 import signal
 import socket
 import uuid
@@ -26,7 +24,7 @@ import structlog
 import uvloop
 
 from mpiop import logging as mpiop_logging
-from mpiop import metrics, status_serving
+from mpiop import metrics, process_resources, status_serving
 from mpiop.controller.manager import Manager, ManagerConfig
 from mpiop.controller.status_endpoint import OwnPod
 from mpiop.controller.supervisor import Supervisor
@@ -377,29 +375,8 @@ def health_checks(manager: Manager, elector: LeaderElector | None) -> Checks:
                   readyz={"informers": synced, "background-tasks": tasks, "leader-election": standing})
 
 
-# The cyclic GC, for a process whose garbage is nearly all freed by reference counting (JSON, trimmed objects,
-# requests' objects): at CPython's default, a young collection every 700 net allocations, the burst of 200 jobs
-# (bench) ran ~400 young, ~36 middle and 3 full collections that found almost nothing, 0.5 s of the operator's
-# ~8 s of CPU (its main thread's CPU time inside them). Every 10,000: ~11 young, 1 middle, 0.04 s. Objects of cyclic
-# garbage (a caught exception's traceback) wait a little longer to be freed.
-GC_YOUNG_THRESHOLD = 10_000
-
-
-def raise_open_files_limit() -> None:
-    """The soft limit of open files up to the hard one, as Go's runtime does at start: a container's soft limit may be
-    1,024, fewer than --status-max-connections beside the apiserver's connections."""
-    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    wanted = hard if hard != resource.RLIM_INFINITY else max(soft, 1 << 20)
-    if soft != resource.RLIM_INFINITY and soft < wanted:
-        try:
-            resource.setrlimit(resource.RLIMIT_NOFILE, (wanted, hard))
-        except (ValueError, OSError) as error:
-            log.warning("could not raise the open files limit", soft=soft, hard=hard, error=str(error))
-
-
 async def run(args: argparse.Namespace) -> int:
-    gc.set_threshold(GC_YOUNG_THRESHOLD, *gc.get_threshold()[1:])
-    raise_open_files_limit()
+    process_resources.set_up()
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGTERM, signal.SIGINT):
