@@ -392,6 +392,7 @@ async def run(args: argparse.Namespace) -> int:
                                       observer=metrics.observe_request, field_manager=args.field_manager,
                                       write_guard=elector.guard_write if elector is not None else None)
     servers = Servers()
+    trimmer = asyncio.create_task(process_resources.trim_every(), name="malloc-trim")
     try:
         # Unguarded (a standby may not write through `client`): the CA's Secret, made by whoever starts first.
         certificates = await status_serving.status_certificates(args, lease_client or client, own_namespace())
@@ -426,6 +427,7 @@ async def run(args: argparse.Namespace) -> int:
         if labelled is not None:  # no post is routed to a process that stopped serving (a restarting container)
             await labelled[0].mark(labelled[1], serving=False)
     finally:
+        trimmer.cancel()
         await servers.stop()
         await client.close()
         if lease_client is not None:

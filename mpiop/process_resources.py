@@ -7,10 +7,13 @@ records, bodies up to their limit), so it must not choose how much memory the le
 
 from __future__ import annotations
 
+import asyncio
 import ctypes
 import ctypes.util
+import functools
 import gc
 import resource
+from collections.abc import Callable
 
 import structlog
 
@@ -29,6 +32,7 @@ GC_YOUNG_THRESHOLD = 10_000
 # leader 56-74 MB larger for good; at a fixed threshold, 2 MB (python -m bench.hostile --attacks flood).
 M_MMAP_THRESHOLD = -3
 MMAP_THRESHOLD_BYTES = 128 * 1024
+TRIM_SECONDS = 10.0
 
 
 def set_up() -> None:
@@ -49,16 +53,36 @@ def raise_open_files_limit() -> None:
             log.warning("could not raise the open files limit", soft=soft, hard=hard, error=str(error))
 
 
-def fix_mmap_threshold(size: int = MMAP_THRESHOLD_BYTES) -> bool:
-    """Fix glibc's mmap threshold at `size` (True when set). Elsewhere (musl, macOS) there is no such threshold to
-    fix: False, and nothing changes."""
-    name = ctypes.util.find_library("c")
+@functools.cache
+def _glibc(function: str) -> Callable[..., int] | None:
+    """One of glibc's malloc functions; None elsewhere (musl, macOS), where there is nothing of the kind to tune."""
     try:
-        libc = ctypes.CDLL(name or "libc.so.6")
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
     except OSError:
-        return False
-    mallopt = getattr(libc, "mallopt", None)
-    if mallopt is None:
-        return False
-    mallopt.argtypes, mallopt.restype = [ctypes.c_int, ctypes.c_int], ctypes.c_int
-    return bool(mallopt(M_MMAP_THRESHOLD, size))
+        return None
+    found = getattr(libc, function, None)
+    if found is None:
+        return None
+    found.restype = ctypes.c_int
+    return found  # type: ignore[no-any-return]
+
+
+def fix_mmap_threshold(size: int = MMAP_THRESHOLD_BYTES) -> bool:
+    """Fix glibc's mmap threshold at `size` (True when set)."""
+    mallopt = _glibc("mallopt")
+    return mallopt is not None and bool(mallopt(ctypes.c_int(M_MMAP_THRESHOLD), ctypes.c_int(size)))
+
+
+def trim() -> bool:
+    """Give the free pages of malloc's heap back to the kernel (glibc's malloc_trim(0): also the free pages between
+    chunks still in use, which the heap's own trimming at its top cannot reach). True if any memory was released."""
+    malloc_trim = _glibc("malloc_trim")
+    return malloc_trim is not None and bool(malloc_trim(ctypes.c_size_t(0)))
+
+
+async def trim_every(seconds: float = TRIM_SECONDS) -> None:
+    """trim() every `seconds` until cancelled: what the buffers of a burst of connections (TLS records, headers below
+    the mmap threshold) left free between live ones goes back, a few milliseconds each time at most."""
+    while True:
+        await asyncio.sleep(seconds)
+        trim()
