@@ -28,9 +28,7 @@ import uvloop
 from mpiop import logging as mpiop_logging
 from mpiop import metrics, status_serving
 from mpiop.controller.manager import Manager, ManagerConfig
-from mpiop.controller.status_endpoint import OwnPod
 from mpiop.controller.supervisor import Supervisor
-from mpiop.controller.token_reviews import ReviewLimits
 from mpiop.desired.hostnetwork import PortRange
 from mpiop.desired.launch import LAUNCH_ANNOTATION, LAUNCH_MODES
 from mpiop.desired.podgroup import gang_scheduler
@@ -39,6 +37,8 @@ from mpiop.desired.status_report import StatusEndpoint
 from mpiop.kube.client import KubeClient
 from mpiop.leader import ElectionConfig, LeaderElector, LeadershipLostError
 from mpiop.server import Checks, Limits, Servers, health_app, metrics_app
+from mpiop.serving.status_endpoint import OwnPod
+from mpiop.serving.token_reviews import ReviewLimits
 
 log = structlog.get_logger(__name__)
 SA_NAMESPACE_FILE = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")

@@ -271,7 +271,7 @@ class Reconciler:
                 if error.already_exists and (self._controls(job, kind, name)
                                              or (kind != "Pod" and await self._claim(job, kind, name))):
                     return None  # ours: in the cache by now, or kubeflow's operator made it for this job
-                if error.already_exists or error.invalid or error.status == 403:
+                if error.already_exists or error.invalid or error.forbidden:
                     log.info("creation refused", kind=kind, name=name, code=error.status, error=error.message)
                     return Refusal(kind, name, error.status, error.reason, error.message)
                 raise
@@ -352,7 +352,7 @@ class Reconciler:
                                                            label_selector=collection.label_selector,
                                                            field_selector=collection.field_selector)
             except ApiError as error:
-                if error.status != 403:
+                if not error.forbidden:
                     raise
                 self._collections_forbidden = True
                 log.warning("RBAC does not grant deletecollection on pods: deleting pods one request each from now "

@@ -250,7 +250,7 @@ def left_out_nodes(job: MPIJob, nodes: Iterable[JSON], max_entries: int, most: i
 
 def apply(plan: Plan, job: MPIJob, observed: Observed, now: dt.datetime, max_entries: int) -> Outcome:
     """STOP while the job waits to be laid out (or is being laid out): nothing else is made in this pass.
-    A job laid out at admission (controller/layout_webhook) gets its Event on its first pass. `max_entries`:
+    A job laid out at admission (serving/layout_webhook) gets its Event on its first pass. `max_entries`:
     --gpu-layout-max-entries (policies/node_fit)."""
     if not pending(plan, job, observed):
         record = job.metadata.annotations.get(ANNOTATION, "")

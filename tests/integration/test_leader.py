@@ -13,10 +13,10 @@ from pathlib import Path
 
 from devcluster.controlplane import ControlPlane
 from mpiop.api.raw import JSON
-from mpiop.controller.status_endpoint import SERVING, SERVING_LABEL
 from mpiop.desired.status_report import CA_KEY
 from mpiop.kube.client import CONFIGMAPS, EVENTS, MPIJOBS, PODS, SECRETS, SERVICES
 from mpiop.leader import LEASES
+from mpiop.serving.status_endpoint import SERVING, SERVING_LABEL
 from testkit.operator import Cluster, drive_to_success, eventually, mpijob
 from testkit.process import OperatorProcess
 
@@ -102,7 +102,7 @@ async def test_one_leader_reconciles_and_a_killed_leader_is_replaced(
         assert quiet.value("mpiop_reconcile_duration_seconds_count") == 0, "the standby reconciled"
         assert quiet.by_verb()["PATCH pods"] == 1, "the standby cleared its own pod's label, once"
         # Its writes: its own pod's label, and the status CA's Secret if it started first (whoever does makes it,
-        # on the unguarded client: controller/status_ca).
+        # on the unguarded client: serving/status_ca).
         made_ca = quiet.by_verb()["POST secrets"]
         assert made_ca <= 1 and quiet.writes() == 1 + made_ca, "the standby wrote to the apiserver"
         assert (await leader.metrics()).value("mpiop_reconcile_duration_seconds_count") > 0

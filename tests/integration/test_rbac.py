@@ -31,9 +31,7 @@ import pytest
 from devcluster.controlplane import ControlPlane
 from mpiop.api.raw import JSON
 from mpiop.certs import CA_DAYS
-from mpiop.controller import layout_webhook, status_ca
 from mpiop.controller.manager import Manager, ManagerConfig
-from mpiop.controller.status_endpoint import SERVING, SERVING_LABEL, OwnPod, Reviewer, TokenReviews
 from mpiop.desired.settings import Settings
 from mpiop.kube.client import (
     BATCH_JOBS,
@@ -49,6 +47,8 @@ from mpiop.kube.client import (
 )
 from mpiop.leader import LEASES, ElectionConfig, LeaderElector
 from mpiop.process import supervise
+from mpiop.serving import layout_webhook, status_ca
+from mpiop.serving.status_endpoint import SERVING, SERVING_LABEL, OwnPod, Reviewer, TokenReviews
 from testkit import kubeflow
 from testkit.deploy import DEPLOY, SYSTEM
 from testkit.dra import device_class, resource_slice

@@ -23,10 +23,10 @@ from cryptography.hazmat.primitives.asymmetric import padding, rsa
 from devcluster.controlplane import ControlPlane
 from mpiop.api.raw import JSON
 from mpiop.api.v2beta1 import TrainerStatus
-from mpiop.controller import layout_webhook
-from mpiop.controller.status_endpoint import StatusWriter
 from mpiop.kube.client import CONFIGMAPS, MPIJOBS, KubeClient
 from mpiop.policies.gpu_layout import ANNOTATION, AT_ADMISSION
+from mpiop.serving import layout_webhook
+from mpiop.serving.status_endpoint import StatusWriter
 from testkit.gpupool import gpu_pool, total_gpus_job
 from testkit.layout_webhook import configuration
 from testkit.metrics import Metrics

@@ -32,9 +32,9 @@ from mpiop import metrics, names
 from mpiop.api.raw import JSON
 from mpiop.api.v2beta1 import MPIJob, TrainerStatus
 from mpiop.controller.caches import Caches
-from mpiop.controller.token_reviews import PostRefusedError, Refused, Reviewer, TokenReviews
 from mpiop.desired import status_report
 from mpiop.kube.client import MPIJOBS, PODS, ApiError, KubeClient
+from mpiop.serving.token_reviews import PostRefusedError, Refused, Reviewer, TokenReviews
 
 __all__ = ["PostRefusedError", "Reviewer", "StatusWriter", "TokenReviews", "check_reporter", "parse_report",
            "status_app"]

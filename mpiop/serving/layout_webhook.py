@@ -117,11 +117,21 @@ def malformed(admission: object) -> str | None:
     return None
 
 
-def review(admission: JSON, nodes: list[JSON] | None, max_entries: int, dra: gpu_layout.Dra | None = None) -> JSON:
+@dataclass(frozen=True)
+class Reviewed:
+    """The AdmissionReview answering a request, and what the webhook said of its job (`answer.result`: what
+    mpiop_gpu_layout_admissions_total counts, None when there was no job to lay out)."""
+
+    admission: JSON
+    answer: Answer
+
+
+def review(admission: JSON, nodes: list[JSON] | None, max_entries: int, dra: gpu_layout.Dra | None = None) -> Reviewed:
     """The AdmissionReview answering `admission` (admission.k8s.io/v1, which `malformed` found well-formed): always
-    allowed."""
+    allowed. Pure: the HTTP handler counts the result and logs."""
     request = admission["request"]
     response: JSON = {"uid": request["uid"], "allowed": True}
+    answer = Answer()
     if request["operation"] == "CREATE":
         answer = layout_patch(request["object"], nodes, max_entries, dra)
         if answer.patch:
@@ -129,14 +139,19 @@ def review(admission: JSON, nodes: list[JSON] | None, max_entries: int, dra: gpu
             response["patch"] = base64.b64encode(orjson.dumps(answer.patch)).decode()
         if answer.warning:
             response["warnings"] = [answer.warning]
-        if answer.result is not None:
-            metrics.GPU_LAYOUT_ADMISSIONS.labels(answer.result).inc()
-        if answer.patch or answer.warning:
-            meta = request["object"].get("metadata") or {}
-            log.info("admission: total-GPU job", job=f"{request.get('namespace')}/"
-                     f"{meta.get('name') or meta.get('generateName')}",
-                     laid_out=bool(answer.patch), warning=answer.warning)
-    return {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "response": response}
+    return Reviewed({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "response": response}, answer)
+
+
+def record(admission: JSON, answer: Answer) -> None:
+    """Count the answer in mpiop_gpu_layout_admissions_total and log a job laid out or warned about."""
+    if answer.result is not None:
+        metrics.GPU_LAYOUT_ADMISSIONS.labels(answer.result).inc()
+    if answer.patch or answer.warning:
+        request = admission["request"]
+        meta = request["object"].get("metadata") or {}
+        log.info("admission: total-GPU job", job=f"{request.get('namespace')}/"
+                 f"{meta.get('name') or meta.get('generateName')}",
+                 laid_out=bool(answer.patch), warning=answer.warning)
 
 
 def add_route(app: web.Application, nodes: Callable[[], list[JSON] | None], max_entries: int,
@@ -158,9 +173,9 @@ def add_route(app: web.Application, nodes: Callable[[], list[JSON] | None], max_
             return web.Response(status=400, text=f"the body is not an AdmissionReview: {error}")
         if (why := malformed(admission)) is not None:
             return web.Response(status=400, text=why)
-        return web.Response(body=orjson.dumps(review(admission, nodes(), max_entries,
-                                                     dra() if dra is not None else None)),
-                            content_type="application/json")
+        reviewed = review(admission, nodes(), max_entries, dra() if dra is not None else None)
+        record(admission, reviewed.answer)
+        return web.Response(body=orjson.dumps(reviewed.admission), content_type="application/json")
 
     app.router.add_post(PATH, handle)
 
@@ -181,11 +196,12 @@ async def install_ca_bundle(client: KubeClient, name: str, ca_pem: str) -> bool:
         patch = [{"op": "add", "path": f"/webhooks/{i}/clientConfig/caBundle", "value": bundle} for i in ours]
         await client.patch(CONFIGURATIONS, None, name, patch, patch_type="json")
     except (ApiError, OSError) as error:
-        status = error.status if isinstance(error, ApiError) else None
+        api = error if isinstance(error, ApiError) else None
         log.warning("total-GPU jobs are laid out after they are created, not at admission: " + (
-            f"MutatingWebhookConfiguration {name} not found (deploy/ installs it)" if status == 404 else
+            f"MutatingWebhookConfiguration {name} not found (deploy/ installs it)" if api and api.not_found else
             f"could not write the CA of MutatingWebhookConfiguration {name}" + (
-                " (its ClusterRole needs get and patch on it: deploy/base/rbac.yaml)" if status == 403 else "")),
+                " (its ClusterRole needs get and patch on it: deploy/base/rbac.yaml)" if api and api.forbidden
+                else "")),
             error=str(error)[:200])
         return False
     log.info("GPU layout webhook trusts this process's CA", configuration=name, webhooks=len(ours))
