@@ -40,6 +40,7 @@ from mpiop.policies import gpu_layout
 
 log = structlog.get_logger(__name__)
 PATH = "/gpu-layout"
+CONFIGURATION = "mpiop-gpu-layout"  # --gpu-layout-webhook's default, once: deploy/base/webhook.yaml's name
 # The largest AdmissionReview read: the apiserver takes requests of up to 3 MiB (and etcd stores objects of at
 # most 1.5 MiB), more than the status endpoint's 64 KiB, which a job with a long template outgrows.
 BODY_LIMIT = 3 * 1024 * 1024

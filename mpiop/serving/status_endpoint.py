@@ -40,6 +40,11 @@ __all__ = ["PostRefusedError", "Reviewer", "StatusWriter", "TokenReviews", "chec
            "status_app"]
 
 log = structlog.get_logger(__name__)
+# `mpiop run`'s --status-addr, --status-url and --status-write-seconds: each default here, once.
+PORT = 8443
+ADDR = f":{PORT}"
+URL = f"https://mpiop-status.mpiop-system.svc:{PORT}"  # deploy/base's Service mpiop-status
+WRITE_SECONDS = 10.0  # StatusWriter.interval
 BODY_LIMIT = 64 * 1024
 REPORT_FIELDS = ("progressPercentage", "estimatedRemainingSeconds", "metrics", "lastUpdatedTime")
 SERVING_LABEL = "mpiop.kubeflow.org/status-endpoint"
@@ -135,7 +140,7 @@ class StatusWriter:
     reporting (or is deleted) is forgotten then."""
 
     client: KubeClient
-    interval: float = 10.0
+    interval: float = WRITE_SECONDS
     clock: Callable[[], float] = time.monotonic
     in_flight: int = 4
     _slots: asyncio.Semaphore = field(init=False)
