@@ -30,12 +30,13 @@ from mpiop import metrics, status_serving
 from mpiop.controller.manager import Manager, ManagerConfig
 from mpiop.controller.supervisor import Supervisor
 from mpiop.desired.hostnetwork import PortRange
-from mpiop.desired.launch import LAUNCH_ANNOTATION, LAUNCH_MODES
+from mpiop.desired.launch import LAUNCH_MODES
 from mpiop.desired.podgroup import gang_scheduler
 from mpiop.desired.settings import DEFAULT_SETTINGS, Settings
 from mpiop.desired.status_report import StatusEndpoint
 from mpiop.kube.client import KubeClient
 from mpiop.leader import ElectionConfig, LeaderElector, LeadershipLostError
+from mpiop.names import LAUNCH_ANNOTATION, STOP_GRACE_ANNOTATION
 from mpiop.server import Checks, Limits, Servers, health_app, metrics_app
 from mpiop.serving import layout_webhook, status_ca, status_endpoint
 from mpiop.serving.status_endpoint import OwnPod
@@ -152,7 +153,7 @@ def add_run_arguments(parser: argparse.ArgumentParser) -> None:
                         help="at a suspend, a disruption restart or activeDeadlineSeconds, delete the launcher first "
                              "(SIGTERM to mpirun) and its workers once it ended or S seconds passed, so the ranks can "
                              "checkpoint; capped at the pods' terminationGracePeriodSeconds; per job: annotation "
-                             "mpiop.kubeflow.org/stop-grace-seconds; 0: all pods at once (default %(default)s)")
+                             f"{STOP_GRACE_ANNOTATION}; 0: all pods at once (default %(default)s)")
     parser.add_argument("--kept-attempts", type=_at_least(1), default=_SETTINGS.kept_attempts, metavar="K",
                         help="keep the logs of each job's last K failed attempts in ConfigMaps <job>-attempt-<n> "
                              "(default %(default)s)")

@@ -16,7 +16,7 @@ from devcluster.controlplane import free_port
 from mpiop.api.raw import JSON
 from mpiop.certs import Certificates
 from mpiop.kube.client import MPIJOBS, ApiError, KubeClient
-from mpiop.policies.gpu_layout import ANNOTATION
+from mpiop.names import GPU_LAYOUT_ANNOTATION
 from mpiop.server import Servers
 from mpiop.serving import layout_webhook
 from testkit.deploy import DEPLOY
@@ -54,7 +54,7 @@ async def serving_layout_webhook(operator: Operator, kube: KubeClient, namespace
 
         async def in_effect() -> bool:
             answer = await kube.request("POST", MPIJOBS.path(namespace), body=probe, query={"dryRun": "All"})
-            return ANNOTATION in (answer["metadata"].get("annotations") or {})
+            return GPU_LAYOUT_ANNOTATION in (answer["metadata"].get("annotations") or {})
 
         await eventually(in_effect, what=f"the GPU layout webhook {name} in effect")
         yield name

@@ -30,7 +30,7 @@ import structlog
 from aiohttp import web
 from pydantic import ValidationError
 
-from mpiop import metrics
+from mpiop import metrics, names
 from mpiop.api.merge import merged
 from mpiop.api.raw import JSON
 from mpiop.api.v2beta1 import MPIJob
@@ -88,9 +88,9 @@ def layout_patch(raw: JSON, nodes: list[JSON] | None, max_entries: int, dra: gpu
     merge = gpu_layout.layout_patch(job, layout, record)
     spec = merged(raw.get("spec") or {}, merge["spec"])
     annotations = (raw.get("metadata") or {}).get("annotations")
-    annotation: JSON = ({"op": "add", "path": f"/metadata/annotations/{_pointer(gpu_layout.ANNOTATION)}",
+    annotation: JSON = ({"op": "add", "path": f"/metadata/annotations/{_pointer(names.GPU_LAYOUT_ANNOTATION)}",
                          "value": record} if annotations is not None else
-                        {"op": "add", "path": "/metadata/annotations", "value": {gpu_layout.ANNOTATION: record}})
+                        {"op": "add", "path": "/metadata/annotations", "value": {names.GPU_LAYOUT_ANNOTATION: record}})
     return Answer([{"op": "replace", "path": "/spec", "value": spec}, annotation], None, "laid_out")
 
 

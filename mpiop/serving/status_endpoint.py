@@ -47,8 +47,6 @@ URL = f"https://mpiop-status.mpiop-system.svc:{PORT}"  # deploy/base's Service m
 WRITE_SECONDS = 10.0  # StatusWriter.interval
 BODY_LIMIT = 64 * 1024
 REPORT_FIELDS = ("progressPercentage", "estimatedRemainingSeconds", "metrics", "lastUpdatedTime")
-SERVING_LABEL = "mpiop.kubeflow.org/status-endpoint"
-SERVING = "serving"
 DNS1123_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
 DNS1123_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
 # What a metric's name or value may not hold: `kubectl mpijob status` prints them to terminals. Control characters
@@ -91,7 +89,7 @@ def check_reporter(job: JSON | None, pod: JSON | None, namespace: str, name: str
         raise PostRefusedError(404, "no_job", f"MPIJob {key} not found")
     parsed = MPIJob.model_validate(job)
     if status_report.opted_out(parsed):
-        raise PostRefusedError(403, "opted_out", f"MPIJob {key} has {status_report.ANNOTATION}: \"false\"")
+        raise PostRefusedError(403, "opted_out", f"MPIJob {key} has {names.REPORT_PROGRESS_ANNOTATION}: \"false\"")
     meta = (pod or {}).get("metadata") or {}
     owners = [o.get("uid") for o in meta.get("ownerReferences") or [] if o.get("controller")]
     if pod is None or meta.get("uid") != who.pod_uid or owners != [parsed.metadata.uid]:
@@ -196,9 +194,10 @@ class StatusWriter:
 
 @dataclass(frozen=True)
 class OwnPod:
-    """The pod this process runs in (the downward API's POD_NAME and POD_NAMESPACE). It carries SERVING_LABEL
-    while its status endpoint serves, and the Service mpiop-status selects that label: with two replicas, posts
-    reach the leader, the only one serving, and never the standby (which would refuse the connection)."""
+    """The pod this process runs in (the downward API's POD_NAME and POD_NAMESPACE). It carries
+    names.STATUS_ENDPOINT_LABEL while its status endpoint serves, and the Service mpiop-status selects that label:
+    with two replicas, posts reach the leader, the only one serving, and never the standby (which would refuse the
+    connection)."""
 
     namespace: str
     name: str
@@ -209,16 +208,18 @@ class OwnPod:
         return cls(namespace, name) if namespace and name else None
 
     async def mark(self, client: KubeClient, serving: bool) -> bool:
-        """Set (or, as a process starts, clear: a restarted container keeps its pod's labels) SERVING_LABEL.
-        A refusal is logged, not raised: the endpoint still serves whoever reaches it."""
+        """Set (or, as a process starts, clear: a restarted container keeps its pod's labels) the label
+        names.STATUS_ENDPOINT_LABEL. A refusal is logged, not raised: the endpoint still serves whoever reaches it."""
         try:
+            value = names.STATUS_ENDPOINT_SERVING if serving else None
             await client.patch(PODS, self.namespace, self.name,
-                               {"metadata": {"labels": {SERVING_LABEL: SERVING if serving else None}}})
+                               {"metadata": {"labels": {names.STATUS_ENDPOINT_LABEL: value}}})
         except (ApiError, OSError) as error:
             forbidden = isinstance(error, ApiError) and error.forbidden
             log.error("could not label this process's pod for the status Service" + (
                 ": its ServiceAccount needs pods patch in its namespace (deploy/base/rbac.yaml)" if forbidden else ""),
-                pod=f"{self.namespace}/{self.name}", label=SERVING_LABEL, serving=serving, error=str(error)[:200])
+                pod=f"{self.namespace}/{self.name}", label=names.STATUS_ENDPOINT_LABEL, serving=serving,
+                error=str(error)[:200])
             return False
         return True
 

@@ -51,6 +51,7 @@ from mpiop.kube.client import (
     ApiError,
     KubeClient,
 )
+from mpiop.names import STOP_GRACE_ANNOTATION
 from mpiop.policies import graceful_stop
 from testkit.dra import DEVICE_CLASSES, claim_template, device_class, exactly, request
 from testkit.gpupool import gpu_pool, laid_out, total_gpus_job
@@ -307,7 +308,7 @@ def cpu_job(name: str, priority: str, stop_grace: int | None = None) -> JSON:
         job.request(replica, "cpu", "1").pod_spec(replica, terminationGracePeriodSeconds=POD_GRACE)
     manifest = job.suspend().manifest()
     if stop_grace is not None:
-        manifest["metadata"]["annotations"] = {graceful_stop.ANNOTATION: str(stop_grace)}
+        manifest["metadata"]["annotations"] = {STOP_GRACE_ANNOTATION: str(stop_grace)}
     return manifest
 
 

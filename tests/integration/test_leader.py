@@ -16,7 +16,7 @@ from mpiop.api.raw import JSON
 from mpiop.desired.status_report import CA_KEY
 from mpiop.kube.client import CONFIGMAPS, EVENTS, MPIJOBS, PODS, SECRETS, SERVICES
 from mpiop.leader import LEASES
-from mpiop.serving.status_endpoint import SERVING, SERVING_LABEL
+from mpiop.names import STATUS_ENDPOINT_LABEL, STATUS_ENDPOINT_SERVING
 from testkit.operator import Cluster, drive_to_success, eventually, mpijob
 from testkit.process import OperatorProcess
 
@@ -56,7 +56,8 @@ async def _holders(cluster: Cluster, name: str, since: str, holder: str) -> list
 async def _serving_pods(cluster: Cluster) -> set[str]:
     """The operator pods the status Service selects."""
     return {name for name, pod in (await cluster.pods()).items()
-            if name.startswith("op-") and (pod["metadata"].get("labels") or {}).get(SERVING_LABEL) == SERVING}
+            if name.startswith("op-")
+            and (pod["metadata"].get("labels") or {}).get(STATUS_ENDPOINT_LABEL) == STATUS_ENDPOINT_SERVING}
 
 
 async def test_one_leader_reconciles_and_a_killed_leader_is_replaced(
@@ -67,7 +68,8 @@ async def test_one_leader_reconciles_and_a_killed_leader_is_replaced(
     kubeconfig = str(control_plane.kubeconfig)
     for pod in ("op-a", "op-b"):
         await cluster.kube.create(PODS, cluster.ns, {
-            "apiVersion": "v1", "kind": "Pod", "metadata": {"name": pod, "labels": {SERVING_LABEL: SERVING}},
+            "apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": pod, "labels": {STATUS_ENDPOINT_LABEL: STATUS_ENDPOINT_SERVING}},
             "spec": {"containers": [{"name": "mpiop", "image": "mpiop"}]}})
 
     def in_pod(manager: str, pod: str) -> OperatorProcess:

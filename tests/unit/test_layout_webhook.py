@@ -17,8 +17,9 @@ from mpiop.api.raw import JSON
 from mpiop.api.v2beta1 import MPIJob
 from mpiop.decide import decide
 from mpiop.desired.settings import Settings
+from mpiop.names import GPU_LAYOUT_ANNOTATION
 from mpiop.plan import Observed
-from mpiop.policies.gpu_layout import ANNOTATION, AT_ADMISSION, LAID_OUT, needs_layout
+from mpiop.policies.gpu_layout import AT_ADMISSION, LAID_OUT, needs_layout
 from mpiop.serving import layout_webhook
 from mpiop.serving.layout_webhook import BODY_LIMIT, PATH, malformed, review
 from testkit.mpijobs import at, make_mpijob
@@ -61,7 +62,7 @@ def test_64_gpus_are_stored_as_8_workers_of_8_with_the_record() -> None:
     answer = review(admission(job), EIGHTS, LIMIT).admission
     assert "warnings" not in answer["response"]
     laid_out = apply(job, patched(answer))
-    record = laid_out["metadata"]["annotations"][ANNOTATION]
+    record = laid_out["metadata"]["annotations"][GPU_LAYOUT_ANNOTATION]
     assert record == ("64 nvidia.com/gpu as 8 workers x 8 GPUs (slotsPerWorker 8), on nodes: 10 nodes with 8 "
                       "nvidia.com/gpu" + AT_ADMISSION)
     worker = laid_out["spec"]["mpiReplicaSpecs"]["Worker"]
@@ -124,7 +125,7 @@ def test_the_first_pass_of_a_job_laid_out_at_admission_says_so_in_an_event() -> 
     first = decide(stored, Observed(nodes=EIGHTS), at(0))
     assert first.mpijob_patch is None and len(first.creation_steps.workers) == 8
     laid_out = [e.message for e in first.events if e.reason == LAID_OUT]
-    assert laid_out == [f"laid out {stored.metadata.annotations[ANNOTATION]}"]
+    assert laid_out == [f"laid out {stored.metadata.annotations[GPU_LAYOUT_ANNOTATION]}"]
     again = MPIJob.model_validate({**stored.to_json(), "status": first.status.to_json()})
     assert not [e for e in decide(again, Observed(nodes=EIGHTS), at(1)).events
                 if e.reason == LAID_OUT]

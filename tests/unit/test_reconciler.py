@@ -11,8 +11,8 @@ from mpiop.controller.caches import Caches
 from mpiop.controller.events import EventRecorder
 from mpiop.controller.reconciler import Reconciler
 from mpiop.desired import launcher_rbac, objects
-from mpiop.desired.launch import LAUNCH_ANNOTATION
 from mpiop.kube.client import ApiError
+from mpiop.names import LAUNCH_ANNOTATION
 from testkit.mpijobs import MPIJobBuilder, at, make_mpijob
 from testkit.pods import make_pod
 from testkit.recording import Fault, RecordingClient
