@@ -134,7 +134,12 @@ class Reconciler:
                 job, observed.nodes, self.settings.gpu_layout_max_entries,
                 dra=gpu_layout.Dra(observed.resource_slices, observed.device_classes)))
         if plan.mpijob_patch is not None:
-            await self._write_mpijob_patch(job, plan, now)
+            try:
+                await self._write_mpijob_patch(job, plan, now)
+            except ApiError as error:
+                if error.not_found:  # deleted since its status was written: nothing of it is to be made
+                    return None
+                raise
             # Decide again at once, on the laid-out job the cache now holds: the watch event of this write
             # changes nothing cached, so it queues no pass of its own.
             return 0.0
