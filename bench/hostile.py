@@ -43,9 +43,9 @@ from bench.report import Report, load, log
 from devcluster.controlplane import die_with_parent, free_port
 from devcluster.install import install_crd
 from devcluster.simulated import SimulatedCluster
-from mpiop.controller.layout_webhook import CONFIGURATIONS
 from mpiop.desired import status_report
 from mpiop.kube.client import MPIJOBS, KubeClient
+from mpiop.serving.layout_webhook import CONFIGURATIONS
 from testkit.layout_webhook import configuration
 from testkit.process import ROOT
 

@@ -16,8 +16,8 @@ import orjson
 from bench.hostile_flood import client_tls
 from bench.report import log
 from mpiop.api.raw import JSON
-from mpiop.controller.layout_webhook import PATH
 from mpiop.kube.client import MPIJOBS, NODES, ApiError, KubeClient
+from mpiop.serving.layout_webhook import PATH
 from testkit.hostile_layout import TOUCH_LABEL, admission_review, hostile_job, tainted_gpu_nodes
 
 NODE_PREFIX = "hostile-gpu"

@@ -10,7 +10,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from mpiop.policies.gpu_layout import ANNOTATION
+from mpiop.names import GPU_LAYOUT_ANNOTATION
 from testkit.e2e.gpus import GPU, fake_gpus, total_gpus_pi_job
 from testkit.e2e.mpi import assert_pi, assert_succeeded
 from testkit.e2e.session import E2E
@@ -27,7 +27,7 @@ def test_a_total_gpu_job_runs_openmpi_pi_on_the_laid_out_ranks(e2e: E2E, four_fa
     job = e2e.wait_finished("gpus")
     e2e.record("total-gpus-pi", time.monotonic() - started)
     assert_succeeded(job)
-    record = job["metadata"]["annotations"][ANNOTATION]
+    record = job["metadata"]["annotations"][GPU_LAYOUT_ANNOTATION]
     e2e.report("total_gpus_layout_log", record)
     assert record == "4 nvidia.com/gpu as 1 worker x 4 GPUs (slotsPerWorker 4), on nodes: 1 node with 4 nvidia.com/gpu"
     worker = job["spec"]["mpiReplicaSpecs"]["Worker"]

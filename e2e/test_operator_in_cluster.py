@@ -13,7 +13,8 @@ import yaml
 
 from devcluster import images, oci
 from devcluster.binaries import project_root
-from mpiop.policies.gpu_layout import ANNOTATION, AT_ADMISSION
+from mpiop.names import GPU_LAYOUT_ANNOTATION
+from mpiop.policies.gpu_layout import AT_ADMISSION
 from testkit.e2e.gpus import fake_gpus, total_gpus_pi_job
 from testkit.e2e.kube import MPIJOBS, is_true, wait_for
 from testkit.e2e.mpi import assert_pi, assert_succeeded
@@ -79,12 +80,13 @@ def test_operator_in_cluster(bare: E2E) -> None:
             # The leader serves the GPU layout webhook behind Service mpiop-status (the apiserver reaches it through
             # kube-proxy) once it has written its CA into the webhook's configuration: a dry run shows when.
             manifest = total_gpus_pi_job("pi-in-cluster", bare.image, 4)
-            wait_for(lambda: ANNOTATION in (bare.api.create(f"{MPIJOBS.format(ns=bare.ns)}?dryRun=All", manifest)
-                                            ["metadata"].get("annotations") or {}), 120,
+            dry_run = f"{MPIJOBS.format(ns=bare.ns)}?dryRun=All"
+            wait_for(lambda: GPU_LAYOUT_ANNOTATION in (bare.api.create(dry_run, manifest)
+                                                       ["metadata"].get("annotations") or {}), 120,
                      "the GPU layout webhook answering through Service mpiop-status", describe=describe)
             job_started = time.monotonic()
             created = bare.api.create(MPIJOBS.format(ns=bare.ns), manifest)
-            record = created["metadata"]["annotations"][ANNOTATION]
+            record = created["metadata"]["annotations"][GPU_LAYOUT_ANNOTATION]
             bare.report("in_cluster_gpu_layout", record)
             assert record == ("4 nvidia.com/gpu as 1 worker x 4 GPUs (slotsPerWorker 4), on nodes: 1 node with 4 "
                               "nvidia.com/gpu" + AT_ADMISSION)

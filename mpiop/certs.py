@@ -3,7 +3,7 @@
 A CA (a year) signs a serving certificate (SERVING_DAYS, for the endpoint's DNS names); `Certificates.rotate_if_due`
 makes a new serving certificate from the same CA when two thirds of the old one's life have passed, and the TLS
 context loads it for new connections. The CA reaches the job's pods in their ConfigMap (desired/status_report), so
-every replica and every restart must serve under the same one: controller/status_ca keeps it in a Secret. A process
+every replica and every restart must serve under the same one: serving/status_ca keeps it in a Secret. A process
 with nowhere to keep it makes its own (`CA.generate`), which the next reconcile of each job writes there.
 """
 

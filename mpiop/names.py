@@ -36,6 +36,15 @@ FORWARD_ENV_ANNOTATION = "mpiop.kubeflow.org/forward-env"  # variables mpirun ca
 EXCLUDE_FAILED_NODES_ANNOTATION = "mpiop.kubeflow.org/exclude-failed-nodes"  # "false": off (policies.node_exclusion)
 PROGRESS_DEADLINE_ANNOTATION = "mpiop.kubeflow.org/progress-deadline-seconds"  # policies.stall
 REPORT_PROGRESS_ANNOTATION = "mpiop.kubeflow.org/report-progress"  # "false": no status token (desired.status_report)
+STOP_GRACE_ANNOTATION = "mpiop.kubeflow.org/stop-grace-seconds"  # a stop's grace (policies.graceful_stop)
+# Written by mpiop on a total-GPU job (spec.gpus): the request and the layout chosen (policies.gpu_layout, and the
+# layout webhook at admission).
+GPU_LAYOUT_ANNOTATION = "mpiop.kubeflow.org/gpu-layout"
+
+# On the operator's own pod while its status endpoint serves (serving.status_endpoint.OwnPod): the Service
+# mpiop-status selects it, so the jobs' posts reach the leader only.
+STATUS_ENDPOINT_LABEL = "mpiop.kubeflow.org/status-endpoint"
+STATUS_ENDPOINT_SERVING = "serving"
 
 OPERATOR_NAME = "mpi-operator"
 OWNED_SELECTOR = f"{OPERATOR_NAME_LABEL}={OPERATOR_NAME}"

@@ -50,6 +50,11 @@ class Refusal:
     def name_taken(self) -> bool:
         return self.code == 409 and self.reason == "AlreadyExists"
 
+    @property
+    def forbidden(self) -> bool:
+        """A 403, as ApiError.forbidden: RBAC, or an admission plugin refusing the object."""
+        return self.code == 403
+
 
 @dataclass
 class Observed:

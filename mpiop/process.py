@@ -26,17 +26,19 @@ import uvloop
 from mpiop import logging as mpiop_logging
 from mpiop import metrics, process_resources, status_serving
 from mpiop.controller.manager import Manager, ManagerConfig
-from mpiop.controller.status_endpoint import OwnPod
 from mpiop.controller.supervisor import Supervisor
-from mpiop.controller.token_reviews import ReviewLimits
 from mpiop.desired.hostnetwork import PortRange
-from mpiop.desired.launch import LAUNCH_ANNOTATION, LAUNCH_MODES
+from mpiop.desired.launch import LAUNCH_MODES
 from mpiop.desired.podgroup import gang_scheduler
 from mpiop.desired.settings import DEFAULT_SETTINGS, Settings
 from mpiop.desired.status_report import StatusEndpoint
 from mpiop.kube.client import KubeClient
 from mpiop.leader import ElectionConfig, LeaderElector, LeadershipLostError
+from mpiop.names import LAUNCH_ANNOTATION, STOP_GRACE_ANNOTATION
 from mpiop.server import Checks, Limits, Servers, health_app, metrics_app
+from mpiop.serving import layout_webhook, status_ca, status_endpoint
+from mpiop.serving.status_endpoint import OwnPod
+from mpiop.serving.token_reviews import ReviewLimits
 
 log = structlog.get_logger(__name__)
 SA_NAMESPACE_FILE = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
@@ -149,7 +151,7 @@ def add_run_arguments(parser: argparse.ArgumentParser) -> None:
                         help="at a suspend, a disruption restart or activeDeadlineSeconds, delete the launcher first "
                              "(SIGTERM to mpirun) and its workers once it ended or S seconds passed, so the ranks can "
                              "checkpoint; capped at the pods' terminationGracePeriodSeconds; per job: annotation "
-                             "mpiop.kubeflow.org/stop-grace-seconds; 0: all pods at once (default %(default)s)")
+                             f"{STOP_GRACE_ANNOTATION}; 0: all pods at once (default %(default)s)")
     parser.add_argument("--kept-attempts", type=_at_least(1), default=_SETTINGS.kept_attempts, metavar="K",
                         help="keep the logs of each job's last K failed attempts in ConfigMaps <job>-attempt-<n> "
                              "(default %(default)s)")
@@ -181,7 +183,7 @@ def add_run_arguments(parser: argparse.ArgumentParser) -> None:
                         help="a total-GPU job's Worker template is matched against the nodes only with at most N "
                              "tolerations, N nodeSelector entries and N required node affinity entries (terms, "
                              "expressions, values); over it the job waits saying so (default %(default)s)")
-    parser.add_argument("--gpu-layout-webhook", default="mpiop-gpu-layout", metavar="NAME",
+    parser.add_argument("--gpu-layout-webhook", default=layout_webhook.CONFIGURATION, metavar="NAME",
                         help="the MutatingWebhookConfiguration whose webhook lays such jobs out as they are created "
                              "(served with the status endpoint, by the leader, which writes its CA there); '' turns "
                              "it off: the controller lays them out after they are created (default %(default)s)")
@@ -194,17 +196,17 @@ def add_run_arguments(parser: argparse.ArgumentParser) -> None:
     status.add_argument("--status-endpoint", action=argparse.BooleanOptionalAction, default=True,
                         help="serve the endpoint where a job's pods post their progress (status.trainerStatus), and "
                              "give every pod a token and CA for it; off: no endpoint, no token (default on)")
-    status.add_argument("--status-addr", default=":8443",
+    status.add_argument("--status-addr", default=status_endpoint.ADDR,
                         help="address the status endpoint listens on, HTTPS ([host]:port; default %(default)s)")
-    status.add_argument("--status-url", default="https://mpiop-status.mpiop-system.svc:8443",
+    status.add_argument("--status-url", default=status_endpoint.URL,
                         help="the endpoint's URL as the pods reach it (its host goes in the serving certificate; "
                              "default %(default)s, the manifests' Service)")
-    status.add_argument("--status-ca-secret", default="mpiop-status-ca", metavar="[NAMESPACE/]NAME",
+    status.add_argument("--status-ca-secret", default=status_ca.SECRET, metavar="[NAMESPACE/]NAME",
                         help="the Secret (kubernetes.io/tls) holding the endpoint's CA, which every replica and "
                              "restart serves under, so the jobs' ConfigMaps keep theirs; made by the first process "
                              "(secrets get, create, update; NAMESPACE: $POD_NAMESPACE, else the pod's own). '', or "
                              "outside a cluster without NAMESPACE: a CA of this process's own (default %(default)s)")
-    status.add_argument("--status-write-seconds", type=float, default=10.0, metavar="SECONDS",
+    status.add_argument("--status-write-seconds", type=float, default=status_endpoint.WRITE_SECONDS, metavar="SECONDS",
                         help="write a job's reported progress at most this often, the posts in between coalesced "
                              "(default %(default)g)")
     # Every pod of every tenant can reach the endpoint: what one may hold of it (docs/security.md, "Status endpoint

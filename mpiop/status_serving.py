@@ -14,14 +14,14 @@ import structlog
 
 from mpiop import metrics
 from mpiop.certs import Certificates
-from mpiop.controller import layout_webhook, status_ca
 from mpiop.controller.manager import Manager
-from mpiop.controller.status_endpoint import OwnPod, StatusWriter, status_app
-from mpiop.controller.token_reviews import ReviewLimits, TokenReviews
 from mpiop.desired.status_report import StatusEndpoint
 from mpiop.kube.client import KubeClient
 from mpiop.policies import graceful_stop
 from mpiop.server import REQUEST_TIMEOUT, Limits, Servers
+from mpiop.serving import layout_webhook, status_ca
+from mpiop.serving.status_endpoint import OwnPod, StatusWriter, status_app
+from mpiop.serving.token_reviews import ReviewLimits, TokenReviews
 
 log = structlog.get_logger(__name__)
 

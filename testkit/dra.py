@@ -4,19 +4,35 @@ request is `exactly` one device class's devices, or `firstAvailable` of alternat
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import AsyncIterator
 from typing import Any
 
 from mpiop.api.raw import JSON
-from mpiop.kube.client import DEVICE_CLASSES, RESOURCE_CLAIM_TEMPLATES, RESOURCE_SLICES, Resource
+from mpiop.kube.client import DEVICE_CLASSES, RESOURCE_CLAIM_TEMPLATES, RESOURCE_SLICES, ApiError, KubeClient, Resource
 
-__all__ = ["DEVICE_CLASSES", "RESOURCE_SLICES", "claim_template", "device_class", "exactly", "request",
-           "resource_slice"]
+__all__ = ["DEVICE_CLASSES", "RESOURCE_SLICES", "claim_template", "device_class", "device_class_made", "exactly",
+           "request", "resource_slice"]
+NVIDIA = "gpu.nvidia.com"  # NVIDIA's DRA driver's class of whole GPUs, one of --gpu-device-classes' defaults
 
 
 def device_class(name: str) -> JSON:
     """A DeviceClass selecting the devices of the driver of the same name (NVIDIA's `gpu.nvidia.com` is so)."""
     return {"apiVersion": DEVICE_CLASSES.api_version, "kind": DEVICE_CLASSES.kind, "metadata": {"name": name},
             "spec": {"selectors": [{"cel": {"expression": f'device.driver == "{name}"'}}]}}
+
+
+@contextlib.asynccontextmanager
+async def device_class_made(kube: KubeClient, name: str = NVIDIA) -> AsyncIterator[str]:
+    """DeviceClass `name` while the block runs: cluster-wide, so made if missing (another module's may be there)
+    and removed afterwards."""
+    with contextlib.suppress(ApiError):
+        await kube.create(DEVICE_CLASSES, None, device_class(name))
+    try:
+        yield name
+    finally:
+        with contextlib.suppress(ApiError):
+            await kube.delete(DEVICE_CLASSES, None, name)
 
 
 def resource_slice(node: str, driver: str, devices: int, device_type: str | None = None, generation: int = 0) -> JSON:

@@ -14,7 +14,7 @@ from collections.abc import AsyncIterator, Callable
 
 from mpiop.api.raw import JSON
 from mpiop.kube.client import NODES, ApiError, KubeClient
-from mpiop.policies.gpu_layout import ANNOTATION
+from mpiop.names import GPU_LAYOUT_ANNOTATION
 from testkit.mpijobs import make_mpijob
 from testkit.operator import Cluster
 
@@ -48,7 +48,7 @@ def total_gpus_job(name: str, pool: str, gpus: int, device_class: str | None = N
 async def laid_out(cluster: Cluster, name: str) -> JSON | None:
     """The job, once mpiop wrote its layout (the annotation recording it)."""
     job = await cluster.job(name)
-    return job if job is not None and ANNOTATION in (job["metadata"].get("annotations") or {}) else None
+    return job if job is not None and GPU_LAYOUT_ANNOTATION in (job["metadata"].get("annotations") or {}) else None
 
 
 def worker_gpu_limit(job: JSON) -> str:

@@ -1,5 +1,5 @@
 """mpiop's GPU layout webhook for a test, as the leader serves it: HTTPS under a CA of its own (mpiop.certs), the
-route of controller/layout_webhook on the in-process operator's node cache, registered by deploy/base/webhook.yaml
+route of serving/layout_webhook on the in-process operator's node cache, registered by deploy/base/webhook.yaml
 itself (its clientConfig a URL on loopback instead of the Service, and, the apiserver being shared, for the test's
 namespace only), the CA written by mpiop's own install_ca_bundle."""
 
@@ -15,10 +15,10 @@ from aiohttp import web
 from devcluster.controlplane import free_port
 from mpiop.api.raw import JSON
 from mpiop.certs import Certificates
-from mpiop.controller import layout_webhook
 from mpiop.kube.client import MPIJOBS, ApiError, KubeClient
-from mpiop.policies.gpu_layout import ANNOTATION
+from mpiop.names import GPU_LAYOUT_ANNOTATION
 from mpiop.server import Servers
+from mpiop.serving import layout_webhook
 from testkit.deploy import DEPLOY
 from testkit.operator import Operator, eventually
 
@@ -54,7 +54,7 @@ async def serving_layout_webhook(operator: Operator, kube: KubeClient, namespace
 
         async def in_effect() -> bool:
             answer = await kube.request("POST", MPIJOBS.path(namespace), body=probe, query={"dryRun": "All"})
-            return ANNOTATION in (answer["metadata"].get("annotations") or {})
+            return GPU_LAYOUT_ANNOTATION in (answer["metadata"].get("annotations") or {})
 
         await eventually(in_effect, what=f"the GPU layout webhook {name} in effect")
         yield name

@@ -38,7 +38,7 @@ class DeviceChecks:
                     self.client.list(RESOURCE_CLAIMS, namespace),
                     self.client.list(RESOURCE_SLICES, None, fieldSelector=f"spec.nodeName={check.node}"))
         except ApiError as error:
-            if error.status == 403:
+            if error.forbidden:
                 self._forbidden = True
                 log.warning("RBAC does not grant list on resourceclaims and resourceslices: a device taint's "
                             "eviction excludes the node without naming the device", error=error.message[:200])

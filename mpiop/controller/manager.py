@@ -211,7 +211,7 @@ class Manager:
         try:
             await self.client.list(NODES, limit=1)
         except ApiError as error:
-            if error.status != 403:
+            if not error.forbidden:
                 return True  # the informer retries whatever this was
             log.warning("RBAC does not grant list on nodes: jobs stating their total GPUs (spec.gpus) are not laid "
                         "out (deploy/'s ClusterRole grants it; --no-gpu-layout says so without asking)",

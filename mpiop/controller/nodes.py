@@ -51,7 +51,7 @@ class NodeChecks:
         except ApiError as error:
             if error.not_found:
                 return "deleted"
-            if error.status == 403 and not self._forbidden:
+            if error.forbidden and not self._forbidden:
                 self._forbidden = True
                 log.warning("RBAC does not grant get on nodes: NotReady or deleted nodes are not excluded "
                             "(deploy/'s ClusterRole grants it)", error=error.message[:200])

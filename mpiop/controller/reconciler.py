@@ -134,7 +134,12 @@ class Reconciler:
                 job, observed.nodes, self.settings.gpu_layout_max_entries,
                 dra=gpu_layout.Dra(observed.resource_slices, observed.device_classes)))
         if plan.mpijob_patch is not None:
-            await self._write_mpijob_patch(job, plan, now)
+            try:
+                await self._write_mpijob_patch(job, plan, now)
+            except ApiError as error:
+                if error.not_found:  # deleted since its status was written: nothing of it is to be made
+                    return None
+                raise
             # Decide again at once, on the laid-out job the cache now holds: the watch event of this write
             # changes nothing cached, so it queues no pass of its own.
             return 0.0
@@ -271,7 +276,7 @@ class Reconciler:
                 if error.already_exists and (self._controls(job, kind, name)
                                              or (kind != "Pod" and await self._claim(job, kind, name))):
                     return None  # ours: in the cache by now, or kubeflow's operator made it for this job
-                if error.already_exists or error.invalid or error.status == 403:
+                if error.already_exists or error.invalid or error.forbidden:
                     log.info("creation refused", kind=kind, name=name, code=error.status, error=error.message)
                     return Refusal(kind, name, error.status, error.reason, error.message)
                 raise
@@ -352,7 +357,7 @@ class Reconciler:
                                                            label_selector=collection.label_selector,
                                                            field_selector=collection.field_selector)
             except ApiError as error:
-                if error.status != 403:
+                if not error.forbidden:
                     raise
                 self._collections_forbidden = True
                 log.warning("RBAC does not grant deletecollection on pods: deleting pods one request each from now "

@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Literal
 
 from mpiop.api.v2beta1 import MPIJob
-from mpiop.names import LAUNCH_ANNOTATION as LAUNCH_ANNOTATION  # process.py imports it from here
+from mpiop.names import LAUNCH_ANNOTATION
 
 LaunchMode = Literal["ssh", "exec"]
 LAUNCH_MODES: tuple[LaunchMode, ...] = ("ssh", "exec")

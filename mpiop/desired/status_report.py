@@ -17,7 +17,6 @@ from mpiop.api.v2beta1 import GROUP, PLURAL, VERSION, MPIJob
 from mpiop.desired import env
 
 AUDIENCE = "mpiop.kubeflow.org"
-ANNOTATION = names.REPORT_PROGRESS_ANNOTATION  # the name controller.status_endpoint reads it by
 VOLUME = "mpiop-status"
 MOUNT_PATH = "/var/run/secrets/mpiop.kubeflow.org/status"
 CA_KEY = "mpiop-status-ca.crt"  # in the job's ConfigMap `<job>-config`

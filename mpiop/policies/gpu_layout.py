@@ -2,8 +2,8 @@
 
 The MPI operator proposal's simple mode: the user states the total, mpiop chooses workers x GPUs per worker and
 writes them into the job as an ordinary v2beta1 job (Worker.replicas, the first worker container's GPU limit,
-slotsPerWorker if unset, and annotation ANNOTATION recording the request and the choice), so kubectl, Kueue and
-every later pass see what runs. The choice, in order:
+slotsPerWorker if unset, and annotation names.GPU_LAYOUT_ANNOTATION recording the request and the choice), so
+kubectl, Kueue and every later pass see what runs. The choice, in order:
 
     the total fits one node           -> 1 worker with every GPU
     a node size divides the total     -> workers of whole nodes (the largest such size the nodes can hold)
@@ -32,6 +32,7 @@ from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 
+from mpiop import names
 from mpiop.api.raw import JSON
 from mpiop.api.v2beta1 import WORKER, MPIJob
 from mpiop.desired import gpu_claims
@@ -41,7 +42,6 @@ from mpiop.policies import dra_inventory, node_fit
 from mpiop.policies.outcome import CONTINUE, STOP, Outcome
 from mpiop.status import conditions as c
 
-ANNOTATION = "mpiop.kubeflow.org/gpu-layout"
 WAITING = "GPULayoutUnavailable"
 LAID_OUT = "GPULayout"
 AT_ADMISSION = ", at admission"  # the end of the record of a job laid out by the admission webhook
@@ -166,7 +166,7 @@ def layout_patch(job: MPIJob, layout: Layout, record: str) -> JSON:
     spec: JSON = {"mpiReplicaSpecs": {WORKER: {"replicas": layout.workers, "template": {"spec": template}}}}
     if job.spec.slots_per_worker is None:
         spec["slotsPerWorker"] = layout.gpus_per_worker
-    return {"metadata": {"annotations": {ANNOTATION: record}}, "spec": spec}
+    return {"metadata": {"annotations": {names.GPU_LAYOUT_ANNOTATION: record}}, "spec": spec}
 
 
 def pending(plan: Plan, job: MPIJob, observed: Observed) -> bool:
@@ -250,10 +250,10 @@ def left_out_nodes(job: MPIJob, nodes: Iterable[JSON], max_entries: int, most: i
 
 def apply(plan: Plan, job: MPIJob, observed: Observed, now: dt.datetime, max_entries: int) -> Outcome:
     """STOP while the job waits to be laid out (or is being laid out): nothing else is made in this pass.
-    A job laid out at admission (controller/layout_webhook) gets its Event on its first pass. `max_entries`:
+    A job laid out at admission (serving/layout_webhook) gets its Event on its first pass. `max_entries`:
     --gpu-layout-max-entries (policies/node_fit)."""
     if not pending(plan, job, observed):
-        record = job.metadata.annotations.get(ANNOTATION, "")
+        record = job.metadata.annotations.get(names.GPU_LAYOUT_ANNOTATION, "")
         if record.endswith(AT_ADMISSION) and job.status.condition("Created") is None:
             plan.event("Normal", LAID_OUT, f"laid out {record}"[:MESSAGE_LIMIT])
         return CONTINUE

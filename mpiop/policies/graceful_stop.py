@@ -37,7 +37,6 @@ from mpiop.policies.outcome import CONTINUE, STOP, Outcome
 from mpiop.status import conditions as c
 from mpiop.status.failed import mark_failed
 
-ANNOTATION = "mpiop.kubeflow.org/stop-grace-seconds"
 FLAG = "--stop-grace-seconds"
 KUBELET_DEFAULT_GRACE = 30  # terminationGracePeriodSeconds when a template leaves it unset
 STOPPING: Final = "Stopping"
@@ -65,12 +64,12 @@ class Grace:
 
 def annotation_seconds(job: MPIJob) -> int | None:
     """The annotation's whole seconds (>= 0); ValueError naming it when it is anything else."""
-    value = job.metadata.annotations.get(ANNOTATION)
+    value = job.metadata.annotations.get(names.STOP_GRACE_ANNOTATION)
     if value is None:
         return None
     if not value.strip().isdigit():
-        raise ValueError(f"metadata.annotations[{ANNOTATION}]: {value[:100]!r} is not a whole number of seconds "
-                         "(0 or more)")
+        raise ValueError(f"metadata.annotations[{names.STOP_GRACE_ANNOTATION}]: {value[:100]!r} is not a whole "
+                         "number of seconds (0 or more)")
     return int(value)
 
 
@@ -95,7 +94,7 @@ def termination_grace(job: MPIJob) -> int:
 def grace(job: MPIJob, flag_seconds: int) -> Grace:
     """The job's stop grace (annotation, else the operator's flag), capped at termination_grace."""
     asked = annotation_seconds(job)
-    source = f"annotation {ANNOTATION}" if asked is not None else FLAG
+    source = f"annotation {names.STOP_GRACE_ANNOTATION}" if asked is not None else FLAG
     asked = flag_seconds if asked is None else asked
     cap = termination_grace(job)
     return Grace(cap, source, asked) if asked > cap else Grace(asked, source)

@@ -44,7 +44,7 @@ def field_path(job: MPIJob, refusal: Refusal) -> str | None:
 def is_permanent(refusal: Refusal) -> bool:
     if refusal.code in (400, 422):
         return True
-    return refusal.code == 403 and any(text in refusal.message and permanent
+    return refusal.forbidden and any(text in refusal.message and permanent
                                        for text, _, permanent in ADMISSION_REFUSALS)
 
 

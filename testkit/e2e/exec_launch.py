@@ -11,7 +11,7 @@ from devcluster import exec_images, images, oci
 from devcluster.pi_job import pi_job
 from mpiop.api.raw import JSON
 from mpiop.api.v2beta1 import LAUNCHER, WORKER, MPIImplementation
-from mpiop.desired.launch import LAUNCH_ANNOTATION
+from mpiop.names import LAUNCH_ANNOTATION
 from testkit.e2e.kube import ApiError, is_true, wait_for
 from testkit.e2e.session import E2E
 

@@ -16,11 +16,15 @@ import subprocess
 import pytest
 
 from devcluster.controlplane import ControlPlane
+from mpiop import status_serving
 from mpiop.api.raw import JSON
 from mpiop.controller.manager import ManagerConfig
 from mpiop.desired.launch import DEFAULT_KUBECTL_IMAGE
+from mpiop.desired.settings import DEFAULT_SETTINGS
 from mpiop.kube.client import PODS, ApiError, KubeClient
 from mpiop.process import add_run_arguments, config_from_args
+from mpiop.server import Limits
+from mpiop.serving.token_reviews import ReviewLimits
 from testkit.deploy import CHART, DEPLOY, SYSTEM, docs, render
 from testkit.operator import eventually
 
@@ -242,13 +246,18 @@ def test_gang_scheduling_overlay_and_chart_value_agree(control_plane: ControlPla
     assert args[0] == args[1] and f"--gang-scheduling={value}" in args[0]
 
 
-def chart_config(helm: str, *values: str) -> ManagerConfig:
-    """The operator's config from the chart's container args, parsed by the operator's own parser."""
+def chart_args(helm: str, *values: str) -> argparse.Namespace:
+    """The chart's container args, parsed by the operator's own parser."""
     deployment = by_kind(docs(render(helm, *values, crds=False)))["Deployment"]
     args = deployment["spec"]["template"]["spec"]["containers"][0]["args"]
     parser = argparse.ArgumentParser()
     add_run_arguments(parser)
-    return config_from_args(parser.parse_args([a for a in args if a != "run"]))
+    return parser.parse_args([a for a in args if a != "run"])
+
+
+def chart_config(helm: str, *values: str) -> ManagerConfig:
+    """The operator's config from the chart's container args, parsed by the operator's own parser."""
+    return config_from_args(chart_args(helm, *values))
 
 
 @pytest.mark.parametrize(("values", "lifecycle_events", "discover_hosts"), [
@@ -285,6 +294,41 @@ def test_restart_chart_values_reach_the_operator(helm: str, values: tuple[str, .
     settings = chart_config(helm, *values).settings
     assert (settings.max_disruption_restarts, settings.kept_attempts, settings.node_fault_exit_codes,
             settings.max_excluded_nodes) == expected
+
+
+LIMITS_SET = Limits(max_connections=2000, max_connections_per_source=10, idle_seconds=5.0, max_headers=16,
+                    max_header_bytes=4096, request_seconds=20.0)
+REVIEWS_SET = ReviewLimits(in_flight=8, per_source_qps=2.5, per_source_burst=10, cache_size=50_000, queue=500)
+
+
+@pytest.mark.parametrize(("values", "expected"), [
+    ((), (DEFAULT_SETTINGS.stop_grace_seconds, DEFAULT_SETTINGS.gpu_device_classes,
+          DEFAULT_SETTINGS.gpu_layout_max_entries, Limits(), ReviewLimits())),
+    (("stopGraceSeconds=120", "gpuDeviceClasses={gpu.nvidia.com,mig.nvidia.com}", "gpuLayoutMaxEntries=500",
+      *(f"statusEndpoint.limits.{key}={value}" for key, value in {
+          "maxConnections": 2000, "maxConnectionsPerSource": 10, "idleSeconds": 5, "maxHeaders": 16,
+          "maxHeaderBytes": 4096, "requestSeconds": 20, "reviewInFlight": 8, "reviewPerSourceQps": 2.5,
+          "reviewPerSourceBurst": 10, "tokenCacheSize": 50000, "reviewQueue": 500}.items())),
+     (120, frozenset({"gpu.nvidia.com", "mig.nvidia.com"}), 500, LIMITS_SET, REVIEWS_SET)),
+    (("gpuDeviceClasses={}",), (DEFAULT_SETTINGS.stop_grace_seconds, frozenset(),
+                                DEFAULT_SETTINGS.gpu_layout_max_entries, Limits(), ReviewLimits())),
+], ids=["defaults", "set", "no-gpu-device-classes"])
+def test_stop_grace_gpu_and_status_limit_chart_values_reach_the_operator(
+        helm: str, values: tuple[str, ...],
+        expected: tuple[int, frozenset[str], int, Limits, ReviewLimits]) -> None:
+    """Unset, each is the operator's own default (no flag); set, its flag, through the operator's own parser: every
+    key of statusEndpoint.limits is a --status-* flag."""
+    args = chart_args(helm, *values)
+    settings = config_from_args(args).settings
+    assert (settings.stop_grace_seconds, settings.gpu_device_classes, settings.gpu_layout_max_entries,
+            status_serving.server_limits(args), status_serving.review_limits(args)) == expected
+
+
+def test_helm_refuses_an_unknown_status_limit(helm: str) -> None:
+    result = subprocess.run([helm, "template", "mpiop", str(CHART), "--set", "statusEndpoint.limits.maxConnection=5"],
+                            capture_output=True, text=True, check=False)
+    assert result.returncode != 0
+    assert "statusEndpoint.limits.maxConnection is not a status endpoint limit" in result.stderr
 
 
 def test_helm_refuses_exec_by_default_without_its_rights(helm: str) -> None:

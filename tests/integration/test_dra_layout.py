@@ -15,7 +15,8 @@ import pytest
 
 from mpiop.api.raw import JSON
 from mpiop.kube.client import RESOURCE_CLAIM_TEMPLATES, ApiError, KubeClient
-from mpiop.policies.gpu_layout import ANNOTATION, AT_ADMISSION
+from mpiop.names import GPU_LAYOUT_ANNOTATION
+from mpiop.policies.gpu_layout import AT_ADMISSION
 from testkit.dra import DEVICE_CLASSES, RESOURCE_SLICES, device_class, resource_slice
 from testkit.gpupool import gpu_pool, laid_out, total_gpus_job
 from testkit.layout_webhook import serving_layout_webhook
@@ -68,7 +69,7 @@ def check_stored(job: JSON, template: JSON, klass: str) -> None:
     print("\nthe stored job's Worker:", json.dumps({"replicas": worker["replicas"],
                                                      "slotsPerWorker": job["spec"]["slotsPerWorker"],
                                                      "template.spec": worker["template"]["spec"]}, indent=1))
-    print(f"{ANNOTATION}: {job['metadata']['annotations'][ANNOTATION]}")
+    print(f"{GPU_LAYOUT_ANNOTATION}: {job['metadata']['annotations'][GPU_LAYOUT_ANNOTATION]}")
     shown = {k: v for k, v in template["metadata"].items() if k in ("name", "ownerReferences")}
     print("ResourceClaimTemplate:", json.dumps({"metadata": shown, "spec": template["spec"]}, indent=1))
     spec = worker["template"]["spec"]
@@ -87,7 +88,7 @@ async def test_32_gpus_of_a_device_class_on_four_8_device_nodes_are_4_workers_cl
     pool, klass = dra_pool
     await cluster.create_job(total_gpus_job("dra", pool, 32, device_class=klass))
     job = await eventually(lambda: laid_out(cluster, "dra"), what="dra laid out")
-    assert job["metadata"]["annotations"][ANNOTATION] == (
+    assert job["metadata"]["annotations"][GPU_LAYOUT_ANNOTATION] == (
         f"32 {klass} devices as 4 workers x 8 GPUs (slotsPerWorker 8), on nodes: 4 nodes with 8 {klass} devices")
     template = await eventually(lambda: template_of(cluster, "dra"), what="dra-gpus")
     check_stored(job, template, klass)
@@ -105,6 +106,6 @@ async def test_with_the_webhook_the_job_is_stored_laid_out_and_its_template_foll
     pool, klass = dra_pool
     async with serving_layout_webhook(operator, kube, cluster.ns, total_gpus_job("probe", pool, 16, klass)):
         created = await cluster.create_job(total_gpus_job("dra", pool, 32, device_class=klass))
-        assert created["metadata"]["annotations"][ANNOTATION].endswith(AT_ADMISSION)  # stored laid out
+        assert created["metadata"]["annotations"][GPU_LAYOUT_ANNOTATION].endswith(AT_ADMISSION)  # stored laid out
         template = await eventually(lambda: template_of(cluster, "dra"), what="dra-gpus")
         check_stored(created, template, klass)

@@ -6,7 +6,6 @@ waiting saying why. No kubelet or DRA driver runs: the slots are decided before 
 
 from __future__ import annotations
 
-import contextlib
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -15,27 +14,22 @@ import pytest
 from devcluster.controlplane import ControlPlane
 from mpiop.api.raw import JSON
 from mpiop.api.v2beta1 import MPIJob
-from mpiop.kube.client import CONFIGMAPS, RESOURCE_CLAIM_TEMPLATES, ApiError, KubeClient
+from mpiop.kube.client import CONFIGMAPS, RESOURCE_CLAIM_TEMPLATES, KubeClient
 from mpiop.plugin.main import Which, pod_name
 from mpiop.policies.gpu_slots import WAITING
-from testkit.dra import DEVICE_CLASSES, claim_template, device_class, exactly, request
+from testkit.dra import NVIDIA, claim_template, device_class_made, exactly, request
 from testkit.mpijobs import make_mpijob
 from testkit.operator import Cluster, Operator, drive_to_success, eventually, mpijob, running_operator
 from testkit.pods import env_of
 from testkit.rbac import base_rules, namespaced_role_kubeconfig
 
 pytestmark = pytest.mark.integration
-NVIDIA = "gpu.nvidia.com"  # NVIDIA's DRA driver's class of whole GPUs, one of --gpu-device-classes' defaults
 
 
 @pytest.fixture
 async def nvidia_class(kube: KubeClient) -> AsyncIterator[str]:
-    """DeviceClass gpu.nvidia.com (cluster-wide: made if missing, removed afterwards)."""
-    with contextlib.suppress(ApiError):
-        await kube.create(DEVICE_CLASSES, None, device_class(NVIDIA))
-    yield NVIDIA
-    with contextlib.suppress(ApiError):
-        await kube.delete(DEVICE_CLASSES, None, NVIDIA)
+    async with device_class_made(kube, NVIDIA) as name:
+        yield name
 
 
 def eight_gpus(name: str = "eight-gpus", all_devices: bool = False) -> JSON:

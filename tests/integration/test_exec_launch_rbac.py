@@ -9,8 +9,8 @@ from __future__ import annotations
 from typing import Any
 
 from mpiop.api.raw import JSON
-from mpiop.desired.launch import LAUNCH_ANNOTATION
 from mpiop.kube.client import MPIJOBS, PODS, ROLE_BINDINGS, ROLES, SECRETS, SERVICE_ACCOUNTS, Resource
+from mpiop.names import LAUNCH_ANNOTATION
 from testkit.operator import Cluster, Operator, eventually, mpijob, start_pods
 
 ACCESS: tuple[Resource, ...] = (SERVICE_ACCOUNTS, ROLES, ROLE_BINDINGS)

@@ -19,7 +19,8 @@ from devcluster.controlplane import ControlPlane
 from mpiop.api.raw import JSON
 from mpiop.controller.manager import Manager, ManagerConfig
 from mpiop.kube.client import CONFIGMAPS, EVENTS, MPIJOBS, NODES, KubeClient
-from mpiop.policies.gpu_layout import ANNOTATION, WAITING
+from mpiop.names import GPU_LAYOUT_ANNOTATION
+from mpiop.policies.gpu_layout import WAITING
 from testkit.gpupool import POOL_LABEL, gpu_pool, laid_out, total_gpus_job, worker_gpu_limit
 from testkit.layout_webhook import serving_layout_webhook
 from testkit.nodes import gpu_node, gpu_nodes, taint
@@ -50,8 +51,8 @@ async def test_64_gpus_on_8_gpu_nodes_run_as_8_workers_of_8_slots(cluster: Clust
                                                                    pool: str) -> None:
     await cluster.create_job(total_gpus_job("big", pool, 64))
     job = await eventually(lambda: laid_out(cluster, "big"), what="big laid out")
-    record = job["metadata"]["annotations"][ANNOTATION]
-    print(f"\n{ANNOTATION}: {record}")
+    record = job["metadata"]["annotations"][GPU_LAYOUT_ANNOTATION]
+    print(f"\n{GPU_LAYOUT_ANNOTATION}: {record}")
     assert record == ("64 nvidia.com/gpu as 8 workers x 8 GPUs (slotsPerWorker 8), on nodes: 2 nodes with 4 "
                       "nvidia.com/gpu, 8 nodes with 8 nvidia.com/gpu")
     assert job["spec"]["gpus"] == 64  # the request stays beside the ordinary v2beta1 fields it became
@@ -73,14 +74,15 @@ async def test_64_gpus_on_8_gpu_nodes_run_as_8_workers_of_8_slots(cluster: Clust
     events = (await cluster.kube.list(EVENTS, cluster.ns))["items"]
     assert [e["message"] for e in events if e["reason"] == "GPULayout"] == [f"laid out {record}"]
     after = await cluster.job("big")
-    assert after is not None and after["metadata"]["annotations"][ANNOTATION] == record  # never laid out again
+    # never laid out again
+    assert after is not None and after["metadata"]["annotations"][GPU_LAYOUT_ANNOTATION] == record
 
 
 async def test_12_gpus_are_3_workers_of_4_and_13_waits_until_a_node_fits(cluster: Cluster, operator: Operator,
                                                                           kube: KubeClient, pool: str) -> None:
     await cluster.create_job(total_gpus_job("twelve", pool, 12))
     job = await eventually(lambda: laid_out(cluster, "twelve"), what="twelve laid out")
-    print(f"\n{ANNOTATION}: {job['metadata']['annotations'][ANNOTATION]}")
+    print(f"\n{GPU_LAYOUT_ANNOTATION}: {job['metadata']['annotations'][GPU_LAYOUT_ANNOTATION]}")
     assert (job["spec"]["mpiReplicaSpecs"]["Worker"]["replicas"], worker_gpu_limit(job)) == (3, "4")
 
     with capture_logs() as logs:  # the operator's log names the nodes left out, for an admin
@@ -101,7 +103,7 @@ async def test_12_gpus_are_3_workers_of_4_and_13_waits_until_a_node_fits(cluster
     await kube.create(NODES, None, gpu_node(f"{pool}-sixteen", 16, labels={POOL_LABEL: pool}))
     try:
         job = await eventually(lambda: laid_out(cluster, "thirteen"), what="thirteen laid out")
-        print(f"{ANNOTATION}: {job['metadata']['annotations'][ANNOTATION]}")
+        print(f"{GPU_LAYOUT_ANNOTATION}: {job['metadata']['annotations'][GPU_LAYOUT_ANNOTATION]}")
         assert (job["spec"]["mpiReplicaSpecs"]["Worker"]["replicas"], worker_gpu_limit(job)) == (1, "13")
     finally:
         await kube.delete(NODES, None, f"{pool}-sixteen")
@@ -113,8 +115,8 @@ async def test_with_the_webhook_a_job_is_stored_laid_out_and_one_that_fits_nowhe
     laid-out job, the controller never writes the spec, and the first pass says in an Event how it was laid out."""
     async with serving_layout_webhook(operator, kube, cluster.ns, total_gpus_job("probe", pool, 16)):
         created = await cluster.create_job(total_gpus_job("big", pool, 64))
-        record = created["metadata"]["annotations"][ANNOTATION]
-        print(f"\nthe create's answer: {ANNOTATION}: {record}")
+        record = created["metadata"]["annotations"][GPU_LAYOUT_ANNOTATION]
+        print(f"\nthe create's answer: {GPU_LAYOUT_ANNOTATION}: {record}")
         assert record == ("64 nvidia.com/gpu as 8 workers x 8 GPUs (slotsPerWorker 8), on nodes: 2 nodes with 4 "
                           "nvidia.com/gpu, 8 nodes with 8 nvidia.com/gpu, at admission")
         worker = created["spec"]["mpiReplicaSpecs"]["Worker"]
@@ -130,7 +132,7 @@ async def test_with_the_webhook_a_job_is_stored_laid_out_and_one_that_fits_nowhe
         assert kubectl.returncode == 0 and err.decode().startswith(
             "Warning: spec.gpus: the job waits until a layout fits (its Running condition says why): no layout of 13 "
             "nvidia.com/gpu fits")
-        assert ANNOTATION not in (json.loads(out)["metadata"].get("annotations") or {})
+        assert GPU_LAYOUT_ANNOTATION not in (json.loads(out)["metadata"].get("annotations") or {})
 
         async def all_pods() -> dict[str, JSON] | None:
             pods = await cluster.pods()

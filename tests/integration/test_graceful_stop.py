@@ -19,6 +19,7 @@ import pytest
 from devcluster.controlplane import ControlPlane
 from mpiop.api.raw import JSON
 from mpiop.kube.client import EVENTS, MPIJOBS, PODS
+from mpiop.names import STOP_GRACE_ANNOTATION
 from mpiop.policies import graceful_stop
 from testkit.operator import Cluster, eventually, mpijob, running_operator
 
@@ -96,7 +97,7 @@ async def test_suspend_stops_the_launcher_first_and_a_resume_waits_for_the_old_p
     async with running_operator(str(control_plane.kubeconfig), cluster.ns, stop_grace_seconds=25,
                                 on_request=sent) as operator:
         manifest = mpijob("sus", workers=2)
-        manifest["metadata"]["annotations"] = {graceful_stop.ANNOTATION: "600"}  # above the pods' 30 s: capped
+        manifest["metadata"]["annotations"] = {STOP_GRACE_ANNOTATION: "600"}  # above the pods' 30 s: capped
         await cluster.create_job(manifest)
         pods = await start(cluster, node, "sus")
         await cluster.kube.patch(MPIJOBS, cluster.ns, "sus", {"spec": {"runPolicy": {"suspend": True}}})

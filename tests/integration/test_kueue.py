@@ -51,8 +51,9 @@ from mpiop.kube.client import (
     ApiError,
     KubeClient,
 )
+from mpiop.names import STOP_GRACE_ANNOTATION
 from mpiop.policies import graceful_stop
-from testkit.dra import DEVICE_CLASSES, claim_template, device_class, exactly, request
+from testkit.dra import claim_template, device_class_made, exactly, request
 from testkit.gpupool import gpu_pool, laid_out, total_gpus_job
 from testkit.kueue import (
     PRIORITY_CLASS_LABEL,
@@ -307,7 +308,7 @@ def cpu_job(name: str, priority: str, stop_grace: int | None = None) -> JSON:
         job.request(replica, "cpu", "1").pod_spec(replica, terminationGracePeriodSeconds=POD_GRACE)
     manifest = job.suspend().manifest()
     if stop_grace is not None:
-        manifest["metadata"]["annotations"] = {graceful_stop.ANNOTATION: str(stop_grace)}
+        manifest["metadata"]["annotations"] = {STOP_GRACE_ANNOTATION: str(stop_grace)}
     return manifest
 
 
@@ -428,12 +429,8 @@ async def test_a_preempted_job_tells_its_launcher_first_and_the_preemptor_runs_o
 # devices: 2 workers claiming 8 each are 16.
 @pytest.fixture
 async def nvidia_class(kube: KubeClient) -> AsyncIterator[str]:
-    """DeviceClass gpu.nvidia.com (cluster-wide: made if missing, removed afterwards)."""
-    with contextlib.suppress(ApiError):
-        await kube.create(DEVICE_CLASSES, None, device_class(DRA_DEVICE_CLASS))
-    yield DRA_DEVICE_CLASS
-    with contextlib.suppress(ApiError):
-        await kube.delete(DEVICE_CLASSES, None, DRA_DEVICE_CLASS)
+    async with device_class_made(kube, DRA_DEVICE_CLASS) as name:
+        yield name
 
 
 def dra_job(name: str) -> JSON:

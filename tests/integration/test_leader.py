@@ -13,10 +13,10 @@ from pathlib import Path
 
 from devcluster.controlplane import ControlPlane
 from mpiop.api.raw import JSON
-from mpiop.controller.status_endpoint import SERVING, SERVING_LABEL
 from mpiop.desired.status_report import CA_KEY
 from mpiop.kube.client import CONFIGMAPS, EVENTS, MPIJOBS, PODS, SECRETS, SERVICES
 from mpiop.leader import LEASES
+from mpiop.names import STATUS_ENDPOINT_LABEL, STATUS_ENDPOINT_SERVING
 from testkit.operator import Cluster, drive_to_success, eventually, mpijob
 from testkit.process import OperatorProcess
 
@@ -56,7 +56,8 @@ async def _holders(cluster: Cluster, name: str, since: str, holder: str) -> list
 async def _serving_pods(cluster: Cluster) -> set[str]:
     """The operator pods the status Service selects."""
     return {name for name, pod in (await cluster.pods()).items()
-            if name.startswith("op-") and (pod["metadata"].get("labels") or {}).get(SERVING_LABEL) == SERVING}
+            if name.startswith("op-")
+            and (pod["metadata"].get("labels") or {}).get(STATUS_ENDPOINT_LABEL) == STATUS_ENDPOINT_SERVING}
 
 
 async def test_one_leader_reconciles_and_a_killed_leader_is_replaced(
@@ -67,7 +68,8 @@ async def test_one_leader_reconciles_and_a_killed_leader_is_replaced(
     kubeconfig = str(control_plane.kubeconfig)
     for pod in ("op-a", "op-b"):
         await cluster.kube.create(PODS, cluster.ns, {
-            "apiVersion": "v1", "kind": "Pod", "metadata": {"name": pod, "labels": {SERVING_LABEL: SERVING}},
+            "apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": pod, "labels": {STATUS_ENDPOINT_LABEL: STATUS_ENDPOINT_SERVING}},
             "spec": {"containers": [{"name": "mpiop", "image": "mpiop"}]}})
 
     def in_pod(manager: str, pod: str) -> OperatorProcess:
@@ -102,7 +104,7 @@ async def test_one_leader_reconciles_and_a_killed_leader_is_replaced(
         assert quiet.value("mpiop_reconcile_duration_seconds_count") == 0, "the standby reconciled"
         assert quiet.by_verb()["PATCH pods"] == 1, "the standby cleared its own pod's label, once"
         # Its writes: its own pod's label, and the status CA's Secret if it started first (whoever does makes it,
-        # on the unguarded client: controller/status_ca).
+        # on the unguarded client: serving/status_ca).
         made_ca = quiet.by_verb()["POST secrets"]
         assert made_ca <= 1 and quiet.writes() == 1 + made_ca, "the standby wrote to the apiserver"
         assert (await leader.metrics()).value("mpiop_reconcile_duration_seconds_count") > 0

@@ -31,9 +31,7 @@ import pytest
 from devcluster.controlplane import ControlPlane
 from mpiop.api.raw import JSON
 from mpiop.certs import CA_DAYS
-from mpiop.controller import layout_webhook, status_ca
 from mpiop.controller.manager import Manager, ManagerConfig
-from mpiop.controller.status_endpoint import SERVING, SERVING_LABEL, OwnPod, Reviewer, TokenReviews
 from mpiop.desired.settings import Settings
 from mpiop.kube.client import (
     BATCH_JOBS,
@@ -48,7 +46,10 @@ from mpiop.kube.client import (
     KubeClient,
 )
 from mpiop.leader import LEASES, ElectionConfig, LeaderElector
+from mpiop.names import STATUS_ENDPOINT_LABEL, STATUS_ENDPOINT_SERVING
 from mpiop.process import supervise
+from mpiop.serving import layout_webhook, status_ca
+from mpiop.serving.status_endpoint import OwnPod, Reviewer, TokenReviews
 from testkit import kubeflow
 from testkit.deploy import DEPLOY, SYSTEM
 from testkit.dra import device_class, resource_slice
@@ -191,7 +192,7 @@ async def lifecycle(kube: KubeClient, token_kubeconfig: str, mpijob_crd: None) -
             await asyncio.wait_for(manager.synced.wait(), 30)
             assert await own_pod.mark(lease_client, serving=True), "the leader's pod labelled as it serves"
             labels = (await kube.get(PODS, SYSTEM, OWN_POD))["metadata"]["labels"]
-            assert labels[SERVING_LABEL] == SERVING
+            assert labels[STATUS_ENDPOINT_LABEL] == STATUS_ENDPOINT_SERVING
             # The leader's CA in the GPU layout webhook's configuration (`mutatingwebhookconfigurations get, patch`).
             assert await layout_webhook.install_ca_bundle(main, WEBHOOK, ca.cert_pem)
             await cluster.create_job(mpijob("life", workers=1, run_policy={"ttlSecondsAfterFinished": 5}))

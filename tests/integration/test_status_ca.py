@@ -1,4 +1,4 @@
-"""The status endpoint's CA kept in a Secret (controller/status_ca), against the real apiserver: made once by whoever
+"""The status endpoint's CA kept in a Secret (serving/status_ca), against the real apiserver: made once by whoever
 starts first, read by the rest (replicas racing to make it end with one CA), replaced when unreadable or near its
 end; a process refused the Secret serves under a CA of its own and says what to grant; and `mpiop run` restarted
 with every job's ConfigMap already carrying the CA writes none of them again."""
@@ -15,9 +15,9 @@ import structlog
 from devcluster.controlplane import ControlPlane
 from mpiop.api.raw import JSON
 from mpiop.certs import CA_DAYS
-from mpiop.controller.status_ca import CERT_KEY, RENEW_BEFORE, SecretRef, certificates, shared_ca
 from mpiop.desired.status_report import CA_KEY
 from mpiop.kube.client import CONFIGMAPS, SECRETS, KubeClient
+from mpiop.serving.status_ca import CERT_KEY, RENEW_BEFORE, SecretRef, certificates, shared_ca
 from testkit.operator import Cluster, eventually, mpijob
 from testkit.process import OperatorProcess
 from testkit.rbac import service_account_kubeconfig

@@ -11,8 +11,8 @@ from cryptography import x509
 from cryptography.exceptions import InvalidSignature
 
 from mpiop.certs import CA_DAYS, Certificates
-from mpiop.controller.status_ca import CERT_KEY, RENEW_BEFORE, SWITCH_AFTER, Renewal, SecretRef, certificates
 from mpiop.kube.client import SECRETS
+from mpiop.serving.status_ca import CERT_KEY, RENEW_BEFORE, SWITCH_AFTER, Renewal, SecretRef, certificates
 from testkit.operator import Cluster
 
 NOW = dt.datetime.now(dt.UTC)

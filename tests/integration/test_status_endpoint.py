@@ -23,10 +23,11 @@ from cryptography.hazmat.primitives.asymmetric import padding, rsa
 from devcluster.controlplane import ControlPlane
 from mpiop.api.raw import JSON
 from mpiop.api.v2beta1 import TrainerStatus
-from mpiop.controller import layout_webhook
-from mpiop.controller.status_endpoint import StatusWriter
 from mpiop.kube.client import CONFIGMAPS, MPIJOBS, KubeClient
-from mpiop.policies.gpu_layout import ANNOTATION, AT_ADMISSION
+from mpiop.names import GPU_LAYOUT_ANNOTATION
+from mpiop.policies.gpu_layout import AT_ADMISSION
+from mpiop.serving import layout_webhook
+from mpiop.serving.status_endpoint import StatusWriter
 from testkit.gpupool import gpu_pool, total_gpus_job
 from testkit.layout_webhook import configuration
 from testkit.metrics import Metrics
@@ -184,12 +185,12 @@ async def test_mpiop_run_serves_the_gpu_layout_webhook_beside_its_endpoint(contr
             async def laid_out_at_admission() -> bool:
                 answer = await cluster.kube.request("POST", MPIJOBS.path(cluster.ns), query={"dryRun": "All"},
                                                     body=total_gpus_job("probe", pool, 16))
-                return ANNOTATION in (answer["metadata"].get("annotations") or {})
+                return GPU_LAYOUT_ANNOTATION in (answer["metadata"].get("annotations") or {})
 
             await eventually(laid_out_at_admission, timeout=60, what="the webhook in effect")
             created = await cluster.create_job(total_gpus_job("big", pool, 16))
-            print(f"\n{ANNOTATION}: {created['metadata']['annotations'][ANNOTATION]}")
-            assert created["metadata"]["annotations"][ANNOTATION].endswith(AT_ADMISSION)
+            print(f"\n{GPU_LAYOUT_ANNOTATION}: {created['metadata']['annotations'][GPU_LAYOUT_ANNOTATION]}")
+            assert created["metadata"]["annotations"][GPU_LAYOUT_ANNOTATION].endswith(AT_ADMISSION)
             assert created["spec"]["mpiReplicaSpecs"]["Worker"]["replicas"] == 2
             assert any(line.get("event") == "GPU layout webhook trusts this process's CA" for line in op.json_log())
             assert (await op.metrics()).value("mpiop_gpu_layout_admissions_total", result="laid_out") >= 2

@@ -21,9 +21,9 @@ import aiohttp
 
 from devcluster.controlplane import ControlPlane, free_port
 from mpiop.controller.caches import Caches
-from mpiop.controller.status_endpoint import PostRefusedError, StatusWriter, TokenReviews, status_app
 from mpiop.kube.client import CONFIGMAPS, PODS, KubeClient
 from mpiop.server import Servers
+from mpiop.serving.status_endpoint import PostRefusedError, StatusWriter, TokenReviews, status_app
 from testkit.metrics import Metrics
 from testkit.operator import Cluster, eventually, mpijob
 from testkit.process import OperatorProcess

@@ -20,9 +20,9 @@ from bench.hostile_figures import (
 )
 from bench.hostile_flood import FIELD, MAX_LINES, Tally, header_bytes, padding
 from mpiop.api.v2beta1 import MPIJob
-from mpiop.controller import layout_webhook
 from mpiop.desired.settings import DEFAULT_SETTINGS
 from mpiop.policies import gpu_layout
+from mpiop.serving import layout_webhook
 from testkit.hostile_layout import admission_review, hostile_job, tainted_gpu_nodes, tolerations
 from testkit.nodes import gpu_nodes
 
@@ -138,7 +138,7 @@ def test_the_hostile_job_fits_no_node_so_it_stays_to_be_laid_out() -> None:
     assert isinstance(chosen, str) and "13" in chosen and "taint not tolerated" in chosen
     over = gpu_layout.choose(parsed, nodes, 49)
     assert isinstance(over, str) and "tolerations: 50 entries" in over, over
-    answer = layout_webhook.review(admission_review(job), nodes, limit)["response"]
+    answer = layout_webhook.review(admission_review(job), nodes, limit).admission["response"]
     assert answer["allowed"] and "patch" not in answer and answer["warnings"]
     assert admission_review(job)["request"]["namespace"] == "tenant"
     assert orjson.loads(orjson.dumps(admission_review(job)))["request"]["object"] == job

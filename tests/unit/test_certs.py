@@ -68,7 +68,7 @@ def test_a_strict_client_accepts_the_serving_certificate() -> None:
 
 
 def test_a_ca_given_signs_the_serving_certificate_and_bounds_its_life() -> None:
-    """A CA from the shared Secret (controller/status_ca) signs; a serving certificate never outlives it."""
+    """A CA from the shared Secret (serving/status_ca) signs; a serving certificate never outlives it."""
     ca = CA.generate(T0)
     certs = Certificates(["h"], now=T0 + dt.timedelta(days=CA_DAYS - 10), ca=ca)
     assert certs.ca_pem == ca.cert_pem

@@ -11,8 +11,8 @@ from mpiop.api.raw import JSON
 from mpiop.api.v2beta1 import MPIJob
 from mpiop.decide import decide
 from mpiop.desired import ensure, hostnetwork, launcher_rbac
-from mpiop.desired.launch import LAUNCH_ANNOTATION
 from mpiop.desired.settings import Settings
+from mpiop.names import LAUNCH_ANNOTATION
 from mpiop.plan import Observed, Plan, Refusal
 from testkit.mpijobs import MPIJobBuilder, at, make_mpijob
 from testkit.pods import make_pod, observe

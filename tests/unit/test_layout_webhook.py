@@ -1,4 +1,4 @@
-"""mpiop.controller.layout_webhook: a total-GPU job is laid out in the request that creates it (a JSON patch in the
+"""mpiop.serving.layout_webhook: a total-GPU job is laid out in the request that creates it (a JSON patch in the
 AdmissionReview), so it is stored laid out; the webhook never refuses, and says in a warning why it laid nothing
 out. The apiserver applying the patch is tests/integration/test_gpu_layout.py's."""
 
@@ -15,12 +15,13 @@ from prometheus_client import REGISTRY
 
 from mpiop.api.raw import JSON
 from mpiop.api.v2beta1 import MPIJob
-from mpiop.controller import layout_webhook
-from mpiop.controller.layout_webhook import BODY_LIMIT, PATH, malformed, review
 from mpiop.decide import decide
 from mpiop.desired.settings import Settings
+from mpiop.names import GPU_LAYOUT_ANNOTATION
 from mpiop.plan import Observed
-from mpiop.policies.gpu_layout import ANNOTATION, AT_ADMISSION, LAID_OUT, needs_layout
+from mpiop.policies.gpu_layout import AT_ADMISSION, LAID_OUT, needs_layout
+from mpiop.serving import layout_webhook
+from mpiop.serving.layout_webhook import BODY_LIMIT, PATH, malformed, review
 from testkit.mpijobs import at, make_mpijob
 from testkit.nodes import gpu_node, gpu_nodes, taint
 
@@ -58,10 +59,10 @@ def apply(obj: JSON, patch: list[JSON]) -> JSON:
 
 def test_64_gpus_are_stored_as_8_workers_of_8_with_the_record() -> None:
     job = make_mpijob("big", "ns").total_gpus(64).manifest()
-    answer = review(admission(job), EIGHTS, LIMIT)
+    answer = review(admission(job), EIGHTS, LIMIT).admission
     assert "warnings" not in answer["response"]
     laid_out = apply(job, patched(answer))
-    record = laid_out["metadata"]["annotations"][ANNOTATION]
+    record = laid_out["metadata"]["annotations"][GPU_LAYOUT_ANNOTATION]
     assert record == ("64 nvidia.com/gpu as 8 workers x 8 GPUs (slotsPerWorker 8), on nodes: 10 nodes with 8 "
                       "nvidia.com/gpu" + AT_ADMISSION)
     worker = laid_out["spec"]["mpiReplicaSpecs"]["Worker"]
@@ -75,7 +76,7 @@ def test_64_gpus_are_stored_as_8_workers_of_8_with_the_record() -> None:
 
 def test_the_record_is_added_beside_other_annotations() -> None:
     job = make_mpijob("big", "ns").total_gpus(8).annotation("team", "vision").json()
-    patch = patched(review(admission(job), EIGHTS, LIMIT))
+    patch = patched(review(admission(job), EIGHTS, LIMIT).admission)
     assert patch[1] == {"op": "add", "path": "/metadata/annotations/mpiop.kubeflow.org~1gpu-layout",
                         "value": "8 nvidia.com/gpu as 1 worker x 8 GPUs (slotsPerWorker 8), on nodes: 10 nodes with "
                                  "8 nvidia.com/gpu" + AT_ADMISSION}
@@ -100,7 +101,7 @@ def test_the_record_is_added_beside_other_annotations() -> None:
                  id="over-the-limit"),
 ])
 def test_allowed_unchanged(obj: JSON, operation: str, nodes: list[JSON] | None, warning: str | None) -> None:
-    response = review(admission(obj, operation), nodes, LIMIT)["response"]
+    response = review(admission(obj, operation), nodes, LIMIT).admission["response"]
     assert response["allowed"] is True and "patch" not in response
     assert response.get("warnings") == ([warning] if warning else None)
 
@@ -111,7 +112,8 @@ def test_the_warning_names_no_node_label_or_taint_value() -> None:
     secret = [gpu_node("rack7-secret-0", 8, labels={"customer": "acme-corp"}),
               gpu_node("rack7-secret-1", 8, taints=[taint("customer", "acme-corp")]),
               gpu_node("rack7-secret-2", 4, unschedulable=True)]
-    response = review(admission(make_mpijob("odd", "ns").total_gpus(24).manifest()), secret, LIMIT)["response"]
+    reviewed = review(admission(make_mpijob("odd", "ns").total_gpus(24).manifest()), secret, LIMIT)
+    response = reviewed.admission["response"]
     [warning] = response["warnings"]
     assert "left out: 1 node with 4 nvidia.com/gpu (1 cordoned), 1 node with 8" in warning  # cut at 256
     assert not [word for word in ("rack7", "secret", "customer", "acme") if word in warning], warning
@@ -119,11 +121,11 @@ def test_the_warning_names_no_node_label_or_taint_value() -> None:
 
 def test_the_first_pass_of_a_job_laid_out_at_admission_says_so_in_an_event() -> None:
     job = make_mpijob("big", "ns").total_gpus(64).manifest()
-    stored = MPIJob.model_validate(apply(job, patched(review(admission(job), EIGHTS, LIMIT))))
+    stored = MPIJob.model_validate(apply(job, patched(review(admission(job), EIGHTS, LIMIT).admission)))
     first = decide(stored, Observed(nodes=EIGHTS), at(0))
     assert first.mpijob_patch is None and len(first.creation_steps.workers) == 8
     laid_out = [e.message for e in first.events if e.reason == LAID_OUT]
-    assert laid_out == [f"laid out {stored.metadata.annotations[ANNOTATION]}"]
+    assert laid_out == [f"laid out {stored.metadata.annotations[GPU_LAYOUT_ANNOTATION]}"]
     again = MPIJob.model_validate({**stored.to_json(), "status": first.status.to_json()})
     assert not [e for e in decide(again, Observed(nodes=EIGHTS), at(1)).events
                 if e.reason == LAID_OUT]
@@ -188,15 +190,34 @@ async def test_served_over_http_a_bad_body_is_a_400_and_a_long_job_is_read_up_to
         assert streamed.status == 413
 
 
-def test_each_answer_is_counted_by_its_result() -> None:
-    def counted(result: str) -> float:
-        return REGISTRY.get_sample_value("mpiop_gpu_layout_admissions_total", {"result": result}) or 0.0
+ANSWERED = [  # (the job, the nodes watched, the result counted)
+    (make_mpijob("big", "ns").total_gpus(16).manifest(), EIGHTS, "laid_out"),
+    (make_mpijob("odd", "ns").total_gpus(13).manifest(), EIGHTS, "no_fit"),
+    (make_mpijob("early", "ns").total_gpus(8).manifest(), None, "no_nodes"),
+    (make_mpijob("long", "ns").total_gpus(8).pod_spec("Worker", tolerations=[{}] * (LIMIT + 1)).manifest(), EIGHTS,
+     "over_limit"),
+    (make_mpijob("plain", "ns").gpus(8).manifest(), EIGHTS, None),  # not one to lay out: not counted
+]
 
-    before = {r: counted(r) for r in ("laid_out", "no_fit", "no_nodes", "over_limit")}
-    review(admission(make_mpijob("big", "ns").total_gpus(16).manifest()), EIGHTS, LIMIT)
-    review(admission(make_mpijob("odd", "ns").total_gpus(13).manifest()), EIGHTS, LIMIT)
-    review(admission(make_mpijob("early", "ns").total_gpus(8).manifest()), None, LIMIT)
-    review(admission(make_mpijob("long", "ns").total_gpus(8).pod_spec("Worker", tolerations=[{}] * (LIMIT + 1))
-                     .manifest()), EIGHTS, LIMIT)
-    review(admission(make_mpijob("plain", "ns").gpus(8).manifest()), EIGHTS, LIMIT)  # not one to lay out: not counted
-    assert {r: counted(r) - before[r] for r in before} == {"laid_out": 1, "no_fit": 1, "no_nodes": 1, "over_limit": 1}
+
+def counted() -> dict[str, float]:
+    return {result: REGISTRY.get_sample_value("mpiop_gpu_layout_admissions_total", {"result": result}) or 0.0
+            for result in ("laid_out", "no_fit", "no_nodes", "over_limit")}
+
+
+def test_review_is_pure_it_returns_the_result_and_counts_nothing() -> None:
+    before = counted()
+    assert [review(admission(job), nodes, LIMIT).answer.result for job, nodes, _ in ANSWERED] == [
+        result for _, _, result in ANSWERED]
+    assert counted() == before
+
+
+@pytest.mark.parametrize(("job", "nodes", "result"), ANSWERED, ids=[r or "not-counted" for _, _, r in ANSWERED])
+async def test_served_each_answer_is_counted_by_its_result(job: JSON, nodes: list[JSON] | None,
+                                                            result: str | None) -> None:
+    app = web.Application()
+    layout_webhook.add_route(app, lambda: nodes, LIMIT)
+    before = counted()
+    async with TestClient(TestServer(app)) as client:
+        assert (await client.post(PATH, json=admission(job))).status == 200
+    assert {r: n - before[r] for r, n in counted().items() if n != before[r]} == ({result: 1} if result else {})

@@ -12,9 +12,9 @@ from mpiop.api.v2beta1 import MPIJob
 from mpiop.decide import decide
 from mpiop.desired.podgroup import gang_scheduler
 from mpiop.desired.settings import Settings
+from mpiop.names import GPU_LAYOUT_ANNOTATION
 from mpiop.plan import Observed, Plan
 from mpiop.policies.gpu_layout import (
-    ANNOTATION,
     LAID_OUT,
     WAITING,
     Layout,
@@ -87,7 +87,7 @@ def test_64_gpus_on_8_gpu_nodes_are_written_into_the_job_as_8_workers_of_8() -> 
     worker = {"replicas": 8, "template": {"spec": {"containers": [
         {"name": "main", "image": job.spec.mpi_replica_specs["Worker"].template["spec"]["containers"][0]["image"],
          "resources": {"limits": {"nvidia.com/gpu": "8"}}}]}}}
-    assert plan.mpijob_patch.body == {"metadata": {"annotations": {ANNOTATION: record}},
+    assert plan.mpijob_patch.body == {"metadata": {"annotations": {GPU_LAYOUT_ANNOTATION: record}},
                                    "spec": {"slotsPerWorker": 8, "mpiReplicaSpecs": {"Worker": worker}}}
     assert (plan.mpijob_patch.event.type, plan.mpijob_patch.event.reason) == ("Normal", LAID_OUT)
     assert plan.mpijob_patch.event.message == f"laid out {record}"

@@ -12,10 +12,11 @@ from mpiop.api.v2beta1 import MPIJob
 from mpiop.controller.trims import trim_device_class, trim_resource_slice
 from mpiop.decide import decide
 from mpiop.desired import gpu_claims
+from mpiop.names import GPU_LAYOUT_ANNOTATION
 from mpiop.plan import Observed, Plan
 from mpiop.policies import dra_inventory
 from mpiop.policies.dra_inventory import ClassDevices, class_devices, node_devices
-from mpiop.policies.gpu_layout import ANNOTATION, NOT_WATCHED_DRA, WAITING, Dra, Layout, choose, needs_layout
+from mpiop.policies.gpu_layout import NOT_WATCHED_DRA, WAITING, Dra, Layout, choose, needs_layout
 from testkit.dra import device_class, resource_slice
 from testkit.mpijobs import at, make_mpijob
 from testkit.nodes import gpu_node, taint
@@ -149,7 +150,7 @@ def test_32_devices_on_four_8_device_nodes_are_written_as_4_workers_claiming_8_t
     record = ("32 gpu.nvidia.com devices as 4 workers x 8 GPUs (slotsPerWorker 8), on nodes: 4 nodes with 8 "
               "gpu.nvidia.com devices")
     body = plan.mpijob_patch.body
-    assert body["metadata"]["annotations"][ANNOTATION] == record and body["spec"]["slotsPerWorker"] == 8
+    assert body["metadata"]["annotations"][GPU_LAYOUT_ANNOTATION] == record and body["spec"]["slotsPerWorker"] == 8
     template = body["spec"]["mpiReplicaSpecs"]["Worker"]["template"]["spec"]
     assert template["resourceClaims"] == [{"name": "gpus", "resourceClaimTemplateName": "big-gpus"}]
     assert template["containers"][0]["resources"] == {"claims": [{"name": "gpus"}]}

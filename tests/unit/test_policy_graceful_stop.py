@@ -11,6 +11,7 @@ from mpiop import metrics, podstate
 from mpiop.api.v2beta1 import JobCondition, JobStatus, MPIJob
 from mpiop.decide import decide
 from mpiop.desired.settings import Settings
+from mpiop.names import STOP_GRACE_ANNOTATION
 from mpiop.plan import Observed, Plan
 from mpiop.policies import graceful_stop
 from testkit.mpijobs import MPIJobBuilder, at, make_mpijob
@@ -204,7 +205,7 @@ def test_the_grace_and_its_cap(annotation: str | None, flag: int, termination: i
                                note: str) -> None:
     builder = make_mpijob("pi").workers(1)
     if annotation is not None:
-        builder.annotation(graceful_stop.ANNOTATION, annotation)
+        builder.annotation(STOP_GRACE_ANNOTATION, annotation)
     if termination is not None:
         builder.pod_spec("Launcher", terminationGracePeriodSeconds=termination)
         builder.pod_spec("Worker", terminationGracePeriodSeconds=termination + 5)
@@ -213,7 +214,7 @@ def test_the_grace_and_its_cap(annotation: str | None, flag: int, termination: i
 
 
 def test_a_capped_grace_is_told_by_a_warning() -> None:
-    job = base().suspend().annotation(graceful_stop.ANNOTATION, "600").obj()
+    job = base().suspend().annotation(STOP_GRACE_ANNOTATION, "600").obj()
     plan = run(job, list(pods(job).values()))
     assert deleted(plan) == {"pi-launcher": 30}
     assert [(e.type, e.reason, e.message) for e in plan.events[:2]] == [
@@ -225,11 +226,11 @@ def test_a_capped_grace_is_told_by_a_warning() -> None:
 
 @pytest.mark.parametrize("value", ["-1", "ten", "1.5", ""])
 def test_a_bad_annotation_fails_the_job_naming_it(value: str) -> None:
-    job = base().annotation(graceful_stop.ANNOTATION, value).obj()
+    job = base().annotation(STOP_GRACE_ANNOTATION, value).obj()
     plan = run(job, list(pods(job).values()))
     failed = plan.status.condition("Failed")
     assert failed is not None and failed.reason == "ValidationError"
-    assert f"metadata.annotations[{graceful_stop.ANNOTATION}]: {value!r} is not a whole number" in (failed.message
+    assert f"metadata.annotations[{STOP_GRACE_ANNOTATION}]: {value!r} is not a whole number" in (failed.message
                                                                                                    or "")
 
 

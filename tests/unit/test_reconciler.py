@@ -4,6 +4,9 @@ TestReconciler). What the apiserver itself does is the integration tests'."""
 
 from __future__ import annotations
 
+from collections.abc import Coroutine
+from typing import Any
+
 import pytest
 
 from mpiop.api.raw import JSON
@@ -11,9 +14,10 @@ from mpiop.controller.caches import Caches
 from mpiop.controller.events import EventRecorder
 from mpiop.controller.reconciler import Reconciler
 from mpiop.desired import launcher_rbac, objects
-from mpiop.desired.launch import LAUNCH_ANNOTATION
 from mpiop.kube.client import ApiError
+from mpiop.names import GPU_LAYOUT_ANNOTATION, LAUNCH_ANNOTATION
 from testkit.mpijobs import MPIJobBuilder, at, make_mpijob
+from testkit.nodes import gpu_nodes
 from testkit.pods import make_pod
 from testkit.recording import Fault, RecordingClient
 
@@ -57,6 +61,23 @@ def in_steps(writes: list[str], steps: Steps) -> Steps:
     return cut + ([writes[start:]] if writes[start:] else [])
 
 
+Outcome = float | int | type[Exception] | None
+
+
+async def ends_as(pass_: Coroutine[Any, Any, float | None], outcome: Outcome) -> None:
+    """A pass returns `outcome` (seconds until the next, None) or raises it (an exception type, or an HTTP status
+    of the ApiError)."""
+    if isinstance(outcome, int) and not isinstance(outcome, bool) and outcome >= 400:
+        with pytest.raises(ApiError) as error:
+            await pass_
+        assert error.value.status == outcome
+    elif isinstance(outcome, type):
+        with pytest.raises(outcome):
+            await pass_
+    else:
+        assert await pass_ == outcome
+
+
 async def test_a_new_jobs_writes_go_status_supporting_objects_workers_then_launcher() -> None:
     """Fails if the order changes: status first, then Secret, Service and ConfigMap, then the workers, then
     the launcher, each step only once the one before succeeded whole."""
@@ -89,20 +110,12 @@ async def test_a_new_jobs_writes_go_status_supporting_objects_workers_then_launc
          "configmap-403", "service-timeout", "worker-422", "worker-500", "worker-timeout"],
 )
 async def test_a_new_jobs_pass(faults: list[Fault], steps: Steps,
-                               outcome: float | int | type[Exception] | None) -> None:
+                               outcome: Outcome) -> None:
     """Each row: the faults of the table, the writes step by step, and what the pass returns (seconds until the
     next, None) or raises (an exception type, or an HTTP status of the ApiError)."""
     client = RecordingClient(faults, patched=[new_job().json()])
     pass_ = reconciler(new_job(), client).reconcile("ns/pi")
-    if isinstance(outcome, int) and not isinstance(outcome, bool) and outcome >= 400:
-        with pytest.raises(ApiError) as error:
-            await pass_
-        assert error.value.status == outcome
-    elif isinstance(outcome, type):
-        with pytest.raises(outcome):
-            await pass_
-    else:
-        assert await pass_ == outcome
+    await ends_as(pass_, outcome)
     assert in_steps(client.writes(), steps) == [sorted(step) for step in steps]
 
 
@@ -193,3 +206,51 @@ async def test_a_failed_role_patch_creates_no_pod() -> None:
     with pytest.raises(ApiError):
         await exec_reconciler(job, client, [], pods).reconcile("ns/pi")
     assert not [w for w in client.writes() if w.startswith("POST pods")], client.writes()
+
+
+JOB_PATCH = "PATCH mpijobs/pi"
+
+
+def total_gpu_job() -> MPIJobBuilder:
+    """A job stating its total GPUs (spec.gpus): the controller lays it out (Plan.mpijob_patch)."""
+    return new_job().total_gpus(16)
+
+
+def laying_out(client: RecordingClient) -> Reconciler:
+    """A reconciler whose caches hold the total-GPU job and two 8-GPU nodes, listed."""
+    made = reconciler(total_gpu_job(), client)
+    assert made.caches.nodes is not None
+    for node in gpu_nodes("n", 2, 8):
+        made.caches.nodes.observe_write(node)
+    made.caches.nodes.synced.set()
+    return made
+
+
+@pytest.mark.parametrize(
+    ("faults", "steps", "outcome"),
+    [
+        # The layout is written into the job before anything else of it is made, and only over the version this
+        # pass decided on; then decide again at once, on the laid-out job.
+        ([], [[STATUS], [JOB_PATCH]], 0.0),
+        # The job changed since the cache's version (the patch's resourceVersion): raised, retried with backoff
+        # on the newer one; nothing of the job made meanwhile.
+        ([Fault("PATCH", "/mpijobs/pi$", 409, "Conflict")], [[STATUS], [JOB_PATCH]], 409),
+        # Deleted since the status was written: nothing of it is made, and no error (as the status's 404).
+        ([Fault("PATCH", "/mpijobs/pi$", 404, "NotFound")], [[STATUS], [JOB_PATCH]], None),
+        ([Fault("PATCH", "/mpijobs/pi$", timeout=True)], [[STATUS], [JOB_PATCH]], TimeoutError),
+    ],
+    ids=["laid-out-first", "job-patch-409-conflict", "job-patch-404-gone", "job-patch-timeout"],
+)
+async def test_a_total_gpu_jobs_layout_is_written_before_anything_else_of_it(
+        faults: list[Fault], steps: Steps, outcome: Outcome) -> None:
+    client = RecordingClient(faults, patched=[total_gpu_job().json()])
+    pass_ = laying_out(client).reconcile("ns/pi")
+    await ends_as(pass_, outcome)
+    assert in_steps(client.writes(), steps) == [sorted(step) for step in steps]
+    # Each write over the version before it: the status over the cache's, the layout over the one the status's
+    # write answered (the RecordingClient's first, 1000).
+    status = next(r.body for r in client.requests if r.write == STATUS)
+    patch = next(r.body for r in client.requests if r.write == JOB_PATCH)
+    assert (status["metadata"]["resourceVersion"], patch["metadata"]["resourceVersion"]) == ("7", "1000")
+    assert patch["spec"]["mpiReplicaSpecs"]["Worker"]["replicas"] == 2
+    assert GPU_LAYOUT_ANNOTATION in patch["metadata"]["annotations"]

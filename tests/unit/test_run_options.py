@@ -10,7 +10,6 @@ import pytest
 from mpiop import process
 from mpiop.controller.caches import Caches
 from mpiop.controller.manager import ManagerConfig
-from mpiop.controller.token_reviews import ReviewLimits
 from mpiop.desired.hostnetwork import PortRange
 from mpiop.desired.launch import DEFAULT_KUBECTL_IMAGE
 from mpiop.desired.settings import Settings
@@ -18,6 +17,7 @@ from mpiop.kube.client import KubeClient
 from mpiop.kube.ratelimit import TokenBucket
 from mpiop.process import add_run_arguments, config_from_args
 from mpiop.server import Limits
+from mpiop.serving.token_reviews import ReviewLimits
 from mpiop.status_serving import review_limits, server_limits
 
 

@@ -1,4 +1,4 @@
-"""controller/status_ca's pure parts: where --status-ca-secret points, the names the certificate is for, and a Secret
+"""serving/status_ca's pure parts: where --status-ca-secret points, the names the certificate is for, and a Secret
 read back, or refused naming the key that is wrong. Against the real apiserver: tests/integration/test_status_ca.py."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import re
 import pytest
 
 from mpiop.certs import CA
-from mpiop.controller.status_ca import (
+from mpiop.serving.status_ca import (
     CERT_KEY,
     KEY_KEY,
     SecretRef,

@@ -1,4 +1,4 @@
-"""mpiop.controller.status_endpoint's checks: whose pod may report for which job, and what a body may say."""
+"""mpiop.serving.status_endpoint's checks: whose pod may report for which job, and what a body may say."""
 
 from __future__ import annotations
 
@@ -11,7 +11,8 @@ import pytest
 
 from mpiop.api.raw import JSON
 from mpiop.api.v2beta1 import TrainerStatus
-from mpiop.controller.status_endpoint import (
+from mpiop.kube.client import ApiError, KubeClient, Resource
+from mpiop.serving.status_endpoint import (
     OwnPod,
     PostRefusedError,
     Reviewer,
@@ -20,7 +21,6 @@ from mpiop.controller.status_endpoint import (
     check_reporter,
     parse_report,
 )
-from mpiop.kube.client import ApiError, KubeClient, Resource
 from testkit.mpijobs import at, make_mpijob
 from testkit.waits import until
 

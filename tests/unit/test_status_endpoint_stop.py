@@ -11,8 +11,8 @@ from aiohttp.test_utils import TestClient, TestServer
 from mpiop.api.raw import JSON
 from mpiop.api.v2beta1 import TrainerStatus
 from mpiop.controller.caches import Caches
-from mpiop.controller.status_endpoint import Reviewer, StatusWriter, TokenReviews, status_app
 from mpiop.policies import graceful_stop
+from mpiop.serving.status_endpoint import Reviewer, StatusWriter, TokenReviews, status_app
 from testkit.mpijobs import at, make_mpijob
 
 POD = {"metadata": {"name": "pa-worker-0", "namespace": "ns", "uid": "pod-uid",

@@ -1,4 +1,4 @@
-"""mpiop.controller.token_reviews: the TokenReviews of the status endpoint in their bounded lane. An answer kept as
+"""mpiop.serving.token_reviews: the TokenReviews of the status endpoint in their bounded lane. An answer kept as
 data (a refusal raised again and again kept every refused request in its traceback), one review per token at once, at
 most `in_flight` reviews, a budget per source address, and bounded caches that drop their oldest entry."""
 
@@ -11,7 +11,8 @@ from typing import cast
 import pytest
 
 from mpiop.api.raw import JSON
-from mpiop.controller.token_reviews import (
+from mpiop.kube.client import ApiError, KubeClient, Resource
+from mpiop.serving.token_reviews import (
     PostRefusedError,
     Refused,
     Reviewer,
@@ -19,7 +20,6 @@ from mpiop.controller.token_reviews import (
     SourceBudget,
     TokenReviews,
 )
-from mpiop.kube.client import ApiError, KubeClient, Resource
 from testkit.waits import until
 
 

@@ -23,6 +23,7 @@ from mpiop.kube.client import SECRETS, ApiError, KubeClient
 
 log = structlog.get_logger(__name__)
 
+SECRET = "mpiop-status-ca"  # --status-ca-secret's default, once (deploy/base/deployment.yaml passes it too)
 CERT_KEY, KEY_KEY = "tls.crt", "tls.key"  # a kubernetes.io/tls Secret's keys
 RENEW_BEFORE = dt.timedelta(days=60)
 ATTEMPTS = 5

@@ -30,7 +30,7 @@ import structlog
 from aiohttp import web
 from pydantic import ValidationError
 
-from mpiop import metrics
+from mpiop import metrics, names
 from mpiop.api.merge import merged
 from mpiop.api.raw import JSON
 from mpiop.api.v2beta1 import MPIJob
@@ -40,6 +40,7 @@ from mpiop.policies import gpu_layout
 
 log = structlog.get_logger(__name__)
 PATH = "/gpu-layout"
+CONFIGURATION = "mpiop-gpu-layout"  # --gpu-layout-webhook's default, once: deploy/base/webhook.yaml's name
 # The largest AdmissionReview read: the apiserver takes requests of up to 3 MiB (and etcd stores objects of at
 # most 1.5 MiB), more than the status endpoint's 64 KiB, which a job with a long template outgrows.
 BODY_LIMIT = 3 * 1024 * 1024
@@ -87,9 +88,9 @@ def layout_patch(raw: JSON, nodes: list[JSON] | None, max_entries: int, dra: gpu
     merge = gpu_layout.layout_patch(job, layout, record)
     spec = merged(raw.get("spec") or {}, merge["spec"])
     annotations = (raw.get("metadata") or {}).get("annotations")
-    annotation: JSON = ({"op": "add", "path": f"/metadata/annotations/{_pointer(gpu_layout.ANNOTATION)}",
+    annotation: JSON = ({"op": "add", "path": f"/metadata/annotations/{_pointer(names.GPU_LAYOUT_ANNOTATION)}",
                          "value": record} if annotations is not None else
-                        {"op": "add", "path": "/metadata/annotations", "value": {gpu_layout.ANNOTATION: record}})
+                        {"op": "add", "path": "/metadata/annotations", "value": {names.GPU_LAYOUT_ANNOTATION: record}})
     return Answer([{"op": "replace", "path": "/spec", "value": spec}, annotation], None, "laid_out")
 
 
@@ -117,11 +118,21 @@ def malformed(admission: object) -> str | None:
     return None
 
 
-def review(admission: JSON, nodes: list[JSON] | None, max_entries: int, dra: gpu_layout.Dra | None = None) -> JSON:
+@dataclass(frozen=True)
+class Reviewed:
+    """The AdmissionReview answering a request, and what the webhook said of its job (`answer.result`: what
+    mpiop_gpu_layout_admissions_total counts, None when there was no job to lay out)."""
+
+    admission: JSON
+    answer: Answer
+
+
+def review(admission: JSON, nodes: list[JSON] | None, max_entries: int, dra: gpu_layout.Dra | None = None) -> Reviewed:
     """The AdmissionReview answering `admission` (admission.k8s.io/v1, which `malformed` found well-formed): always
-    allowed."""
+    allowed. Pure: the HTTP handler counts the result and logs."""
     request = admission["request"]
     response: JSON = {"uid": request["uid"], "allowed": True}
+    answer = Answer()
     if request["operation"] == "CREATE":
         answer = layout_patch(request["object"], nodes, max_entries, dra)
         if answer.patch:
@@ -129,14 +140,19 @@ def review(admission: JSON, nodes: list[JSON] | None, max_entries: int, dra: gpu
             response["patch"] = base64.b64encode(orjson.dumps(answer.patch)).decode()
         if answer.warning:
             response["warnings"] = [answer.warning]
-        if answer.result is not None:
-            metrics.GPU_LAYOUT_ADMISSIONS.labels(answer.result).inc()
-        if answer.patch or answer.warning:
-            meta = request["object"].get("metadata") or {}
-            log.info("admission: total-GPU job", job=f"{request.get('namespace')}/"
-                     f"{meta.get('name') or meta.get('generateName')}",
-                     laid_out=bool(answer.patch), warning=answer.warning)
-    return {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "response": response}
+    return Reviewed({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "response": response}, answer)
+
+
+def record(admission: JSON, answer: Answer) -> None:
+    """Count the answer in mpiop_gpu_layout_admissions_total and log a job laid out or warned about."""
+    if answer.result is not None:
+        metrics.GPU_LAYOUT_ADMISSIONS.labels(answer.result).inc()
+    if answer.patch or answer.warning:
+        request = admission["request"]
+        meta = request["object"].get("metadata") or {}
+        log.info("admission: total-GPU job", job=f"{request.get('namespace')}/"
+                 f"{meta.get('name') or meta.get('generateName')}",
+                 laid_out=bool(answer.patch), warning=answer.warning)
 
 
 def add_route(app: web.Application, nodes: Callable[[], list[JSON] | None], max_entries: int,
@@ -158,9 +174,9 @@ def add_route(app: web.Application, nodes: Callable[[], list[JSON] | None], max_
             return web.Response(status=400, text=f"the body is not an AdmissionReview: {error}")
         if (why := malformed(admission)) is not None:
             return web.Response(status=400, text=why)
-        return web.Response(body=orjson.dumps(review(admission, nodes(), max_entries,
-                                                     dra() if dra is not None else None)),
-                            content_type="application/json")
+        reviewed = review(admission, nodes(), max_entries, dra() if dra is not None else None)
+        record(admission, reviewed.answer)
+        return web.Response(body=orjson.dumps(reviewed.admission), content_type="application/json")
 
     app.router.add_post(PATH, handle)
 
@@ -181,11 +197,12 @@ async def install_ca_bundle(client: KubeClient, name: str, ca_pem: str) -> bool:
         patch = [{"op": "add", "path": f"/webhooks/{i}/clientConfig/caBundle", "value": bundle} for i in ours]
         await client.patch(CONFIGURATIONS, None, name, patch, patch_type="json")
     except (ApiError, OSError) as error:
-        status = error.status if isinstance(error, ApiError) else None
+        api = error if isinstance(error, ApiError) else None
         log.warning("total-GPU jobs are laid out after they are created, not at admission: " + (
-            f"MutatingWebhookConfiguration {name} not found (deploy/ installs it)" if status == 404 else
+            f"MutatingWebhookConfiguration {name} not found (deploy/ installs it)" if api and api.not_found else
             f"could not write the CA of MutatingWebhookConfiguration {name}" + (
-                " (its ClusterRole needs get and patch on it: deploy/base/rbac.yaml)" if status == 403 else "")),
+                " (its ClusterRole needs get and patch on it: deploy/base/rbac.yaml)" if api and api.forbidden
+                else "")),
             error=str(error)[:200])
         return False
     log.info("GPU layout webhook trusts this process's CA", configuration=name, webhooks=len(ours))

@@ -32,18 +32,21 @@ from mpiop import metrics, names
 from mpiop.api.raw import JSON
 from mpiop.api.v2beta1 import MPIJob, TrainerStatus
 from mpiop.controller.caches import Caches
-from mpiop.controller.token_reviews import PostRefusedError, Refused, Reviewer, TokenReviews
 from mpiop.desired import status_report
 from mpiop.kube.client import MPIJOBS, PODS, ApiError, KubeClient
+from mpiop.serving.token_reviews import PostRefusedError, Refused, Reviewer, TokenReviews
 
 __all__ = ["PostRefusedError", "Reviewer", "StatusWriter", "TokenReviews", "check_reporter", "parse_report",
            "status_app"]
 
 log = structlog.get_logger(__name__)
+# `mpiop run`'s --status-addr, --status-url and --status-write-seconds: each default here, once.
+PORT = 8443
+ADDR = f":{PORT}"
+URL = f"https://mpiop-status.mpiop-system.svc:{PORT}"  # deploy/base's Service mpiop-status
+WRITE_SECONDS = 10.0  # StatusWriter.interval
 BODY_LIMIT = 64 * 1024
 REPORT_FIELDS = ("progressPercentage", "estimatedRemainingSeconds", "metrics", "lastUpdatedTime")
-SERVING_LABEL = "mpiop.kubeflow.org/status-endpoint"
-SERVING = "serving"
 DNS1123_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
 DNS1123_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
 # What a metric's name or value may not hold: `kubectl mpijob status` prints them to terminals. Control characters
@@ -86,7 +89,7 @@ def check_reporter(job: JSON | None, pod: JSON | None, namespace: str, name: str
         raise PostRefusedError(404, "no_job", f"MPIJob {key} not found")
     parsed = MPIJob.model_validate(job)
     if status_report.opted_out(parsed):
-        raise PostRefusedError(403, "opted_out", f"MPIJob {key} has {status_report.ANNOTATION}: \"false\"")
+        raise PostRefusedError(403, "opted_out", f"MPIJob {key} has {names.REPORT_PROGRESS_ANNOTATION}: \"false\"")
     meta = (pod or {}).get("metadata") or {}
     owners = [o.get("uid") for o in meta.get("ownerReferences") or [] if o.get("controller")]
     if pod is None or meta.get("uid") != who.pod_uid or owners != [parsed.metadata.uid]:
@@ -135,7 +138,7 @@ class StatusWriter:
     reporting (or is deleted) is forgotten then."""
 
     client: KubeClient
-    interval: float = 10.0
+    interval: float = WRITE_SECONDS
     clock: Callable[[], float] = time.monotonic
     in_flight: int = 4
     _slots: asyncio.Semaphore = field(init=False)
@@ -191,9 +194,10 @@ class StatusWriter:
 
 @dataclass(frozen=True)
 class OwnPod:
-    """The pod this process runs in (the downward API's POD_NAME and POD_NAMESPACE). It carries SERVING_LABEL
-    while its status endpoint serves, and the Service mpiop-status selects that label: with two replicas, posts
-    reach the leader, the only one serving, and never the standby (which would refuse the connection)."""
+    """The pod this process runs in (the downward API's POD_NAME and POD_NAMESPACE). It carries
+    names.STATUS_ENDPOINT_LABEL while its status endpoint serves, and the Service mpiop-status selects that label:
+    with two replicas, posts reach the leader, the only one serving, and never the standby (which would refuse the
+    connection)."""
 
     namespace: str
     name: str
@@ -204,16 +208,18 @@ class OwnPod:
         return cls(namespace, name) if namespace and name else None
 
     async def mark(self, client: KubeClient, serving: bool) -> bool:
-        """Set (or, as a process starts, clear: a restarted container keeps its pod's labels) SERVING_LABEL.
-        A refusal is logged, not raised: the endpoint still serves whoever reaches it."""
+        """Set (or, as a process starts, clear: a restarted container keeps its pod's labels) the label
+        names.STATUS_ENDPOINT_LABEL. A refusal is logged, not raised: the endpoint still serves whoever reaches it."""
         try:
+            value = names.STATUS_ENDPOINT_SERVING if serving else None
             await client.patch(PODS, self.namespace, self.name,
-                               {"metadata": {"labels": {SERVING_LABEL: SERVING if serving else None}}})
+                               {"metadata": {"labels": {names.STATUS_ENDPOINT_LABEL: value}}})
         except (ApiError, OSError) as error:
             forbidden = isinstance(error, ApiError) and error.forbidden
             log.error("could not label this process's pod for the status Service" + (
                 ": its ServiceAccount needs pods patch in its namespace (deploy/base/rbac.yaml)" if forbidden else ""),
-                pod=f"{self.namespace}/{self.name}", label=SERVING_LABEL, serving=serving, error=str(error)[:200])
+                pod=f"{self.namespace}/{self.name}", label=names.STATUS_ENDPOINT_LABEL, serving=serving,
+                error=str(error)[:200])
             return False
         return True
 
