@@ -19,8 +19,8 @@ from pathlib import Path
 
 from devcluster.pi_job import pi_job
 from mpiop.api.raw import JSON
+from mpiop.names import STOP_GRACE_ANNOTATION
 from mpiop.policies.graceful_stop import (
-    ANNOTATION,
     DISRUPTED,
     GRACEFUL_STOP_EVENT,
     LAUNCHER_ENDED,
@@ -66,7 +66,7 @@ def checkpoint_dir(e2e: E2E) -> Iterator[Path]:
 def with_scripts(manifest: JSON, host_dir: Path, worker_command: list[str]) -> JSON:
     """Mount the scripts and the checkpoint directory in every pod; the workers run `worker_command` under
     hold-ranks.sh; a stop grace of GRACE seconds; the progress the test reads."""
-    manifest["metadata"].setdefault("annotations", {})[ANNOTATION] = str(GRACE)
+    manifest["metadata"].setdefault("annotations", {})[STOP_GRACE_ANNOTATION] = str(GRACE)
     for role, replica in manifest["spec"]["mpiReplicaSpecs"].items():
         spec = replica["template"]["spec"]
         spec.setdefault("volumes", []).extend([
