@@ -9,7 +9,15 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 from mpiop.api.raw import JSON
-from mpiop.kube.client import DEVICE_CLASSES, RESOURCE_CLAIM_TEMPLATES, RESOURCE_SLICES, ApiError, KubeClient, Resource
+from mpiop.kube.client import (
+    DEVICE_CLASSES,
+    RESOURCE_CLAIM_TEMPLATES,
+    RESOURCE_CLAIMS,
+    RESOURCE_SLICES,
+    ApiError,
+    KubeClient,
+    Resource,
+)
 
 __all__ = ["DEVICE_CLASSES", "RESOURCE_SLICES", "claim_template", "device_class", "device_class_made", "exactly",
            "request", "resource_slice"]
@@ -109,3 +117,20 @@ def allocated_devices(claim: JSON) -> list[str]:
     """`driver/pool/device` of each device a ResourceClaim was allocated (status.allocation.devices.results)."""
     results = ((((claim.get("status") or {}).get("allocation") or {}).get("devices") or {}).get("results") or [])
     return [f"{r['driver']}/{r['pool']}/{r['device']}" for r in results]
+
+
+def fabric_slice(driver: str, count: int = 1) -> JSON:
+    """The one ResourceSlice of a network-attached driver: `count` devices (dev-0..) reachable from every node
+    (allNodes), so a claim of them binds no pod to a node and one claim can serve pods on different nodes."""
+    return {"apiVersion": RESOURCE_SLICES.api_version, "kind": RESOURCE_SLICES.kind,
+            "metadata": {"name": f"fabric-{driver}"},
+            "spec": {"driver": driver, "allNodes": True,
+                     "pool": {"name": "fabric", "generation": 1, "resourceSliceCount": 1},
+                     "devices": [{"name": f"dev-{i}"} for i in range(count)]}}
+
+
+def resource_claim(name: str, *requests: JSON, namespace: str) -> JSON:
+    """A ResourceClaim with these requests (`request(...)`): one claim, which pods share by `resourceClaimName`."""
+    return {"apiVersion": RESOURCE_CLAIMS.api_version, "kind": RESOURCE_CLAIMS.kind,
+            "metadata": {"name": name, "namespace": namespace},
+            "spec": {"devices": {"requests": list(requests)}}}

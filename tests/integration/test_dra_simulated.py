@@ -5,6 +5,8 @@ claims. A NoExecute device taint (KEP-5055, alpha gate DRADeviceTaints) on a wor
 kube-controller-manager's device-taint-eviction-controller evict it: a disruption, not a failure against
 backoffLimit, and the next attempt avoids its node. A job asking `nvidia.com/gpu` of nodes that have none, whose
 DeviceClass provides it from DRA devices (KEP-5004, alpha gate DRAExtendedResource), keeps its slots from the limit.
+Jobs asking MIG devices or Intel GPUs (extended resources the test adds to the nodes) get their slots from the
+limit, and a claim the workers share (`resourceClaimName`) adds none to those of their own claims.
 
 Own cluster of 4 fake nodes with no nvidia.com/gpu in their capacity, 8 GPUs each in a ResourceSlice, the two
 alpha gates on every component and resource.k8s.io/v1alpha3 served (the eviction controller waits for its
@@ -21,8 +23,27 @@ import pytest
 
 from devcluster.simulated import SimulatedCluster
 from mpiop.api.raw import JSON
-from mpiop.kube.client import CONFIGMAPS, EVENTS, MPIJOBS, PODS, RESOURCE_CLAIMS, RESOURCE_SLICES, KubeClient
-from testkit.dra import allocated_devices, claim_template, device_class, exactly, node_gpus, request
+from mpiop.kube.client import (
+    CONFIGMAPS,
+    DEVICE_CLASSES,
+    EVENTS,
+    MPIJOBS,
+    PODS,
+    RESOURCE_CLAIMS,
+    RESOURCE_SLICES,
+    KubeClient,
+)
+from mpiop.kube.client import NODES as NODE_OBJECTS
+from testkit.dra import (
+    allocated_devices,
+    claim_template,
+    device_class,
+    exactly,
+    fabric_slice,
+    node_gpus,
+    request,
+    resource_claim,
+)
 from testkit.mpijobs import make_mpijob
 from testkit.operator import Cluster, eventually, mpijob, running_operator
 from testkit.pods import env_of
@@ -50,7 +71,12 @@ def simulated() -> Iterator[SimulatedCluster]:
 
 
 def operator(simulated: SimulatedCluster) -> Any:
-    return running_operator(str(simulated.kubeconfig), "default", gpu_device_classes=frozenset({DRIVER}))
+    return operator_of(simulated, frozenset({DRIVER}))
+
+
+def operator_of(simulated: SimulatedCluster, gpu_classes: frozenset[str]) -> Any:
+    """mpiop on the module's cluster, counting the devices of `gpu_classes` as GPUs."""
+    return running_operator(str(simulated.kubeconfig), "default", gpu_device_classes=gpu_classes)
 
 
 async def hostfile(cluster: Cluster, job: str) -> str | None:
@@ -181,3 +207,59 @@ async def test_an_extended_resource_served_from_dra_devices_keeps_slots_from_the
                 assert claimed is not None and len(devices.get(worker) or []) == 8
         finally:
             await delete_and_wait(cluster, "xr")
+
+
+async def shows_slots(cluster: Cluster, job: str, slots: int) -> None:
+    """The job's launcher and 2 workers Running, and `slots` on each line of its hostfile (printed)."""
+    workers = [f"{job}-worker-{i}" for i in range(2)]
+    await eventually(lambda: running(cluster, [f"{job}-launcher", *workers]), 90, f"{job} Running")
+    text = await eventually(lambda: hostfile(cluster, job), what=f"{job}'s hostfile")
+    print(f"\nhostfile of {job}:\n{text}", end="")
+    assert text.splitlines() == [f"{w}.{job}.default.svc slots={slots}" for w in workers]
+
+
+MIG = "nvidia.com/mig-1g.10gb"
+INTEL = "gpu.intel.com/i915"
+FABRIC = "fabric.example.com"  # a network-attached driver: its one device reachable from every node
+
+
+async def test_mig_and_intel_limits_give_their_slots_and_a_shared_claim_adds_none(
+        simulated: SimulatedCluster, sim_kube: KubeClient) -> None:
+    """Issue 53. The shared claim is of a class the operator counts as GPUs (FABRIC is in --gpu-device-classes):
+    were a shared claim's devices counted, `share` would get 9 slots, not 8."""
+    cluster = Cluster(sim_kube, "default")
+    extra = {MIG: "7", INTEL: "8"}
+    jobs = {"mig": (make_mpijob("mig").workers(2).gpus(2, MIG), 2),
+            "intel": (make_mpijob("intel").workers(2).gpus(4, INTEL), 4),
+            "share": (make_mpijob("share").workers(2).claim("gpus", TEMPLATE).claim("link", shared="link"), 8)}
+    for node in NODES:  # KWOK keeps a node's allocatable as written (its stages write conditions only)
+        await sim_kube.patch(NODE_OBJECTS, None, node, {"status": {"capacity": extra, "allocatable": extra}},
+                             subresource="status")
+    await sim_kube.create(DEVICE_CLASSES, None, device_class(FABRIC))
+    await sim_kube.create(RESOURCE_SLICES, None, fabric_slice(FABRIC))
+    await sim_kube.create(RESOURCE_CLAIMS, cluster.ns,
+                          resource_claim("link", request("link", exactly(FABRIC, 1)), namespace=cluster.ns))
+    try:
+        async with operator_of(simulated, frozenset({DRIVER, FABRIC})):
+            for job, _ in jobs.values():
+                await cluster.create_job(job.manifest())
+            try:
+                for name, (_, slots) in jobs.items():
+                    await shows_slots(cluster, name, slots)
+                link = await sim_kube.get(RESOURCE_CLAIMS, cluster.ns, "link")
+                users = sorted(r["name"] for r in link["status"].get("reservedFor") or [])
+                print(f"\nclaim link: {allocated_devices(link)} reserved for {users}; "
+                      f"own claims: {await devices_by_pod(cluster)}")
+                assert allocated_devices(link) == [f"{FABRIC}/fabric/dev-0"] and users == ["share-worker-0",
+                                                                                          "share-worker-1"]
+            finally:
+                for name in jobs:
+                    await delete_and_wait(cluster, name)
+    finally:
+        await sim_kube.delete_if_present(RESOURCE_CLAIMS, cluster.ns, "link")
+        await sim_kube.delete_if_present(RESOURCE_SLICES, None, f"fabric-{FABRIC}")
+        await sim_kube.delete_if_present(DEVICE_CLASSES, None, FABRIC)
+        for node in NODES:
+            gone = dict.fromkeys(extra)
+            await sim_kube.patch(NODE_OBJECTS, None, node, {"status": {"capacity": gone, "allocatable": gone}},
+                                 subresource="status")
