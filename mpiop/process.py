@@ -35,7 +35,7 @@ from mpiop.desired.status_report import StatusEndpoint
 from mpiop.kube.client import KubeClient
 from mpiop.leader import ElectionConfig, LeaderElector, LeadershipLostError
 from mpiop.names import LAUNCH_ANNOTATION, STOP_GRACE_ANNOTATION
-from mpiop.server import Checks, Limits, Servers, health_app, metrics_app
+from mpiop.server import Checks, Limits, Servers, health_app, metrics_app, request_errors
 from mpiop.serving import layout_webhook, status_ca, status_endpoint
 from mpiop.serving.status_endpoint import OwnPod
 from mpiop.serving.token_reviews import ReviewLimits
@@ -394,7 +394,7 @@ async def run(args: argparse.Namespace) -> int:
                                       observer=metrics.observe_request, field_manager=args.field_manager,
                                       write_guard=elector.guard_write if elector is not None else None)
     servers = Servers()
-    trimmer = asyncio.create_task(process_resources.trim_every(), name="malloc-trim")
+    trimmer = asyncio.create_task(process_resources.trim_every(garbage=request_errors), name="malloc-trim")
     try:
         # Unguarded (a standby may not write through `client`): the CA's Secret, made by whoever starts first.
         certificates = await status_serving.status_certificates(args, lease_client or client, own_namespace())

@@ -90,8 +90,10 @@ class EveryMinute(logging.Filter):
         super().__init__()
         self.records, self.clock = records, clock
         self.window, self.passed, self.dropped = clock(), 0, 0
+        self.seen = 0  # every record, passed or dropped, since the process started
 
     def filter(self, record: logging.LogRecord) -> bool:
+        self.seen += 1
         now = self.clock()
         if now - self.window >= 60:
             if self.dropped:
@@ -105,7 +107,17 @@ class EveryMinute(logging.Filter):
 
 
 REQUEST_ERRORS = logging.getLogger("mpiop.server.requests")  # aiohttp's request errors, within EveryMinute
-REQUEST_ERRORS.addFilter(EveryMinute())
+_REQUEST_ERRORS_LIMIT = EveryMinute()
+REQUEST_ERRORS.addFilter(_REQUEST_ERRORS_LIMIT)
+
+
+def request_errors() -> int:
+    """Requests every server of the process refused to parse so far (logged or not). Each leaves cyclic garbage that
+    holds what was read: aiohttp keeps the parser's exception, whose traceback holds the frame that read the chunk
+    (up to 256 KiB of a flood's headers), and that frame's list holds the exception. Only the cyclic GC frees it, and
+    from the oldest generation (a connection lives long enough to get there) a collection may be hours away:
+    `mpiop run` collects when this grew (process_resources.trim_every)."""
+    return _REQUEST_ERRORS_LIMIT.seen
 
 
 @dataclass(frozen=True)
