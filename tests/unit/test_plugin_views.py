@@ -93,6 +93,20 @@ def test_status_shows_reported_progress_whatever_its_shape() -> None:
     assert "loss" in out and "0.42" in out
 
 
+@pytest.mark.parametrize(("status", "message"), [
+    ("True", "MPIJob ns/pi is stopping gracefully (Suspended): launcher pi-launcher was sent SIGTERM; the workers are "
+             "deleted once it has ended, or at 2026-11-26T15:01:00Z (stop grace 60s, flag --stop-grace-seconds)"),
+    ("False", "MPIJob ns/pi stopped gracefully (Suspended) in 16s: the launcher ended before its workers were deleted"),
+])
+def test_status_tells_a_graceful_stop_and_how_long_it_took(status: Literal["True", "False"], message: str) -> None:
+    raw = restarted_once()
+    raw["status"]["conditions"] = [{"type": "Stopping", "status": status, "reason": "Suspended", "message": message,
+                                    "lastTransitionTime": "2026-11-26T15:00:00Z"}]
+    out = status_text(raw, [], NOW)
+    assert f"Graceful stop:    {message}\n" in out
+    assert "Graceful stop" not in status_text(restarted_once(), [], NOW)
+
+
 def test_status_escapes_what_a_terminal_would_act_on() -> None:
     """A job's pods write its trainerStatus (an older mpiop took any characters): an escape sequence or a
     bidirectional override is shown escaped, not handed to the terminal of whoever runs `kubectl mpijob status`."""
