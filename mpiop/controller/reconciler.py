@@ -144,6 +144,8 @@ class Reconciler:
             # changes nothing cached, so it queues no pass of its own.
             return 0.0
         refusals = await self._apply_objects(job, plan)
+        if refusals is None:
+            return 0.0
         if plan.evidence is not None and plan.evidence.drop:  # older attempts' logs: off the restart's path
             self._background(self.evidence.drop(job, plan.evidence))
         if self.refusals.remember(job, refusals):
@@ -233,8 +235,9 @@ class Reconciler:
         log.info("wrote the job's GPU layout", layout=plan.mpijob_patch.event.message)
 
     # -- objects -----------------------------------------------------------------------------------
-    async def _apply_objects(self, job: MPIJob, plan: Plan) -> list[Refusal]:
-        """Carry out the creation steps (stopping at one with refusals), updates and deletions.
+    async def _apply_objects(self, job: MPIJob, plan: Plan) -> list[Refusal] | None:
+        """Carry out the creation steps (stopping at one with refusals), updates and deletions; None when an object
+        to update was gone (decide again at once).
 
         The updates go before any pod: the pods of this pass may depend on them (an exec launcher's Role names
         the next attempt's launcher and new workers, the ConfigMap is mounted), and a pod made first could start,
@@ -249,8 +252,16 @@ class Reconciler:
             refusals = [refused_group] if refused_group is not None else []
         for obj in plan.objects_to_update:
             informer = self.caches.informer_for(obj["kind"])
-            updated = await self.client.patch(informer.resource, job.metadata.namespace, obj["metadata"]["name"],
-                                              {k: obj[k] for k in UPDATED_FIELDS if k in obj})
+            try:
+                updated = await self.client.patch(informer.resource, job.metadata.namespace, obj["metadata"]["name"],
+                                                  {k: obj[k] for k in UPDATED_FIELDS if k in obj})
+            except ApiError as error:
+                if not error.not_found:
+                    raise
+                # Gone since the cache saw it (the garbage collector's, as its job goes, or anyone's): no pod of this
+                # pass is made without it, and the next pass, at once, makes it again if the job still wants it.
+                informer.observe_delete(f"{job.metadata.namespace}/{obj['metadata']['name']}")
+                return None
             informer.observe_write(updated)
         for step in plan.creation_steps.pod_steps():
             if refusals:

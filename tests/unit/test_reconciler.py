@@ -254,3 +254,13 @@ async def test_a_total_gpu_jobs_layout_is_written_before_anything_else_of_it(
     assert (status["metadata"]["resourceVersion"], patch["metadata"]["resourceVersion"]) == ("7", "1000")
     assert patch["spec"]["mpiReplicaSpecs"]["Worker"]["replicas"] == 2
     assert GPU_LAYOUT_ANNOTATION in patch["metadata"]["annotations"]
+
+
+async def test_an_object_gone_before_its_update_is_made_again_by_the_next_pass_not_an_error() -> None:
+    """A job's ConfigMap or Role deleted since the cache saw it (the garbage collector, as the job goes): its patch's
+    404 is no reconcile error; no pod of the pass is made without it, and the job is decided again at once."""
+    job, pods = two_of_three_workers()
+    client = RecordingClient([Fault("PATCH", "/roles/pi-launcher$", 404, "NotFound")], patched=[job.json()])
+    assert await exec_reconciler(job, client, [], pods).reconcile("ns/pi") == 0.0
+    assert ROLE in client.writes()
+    assert not [w for w in client.writes() if w.startswith("POST pods")], client.writes()
