@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import ctypes
-import ctypes.util
 import functools
 import gc
 import resource
@@ -57,12 +56,9 @@ def raise_open_files_limit() -> None:
 
 @functools.cache
 def _glibc(function: str) -> Callable[..., int] | None:
-    """One of glibc's malloc functions; None elsewhere (musl, macOS), where there is nothing of the kind to tune."""
-    try:
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
-    except OSError:
-        return None
-    found = getattr(libc, function, None)
+    """One of glibc's malloc functions, from the symbols the process already has (no search for libc, which
+    find_library does by running ldconfig); None where the C library has no such function."""
+    found = getattr(ctypes.CDLL(None), function, None)
     if found is None:
         return None
     found.restype = ctypes.c_int
