@@ -13,7 +13,7 @@ from typing import Literal
 
 from mpiop import names, podsnapshot, podstate
 from mpiop.api.raw import JSON
-from mpiop.api.v2beta1 import JobStatus, MPIJob
+from mpiop.api.v2beta1 import JobStatus, MPIJob, TaintedDevice
 from mpiop.podstate import Pod
 
 # The longest message mpiop sends in an Event (kubeflow's recorder and `kubectl describe` expect short ones), and
@@ -56,6 +56,20 @@ class Refusal:
         return self.code == 403
 
 
+@dataclass(frozen=True)
+class DeviceFault:
+    """The devices a NoExecute device taint was on when it evicted a pod; `on_node`: the node's, its claims gone."""
+
+    devices: tuple[TaintedDevice, ...]
+    on_node: bool = False
+
+    def describe(self) -> str:
+        """`device gpu-3 of driver gpu.example.com tainted example.com/unhealthy=true:NoExecute; ...`"""
+        where = " on its node" if self.on_node else ""
+        return "; ".join(f"device {d.device} of driver {d.driver}{where} tainted {', '.join(d.taints)}"
+                         for d in self.devices)
+
+
 @dataclass
 class Observed:
     """The job's objects as the caches see them now, and what the apiserver answered to the last creations.
@@ -80,7 +94,7 @@ class Observed:
     node_faults: dict[str, str] = field(default_factory=dict)
     # A pod the device taint manager evicted -> which of its DRA devices was tainted how (policies/node_exclusion's
     # `tainted_devices`, from its ResourceClaims and its node's ResourceSlices, read by the controller).
-    device_faults: dict[str, str] = field(default_factory=dict)
+    device_faults: dict[str, DeviceFault] = field(default_factory=dict)
     # The job's saved attempts' logs (`<job>-attempt-<n>` ConfigMaps): their metadata only.
     attempt_config_maps: list[JSON] = field(default_factory=list)
     # An exec-launched job's launcher access (desired.launcher_rbac): ServiceAccount, Role, RoleBinding.

@@ -337,6 +337,31 @@ class FailureInfo(ApiModel):
 NodeName = Annotated[str, Field(description="A node's name (its kubernetes.io/hostname label).")]
 
 
+class TaintedDevice(ApiModel):
+    """mpiop extension: a DRA device a NoExecute device taint (KEP-5055) was on when its pod was evicted."""
+
+    driver: str = Field(description="The ResourceSlice's driver, e.g. gpu.nvidia.com.")
+    pool: str = Field(description="The ResourceSlice's pool.")
+    device: str = Field(description="The device's name in its slice, e.g. gpu-3.")
+    taints: list[Annotated[str, Field(description="A taint, key=value:NoExecute.")]] = Field(
+        description="Its NoExecute taints.")
+
+
+class NodeExclusion(ApiModel):
+    """mpiop extension: why a node of status.excludedNodes is avoided."""
+
+    node: NodeName
+    message: str = Field(description="What happened there, e.g. `pi-worker-1 failed there (DisruptionTarget ...)`.")
+    attempt: int | None = Field(default=None, description="The attempt (restartCount at the time) that failed there.")
+    devices: list[TaintedDevice] | None = Field(
+        default=None,
+        description=("The DRA devices a NoExecute device taint was on when it evicted the pod: those allocated to "
+                     "its claims, or, with its claims already gone, the node's (onNode)."),
+    )
+    on_node: bool | None = Field(
+        default=None, description="True when devices are the node's tainted ones, the pod's claims being gone.")
+
+
 class JobStatus(ApiModel):
     """The observed state of an MPIJob, written by the controller through the status subresource."""
 
@@ -375,6 +400,11 @@ class JobStatus(ApiModel):
             "most recent --max-excluded-nodes are kept; annotation mpiop.kubeflow.org/exclude-failed-nodes: "
             "\"false\" turns it off."
         ),
+    )
+    node_exclusions: list[NodeExclusion] | None = Field(
+        default=None,
+        description=("mpiop extension: why each of excludedNodes is avoided, in the same order: what failed there, "
+                     "and for a device taint's eviction which DRA device was tainted how."),
     )
     attempt_start_time: Time | None = Field(
         default=None,

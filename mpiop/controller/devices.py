@@ -16,6 +16,7 @@ import structlog
 
 from mpiop.api.raw import JSON
 from mpiop.kube.client import RESOURCE_CLAIMS, RESOURCE_SLICES, ApiError, KubeClient
+from mpiop.plan import DeviceFault
 from mpiop.policies.node_exclusion import DeviceCheck, tainted_devices
 
 log = structlog.get_logger(__name__)
@@ -28,10 +29,10 @@ class DeviceChecks:
         self.seconds = seconds
         self._forbidden = False
 
-    async def fault(self, namespace: str, check: DeviceCheck) -> str:
-        """`device gpu-3 of driver ... tainted key=value:NoExecute` for the pod's tainted devices; "" if unknown."""
+    async def fault(self, namespace: str, check: DeviceCheck) -> DeviceFault | None:
+        """The pod's tainted devices (or its node's, its claims gone); None if unknown."""
         if self._forbidden:
-            return ""
+            return None
         try:
             async with asyncio.timeout(self.seconds):
                 claims, slices = await asyncio.gather(
@@ -44,10 +45,10 @@ class DeviceChecks:
                             "eviction excludes the node without naming the device", error=error.message[:200])
             else:
                 log.info("devices not read", pod=check.pod, error=error.message[:200])
-            return ""
+            return None
         except (TimeoutError, OSError, aiohttp.ClientError) as error:
             log.info("devices not read", pod=check.pod, error=str(error)[:200] or type(error).__name__)
-            return ""
+            return None
         owned = [c for c in claims.get("items") or [] if _owned_by(c, check.uid)]
         return tainted_devices(owned, list(slices.get("items") or []))
 

@@ -42,7 +42,7 @@ from mpiop.decide import decide
 from mpiop.desired import objects
 from mpiop.desired.settings import DEFAULT_SETTINGS, Settings
 from mpiop.kube.client import BATCH_JOBS, MPIJOBS, PODS, ApiError, KubeClient
-from mpiop.plan import Observed, Plan, Refusal
+from mpiop.plan import DeviceFault, Observed, Plan, Refusal
 from mpiop.policies import adoption, gpu_layout, managed_by, node_exclusion
 
 log = structlog.get_logger(__name__)
@@ -66,8 +66,8 @@ async def all_or_none(writes: Iterable[Coroutine[Any, Any, T]]) -> list[T]:
     return [task.result() for task in tasks]
 
 
-async def _nothing() -> str:
-    return ""
+async def _nothing() -> DeviceFault | None:
+    return None
 
 
 def utcnow() -> dt.datetime:
@@ -166,9 +166,9 @@ class Reconciler:
         device_read = asyncio.ensure_future(reading)
         await asyncio.gather(node_reads, device_read, *saving)
         faults, tainted = node_reads.result(), device_read.result()
-        if device is not None and tainted:
+        if device is not None and tainted is not None:
             observed.device_faults[device.pod] = tainted
-        if not faults and not tainted:
+        if not faults and tainted is None:
             return plan
         observed.node_faults.update(faults)
         return await self._decide(job, observed, now)  # the same evidence: it does not depend on the nodes

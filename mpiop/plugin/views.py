@@ -97,6 +97,7 @@ def status_text(raw: JSON, attempt_config_maps: list[JSON], now: dt.datetime) ->
         else f"Attempt started:  {NONE}",
         f"Excluded nodes:   {', '.join(status.excluded_nodes) if status.excluded_nodes else NONE}",
     ]
+    lines += [f"  {e.node}: {printable(e.message)}" for e in status.node_exclusions or []]
     if (stop := status.condition("Stopping")) is not None:  # a graceful stop under way, or how the last one went
         lines.append(f"Graceful stop:    {printable(stop.message or stop.reason or '')}")
     progress = (raw.get("status") or {}).get("trainerStatus")

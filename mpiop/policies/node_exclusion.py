@@ -14,7 +14,8 @@ read (the blamed pod's first, then failed or not Ready pods'), the controller GE
 Running=False says so instead of the pods waiting silently. The device taint manager's condition message names no
 device: `device_to_check` names the pod whose devices to read, the controller lists its ResourceClaims and its
 node's ResourceSlices and `tainted_devices` says which allocated device is tainted how (`Observed.device_faults`),
-for the NodeExcluded Event. Annotation mpiop.kubeflow.org/exclude-failed-nodes: "false" turns it off for a job.
+for the NodeExcluded Event and status.nodeExclusions (why each excluded node is). Annotation
+mpiop.kubeflow.org/exclude-failed-nodes: "false" turns it off for a job.
 """
 
 from __future__ import annotations
@@ -24,9 +25,9 @@ from dataclasses import dataclass
 
 from mpiop import names, podstate
 from mpiop.api.raw import JSON
-from mpiop.api.v2beta1 import FailureInfo, MPIJob
+from mpiop.api.v2beta1 import FailureInfo, MPIJob, NodeExclusion, TaintedDevice
 from mpiop.desired.settings import Settings
-from mpiop.plan import Observed, Plan
+from mpiop.plan import DeviceFault, Observed, Plan
 from mpiop.policies.outcome import CONTINUE, STOP, Outcome
 from mpiop.status import conditions as c
 from mpiop.status.failed import mark_failed
@@ -119,11 +120,10 @@ def _taints(device: JSON) -> list[str]:
             for t in device.get("taints") or [] if t.get("effect") == "NoExecute"]
 
 
-def tainted_devices(claims: list[JSON], slices: list[JSON]) -> str:
-    """`device gpu-3 of driver gpu.example.com tainted example.com/unhealthy=true:NoExecute` for each device allocated
-    to `claims` that a slice of `slices` taints NoExecute; the claims gone (the pod went first) or none matching,
-    every NoExecute-tainted device of the slices (the node's), said to be on the node; "" when no taint is seen
-    (a DeviceTaintRule's, which mpiop does not read, or one removed since)."""
+def tainted_devices(claims: list[JSON], slices: list[JSON]) -> DeviceFault | None:
+    """Each device allocated to `claims` that a slice of `slices` taints NoExecute; the claims gone (the pod went
+    first) or none matching, every NoExecute-tainted device of the slices (the node's), `on_node`; None when no
+    taint is seen (a DeviceTaintRule's, which mpiop does not read, or one removed since)."""
     tainted: dict[tuple[str, str, str], list[str]] = {}
     for found in slices:
         spec = found.get("spec") or {}
@@ -136,9 +136,12 @@ def tainted_devices(claims: list[JSON], slices: list[JSON]) -> str:
                  for r in ((((claim.get("status") or {}).get("allocation") or {}).get("devices") or {}).get("results")
                            or [])]
     mine = [d for d in dict.fromkeys(allocated) if d in tainted]
-    where, keys = ("", mine) if mine else (" on its node", list(tainted))
-    return "; ".join(f"device {device} of driver {driver}{where} tainted {', '.join(tainted[(driver, pool, device)])}"
-                     for driver, pool, device in keys)
+    keys = mine or list(tainted)
+    if not keys:
+        return None
+    devices = (TaintedDevice(driver=driver, pool=pool, device=device, taints=tainted[(driver, pool, device)])
+               for driver, pool, device in keys)
+    return DeviceFault(tuple(devices), on_node=not mine)
 
 
 def apply(plan: Plan, job: MPIJob, observed: Observed, settings: Settings) -> Outcome:
@@ -147,21 +150,29 @@ def apply(plan: Plan, job: MPIJob, observed: Observed, settings: Settings) -> Ou
     failure = _new_failure(plan, job, settings)
     if failure is None:
         return CONTINUE
-    faults: dict[str, str] = {}  # node -> what happened there
+    faults: dict[str, NodeExclusion] = {}  # node -> what happened there
     blamed = observed.pod(failure.pod) if failure.pod and failure.node else None
     why = node_fault(blamed, settings.node_fault_exit_codes) if blamed is not None else None
+    attempt = failure.attempt
     if why is not None and failure.node:
         device = observed.device_faults.get(failure.pod or "")
-        faults[failure.node] = f"{failure.pod} failed there ({why}{': ' + device if device else ''})"
+        told = f": {device.describe()}" if device is not None else ""
+        faults[failure.node] = NodeExclusion(
+            node=failure.node, message=f"{failure.pod} failed there ({why}{told})", attempt=attempt,
+            devices=list(device.devices) if device is not None else None,
+            on_node=device.on_node or None if device is not None else None)
     for pod in _attempt_pods(plan, observed, failure):
         node = podstate.node_name(pod)
         if node and node in observed.node_faults and node not in faults:
-            faults[node] = f"{podstate.name(pod)} ran there (node {observed.node_faults[node]})"
-    for node, what in faults.items():
+            faults[node] = NodeExclusion(node=node, attempt=attempt,
+                                         message=f"{podstate.name(pod)} ran there (node {observed.node_faults[node]})")
+    for node, exclusion in faults.items():
         nodes = [n for n in plan.status.excluded_nodes or [] if n != node] + [node]
         plan.status.excluded_nodes = nodes[-settings.max_excluded_nodes:]
+        why_excluded = {e.node: e for e in plan.status.node_exclusions or []} | {node: exclusion}
+        plan.status.node_exclusions = [why_excluded[n] for n in plan.status.excluded_nodes if n in why_excluded]
         plan.event("Warning", NODE_EXCLUDED_REASON, f"node {node} is excluded from MPIJob {job.key}'s next "
-                   f"attempts: {what}; excluded: {', '.join(plan.status.excluded_nodes)}")
+                   f"attempts: {exclusion.message}; excluded: {', '.join(plan.status.excluded_nodes)}")
     return CONTINUE
 
 

@@ -168,6 +168,10 @@ async def test_a_no_execute_device_taint_restarts_the_job_off_its_node_without_s
             print("excludedNodes:", status.get("excludedNodes"), "disruptionRestarts:",
                   status.get("disruptionRestarts"), "lastFailure:", status.get("lastFailure"))
             assert (status.get("excludedNodes"), status.get("disruptionRestarts")) == ([bad], 1)
+            print("nodeExclusions:", status.get("nodeExclusions"))
+            assert [(e["node"], e.get("devices")) for e in status.get("nodeExclusions") or []] == [
+                (bad, [{"driver": DRIVER, "pool": bad, "device": device,
+                        "taints": ["example.com/unhealthy=true:NoExecute"]}])]
             assert not any(c["type"] == "Failed" and c["status"] == "True" for c in status["conditions"])
             events = await sim_kube.list(EVENTS, cluster.ns, fieldSelector="reason=NodeExcluded,involvedObject.name=dt")
             told = [e["message"] for e in events["items"]]

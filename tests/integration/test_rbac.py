@@ -12,7 +12,8 @@ success, clean-up of the workers, deletion by ttlSecondsAfterFinished, and the l
 it, a job kubeflow's operator left with a failed worker is taken over and restarted (its objects claimed, its
 launcher Job deleted), and a job stating its total GPUs is laid out on a GPU node (the Node informer's list and
 watch, the job's patch), another through DRA from the node's ResourceSlice (their informers', and DeviceClasses',
-list and watch; its ResourceClaimTemplate's creation). Every request it sends is recorded as the (verb, group,
+list and watch; its ResourceClaimTemplate's creation), and a worker evicted for a DRA device's taint has the
+namespace's ResourceClaims read to name the device. Every request it sends is recorded as the (verb, group,
 resource, name) the authorizer sees and compared with the rules both ways.
 """
 
@@ -114,6 +115,25 @@ async def fail_attempt(cluster: Cluster, name: str, attempt: int = 0) -> str:
     return f"{name}-launcher-{attempt + 1}"
 
 
+async def evict_for_a_device_taint(cluster: Cluster, name: str) -> None:
+    """Its worker on GPU_NODE marked as the device taint manager evicts a pod: the attempt is a disruption, and to
+    name the device mpiop lists the namespace's ResourceClaims and the node's ResourceSlices (`resourceclaims
+    list`); the node is excluded."""
+    worker = f"{name}-worker-0"
+    await eventually(lambda: cluster.pod(worker), what=worker)
+    await cluster.bind(worker, GPU_NODE)
+    await cluster.kube.patch(PODS, cluster.ns, worker, {"status": {"phase": "Failed", "conditions": [
+        {"type": "DisruptionTarget", "status": "True", "reason": "DeletionByDeviceTaintManager",
+         "message": "Device Taint manager: deleting due to NoExecute taint"}]}}, subresource="status")
+
+    async def restarted() -> JSON | None:
+        status = ((await cluster.job(name)) or {}).get("status") or {}
+        return status if status.get("restartCount") == 1 else None
+
+    status = await eventually(restarted, what=f"{name} restarted after its worker's eviction")
+    assert (status.get("excludedNodes"), status.get("disruptionRestarts")) == ([GPU_NODE], 1), status
+
+
 async def review_a_pods_token(cluster: Cluster, client: KubeClient, name: str) -> None:
     """The status endpoint's one request (`tokenreviews create`): a TokenReview of a pod's progress token."""
     pod = await eventually(lambda: cluster.pod(f"{name}-worker-0"), what=f"{name}-worker-0")
@@ -211,6 +231,8 @@ async def lifecycle(kube: KubeClient, token_kubeconfig: str, mpijob_crd: None) -
                 tolerations=[{"operator": "Exists"}]).manifest())
             await eventually(lambda: kube.get_or_none(RESOURCE_CLAIM_TEMPLATES, namespace, "total-dra-gpus"),
                              what="the DRA total-GPU job's ResourceClaimTemplate")
+            await cluster.create_job(mpijob("evicted", workers=1))
+            await evict_for_a_device_taint(cluster, "evicted")
             for _ in range(2):
                 await suspend_and_resume(cluster, "life")
             await fail_attempt(cluster, "life")

@@ -8,9 +8,10 @@ import pytest
 
 from mpiop import podstate
 from mpiop.api.raw import JSON
+from mpiop.api.v2beta1 import NodeExclusion, TaintedDevice
 from mpiop.decide import decide
 from mpiop.desired.settings import Settings
-from mpiop.plan import Observed
+from mpiop.plan import DeviceFault, Observed
 from mpiop.policies import node_exclusion
 from testkit.dra import node_gpus, taint
 from testkit.mpijobs import MPIJobBuilder, at, make_mpijob
@@ -59,10 +60,18 @@ def test_the_device_read_is_named_once_and_its_taint_told_in_the_event() -> None
     worker = observed.pod("pi-worker-1")
     assert worker is not None
     assert check == node_exclusion.DeviceCheck("pi-worker-1", podstate.uid(worker), "n2")
-    observed.device_faults["pi-worker-1"] = (
-        "device gpu-3 of driver gpu.example.com tainted example.com/unhealthy=true:NoExecute")
+    gpu3 = TaintedDevice(driver=DRIVER, pool="n2", device="gpu-3", taints=["example.com/unhealthy=true:NoExecute"])
+    observed.device_faults["pi-worker-1"] = DeviceFault((gpu3,))
     plan = decide(job, observed, at(100), Settings())
     assert node_exclusion.device_to_check(plan, job, observed, Settings()) is None, "read once"
+    assert plan.status.node_exclusions == [NodeExclusion(
+        node="n2", attempt=0, devices=[gpu3], message="pi-worker-1 failed there (DisruptionTarget "
+        "DeletionByDeviceTaintManager: device gpu-3 of driver gpu.example.com tainted "
+        "example.com/unhealthy=true:NoExecute)")]
+    assert plan.status.to_json()["nodeExclusions"] == [{  # as stored
+        "node": "n2", "attempt": 0, "message": plan.status.node_exclusions[0].message,
+        "devices": [{"driver": DRIVER, "pool": "n2", "device": "gpu-3",
+                     "taints": ["example.com/unhealthy=true:NoExecute"]}]}]
     assert [e.message for e in plan.events if e.reason == "NodeExcluded"] == [
         "node n2 is excluded from MPIJob ns/pi's next attempts: pi-worker-1 failed there (DisruptionTarget "
         "DeletionByDeviceTaintManager: device gpu-3 of driver gpu.example.com tainted "
@@ -106,4 +115,5 @@ def test_no_device_read_for_other_disruptions_or_with_exclusion_off(reason: str,
     ids=["its-device", "two-of-its-devices", "claims-gone", "no-execute-only", "no-taint", "another-pool"],
 )
 def test_which_device_is_tainted_how(claims: list[JSON], slices: list[JSON], told: str) -> None:
-    assert node_exclusion.tainted_devices(claims, slices) == told
+    fault = node_exclusion.tainted_devices(claims, slices)
+    assert (fault.describe() if fault is not None else "") == told

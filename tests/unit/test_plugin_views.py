@@ -8,7 +8,7 @@ from typing import Any, Literal
 import pytest
 
 from mpiop.api.raw import JSON
-from mpiop.api.v2beta1 import CleanPodPolicy, FailureInfo, MPIJob
+from mpiop.api.v2beta1 import CleanPodPolicy, FailureInfo, MPIJob, NodeExclusion
 from mpiop.plugin.views import (
     SavedLogMissingError,
     attempts_table,
@@ -179,3 +179,11 @@ def test_a_missing_pod_says_why_and_where_its_ranks_output_is(job: MPIJob, pod: 
     shown = missing_pod(job, pod, 0, launcher_kept=launcher_kept, saved=saved)
     print(shown)
     assert shown == message
+
+
+def test_status_says_why_each_node_is_excluded_escaping_what_a_pod_could_write() -> None:
+    told = ("pi-worker-1 failed there (DisruptionTarget DeletionByDeviceTaintManager: device gpu-3 of driver "
+            "gpu.example.com tainted example.com/unhealthy=t\x1b[2J:NoExecute)")
+    out = status_text(restarted_once(node_exclusions=[NodeExclusion(node="n1", message=told, attempt=0)]), SAVED, NOW)
+    assert ("Excluded nodes:   n1\n  n1: pi-worker-1 failed there (DisruptionTarget DeletionByDeviceTaintManager: "
+            "device gpu-3 of driver gpu.example.com tainted example.com/unhealthy=t\\x1b[2J:NoExecute)\n") in out

@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from mpiop.api.v2beta1 import MPIJob
+from mpiop.api.v2beta1 import MPIJob, NodeExclusion
 from mpiop.controller import nodes
 from mpiop.decide import decide
 from mpiop.desired import affinity, pods
@@ -47,6 +47,8 @@ def decided(job: MPIJob, failed: PodBuilder, most: int = 2, attempt: int = 0) ->
 def test_a_node_failure_excludes_the_node(failed: PodBuilder, why: str) -> None:
     plan = decided(base().obj(), failed)
     assert plan.status.excluded_nodes == ["n2"]
+    told = f"pi-worker-1 failed there ({why})"
+    assert plan.status.node_exclusions == [NodeExclusion(node="n2", attempt=0, message=told)]
     excluded = [e for e in plan.events if e.reason == "NodeExcluded"]
     assert [(e.type, e.message) for e in excluded] == [(
         "Warning", f"node n2 is excluded from MPIJob ns/pi's next attempts: pi-worker-1 failed there ({why}); "
@@ -71,6 +73,18 @@ def test_the_most_recent_nodes_are_kept_once_each() -> None:
     job = base(["n5", "n2", "n6"]).obj()
     plan = decided(job, make_pod(job, "worker", 1).failed(exit_code=74).on_node("n2"), most=2)
     assert plan.status.excluded_nodes == ["n6", "n2"]
+    told = "pi-worker-1 failed there (exit code 74 (--node-fault-exit-codes))"
+    assert plan.status.node_exclusions == [NodeExclusion(node="n2", attempt=0, message=told)], \
+        "n6 was excluded before mpiop said why"
+
+
+def test_why_each_node_is_excluded_follows_the_nodes_kept() -> None:
+    before = [NodeExclusion(node=n, attempt=i, message=f"m{i}") for i, n in enumerate(["n5", "n2", "n6"])]
+    job = base(["n5", "n2", "n6"]).status(node_exclusions=before).obj()
+    plan = decided(job, make_pod(job, "worker", 1).failed(exit_code=74).on_node("n2"), most=3)
+    assert plan.status.excluded_nodes == ["n5", "n6", "n2"]
+    assert [(e.node, e.message) for e in plan.status.node_exclusions or []] == [
+        ("n5", "m0"), ("n6", "m2"), ("n2", "pi-worker-1 failed there (exit code 74 (--node-fault-exit-codes))")]
 
 
 def test_the_annotation_turns_it_off_and_a_bad_value_is_refused() -> None:
@@ -177,6 +191,7 @@ def test_a_node_found_not_ready_or_deleted_is_excluded(faults: dict[str, str], e
     plan = decide(job, observed, at(100))
     assert plan.status.restart_count == 1
     assert plan.status.excluded_nodes == excluded
+    assert [e.message for e in plan.status.node_exclusions or []] == ([message] if message else [])
     events = [e.message for e in plan.events if e.reason == "NodeExcluded"]
     assert events == ([f"node n2 is excluded from MPIJob ns/pi's next attempts: {message}; excluded: n2"]
                       if message else [])

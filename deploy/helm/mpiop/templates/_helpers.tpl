@@ -98,6 +98,11 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
 - apiGroups: [resource.k8s.io]
   resources: [resourceclaimtemplates]
   verbs: [list, watch, create]
+# A worker evicted for a NoExecute taint on one of its DRA devices: its ResourceClaims (one list of its namespace's)
+# and its node's ResourceSlices say which device was tainted how (status.nodeExclusions).
+- apiGroups: [resource.k8s.io]
+  resources: [resourceclaims]
+  verbs: [list]
 {{- if and .Values.statusEndpoint.enabled (eq .Values.watchNamespace "") }}
 # The GPU layout webhook (served beside the status endpoint): the leader writes its CA into the webhook's caBundle.
 - apiGroups: [admissionregistration.k8s.io]
