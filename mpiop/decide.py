@@ -110,7 +110,7 @@ def decide(job: MPIJob, observed: Observed, now: dt.datetime, settings: Settings
         cleanup.apply(plan, job, observed)
         adoption.cleanup(plan, job, observed)
         ttl.apply(plan, job, now)
-    graceful_stop.apply(plan, job, observed, now, settings.stop_grace_seconds)
+    graceful_stop.apply(plan, job, observed, now, settings)
     plan.status.replica_statuses = lifecycle.replica_statuses(job, lifecycle.after(observed, plan))
     return plan
 

@@ -150,8 +150,14 @@ def add_run_arguments(parser: argparse.ArgumentParser) -> None:
                         metavar="S",
                         help="at a suspend, a disruption restart or activeDeadlineSeconds, delete the launcher first "
                              "(SIGTERM to mpirun) and its workers once it ended or S seconds passed, so the ranks can "
-                             "checkpoint; capped at the pods' terminationGracePeriodSeconds; per job: annotation "
+                             "checkpoint; capped at the pods' terminationGracePeriodSeconds and "
+                             "--max-stop-grace-seconds; per job: annotation "
                              f"{STOP_GRACE_ANNOTATION}; 0: all pods at once (default %(default)s)")
+    parser.add_argument("--max-stop-grace-seconds", type=_at_least(0), default=_SETTINGS.max_stop_grace_seconds,
+                        metavar="S",
+                        help="the longest stop grace of any job, whatever its annotation and pods' "
+                             "terminationGracePeriodSeconds ask: a preempted job holds its quota and GPUs no longer "
+                             "(default %(default)s)")
     parser.add_argument("--kept-attempts", type=_at_least(1), default=_SETTINGS.kept_attempts, metavar="K",
                         help="keep the logs of each job's last K failed attempts in ConfigMaps <job>-attempt-<n> "
                              "(default %(default)s)")
@@ -285,7 +291,8 @@ def config_from_args(args: argparse.Namespace) -> ManagerConfig:
                         kubectl_image_grace_seconds=args.kubectl_image_grace_seconds,
                         gpu_layout_max_entries=args.gpu_layout_max_entries,
                         gpu_device_classes=args.gpu_device_classes,
-                        stop_grace_seconds=args.stop_grace_seconds)
+                        stop_grace_seconds=args.stop_grace_seconds,
+                        max_stop_grace_seconds=args.max_stop_grace_seconds)
     return ManagerConfig(namespace=args.namespace or None, workers=args.workers, resync_seconds=args.resync_seconds,
                          lifecycle_events=args.lifecycle_events, gpu_layout=args.gpu_layout,
                          pod_event_batch_seconds=args.pod_event_batch_seconds, settings=settings)

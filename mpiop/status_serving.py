@@ -83,8 +83,8 @@ async def serve_status(servers: Servers, manager: Manager, client: KubeClient, a
                                              observer=metrics.observe_request, field_manager=args.field_manager)
     reviews = TokenReviews(review_client, review_limits(args))
     writer = StatusWriter(client, interval=args.status_write_seconds)
-    grace = manager.config.settings.stop_grace_seconds
-    app = status_app(manager.caches, reviews, writer, stop_notice=lambda job: graceful_stop.notice(job, grace))
+    settings = manager.config.settings
+    app = status_app(manager.caches, reviews, writer, stop_notice=lambda job: graceful_stop.notice(job, settings))
     webhook = args.gpu_layout_webhook if args.gpu_layout else ""
     if webhook:
         layout_webhook.add_route(app, manager.caches.node_list, manager.config.settings.gpu_layout_max_entries,

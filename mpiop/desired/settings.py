@@ -37,6 +37,9 @@ class Settings:
     # --stop-grace-seconds: how long a suspend, a disruption restart or activeDeadlineSeconds waits for the launcher
     # (told by SIGTERM) to end before its workers are deleted; 0: all at once (policies/graceful_stop)
     stop_grace_seconds: int = 0
+    # --max-stop-grace-seconds: the longest any job's stop grace may be, whatever its annotation and pod templates
+    # ask: a tenant's preempted job holds its quota and GPUs no longer than this (policies/graceful_stop)
+    max_stop_grace_seconds: int = 600
     # mpiop's status endpoint and its CA, for the pods to report progress to; None: --no-status-endpoint
     status_endpoint: StatusEndpoint | None = None
 

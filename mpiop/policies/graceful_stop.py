@@ -16,10 +16,12 @@ before; this step, run last, rewrites those deletions:
    GracefulStop; metrics.count_transitions counts it.
 
 The stop's start is Stopping's lastTransitionTime, so a restarted operator carries on where it was. The grace is
-capped at the pods' terminationGracePeriodSeconds (the smallest of the templates', 30 when unset), with a Warning
-naming the setting and the cap: the kubelet gives a drained or shut-down node's pods no more than that, and Kueue
-expects a suspended job's pods gone within it. A cap rather than a refusal: a refusal would fail a running job at
-its preemption, the worst time to. A failure restart (a rank already died) sets no stop reason: not delayed.
+capped at the pods' terminationGracePeriodSeconds (the smallest of the templates', 30 when unset): the kubelet gives a
+drained or shut-down node's pods no more than that, and Kueue expects a suspended job's pods gone within it; and at the
+operator's --max-stop-grace-seconds, since a tenant writes both the annotation and its templates, and a preempted job
+holds its quota and GPUs while it stops. A Warning names the setting and the cap. A cap rather than a refusal: a refusal
+would fail a running job at its preemption, the worst time to. A failure restart (a rank already died) sets no stop
+reason: not delayed.
 """
 
 from __future__ import annotations
@@ -32,12 +34,16 @@ from typing import Final
 from mpiop import names, podstate
 from mpiop.api.raw import JSON
 from mpiop.api.v2beta1 import JobCondition, JobStatus, MPIJob, format_time
+from mpiop.desired.settings import Settings
 from mpiop.plan import Event, Observed, Plan
 from mpiop.policies.outcome import CONTINUE, STOP, Outcome
 from mpiop.status import conditions as c
 from mpiop.status.failed import mark_failed
 
 FLAG = "--stop-grace-seconds"
+MAX_FLAG = "--max-stop-grace-seconds"
+POD_CAP = "the pods' terminationGracePeriodSeconds (the kubelet kills them no later)"
+OPERATOR_CAP = f"the operator's {MAX_FLAG}"
 KUBELET_DEFAULT_GRACE = 30  # terminationGracePeriodSeconds when a template leaves it unset
 STOPPING: Final = "Stopping"
 SUSPENDED, DISRUPTED, DEADLINE_EXCEEDED = "Suspended", "Disrupted", "DeadlineExceeded"
@@ -54,12 +60,12 @@ class Grace:
     seconds: int
     source: str
     asked: int | None = None  # set only when more than the cap was asked
+    cap: str = POD_CAP  # what capped it
 
     def note(self) -> str:
         if self.asked is None:
             return ""
-        return (f"{self.source}={self.asked} is capped at {self.seconds}, the pods' terminationGracePeriodSeconds "
-                "(the kubelet kills them no later)")
+        return f"{self.source}={self.asked} is capped at {self.seconds}, {self.cap}"
 
 
 def annotation_seconds(job: MPIJob) -> int | None:
@@ -91,13 +97,14 @@ def termination_grace(job: MPIJob) -> int:
     return min(found, default=KUBELET_DEFAULT_GRACE)
 
 
-def grace(job: MPIJob, flag_seconds: int) -> Grace:
-    """The job's stop grace (annotation, else the operator's flag), capped at termination_grace."""
+def grace(job: MPIJob, settings: Settings) -> Grace:
+    """The job's stop grace (annotation, else the operator's flag), capped at termination_grace and at the
+    operator's ceiling."""
     asked = annotation_seconds(job)
     source = f"annotation {names.STOP_GRACE_ANNOTATION}" if asked is not None else FLAG
-    asked = flag_seconds if asked is None else asked
-    cap = termination_grace(job)
-    return Grace(cap, source, asked) if asked > cap else Grace(asked, source)
+    asked = settings.stop_grace_seconds if asked is None else asked
+    seconds, cap = min((termination_grace(job), POD_CAP), (settings.max_stop_grace_seconds, OPERATOR_CAP))
+    return Grace(seconds, source, asked, cap) if asked > seconds else Grace(asked, source)
 
 
 def stopping(status: JobStatus) -> JobCondition | None:
@@ -106,20 +113,20 @@ def stopping(status: JobStatus) -> JobCondition | None:
     return found if found is not None and found.status == "True" else None
 
 
-def deadline(job: MPIJob, status: JobStatus, flag_seconds: int) -> dt.datetime | None:
+def deadline(job: MPIJob, status: JobStatus, settings: Settings) -> dt.datetime | None:
     """When the stop under way (in `status`) deletes the workers whether or not the launcher ended."""
     found = stopping(status)
     if found is None or found.last_transition_time is None:
         return None
     try:
-        return found.last_transition_time + dt.timedelta(seconds=grace(job, flag_seconds).seconds)
+        return found.last_transition_time + dt.timedelta(seconds=grace(job, settings).seconds)
     except ValueError:
         return found.last_transition_time
 
 
-def notice(job: MPIJob, flag_seconds: int) -> JSON | None:
+def notice(job: MPIJob, settings: Settings) -> JSON | None:
     """What a progress post is told while the job is stopping: {"reason", "deadline"} (status_endpoint)."""
-    found, until = stopping(job.status), deadline(job, job.status, flag_seconds)
+    found, until = stopping(job.status), deadline(job, job.status, settings)
     if found is None or until is None:
         return None
     return {"reason": found.reason, "deadline": format_time(until)}
@@ -142,19 +149,19 @@ def _hold(plan: Plan, launchers: list[podstate.Pod], seconds: int) -> None:
     plan.requeue_in(seconds)
 
 
-def apply(plan: Plan, job: MPIJob, observed: Observed, now: dt.datetime, flag_seconds: int) -> None:
+def apply(plan: Plan, job: MPIJob, observed: Observed, now: dt.datetime, settings: Settings) -> None:
     """Begin a graceful stop the plan asks for, or carry one on; run after every policy has planned its deletions."""
     under_way = stopping(plan.status)
     if under_way is not None:
-        _carry_on(plan, job, observed, now, under_way, flag_seconds)
+        _carry_on(plan, job, observed, now, under_way, settings)
     elif plan.stop_reason is not None:
-        _begin(plan, job, observed, now, plan.stop_reason, flag_seconds)
+        _begin(plan, job, observed, now, plan.stop_reason, settings)
 
 
-def _begin(plan: Plan, job: MPIJob, observed: Observed, now: dt.datetime, reason: str, flag_seconds: int) -> None:
+def _begin(plan: Plan, job: MPIJob, observed: Observed, now: dt.datetime, reason: str, settings: Settings) -> None:
     planned = {podstate.name(p) for p in plan.pods_to_delete}
     launchers = [p for p in _live_launchers(observed) if podstate.is_terminating(p) or podstate.name(p) in planned]
-    stop_grace = grace(job, flag_seconds)
+    stop_grace = grace(job, settings)
     if stop_grace.seconds == 0 or not launchers:
         return  # nothing runs mpirun: nothing to tell
     if all(podstate.is_terminating(p) for p in observed.pods):
@@ -174,9 +181,9 @@ def _begin(plan: Plan, job: MPIJob, observed: Observed, now: dt.datetime, reason
 
 
 def _carry_on(plan: Plan, job: MPIJob, observed: Observed, now: dt.datetime, under_way: JobCondition,
-              flag_seconds: int) -> None:
+              settings: Settings) -> None:
     started = under_way.last_transition_time or now
-    until = deadline(job, plan.status, flag_seconds) or now
+    until = deadline(job, plan.status, settings) or now
     launchers = _live_launchers(observed)
     if launchers and now < until:
         _hold(plan, launchers, math.ceil((until - now).total_seconds()))

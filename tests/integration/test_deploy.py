@@ -302,25 +302,27 @@ REVIEWS_SET = ReviewLimits(in_flight=8, per_source_qps=2.5, per_source_burst=10,
 
 
 @pytest.mark.parametrize(("values", "expected"), [
-    ((), (DEFAULT_SETTINGS.stop_grace_seconds, DEFAULT_SETTINGS.gpu_device_classes,
-          DEFAULT_SETTINGS.gpu_layout_max_entries, Limits(), ReviewLimits())),
-    (("stopGraceSeconds=120", "gpuDeviceClasses={gpu.nvidia.com,mig.nvidia.com}", "gpuLayoutMaxEntries=500",
+    ((), ((DEFAULT_SETTINGS.stop_grace_seconds, DEFAULT_SETTINGS.max_stop_grace_seconds),
+          DEFAULT_SETTINGS.gpu_device_classes, DEFAULT_SETTINGS.gpu_layout_max_entries, Limits(), ReviewLimits())),
+    (("stopGraceSeconds=120", "maxStopGraceSeconds=300", "gpuDeviceClasses={gpu.nvidia.com,mig.nvidia.com}",
+      "gpuLayoutMaxEntries=500",
       *(f"statusEndpoint.limits.{key}={value}" for key, value in {
           "maxConnections": 2000, "maxConnectionsPerSource": 10, "idleSeconds": 5, "maxHeaders": 16,
           "maxHeaderBytes": 4096, "requestSeconds": 20, "reviewInFlight": 8, "reviewPerSourceQps": 2.5,
           "reviewPerSourceBurst": 10, "tokenCacheSize": 50000, "reviewQueue": 500}.items())),
-     (120, frozenset({"gpu.nvidia.com", "mig.nvidia.com"}), 500, LIMITS_SET, REVIEWS_SET)),
-    (("gpuDeviceClasses={}",), (DEFAULT_SETTINGS.stop_grace_seconds, frozenset(),
-                                DEFAULT_SETTINGS.gpu_layout_max_entries, Limits(), ReviewLimits())),
+     ((120, 300), frozenset({"gpu.nvidia.com", "mig.nvidia.com"}), 500, LIMITS_SET, REVIEWS_SET)),
+    (("gpuDeviceClasses={}",), ((DEFAULT_SETTINGS.stop_grace_seconds, DEFAULT_SETTINGS.max_stop_grace_seconds),
+                                frozenset(), DEFAULT_SETTINGS.gpu_layout_max_entries, Limits(), ReviewLimits())),
 ], ids=["defaults", "set", "no-gpu-device-classes"])
 def test_stop_grace_gpu_and_status_limit_chart_values_reach_the_operator(
         helm: str, values: tuple[str, ...],
-        expected: tuple[int, frozenset[str], int, Limits, ReviewLimits]) -> None:
+        expected: tuple[tuple[int, int], frozenset[str], int, Limits, ReviewLimits]) -> None:
     """Unset, each is the operator's own default (no flag); set, its flag, through the operator's own parser: every
     key of statusEndpoint.limits is a --status-* flag."""
     args = chart_args(helm, *values)
     settings = config_from_args(args).settings
-    assert (settings.stop_grace_seconds, settings.gpu_device_classes, settings.gpu_layout_max_entries,
+    assert ((settings.stop_grace_seconds, settings.max_stop_grace_seconds), settings.gpu_device_classes,
+            settings.gpu_layout_max_entries,
             status_serving.server_limits(args), status_serving.review_limits(args)) == expected
 
 

@@ -189,19 +189,27 @@ def test_resumed_before_the_suspended_pods_are_gone_waits() -> None:
 
 
 @pytest.mark.parametrize(
-    ("annotation", "flag", "termination", "seconds", "note"),
+    ("annotation", "flag", "termination", "most", "seconds", "note"),
     [
-        (None, 20, None, 20, ""),
-        ("600", 20, None, 30, "annotation mpiop.kubeflow.org/stop-grace-seconds=600 is capped at 30, the pods' "
-                              "terminationGracePeriodSeconds (the kubelet kills them no later)"),
-        (None, 100, 45, 45, "--stop-grace-seconds=100 is capped at 45, the pods' terminationGracePeriodSeconds "
-                            "(the kubelet kills them no later)"),
-        ("0", 20, None, 0, ""),
-        ("45", 0, 60, 45, ""),
+        (None, 20, None, 600, 20, ""),
+        ("600", 20, None, 600, 30, "annotation mpiop.kubeflow.org/stop-grace-seconds=600 is capped at 30, the pods' "
+                                   "terminationGracePeriodSeconds (the kubelet kills them no later)"),
+        (None, 100, 45, 600, 45, "--stop-grace-seconds=100 is capped at 45, the pods' terminationGracePeriodSeconds "
+                                 "(the kubelet kills them no later)"),
+        ("0", 20, None, 600, 0, ""),
+        ("45", 0, 60, 600, 45, ""),
+        # A tenant asking a day with a day of terminationGracePeriodSeconds: the operator's ceiling holds.
+        ("86400", 20, 86400, 600, 600, "annotation mpiop.kubeflow.org/stop-grace-seconds=86400 is capped at 600, "
+                                       "the operator's --max-stop-grace-seconds"),
+        (None, 300, 86400, 120, 120, "--stop-grace-seconds=300 is capped at 120, the operator's "
+                                     "--max-stop-grace-seconds"),
+        ("3600", 0, 3600, 0, 0, "annotation mpiop.kubeflow.org/stop-grace-seconds=3600 is capped at 0, the "
+                                "operator's --max-stop-grace-seconds"),
     ],
-    ids=["flag", "annotation-capped", "flag-capped", "annotation-off", "annotation-on"],
+    ids=["flag", "annotation-capped", "flag-capped", "annotation-off", "annotation-on", "tenant-asks-a-day",
+         "flag-over-the-ceiling", "ceiling-0-turns-it-off"],
 )
-def test_the_grace_and_its_cap(annotation: str | None, flag: int, termination: int | None, seconds: int,
+def test_the_grace_and_its_cap(annotation: str | None, flag: int, termination: int | None, most: int, seconds: int,
                                note: str) -> None:
     builder = make_mpijob("pi").workers(1)
     if annotation is not None:
@@ -209,7 +217,7 @@ def test_the_grace_and_its_cap(annotation: str | None, flag: int, termination: i
     if termination is not None:
         builder.pod_spec("Launcher", terminationGracePeriodSeconds=termination)
         builder.pod_spec("Worker", terminationGracePeriodSeconds=termination + 5)
-    grace = graceful_stop.grace(builder.obj(), flag)
+    grace = graceful_stop.grace(builder.obj(), Settings(stop_grace_seconds=flag, max_stop_grace_seconds=most))
     assert (grace.seconds, grace.note()) == (seconds, note)
 
 
@@ -235,9 +243,10 @@ def test_a_bad_annotation_fails_the_job_naming_it(value: str) -> None:
 
 
 def test_notice_tells_the_reason_and_deadline() -> None:
-    assert graceful_stop.notice(base().obj(), GRACE) is None
+    assert graceful_stop.notice(base().obj(), Settings(stop_grace_seconds=GRACE)) is None
     job = stopping_since(base(), "Disrupted").obj()
-    assert graceful_stop.notice(job, GRACE) == {"reason": "Disrupted", "deadline": "2024-05-01T12:02:00Z"}
+    assert graceful_stop.notice(job, Settings(stop_grace_seconds=GRACE)) == {
+        "reason": "Disrupted", "deadline": "2024-05-01T12:02:00Z"}
 
 
 def _status(condition: JobCondition | None) -> JobStatus:
@@ -261,3 +270,14 @@ def test_a_graceful_stop_is_counted_with_its_duration() -> None:
     metrics.count_graceful_stop(_status(false), _status(false), at(113))  # nothing more: it ended once
     metrics.count_graceful_stop(_status(None), _status(true), at(100))
     assert (count("launcher_ended") - before, seconds() - took) == (1, 12)
+
+
+def test_a_tenants_day_long_grace_is_held_to_the_operators_ceiling() -> None:
+    job = (base().suspend().annotation(STOP_GRACE_ANNOTATION, "86400")
+           .pod_spec("Launcher", terminationGracePeriodSeconds=86400)
+           .pod_spec("Worker", terminationGracePeriodSeconds=86400).obj())
+    plan = run(job, list(pods(job).values()))
+    assert (deleted(plan), plan.requeue_after) == ({"pi-launcher": 600}, 600)
+    assert [(e.type, e.reason, e.message) for e in plan.events[1:2]] == [
+        ("Warning", "StopGraceCapped", "MPIJob ns/pi: annotation mpiop.kubeflow.org/stop-grace-seconds=86400 is "
+                                       "capped at 600, the operator's --max-stop-grace-seconds")]

@@ -11,6 +11,7 @@ from aiohttp.test_utils import TestClient, TestServer
 from mpiop.api.raw import JSON
 from mpiop.api.v2beta1 import TrainerStatus
 from mpiop.controller.caches import Caches
+from mpiop.desired.settings import Settings
 from mpiop.policies import graceful_stop
 from mpiop.serving.status_endpoint import Reviewer, StatusWriter, TokenReviews, status_app
 from testkit.mpijobs import at, make_mpijob
@@ -50,7 +51,8 @@ class FakeWriter:
 
 async def answer(job: JSON) -> tuple[int, dict[str, Any]]:
     app = status_app(cast(Caches, FakeCaches(Store({"ns/pa": job}))), cast(TokenReviews, FakeReviews()),
-                     cast(StatusWriter, FakeWriter()), stop_notice=lambda j: graceful_stop.notice(j, 20))
+                     cast(StatusWriter, FakeWriter()),
+                     stop_notice=lambda j: graceful_stop.notice(j, Settings(stop_grace_seconds=20)))
     async with TestClient(TestServer(app)) as client:
         response = await client.post("/apis/kubeflow.org/v2beta1/namespaces/ns/mpijobs/pa/status",
                                      headers={"Authorization": "Bearer t"},
