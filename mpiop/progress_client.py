@@ -52,6 +52,7 @@ class Answer:
 
     code: int | None
     stop: dict[str, object] | None = None
+    retry_after: float | None = None  # a refusal's Retry-After (429, 503): seconds before mpiop takes another post
 
     @property
     def should_stop(self) -> bool:
@@ -104,11 +105,18 @@ def report(progress_percentage: int | None = None, estimated_remaining_seconds: 
             code, answer = int(response.status), response.read()
     except urllib.error.HTTPError as error:
         print(f"mpiop progress: refused ({error.code}): {error.read()[:300]!r}", file=sys.stderr)
-        return Answer(int(error.code))
+        return Answer(int(error.code), retry_after=retry_after_seconds(error.headers.get("Retry-After")))
     except (OSError, ValueError) as error:
         print(f"mpiop progress: not sent: {error}", file=sys.stderr)
         return Answer(None)
     return Answer(code, _stop_notice(answer))
+
+
+def retry_after_seconds(value: str | None) -> float | None:
+    """Retry-After's delay in seconds (at most an hour); None when absent or an HTTP date (mpiop sends seconds)."""
+    if value is None or not value.strip().isdigit():
+        return None
+    return float(min(int(value), 3600))
 
 
 def _stop_notice(answer: bytes) -> dict[str, object] | None:
@@ -127,7 +135,8 @@ def _stop_notice(answer: bytes) -> dict[str, object] | None:
 class ProgressReporter:
     """Steps done out of `total_steps`, posted at most every `every` seconds, with an ETA from the pace so far.
 
-    Only one rank need report (e.g. rank 0); more are harmless: mpiop keeps the last report of the job.
+    Only one rank need report (e.g. rank 0); more are harmless: mpiop keeps the last report of the job. A refusal
+    with Retry-After (mpiop's per-pod budget, a full review queue) holds the next post back that long.
     """
 
     def __init__(self, total_steps: int, every: float = 10.0, clock: Callable[[], float] = time.monotonic) -> None:
@@ -136,14 +145,17 @@ class ProgressReporter:
         self.clock = clock
         self.started = self.clock()
         self.last_post: float | None = None
+        self.next_post = self.started  # no post before this (every, or a refusal's Retry-After, after the last)
 
     def step(self, done: int, force: bool = False, **metrics: object) -> int | None:
         """Record `done` steps; post if `every` seconds passed since the last post (or `force`, or the last step)."""
         now = self.clock()
-        if not force and done < self.total_steps and self.last_post is not None and now - self.last_post < self.every:
+        if not force and done < self.total_steps and self.last_post is not None and now < self.next_post:
             return None
         self.last_post = now
         elapsed = now - self.started
         remaining = elapsed / done * (self.total_steps - done) if done > 0 else None
-        return post_status(int(100 * min(done, self.total_steps) / self.total_steps),
-                           None if remaining is None else round(remaining), metrics)
+        answer = report(int(100 * min(done, self.total_steps) / self.total_steps),
+                        None if remaining is None else round(remaining), metrics)
+        self.next_post = now + max(self.every, answer.retry_after or 0.0)
+        return answer.code

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from mpiop import progress_client
-from mpiop.progress_client import ProgressReporter, post_status
+from mpiop.progress_client import Answer, ProgressReporter, post_status
 
 SOURCE = Path(progress_client.__file__)
 
@@ -49,11 +49,11 @@ def test_the_reporter_paces_posts_and_estimates_the_eta(monkeypatch: pytest.Monk
     sent: list[tuple[int | None, int | None, dict[str, object] | None]] = []
 
     def record(p: int | None = None, e: int | None = None, m: dict[str, object] | None = None,
-               timeout: float = 5.0) -> int:
+               timeout: float = 5.0) -> Answer:
         sent.append((p, e, m))
-        return 202
+        return Answer(202)
 
-    monkeypatch.setattr(progress_client, "post_status", record)
+    monkeypatch.setattr(progress_client, "report", record)
     now = [0.0]
     reporter = ProgressReporter(100, every=10, clock=lambda: now[0])
     for done, at_seconds in ((10, 5.0), (20, 9.0), (30, 15.0), (40, 20.0), (100, 21.0)):
@@ -61,6 +61,46 @@ def test_the_reporter_paces_posts_and_estimates_the_eta(monkeypatch: pytest.Monk
         reporter.step(done, loss="0.5")
     # 10 steps in 5 s: 90 left take 45 s; 20 at 9 s is within 10 s of the last post; the last step always posts.
     assert sent == [(10, 45, {"loss": "0.5"}), (30, 35, {"loss": "0.5"}), (100, 0, {"loss": "0.5"})]
+
+
+def test_a_refusal_with_retry_after_holds_the_next_post_back(tmp_path: Path) -> None:
+    """mpiop's 429 (a pod past its review budget) says Retry-After: 30; the reporter posting every 10 s waits 30."""
+    posts: list[float] = []
+
+    class Refusing(http.server.BaseHTTPRequestHandler):
+        def do_POST(self) -> None:
+            self.rfile.read(int(self.headers["Content-Length"]))
+            posts.append(1.0)
+            self.send_response(429)
+            self.send_header("Retry-After", "30")
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    (tmp_path / "token").write_text("t")
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Refusing)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        script = ("from mpiop import progress_client as p; now = [0.0]; "
+                  "r = p.ProgressReporter(100, every=10, clock=lambda: now[0]); codes = []\n"
+                  "for t in (0, 11, 25, 31, 42): now[0] = t; codes.append(r.step(t + 1))\n"
+                  "print(codes)")
+        env = {**os.environ, "MPIOP_STATUS_URL": f"http://127.0.0.1:{server.server_port}/status",
+               "MPIOP_STATUS_TOKEN": str(tmp_path / "token")}
+        ran = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=60)
+    finally:
+        server.shutdown()
+    # Posted at 0 (refused, Retry-After 30), held at 11 and 25, posted at 31 (refused again), held at 42.
+    assert (ran.stdout.strip(), len(posts)) == ("[429, None, None, 429, None]", 2), ran.stderr
+
+
+@pytest.mark.parametrize(("value", "seconds"), [("30", 30.0), (None, None), ("Wed, 21 Oct 2015 07:28:00 GMT", None),
+                                                 ("999999", 3600.0), ("-5", None)])
+def test_retry_after_in_seconds(value: str | None, seconds: float | None) -> None:
+    answer = Answer(429, retry_after=progress_client.retry_after_seconds(value))
+    assert answer.retry_after == seconds
 
 
 STOPPING_ANSWER = b'{"kind": "Status", "status": "Success", "code": 202, ' \
