@@ -63,35 +63,41 @@ def test_the_reporter_paces_posts_and_estimates_the_eta(monkeypatch: pytest.Monk
     assert sent == [(10, 45, {"loss": "0.5"}), (30, 35, {"loss": "0.5"}), (100, 0, {"loss": "0.5"})]
 
 
-def test_a_refusal_with_retry_after_holds_the_next_post_back(tmp_path: Path) -> None:
-    """mpiop's 429 (a pod past its review budget) says Retry-After: 30; the reporter posting every 10 s waits 30."""
-    posts: list[float] = []
-
-    class Refusing(http.server.BaseHTTPRequestHandler):
+def posted_from_a_fresh_process(tmp_path: Path, script: str, code: int, headers: dict[str, str], body: bytes,
+                                 posts: list[bytes]) -> subprocess.CompletedProcess[str]:
+    """Run `script` in a fresh Python (the client remembers a stop for its life) in an MPIJob's pod's environment,
+    against a server that answers every post `code`, `headers` and `body`; each post's body lands in `posts`."""
+    class Answering(http.server.BaseHTTPRequestHandler):
         def do_POST(self) -> None:
-            self.rfile.read(int(self.headers["Content-Length"]))
-            posts.append(1.0)
-            self.send_response(429)
-            self.send_header("Retry-After", "30")
-            self.send_header("Content-Length", "0")
+            posts.append(self.rfile.read(int(self.headers["Content-Length"])))
+            self.send_response(code)
+            for name, value in {**headers, "Content-Length": str(len(body))}.items():
+                self.send_header(name, value)
             self.end_headers()
+            self.wfile.write(body)
 
         def log_message(self, *args: object) -> None:
             pass
 
     (tmp_path / "token").write_text("t")
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Refusing)
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Answering)
     threading.Thread(target=server.serve_forever, daemon=True).start()
     try:
-        script = ("from mpiop import progress_client as p; now = [0.0]; "
-                  "r = p.ProgressReporter(100, every=10, clock=lambda: now[0]); codes = []\n"
-                  "for t in (0, 11, 25, 31, 42): now[0] = t; codes.append(r.step(t + 1))\n"
-                  "print(codes)")
         env = {**os.environ, "MPIOP_STATUS_URL": f"http://127.0.0.1:{server.server_port}/status",
                "MPIOP_STATUS_TOKEN": str(tmp_path / "token")}
-        ran = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=60)
+        return subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=60)
     finally:
         server.shutdown()
+
+
+def test_a_refusal_with_retry_after_holds_the_next_post_back(tmp_path: Path) -> None:
+    """mpiop's 429 (a pod past its review budget) says Retry-After: 30; the reporter posting every 10 s waits 30."""
+    posts: list[bytes] = []
+    script = ("from mpiop import progress_client as p; now = [0.0]; "
+              "r = p.ProgressReporter(100, every=10, clock=lambda: now[0]); codes = []\n"
+              "for t in (0, 11, 25, 31, 42): now[0] = t; codes.append(r.step(t + 1))\n"
+              "print(codes)")
+    ran = posted_from_a_fresh_process(tmp_path, script, 429, {"Retry-After": "30"}, b"", posts)
     # Posted at 0 (refused, Retry-After 30), held at 11 and 25, posted at 31 (refused again), held at 42.
     assert (ran.stdout.strip(), len(posts)) == ("[429, None, None, 429, None]", 2), ran.stderr
 
@@ -112,29 +118,10 @@ STOPPING_ANSWER = b'{"kind": "Status", "status": "Success", "code": 202, ' \
     (STOPPING_ANSWER, "202 {'reason': 'Suspended', 'deadline': '2024-05-01T12:02:00Z'} True True"),
 ], ids=["running", "stopping"])
 def test_a_post_answered_with_a_stop_asks_for_a_checkpoint(tmp_path: Path, answer: bytes, expected: str) -> None:
-    """In a fresh process (the client remembers a stop for its life): report(...).should_stop and stop_requested()."""
-    class Answering(http.server.BaseHTTPRequestHandler):
-        def do_POST(self) -> None:
-            self.rfile.read(int(self.headers["Content-Length"]))
-            self.send_response(202)
-            self.send_header("Content-Type", "application/json")
-            self.end_headers()
-            self.wfile.write(answer)
-
-        def log_message(self, *args: object) -> None:
-            pass
-
-    (tmp_path / "token").write_text("t")
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Answering)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    try:
-        script = ("from mpiop import progress_client as p; a = p.report(10); "
-                  "print(a.code, a.stop, a.should_stop, p.stop_requested())")
-        env = {**os.environ, "MPIOP_STATUS_URL": f"http://127.0.0.1:{server.server_port}/status",
-               "MPIOP_STATUS_TOKEN": str(tmp_path / "token")}
-        ran = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=60)
-    finally:
-        server.shutdown()
+    """report(...).should_stop and stop_requested()."""
+    script = ("from mpiop import progress_client as p; a = p.report(10); "
+              "print(a.code, a.stop, a.should_stop, p.stop_requested())")
+    ran = posted_from_a_fresh_process(tmp_path, script, 202, {"Content-Type": "application/json"}, answer, [])
     assert ran.stdout.strip() == expected, ran.stderr
 
 
