@@ -62,12 +62,13 @@ class DeviceFault:
 
     devices: tuple[TaintedDevice, ...]
     on_node: bool = False
+    more: int = 0  # tainted devices left out (a status names at most MAX_TAINTED_DEVICES)
 
     def describe(self) -> str:
         """`device gpu-3 of driver gpu.example.com tainted example.com/unhealthy=true:NoExecute; ...`"""
         where = " on its node" if self.on_node else ""
-        return "; ".join(f"device {d.device} of driver {d.driver}{where} tainted {', '.join(d.taints)}"
-                         for d in self.devices)
+        told = [f"device {d.device} of driver {d.driver}{where} tainted {', '.join(d.taints)}" for d in self.devices]
+        return "; ".join(told + ([f"and {self.more} more"] if self.more else []))
 
 
 @dataclass

@@ -37,6 +37,7 @@ NODE_DISRUPTIONS = frozenset({"TerminationByKubelet", "DeletionByTaintManager", 
                               DEVICE_TAINT_EVICTION})
 NODE_EXCLUDED_REASON = "NodeExcluded"
 MAX_NODE_CHECKS = 32  # node GETs when an attempt fails
+MAX_TAINTED_DEVICES = 8  # devices named per excluded node (a node's slices may taint hundreds: the status stays small)
 WAITING_REASON = "ExcludedNodesUnschedulable"
 
 
@@ -139,9 +140,9 @@ def tainted_devices(claims: list[JSON], slices: list[JSON]) -> DeviceFault | Non
     keys = mine or list(tainted)
     if not keys:
         return None
-    devices = (TaintedDevice(driver=driver, pool=pool, device=device, taints=tainted[(driver, pool, device)])
-               for driver, pool, device in keys)
-    return DeviceFault(tuple(devices), on_node=not mine)
+    devices = (TaintedDevice(driver=driver, pool=pool, device=device, taints=tainted[(driver, pool, device)][:4])
+               for driver, pool, device in keys[:MAX_TAINTED_DEVICES])
+    return DeviceFault(tuple(devices), on_node=not mine, more=max(0, len(keys) - MAX_TAINTED_DEVICES))
 
 
 def apply(plan: Plan, job: MPIJob, observed: Observed, settings: Settings) -> Outcome:

@@ -117,3 +117,13 @@ def test_no_device_read_for_other_disruptions_or_with_exclusion_off(reason: str,
 def test_which_device_is_tainted_how(claims: list[JSON], slices: list[JSON], told: str) -> None:
     fault = node_exclusion.tainted_devices(claims, slices)
     assert (fault.describe() if fault is not None else "") == told
+
+
+def test_a_node_tainting_hundreds_of_devices_names_a_few_and_counts_the_rest() -> None:
+    """The claims gone, every tainted device of the node would be named: the status names MAX_TAINTED_DEVICES."""
+    fault = node_exclusion.tainted_devices([], [node_gpus(DRIVER, "n2", 128, tainted={
+        f"gpu-{i}": UNHEALTHY for i in range(128)})])
+    assert fault is not None
+    assert (len(fault.devices), fault.more, fault.on_node) == (node_exclusion.MAX_TAINTED_DEVICES, 120, True)
+    assert fault.describe().endswith("device gpu-7 of driver gpu.example.com on its node tainted "
+                                     "example.com/unhealthy=true:NoExecute; and 120 more")
