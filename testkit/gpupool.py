@@ -13,9 +13,11 @@ import uuid
 from collections.abc import AsyncIterator, Callable
 
 from mpiop.api.raw import JSON
-from mpiop.kube.client import NODES, ApiError, KubeClient
+from mpiop.kube.client import DEVICE_CLASSES, NODES, RESOURCE_SLICES, ApiError, KubeClient
 from mpiop.names import GPU_LAYOUT_ANNOTATION
+from testkit.dra import NVIDIA, device_class, resource_slice
 from testkit.mpijobs import make_mpijob
+from testkit.nodes import gpu_node
 from testkit.operator import Cluster
 
 POOL_LABEL = "test.mpiop.dev/gpu-pool"
@@ -54,3 +56,40 @@ async def laid_out(cluster: Cluster, name: str) -> JSON | None:
 def worker_gpu_limit(job: JSON) -> str:
     return str(job["spec"]["mpiReplicaSpecs"]["Worker"]["template"]["spec"]["containers"][0]["resources"]["limits"]
                ["nvidia.com/gpu"])
+
+
+# NVIDIA's whole-GPU DeviceClass selector, as its driver's chart installs it (the MIG devices have type mig)
+WHOLE_GPUS = "device.driver == 'gpu.nvidia.com' && device.attributes['gpu.nvidia.com'].type == 'gpu'"
+
+
+@contextlib.asynccontextmanager
+async def dra_gpu_pool(kube: KubeClient, klass: str, selector: str) -> AsyncIterator[str]:
+    """Four nodes with no extended resource (a DRA node's GPUs are in its slices), each publishing 8 whole GPUs
+    and 7 MIG devices (driver gpu.nvidia.com, attribute type gpu or mig) in ResourceSlices, and DeviceClass
+    `klass` selecting with CEL `selector` (made if missing, as another module's may be there); yields the pool."""
+    def nodes(name: str, labels: dict[str, str]) -> list[JSON]:
+        made = [gpu_node(f"{name}-{i}", 0, labels=labels) for i in range(4)]
+        for node in made:
+            for part in ("capacity", "allocatable"):
+                node["status"][part].pop("nvidia.com/gpu")
+        return made
+
+    with contextlib.suppress(ApiError):
+        await kube.create(DEVICE_CLASSES, None, {**device_class(klass),
+                                                 "spec": {"selectors": [{"cel": {"expression": selector}}]}})
+    slices: list[JSON] = []
+    try:
+        async with gpu_pool(kube, nodes) as pool:
+            for i in range(4):
+                for device_type, count in (("gpu", 8), ("mig", 7)):
+                    piece = resource_slice(f"{pool}-{i}", NVIDIA, count, device_type)
+                    piece["metadata"]["name"] += f"-{device_type}"
+                    piece["spec"]["pool"]["name"] += f"-{device_type}"
+                    slices.append(await kube.create(RESOURCE_SLICES, None, piece))
+            yield pool
+    finally:
+        for piece in slices:
+            with contextlib.suppress(ApiError):
+                await kube.delete(RESOURCE_SLICES, None, piece["metadata"]["name"])
+        with contextlib.suppress(ApiError):
+            await kube.delete(DEVICE_CLASSES, None, klass)

@@ -11,15 +11,16 @@ import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 
-from devcluster.kueue import API_VERSION, QUEUE_NAME_LABEL
+from devcluster.kueue import API_VERSION, JOB_WEBHOOKS_LABEL, QUEUE_NAME_LABEL
 from mpiop.api.raw import JSON
-from mpiop.kube.client import MPIJOBS, PODS, ApiError, KubeClient, Resource
-from testkit.operator import eventually
+from mpiop.kube.client import EVENTS, MPIJOBS, NAMESPACES, PODS, ApiError, KubeClient, Resource
+from testkit.layout_webhook import serving_layout_webhook
+from testkit.operator import Operator, eventually
 
 __all__ = ["CLUSTER_QUEUES", "LOCAL_QUEUES", "PRIORITY_CLASS_LABEL", "QUEUE", "QUEUE_NAME_LABEL", "RESOURCE_FLAVORS",
-           "WORKLOADS", "WORKLOAD_PRIORITY_CLASSES", "PodTimeline", "cluster_queue", "condition",
-           "conditions", "cq_usage", "kueue_queue", "local_queue", "pod_timeline", "resource_flavor", "workload_of",
-           "workload_priority_class"]
+           "WORKLOADS", "WORKLOAD_PRIORITY_CLASSES", "PodTimeline", "admitted", "cluster_queue", "condition",
+           "conditions", "cq_usage", "job_webhooks", "kueue_events", "kueue_queue", "local_queue", "pod_timeline",
+           "resource_flavor", "workload_of", "workload_priority_class"]
 
 _GROUP, _VERSION = API_VERSION.split("/")
 RESOURCE_FLAVORS = Resource(_GROUP, _VERSION, "resourceflavors", "ResourceFlavor", namespaced=False)
@@ -63,6 +64,33 @@ async def workload_of(kube: KubeClient, namespace: str, kind: str, name: str) ->
         if any(o["kind"] == kind and o["name"] == name for o in workload["metadata"].get("ownerReferences") or []):
             return dict(workload)
     return None
+
+
+def admitted(workload: JSON) -> bool:
+    return (c := condition(workload, "Admitted")) is not None and c["status"] == "True"
+
+
+async def kueue_events(kube: KubeClient, namespace: str, job: str) -> list[str]:
+    """What Kueue said on the job (its Events' reasons and messages), oldest first; mpiop's are left out."""
+    events = sorted((await kube.list(EVENTS, namespace))["items"], key=lambda e: e["metadata"]["creationTimestamp"])
+    return [f"{e['reason']}: {e['message']}" for e in events if e["involvedObject"]["name"] == job
+            and "kueue" in (e.get("source") or {}).get("component", "")]
+
+
+@contextlib.asynccontextmanager
+async def job_webhooks(operator: Operator, kube: KubeClient, namespace: str, probe: JSON) -> AsyncIterator[None]:
+    """Kueue's MPIJob webhooks and mpiop's GPU layout webhook (deploy/base/webhook.yaml) on `namespace`, both in
+    effect, as in a cluster with Kueue and mpiop installed; `probe` is a total-GPU job of a queue the test's nodes
+    can hold (dry runs of it tell when each webhook is in effect)."""
+    await kube.patch(NAMESPACES, None, namespace, {"metadata": {"labels": {JOB_WEBHOOKS_LABEL: "true"}}})
+    async with serving_layout_webhook(operator, kube, namespace, probe):
+
+        async def suspended_by_kueue() -> bool:
+            answer = await kube.request("POST", MPIJOBS.path(namespace), body=probe, query={"dryRun": "All"})
+            return bool(answer["spec"]["runPolicy"].get("suspend"))
+
+        await eventually(suspended_by_kueue, what="Kueue's MPIJob webhook in effect in the namespace")
+        yield
 
 
 def condition(workload: JSON, kind: str) -> JSON | None:

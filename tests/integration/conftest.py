@@ -3,20 +3,21 @@
 from __future__ import annotations
 
 import subprocess
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import pytest
 
 from devcluster.controlplane import ControlPlane
 from devcluster.install import install_crd
+from devcluster.kueue import Kueue
 from devcluster.simulated import SimulatedCluster
 from mpiop.kube.client import KubeClient
 from testkit.operator import Cluster, Operator, running_operator
 
-LAST = ("test_kueue.py",)
-"""Modules run after the rest of the suite: Kueue's manager, which test_kueue.py runs, is built on first use (about
-10 minutes on a fresh machine), and .ci/run builds it in the background meanwhile (its first test waits for it)."""
+LAST = ("test_kueue.py", "test_kueue_dra.py")
+"""Modules run after the rest of the suite: Kueue's manager, which they run, is built on first use (about 10 minutes
+on a fresh machine), and .ci/run builds it in the background meanwhile (the first test waits for it)."""
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
@@ -26,6 +27,14 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 @pytest.fixture
 async def cluster(kube: KubeClient, namespace: str, mpijob_crd: str) -> Cluster:
     return Cluster(kube, namespace)
+
+
+@pytest.fixture(scope="session")
+def kueue(control_plane: ControlPlane, mpijob_crd: str) -> Iterator[Kueue]:
+    """Kueue's manager, started once for the modules that use it (run last); its MPIJob integration starts only
+    once the MPIJob CRD is served."""
+    with Kueue(control_plane) as running:
+        yield running
 
 
 @pytest.fixture

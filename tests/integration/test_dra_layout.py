@@ -6,7 +6,6 @@ and no kubelet or DRA driver runs: the test publishes the slices itself, as a dr
 
 from __future__ import annotations
 
-import contextlib
 import json
 import uuid
 from collections.abc import AsyncIterator
@@ -14,50 +13,24 @@ from collections.abc import AsyncIterator
 import pytest
 
 from mpiop.api.raw import JSON
-from mpiop.kube.client import RESOURCE_CLAIM_TEMPLATES, ApiError, KubeClient
+from mpiop.kube.client import RESOURCE_CLAIM_TEMPLATES, KubeClient
 from mpiop.names import GPU_LAYOUT_ANNOTATION
 from mpiop.policies.gpu_layout import AT_ADMISSION
-from testkit.dra import DEVICE_CLASSES, RESOURCE_SLICES, device_class, resource_slice
-from testkit.gpupool import gpu_pool, laid_out, total_gpus_job
+from testkit.gpupool import WHOLE_GPUS, dra_gpu_pool, laid_out, total_gpus_job
 from testkit.layout_webhook import serving_layout_webhook
-from testkit.nodes import gpu_node
 from testkit.operator import Cluster, Operator, eventually
 
 pytestmark = pytest.mark.integration
 NVIDIA = "gpu.nvidia.com"  # the driver; the class is the test's own, selecting its whole GPUs as NVIDIA's does
-WHOLE_GPUS = "device.driver == 'gpu.nvidia.com' && device.attributes['gpu.nvidia.com'].type == 'gpu'"
 
 
 @pytest.fixture
 async def dra_pool(kube: KubeClient) -> AsyncIterator[tuple[str, str]]:
-    """Four nodes with no extended resource, each publishing 8 whole GPUs and 7 MIG devices (not of the class) in
-    ResourceSlices, and a DeviceClass of NVIDIA's whole-GPU form; yields (pool, class)."""
-    def nodes(name: str, labels: dict[str, str]) -> list[JSON]:
-        made = [gpu_node(f"{name}-{i}", 0, labels=labels) for i in range(4)]
-        for node in made:
-            for part in ("capacity", "allocatable"):
-                node["status"][part].pop("nvidia.com/gpu")
-        return made
-
+    """Four nodes of 8 whole GPUs and 7 MIG devices in ResourceSlices, and a DeviceClass of NVIDIA's whole-GPU form;
+    yields (pool, class)."""
     klass = f"gpu-{uuid.uuid4().hex[:6]}.example.com"
-    made = {**device_class(klass), "spec": {"selectors": [{"cel": {"expression": WHOLE_GPUS}}]}}
-    await kube.create(DEVICE_CLASSES, None, made)
-    slices: list[JSON] = []
-    try:
-        async with gpu_pool(kube, nodes) as pool:
-            for i in range(4):
-                for device_type, count in (("gpu", 8), ("mig", 7)):
-                    piece = resource_slice(f"{pool}-{i}", NVIDIA, count, device_type)
-                    piece["metadata"]["name"] += f"-{device_type}"
-                    piece["spec"]["pool"]["name"] += f"-{device_type}"
-                    slices.append(await kube.create(RESOURCE_SLICES, None, piece))
-            yield pool, klass
-    finally:
-        for piece in slices:
-            with contextlib.suppress(ApiError):
-                await kube.delete(RESOURCE_SLICES, None, piece["metadata"]["name"])
-        with contextlib.suppress(ApiError):
-            await kube.delete(DEVICE_CLASSES, None, klass)
+    async with dra_gpu_pool(kube, klass, WHOLE_GPUS) as pool:
+        yield pool, klass
 
 
 async def template_of(cluster: Cluster, name: str) -> JSON | None:

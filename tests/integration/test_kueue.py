@@ -24,36 +24,29 @@ are active, and admits the preemptor once they are gone (a suspended job's pods 
 its replicaStatuses: they hold their GPUs until they end). The preempted job is re-admitted and resumes once the
 preemptor finished.
 
-DRA (issue 53): Kueue's DRA support (its DynamicResourceAllocation gate; devcluster/kueue.py maps DeviceClass
-gpu.nvidia.com to the quota resource DRA_GPU_RESOURCE) counts the devices a pod set's ResourceClaimTemplates ask for,
-for an MPIJob as for any integration: 2 workers of 8 are 16 of quota.
+DRA jobs under Kueue: test_kueue_dra.py.
 """
 
 from __future__ import annotations
 
 import contextlib
 import functools
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from dataclasses import replace
 
 import pytest
 
 from devcluster.controlplane import ControlPlane
-from devcluster.kueue import DRA_DEVICE_CLASS, DRA_GPU_RESOURCE, JOB_WEBHOOKS_LABEL, Kueue
+from devcluster.kueue import Kueue
 from mpiop.api.raw import JSON
 from mpiop.api.v2beta1 import LAUNCHER, WORKER
 from mpiop.kube.client import (
-    EVENTS,
-    MPIJOBS,
-    NAMESPACES,
     PODS,
-    RESOURCE_CLAIM_TEMPLATES,
     ApiError,
     KubeClient,
 )
 from mpiop.names import STOP_GRACE_ANNOTATION
 from mpiop.policies import graceful_stop
-from testkit.dra import claim_template, device_class_made, exactly, request
 from testkit.gpupool import gpu_pool, laid_out, total_gpus_job
 from testkit.kueue import (
     PRIORITY_CLASS_LABEL,
@@ -61,31 +54,25 @@ from testkit.kueue import (
     QUEUE_NAME_LABEL,
     WORKLOAD_PRIORITY_CLASSES,
     WORKLOADS,
+    admitted,
     condition,
     conditions,
     cq_usage,
+    job_webhooks,
+    kueue_events,
     kueue_queue,
     pod_timeline,
     workload_of,
     workload_priority_class,
 )
-from testkit.layout_webhook import serving_layout_webhook
 from testkit.mpijobs import make_mpijob
 from testkit.nodes import GPU, gpu_nodes
 from testkit.operator import Cluster, Operator, drive_to_success, eventually, running_operator, start_pods
-from testkit.pods import env_of
 
-# The first test starts Kueue, built first if it is not yet (about 10 minutes on a fresh machine; tests/integration/
-# conftest.py runs this module last, so .ci/run's background build has the rest of the suite's time).
+# The first test starts Kueue (tests/integration/conftest.py's `kueue`), built first if it is not yet (about 10 minutes
+# on a fresh machine; the conftest runs this module last, so .ci/run's background build has the suite's time).
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(1800)]
 QUOTA = {"cpu": "64", "memory": "512Gi", GPU: "16"}
-
-
-@pytest.fixture(scope="module")
-def kueue(control_plane: ControlPlane, mpijob_crd: str) -> Iterator[Kueue]:
-    """Kueue's manager for this module; its MPIJob integration starts only once the MPIJob CRD is served."""
-    with Kueue(control_plane) as running:
-        yield running
 
 
 @pytest.fixture
@@ -121,21 +108,10 @@ def pod_sets(workload: JSON) -> dict[str, tuple[int, str | None]]:
                         .get("limits", {}).get(GPU)) for p in workload["spec"]["podSets"]}
 
 
-def admitted(workload: JSON) -> bool:
-    return (c := condition(workload, "Admitted")) is not None and c["status"] == "True"
-
-
 def job_pod_sets(job: JSON) -> dict[str, tuple[int, str | None]]:
     """The pod sets Kueue makes of an MPIJob: one per replica type, lower-cased, a missing count being 1."""
     return pod_sets({"spec": {"podSets": [{"name": kind.lower(), "count": spec.get("replicas", 1), **spec}
                                           for kind, spec in job["spec"]["mpiReplicaSpecs"].items()]}})
-
-
-async def kueue_events(kube: KubeClient, namespace: str, job: str) -> list[str]:
-    """What Kueue said on the job (its Events' reasons and messages), oldest first; mpiop's are left out."""
-    events = sorted((await kube.list(EVENTS, namespace))["items"], key=lambda e: e["metadata"]["creationTimestamp"])
-    return [f"{e['reason']}: {e['message']}" for e in events if e["involvedObject"]["name"] == job
-            and "kueue" in (e.get("source") or {}).get("component", "")]
 
 
 async def test_without_mpiops_webhook_kueue_ends_admitting_the_laid_out_job_and_mpiop_makes_its_pods(
@@ -186,17 +162,8 @@ async def test_without_mpiops_webhook_kueue_ends_admitting_the_laid_out_job_and_
 
 @pytest.fixture
 async def webhooks(cluster: Cluster, operator: Operator, kube: KubeClient, pool: str) -> AsyncIterator[None]:
-    """Kueue's MPIJob webhooks and mpiop's GPU layout webhook (deploy/base/webhook.yaml) on the test's namespace,
-    both in effect, as in a cluster with Kueue and mpiop installed."""
-    await kube.patch(NAMESPACES, None, cluster.ns, {"metadata": {"labels": {JOB_WEBHOOKS_LABEL: "true"}}})
-    async with serving_layout_webhook(operator, kube, cluster.ns, in_queue("probe", pool, 16)):
-
-        async def suspended_by_kueue() -> bool:
-            answer = await kube.request("POST", MPIJOBS.path(cluster.ns), body=in_queue("probe", pool, 16),
-                                        query={"dryRun": "All"})
-            return bool(answer["spec"]["runPolicy"].get("suspend"))
-
-        await eventually(suspended_by_kueue, what="Kueue's MPIJob webhook in effect in the namespace")
+    """Kueue's MPIJob webhooks and mpiop's GPU layout webhook on the test's namespace, both in effect."""
+    async with job_webhooks(operator, kube, cluster.ns, in_queue("probe", pool, 16)):
         yield
 
 
@@ -423,80 +390,3 @@ async def test_a_preempted_job_tells_its_launcher_first_and_the_preemptor_runs_o
         job = await cluster.job("low")
         assert job is not None and job["spec"]["runPolicy"]["suspend"] is False
         await operator.settle()
-
-
-# DRA: Kueue's Configuration (devcluster/kueue.py) maps DeviceClass gpu.nvidia.com to DRA_GPU_RESOURCE, counted in
-# devices: 2 workers claiming 8 each are 16.
-@pytest.fixture
-async def nvidia_class(kube: KubeClient) -> AsyncIterator[str]:
-    async with device_class_made(kube, DRA_DEVICE_CLASS) as name:
-        yield name
-
-
-def dra_job(name: str) -> JSON:
-    """2 workers, each claiming 8 GPUs through ResourceClaimTemplate eight-gpus, in QUEUE (suspended)."""
-    return (make_mpijob(name).workers(2).claim("gpus", "eight-gpus").label(QUEUE_NAME_LABEL, QUEUE).suspend()
-            .manifest())
-
-
-def claims(workload: JSON) -> dict[str, tuple[int, list[JSON]]]:
-    """Each pod set's (count, its template's resourceClaims)."""
-    return {p["name"]: (p["count"], p["template"]["spec"].get("resourceClaims") or [])
-            for p in workload["spec"]["podSets"]}
-
-
-async def test_a_dra_job_is_admitted_in_quota_of_its_claimed_devices_and_one_more_waits(
-        cluster: Cluster, operator: Operator, kube: KubeClient, kueue: Kueue, nvidia_class: str) -> None:
-    async with kueue_queue(kube, cluster.ns, {DRA_GPU_RESOURCE: "16"}):
-        await kube.create(RESOURCE_CLAIM_TEMPLATES, cluster.ns,
-                          claim_template("eight-gpus", request("gpus", exactly(nvidia_class, 8))))
-        await cluster.create_job(dra_job("dra"))
-
-        async def admitted_workload() -> JSON | None:
-            workload = await workload_of(kube, cluster.ns, "MPIJob", "dra")
-            return workload if workload is not None and admitted(workload) else None
-
-        workload = await eventually(admitted_workload, timeout=60, what="dra's Workload admitted")
-        assignments = {a["name"]: a for a in workload["status"]["admission"]["podSetAssignments"]}
-        print(f"\nWorkload {workload['metadata']['name']} podSets (count, resourceClaims): {claims(workload)}")
-        print("podSetAssignments resourceUsage: "
-              f"{ {n: (a['count'], a.get('resourceUsage')) for n, a in assignments.items()} }")
-        assert claims(workload) == {"launcher": (1, []), "worker": (2, [
-            {"name": "gpus", "resourceClaimTemplateName": "eight-gpus"}])}
-        assert assignments["worker"]["resourceUsage"] == {DRA_GPU_RESOURCE: "16"}
-        assert not assignments["launcher"].get("resourceUsage")
-
-        async def used() -> dict[str, dict[str, str]] | None:
-            usage = await cq_usage(kube, cluster.ns)
-            return usage if usage["flavorsUsage"].get(DRA_GPU_RESOURCE) == "16" else None
-
-        usage = await eventually(used, what=f"the ClusterQueue using 16 {DRA_GPU_RESOURCE}")
-        print(f"ClusterQueue {usage}")
-        assert usage["flavorsReservation"] == {DRA_GPU_RESOURCE: "16"}
-
-        async def pods() -> dict[str, JSON] | None:
-            found = await cluster.pods()
-            return found if {"dra-launcher", "dra-worker-0", "dra-worker-1"} <= set(found) else None
-
-        made = await eventually(pods, what="dra's pods")
-        job = await cluster.job("dra")
-        assert job is not None and job["spec"]["runPolicy"]["suspend"] is False
-        print(f"dra-worker-1 resourceClaims: {made['dra-worker-1']['spec']['resourceClaims']}")
-        assert made["dra-worker-1"]["spec"]["resourceClaims"] == [
-            {"name": "gpus", "resourceClaimTemplateName": "eight-gpus"}]
-        assert env_of(made["dra-worker-1"])["LOCAL_WORLD_SIZE"] == "8"
-
-        # Another 16 GPUs do not fit beside it: Kueue counts them in the mapped resource.
-        await cluster.create_job(dra_job("more"))
-
-        async def pending() -> JSON | None:
-            workload = await workload_of(kube, cluster.ns, "MPIJob", "more")
-            reserved = None if workload is None else condition(workload, "QuotaReserved")
-            return reserved if reserved is not None and reserved["reason"] == "Pending" else None
-
-        reserved = await eventually(pending, timeout=60, what="more's Workload pending")
-        print(f"more: QuotaReserved={reserved['status']} {reserved['reason']}: {reserved['message']}")
-        assert f"insufficient unused quota for {DRA_GPU_RESOURCE} in flavor {cluster.ns}-flavor, 16 more needed" \
-            in reserved["message"]
-        await operator.settle()
-        assert not [p for p in await cluster.pods() if p.startswith("more-")]
