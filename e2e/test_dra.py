@@ -8,6 +8,7 @@ slots (mpirun is given no -n)."""
 from __future__ import annotations
 
 import time
+from collections import Counter
 from collections.abc import Iterator
 
 import pytest
@@ -16,7 +17,7 @@ from mpiop.kube.client import RESOURCE_CLAIM_TEMPLATES, RESOURCE_CLAIMS
 from testkit.dra import allocated_devices, claim_template, exactly, request
 from testkit.e2e.dra import DRIVER, FakeDriver, claimed_gpus_pi_job, fake_dra_driver
 from testkit.e2e.kube import MPIJOBS, wait_for
-from testkit.e2e.mpi import PI_LINE, assert_pi, assert_succeeded
+from testkit.e2e.mpi import PI_LINE, RANK_LINE, assert_pi, assert_succeeded
 from testkit.e2e.session import E2E, operator_process
 
 COUNT = 2  # devices each worker claims
@@ -27,7 +28,7 @@ WORKERS = 2
 def driver(bare: E2E) -> Iterator[FakeDriver]:
     """The fake DRA driver on the node and mpiop (watching `bare`'s namespace) counting its class as GPUs."""
     assert bare.node.workdir is not None
-    with (fake_dra_driver(bare.api, bare.node.kubeconfig, bare.node.workdir / "logs") as found,
+    with (fake_dra_driver(bare.api, bare.node.kubeconfig, bare.node.workdir / "logs", bare.ns) as found,
           operator_process(bare, "--gpu-device-classes", DRIVER)):
         yield found
 
@@ -46,6 +47,8 @@ def test_openmpi_pi_ranks_per_worker_are_its_claimed_devices(bare: E2E, driver: 
     assert [line.split()[-1] for line in lines] == [f"slots={COUNT}"] * WORKERS, hostfile
     log = e2e.launcher_log("dra")
     assert_pi(log, "dra", ranks=WORKERS * COUNT, hosts=WORKERS)
+    ranks_per_worker = Counter(host for _, host in RANK_LINE.findall(log))
+    assert ranks_per_worker == {f"dra-worker-{i}": COUNT for i in range(WORKERS)}, log  # each its claimed devices
 
     # cleanPodPolicy None: the workers stay Running with their claims, allocated, reserved for them and prepared.
     claims = {c["metadata"]["name"]: c for c in e2e.api.get(RESOURCE_CLAIMS.path(e2e.ns))["items"]}

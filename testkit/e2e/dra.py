@@ -16,7 +16,7 @@ from devcluster.nodehost import KUBELET_ROOT, NODE_NAME
 from devcluster.pi_job import SAMPLES, pi_job
 from mpiop.api.raw import JSON
 from testkit.dra import DEVICE_CLASSES, RESOURCE_SLICES, device_class, node_gpus
-from testkit.e2e.kube import Api, wait_for
+from testkit.e2e.kube import PODS, Api, wait_for
 from testkit.process import ROOT
 
 DRIVER = "gpu.e2e.mpiop.dev"  # its DeviceClass has the same name (testkit.dra.device_class)
@@ -40,9 +40,11 @@ class FakeDriver:
 
 
 @contextlib.contextmanager
-def fake_dra_driver(api: Api, kubeconfig: Path, logs: Path) -> Iterator[FakeDriver]:
+def fake_dra_driver(api: Api, kubeconfig: Path, logs: Path, namespace: str) -> Iterator[FakeDriver]:
     """The plugin registered with the kubelet, then its ResourceSlice (after: the kubelet deletes its node's
-    slices when it starts) and DeviceClass; all removed afterwards, the plugin stopped."""
+    slices when it starts) and DeviceClass; all removed afterwards and the plugin stopped, once `namespace`'s pods
+    are gone and the kubelet has had it unprepare their claims (a kubelet left with prepared claims of a driver
+    gone retries unpreparing them)."""
     plugin = Component("draplugin", [sys.executable, "-m", "devcluster.draplugin", "--driver", DRIVER,
                                      "--kubeconfig", str(kubeconfig), "--kubelet-root", str(KUBELET_ROOT)],
                        logs / "draplugin.log", cwd=ROOT)
@@ -52,10 +54,22 @@ def fake_dra_driver(api: Api, kubeconfig: Path, logs: Path) -> Iterator[FakeDriv
         wait_for(lambda: not plugin.running() or "registered with the kubelet" in driver.log(), 60,
                  "the kubelet to register the DRA plugin", describe=driver.log)
         assert plugin.running(), f"the DRA plugin exited:\n{driver.log()}"
+        # Then connected: a registered driver the kubelet is not connected to has its slices wiped 30 s later.
+        kubelet_log = logs / "kubelet.log"
+        wait_for(lambda: any('"Connection changed"' in line and f'driverName="{DRIVER}"' in line
+                             and "connected=true" in line for line in kubelet_log.read_text().splitlines()), 60,
+                 "the kubelet to connect to the DRA plugin", describe=driver.log)
         api.create(DEVICE_CLASSES.path(), device_class(DRIVER))
         api.create(RESOURCE_SLICES.path(), node_gpus(DRIVER, NODE_NAME, DEVICES))
         yield driver
     finally:
+        for pod in api.pods(namespace):
+            api.delete(f"{PODS.format(ns=namespace)}/{pod['metadata']['name']}")
+        try:
+            wait_for(lambda: not driver.prepared(), 120, "the kubelet to have the plugin unprepare every claim",
+                     describe=driver.log)
+        except AssertionError as err:  # the test's own failure, if any, is the one to report
+            print(err, file=sys.stderr)
         api.delete(RESOURCE_SLICES.path(name=f"{NODE_NAME}-{DRIVER}"))
         api.delete(DEVICE_CLASSES.path(name=DRIVER))
         plugin.stop()
