@@ -62,6 +62,7 @@ class Component:
     argv: list[str]
     log: Path
     process: subprocess.Popen[bytes] | None = None
+    cwd: Path | None = None  # a Python module's (`python -m devcluster...`) checkout
 
     def start(self, tie_to_parent: bool) -> None:
         with self.log.open("ab") as out:
@@ -70,6 +71,7 @@ class Component:
                 stdout=out,
                 stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL,
+                cwd=self.cwd,
                 preexec_fn=die_with_parent if tie_to_parent else None,
                 start_new_session=True,
             )

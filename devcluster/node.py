@@ -37,7 +37,7 @@ from typing import IO
 
 import yaml
 
-from devcluster import binaries, diskspace, images, nodeparts, oci
+from devcluster import binaries, diskspace, draplugin, images, nodeparts, oci
 from devcluster.binaries import cache_dir
 from devcluster.controlplane import Component, ControlPlane, ControlPlaneError, free_port
 from devcluster.nodehost import (
@@ -355,6 +355,7 @@ def prepare() -> dict[str, Path]:
     paths["coredns"] = coredns_binary()
     paths["cri"] = cri_binary()
     paths["kube-proxy"] = kube_proxy_binary()
+    paths["draplugin protos"] = draplugin.generated()  # the e2e DRA test's kubelet plugin
     for image in images.all_images():
         paths[image.ref] = image.archive
     return paths
