@@ -217,9 +217,10 @@ class Reconciler:
             return
         patch["lastReconcileTime"] = format_time(now)
         body = {"metadata": {"resourceVersion": job.metadata.resource_version}, "status": patch}
-        updated = await self.client.patch(MPIJOBS, job.metadata.namespace, job.metadata.name, body,
-                                          subresource="status")
-        self.caches.mpijobs.observe_write(updated)
+        with self.caches.mpijobs.writing(job.key):  # its watch event is no news (kube/echoes)
+            updated = await self.client.patch(MPIJOBS, job.metadata.namespace, job.metadata.name, body,
+                                              subresource="status")
+            self.caches.mpijobs.observe_write(updated)
         job.metadata.resource_version = updated["metadata"]["resourceVersion"]
         metrics.count_transitions(job, plan.status, now)
 
@@ -229,8 +230,9 @@ class Reconciler:
         body = {**plan.mpijob_patch.body,
                 "metadata": {**plan.mpijob_patch.body.get("metadata", {}),
                              "resourceVersion": job.metadata.resource_version}}
-        updated = await self.client.patch(MPIJOBS, job.metadata.namespace, job.metadata.name, body)
-        self.caches.mpijobs.observe_write(updated)
+        with self.caches.mpijobs.writing(job.key):
+            updated = await self.client.patch(MPIJOBS, job.metadata.namespace, job.metadata.name, body)
+            self.caches.mpijobs.observe_write(updated)
         self.recorder.record(job, plan.mpijob_patch.event, now)
         log.info("wrote the job's GPU layout", layout=plan.mpijob_patch.event.message)
 
@@ -251,18 +253,20 @@ class Reconciler:
             refused_group = await self._write_pod_group(job, plan)
             refusals = [refused_group] if refused_group is not None else []
         for obj in plan.objects_to_update:
-            informer = self.caches.informer_for(obj["kind"])
+            informer, name = self.caches.informer_for(obj["kind"]), obj["metadata"]["name"]
+            key = f"{job.metadata.namespace}/{name}"
             try:
-                updated = await self.client.patch(informer.resource, job.metadata.namespace, obj["metadata"]["name"],
-                                                  {k: obj[k] for k in UPDATED_FIELDS if k in obj})
+                with informer.writing(key):
+                    updated = await self.client.patch(informer.resource, job.metadata.namespace, name,
+                                                      {k: obj[k] for k in UPDATED_FIELDS if k in obj})
+                    informer.observe_write(updated)
             except ApiError as error:
                 if not error.not_found:
                     raise
                 # Gone since the cache saw it (the garbage collector's, as its job goes, or anyone's): no pod of this
                 # pass is made without it, and the next pass, at once, makes it again if the job still wants it.
-                informer.observe_delete(f"{job.metadata.namespace}/{obj['metadata']['name']}")
+                informer.observe_delete(key)
                 return None
-            informer.observe_write(updated)
         for step in plan.creation_steps.pod_steps():
             if refusals:
                 break
@@ -281,8 +285,10 @@ class Reconciler:
         informer = self.caches.informer_for(kind)
         async with self.write_limit:
             try:
-                created = await self.client.create(informer.resource, obj["metadata"]["namespace"], obj,
-                                                   decoder=informer.decode_object)  # only cached: as its watch
+                with informer.writing(f"{obj['metadata']['namespace']}/{name}"):
+                    created = await self.client.create(informer.resource, obj["metadata"]["namespace"], obj,
+                                                       decoder=informer.decode_object)  # only cached: as its watch
+                    informer.observe_write(created)
             except ApiError as error:
                 if error.already_exists and (self._controls(job, kind, name)
                                              or (kind != "Pod" and await self._claim(job, kind, name))):
@@ -291,7 +297,6 @@ class Reconciler:
                     log.info("creation refused", kind=kind, name=name, code=error.status, error=error.message)
                     return Refusal(kind, name, error.status, error.reason, error.message)
                 raise
-        informer.observe_write(created)
         return None
 
     async def _claim(self, job: MPIJob, kind: str, name: str) -> bool:

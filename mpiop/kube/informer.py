@@ -14,7 +14,8 @@ reported through `on_undecodable` and never cached, so it cannot stop the others
 ends `run()` with the exception, for the process's supervisor to see.
 Cached objects are trimmed to what the controller decides on, to keep memory flat at scale; with a `shape` (the
 fields the trim reads), watch events and answers to writes are decoded straight into it (codec.Shaped).
-Writes the controller makes are fed back with `observe_write`, so the next reconcile sees them at once.
+Writes the controller makes are fed back with `observe_write`, so the next reconcile sees them at once; a write made
+`with informer.writing(key)` tells no handler of its own watch event, should that come before its answer (echoes.py).
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ import asyncio
 import contextlib
 import functools
 from collections import OrderedDict, defaultdict
-from collections.abc import Callable, Iterable, KeysView, Mapping, ValuesView
+from collections.abc import Callable, Iterable, Iterator, KeysView, Mapping, ValuesView
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
@@ -36,6 +37,7 @@ from mpiop.kube import resourceversion
 from mpiop.kube.backoff import Backoff
 from mpiop.kube.client import ApiError, Decode, KubeClient, Resource
 from mpiop.kube.codec import UNDECODABLE, ListSplitter, Shaped, decode, decode_event, list_metadata
+from mpiop.kube.echoes import OwnWrites
 from mpiop.kube.reachability import Reachability, unreachable
 
 log = structlog.get_logger(__name__)
@@ -94,6 +96,7 @@ class Informer:
     _tombstones: OrderedDict[str, str] = field(default_factory=OrderedDict, init=False)
     # key -> stub of each undecodable object present (reported once per resourceVersion).
     _undecodable: dict[str, JSON] = field(default_factory=dict, init=False)
+    _own_writes: OwnWrites = field(default_factory=OwnWrites, init=False)
     decode_line: Decode = field(init=False, repr=False)
     """A watch line to its event, the object in the shape if one is set (KubeClient.watch's `decoder`)."""
     decode_object: Decode = field(init=False, repr=False)
@@ -160,16 +163,32 @@ class Informer:
         self._index(key, old, add=False)
         self._store[key] = trimmed
         self._index(key, trimmed, add=True)
-        if notify and old != trimmed:
-            for handler in self.handlers:
-                handler(old, trimmed)
+        if notify and old != trimmed and not self._own_writes.hold(key, old, trimmed):
+            self._notify(old, trimmed)
+
+    def _notify(self, old: JSON | None, new: JSON | None) -> None:
+        for handler in self.handlers:
+            handler(old, new)
 
     def _delete(self, key: str, notify: bool = True) -> None:
         old = self._store.pop(key, None)
         self._index(key, old, add=False)
         if notify and old is not None:
-            for handler in self.handlers:
-                handler(old, None)
+            self._own_writes.forget(key)
+            self._notify(old, None)
+
+    @contextlib.contextmanager
+    def writing(self, key: str) -> Iterator[None]:
+        """Around our own write to `key` (its answer fed to `observe_write` inside): a watch event of it read before
+        the answer is told only if it was not this write's (echoes.py)."""
+        self._own_writes.begin(key)
+        try:
+            yield
+        finally:
+            tell, before = self._own_writes.end(key)
+            now = self._store.get(key)
+            if tell and before != now and now is not None:
+                self._notify(before, now)
 
     def observe_write(self, obj: JSON) -> None:
         """Feed the apiserver's answer to our own write into the cache (without firing handlers).
@@ -180,6 +199,7 @@ class Informer:
         if obj.get("kind") == "Status":
             return
         key = object_key(obj)
+        self._own_writes.answered(key, resourceversion.of(obj))
         deleted_at = self._tombstones.get(key)
         if deleted_at is not None and (resourceversion.order(obj, deleted_at) or 0) <= 0:
             return  # not known to be newer: leave it to the watch, which is authoritative
