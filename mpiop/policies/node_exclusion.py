@@ -38,6 +38,7 @@ NODE_DISRUPTIONS = frozenset({"TerminationByKubelet", "DeletionByTaintManager", 
 NODE_EXCLUDED_REASON = "NodeExcluded"
 MAX_NODE_CHECKS = 32  # node GETs when an attempt fails
 MAX_TAINTED_DEVICES = 8  # devices named per excluded node (a node's slices may taint hundreds: the status stays small)
+MAX_TAINTS_TOLD = 4  # taints named per device (the apiserver allows 4 on a device)
 WAITING_REASON = "ExcludedNodesUnschedulable"
 
 
@@ -140,7 +141,8 @@ def tainted_devices(claims: list[JSON], slices: list[JSON]) -> DeviceFault | Non
     keys = mine or list(tainted)
     if not keys:
         return None
-    devices = (TaintedDevice(driver=driver, pool=pool, device=device, taints=tainted[(driver, pool, device)][:4])
+    devices = (TaintedDevice(driver=driver, pool=pool, device=device,
+                             taints=tainted[(driver, pool, device)][:MAX_TAINTS_TOLD])
                for driver, pool, device in keys[:MAX_TAINTED_DEVICES])
     return DeviceFault(tuple(devices), on_node=not mine, more=max(0, len(keys) - MAX_TAINTED_DEVICES))
 
@@ -154,18 +156,17 @@ def apply(plan: Plan, job: MPIJob, observed: Observed, settings: Settings) -> Ou
     faults: dict[str, NodeExclusion] = {}  # node -> what happened there
     blamed = observed.pod(failure.pod) if failure.pod and failure.node else None
     why = node_fault(blamed, settings.node_fault_exit_codes) if blamed is not None else None
-    attempt = failure.attempt
     if why is not None and failure.node:
         device = observed.device_faults.get(failure.pod or "")
         told = f": {device.describe()}" if device is not None else ""
         faults[failure.node] = NodeExclusion(
-            node=failure.node, message=f"{failure.pod} failed there ({why}{told})", attempt=attempt,
+            node=failure.node, message=f"{failure.pod} failed there ({why}{told})", attempt=failure.attempt,
             devices=list(device.devices) if device is not None else None,
-            on_node=device.on_node or None if device is not None else None)
+            on_node=True if device is not None and device.on_node else None)
     for pod in _attempt_pods(plan, observed, failure):
         node = podstate.node_name(pod)
         if node and node in observed.node_faults and node not in faults:
-            faults[node] = NodeExclusion(node=node, attempt=attempt,
+            faults[node] = NodeExclusion(node=node, attempt=failure.attempt,
                                          message=f"{podstate.name(pod)} ran there (node {observed.node_faults[node]})")
     for node, exclusion in faults.items():
         nodes = [n for n in plan.status.excluded_nodes or [] if n != node] + [node]
