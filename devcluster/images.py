@@ -227,14 +227,32 @@ def _customized_image(name: str, packages: Sequence[str], script: str, inputs: S
 
 
 # -- the images ----------------------------------------------------------------------------------------
+PAUSE_CONFIG = {"Entrypoint": ["/pause"], "User": "65535:65535", "WorkingDir": "/"}
+MPI_CONFIG = {"Env": [PATH_ENV], "Cmd": ["/bin/bash"], "WorkingDir": "/"}
+
+
+def _pause_image_address() -> Image:
+    key = cache_key("pause", (assets_dir() / "pause.c").read_bytes(), json.dumps(PAUSE_CONFIG, sort_keys=True))
+    return Image(f"{REGISTRY}/pause:{key[:12]}", images_dir() / f"pause-{key}.tar")
+
+
+def _mpi_inputs() -> list[Path]:
+    return [assets_dir() / n for n in ("customize-mpi.sh", "mpi-sshd", "mpi-wait-hosts", "ssh_client.conf", "pi.c",
+                                       "mpiexec.hydra")]
+
+
+def all_images_built() -> bool:
+    """Whether every image of `all_images` is in the cache already (nothing to build, no disk space needed)."""
+    return _pause_image_address().archive.is_file() and all(
+        _customized_image_cached(suite.name, suite.packages, _mpi_inputs(), MPI_CONFIG, intelmpi.KEY, suite.release)
+        for suite in MPI_SUITES.values())
+
+
 def pause_image() -> Image:
     """The pod sandbox image: a static `pause` binary, built with the host's gcc."""
     source = assets_dir() / "pause.c"
-    config = {"Entrypoint": ["/pause"], "User": "65535:65535", "WorkingDir": "/"}
-    key = cache_key("pause", source.read_bytes(), json.dumps(config, sort_keys=True))
-    out_dir = images_dir()
-    archive = out_dir / f"pause-{key}.tar"
-    image = Image(f"{REGISTRY}/pause:{key[:12]}", archive)
+    image = _pause_image_address()
+    out_dir, archive = images_dir(), image.archive
     if archive.is_file():
         return image
     if shutil.which("gcc") is None:
@@ -251,7 +269,7 @@ def pause_image() -> Image:
             info.mode = 0o755
             with binary.open("rb") as handle:
                 tar.addfile(info, handle)
-        write_oci_archive(archive, image.ref, [layer], config)
+        write_oci_archive(archive, image.ref, [layer], PAUSE_CONFIG)
     return image
 
 
@@ -262,10 +280,7 @@ def mpi_image(suite: MpiSuite = BOOKWORM) -> Image:
     PyTorch and mpi4py are Debian's CPU builds, installed with apt in the chroot (apt resolves their ~200
     dependencies, which debootstrap's resolver does not do reliably). Intel MPI's runtime comes from the
     pinned impi-rt wheel (`devcluster/intelmpi.py`), which is part of the cache key."""
-    assets = assets_dir()
-    inputs = [assets / n for n in ("customize-mpi.sh", "mpi-sshd", "mpi-wait-hosts", "ssh_client.conf", "pi.c",
-                                   "mpiexec.hydra")]
-    config = {"Env": [PATH_ENV], "Cmd": ["/bin/bash"], "WorkingDir": "/"}
+    inputs, config = _mpi_inputs(), MPI_CONFIG
     name, packages, release = suite.name, suite.packages, suite.release
     if _customized_image_cached(name, packages, inputs, config, intelmpi.KEY, release):
         return _customized_image(name, packages, "sh /build/customize-mpi.sh", inputs, config,

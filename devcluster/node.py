@@ -347,18 +347,20 @@ def _http_ok(url: str) -> bool:
 
 
 def prepare() -> dict[str, Path]:
-    """Build (or find) every binary and image a node needs, without starting anything."""
-    if not all(image.archive.is_file() for image in images.all_images()):
+    """Build (or find) every binary and image a node needs, without starting anything.
+
+    The images first: mostly downloads, and .ci/run runs this beside `make test-binaries`, whose Kubernetes build
+    then already holds the lock of the module the kubelet is built in: the kubelet compiles out of its cache."""
+    if not images.all_images_built():
         diskspace.require_free(cache_dir() / "e2e", diskspace.FIRST_RUN_BYTES, "building the e2e node's images")
+    built_images = {image.ref: image.archive for image in images.all_images()}
     paths = binaries.ensure_all(["kubelet", "kube-apiserver", "kube-controller-manager", "kube-scheduler",
                                  "kubectl", "etcd"])
     paths["coredns"] = coredns_binary()
     paths["cri"] = cri_binary()
     paths["kube-proxy"] = kube_proxy_binary()
     paths["draplugin protos"] = draplugin.generated()  # the e2e DRA test's kubelet plugin
-    for image in images.all_images():
-        paths[image.ref] = image.archive
-    return paths
+    return paths | built_images
 
 
 def main(argv: list[str] | None = None) -> int:
