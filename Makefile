@@ -4,6 +4,11 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
+# Independent steps run side by side (`make test`: lint beside the builds, the builds beside each other): a first
+# build is mostly single-threaded links, module preparation and a Debian download, which leave a core idle.
+# Each step's lines keep their own prefix; JOBS=1 runs one at a time.
+JOBS ?= 3
+MAKEFLAGS += -j$(JOBS)
 
 .PHONY: help venv binaries test-binaries lint test test-stress unit integration dev-cluster dev-cluster-down crds podtemplate-schema krew run clean bench bench-node
 
@@ -39,16 +44,31 @@ binaries: venv
 # (KWOK and its Stages, devcluster/kwok.py); gang-schedule on it: scheduler-plugins' kube-scheduler and
 # controller-gen (for Volcano's PodGroup CRD) are built once from theirs (devcluster/coscheduler.py); and compare
 # the CRD with kubeflow/mpi-operator's, read from its Go module (testkit/kubeflow.py). Each step is a no-op once
-# its output is there. Kueue's own controller, which test_kueue.py runs on a job of total GPUs, is not built here
-# (about 10 minutes the first time): .ci/run builds it in the background (`python -m devcluster.kueue`) while the
-# rest of the suite runs, and the suite runs test_kueue.py last; its first test waits for that build. Outside CI,
-# a test session builds it on first use.
-test-binaries: binaries
+# its output is there, and each is its own step, longest first, so that `make` runs them side by side (JOBS
+# above); scheduler-plugins' waits for Kubernetes' binaries: it compiles their packages out of Go's build cache
+# instead of a second time. Kueue's own controller, which test_kueue.py runs on a job of total GPUs, is not built
+# here (about 10 minutes the first time): .ci/run builds it in the background (`python -m devcluster.kueue`) from
+# its start, and the suite runs test_kueue.py last; its first test waits for that build. Outside CI, a test
+# session builds it on first use.
+TEST_BINARY_STEPS := binaries build-coscheduler build-kwok build-helm build-prometheus fetch-kubeflow
+.PHONY: $(TEST_BINARY_STEPS)
+test-binaries: $(TEST_BINARY_STEPS)
+
+build-coscheduler: binaries
+	$(BIN)/python -m devcluster.coscheduler >/dev/null
+
+build-kwok: venv
+	$(BIN)/python -m devcluster.kwok >/dev/null
+
+build-helm:
 	bash hack/helm.sh >/dev/null
+
+# promtool and the server come out of one Debian package, fetched once: one step, one after the other.
+build-prometheus:
 	bash hack/promtool.sh >/dev/null
 	bash hack/prometheus.sh >/dev/null
-	$(BIN)/python -m devcluster.kwok >/dev/null
-	$(BIN)/python -m devcluster.coscheduler >/dev/null
+
+fetch-kubeflow: venv
 	$(BIN)/python -m testkit.kubeflow >/dev/null
 
 # Everything Python in the repo: ruff, mypy --strict, and the import contracts of .importlinter (the layers).
