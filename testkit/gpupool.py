@@ -66,7 +66,8 @@ WHOLE_GPUS = "device.driver == 'gpu.nvidia.com' && device.attributes['gpu.nvidia
 async def dra_gpu_pool(kube: KubeClient, klass: str, selector: str) -> AsyncIterator[str]:
     """Four nodes with no extended resource (a DRA node's GPUs are in its slices), each publishing 8 whole GPUs
     and 7 MIG devices (driver gpu.nvidia.com, attribute type gpu or mig) in ResourceSlices, and DeviceClass
-    `klass` selecting with CEL `selector` (made if missing, as another module's may be there); yields the pool."""
+    `klass` selecting with CEL `selector` (made, and deleted at the end, only if missing: another module's may be
+    there); yields the pool."""
     def nodes(name: str, labels: dict[str, str]) -> list[JSON]:
         made = [gpu_node(f"{name}-{i}", 0, labels=labels) for i in range(4)]
         for node in made:
@@ -74,9 +75,14 @@ async def dra_gpu_pool(kube: KubeClient, klass: str, selector: str) -> AsyncIter
                 node["status"][part].pop("nvidia.com/gpu")
         return made
 
-    with contextlib.suppress(ApiError):
+    made_class = True
+    try:
         await kube.create(DEVICE_CLASSES, None, {**device_class(klass),
                                                  "spec": {"selectors": [{"cel": {"expression": selector}}]}})
+    except ApiError as error:
+        if not error.conflict:
+            raise
+        made_class = False  # another module's: it deletes it
     slices: list[JSON] = []
     try:
         async with gpu_pool(kube, nodes) as pool:
@@ -91,5 +97,6 @@ async def dra_gpu_pool(kube: KubeClient, klass: str, selector: str) -> AsyncIter
         for piece in slices:
             with contextlib.suppress(ApiError):
                 await kube.delete(RESOURCE_SLICES, None, piece["metadata"]["name"])
-        with contextlib.suppress(ApiError):
-            await kube.delete(DEVICE_CLASSES, None, klass)
+        if made_class:
+            with contextlib.suppress(ApiError):
+                await kube.delete(DEVICE_CLASSES, None, klass)
