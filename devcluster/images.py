@@ -241,11 +241,13 @@ def _mpi_inputs() -> list[Path]:
                                        "mpiexec.hydra")]
 
 
+def _mpi_image_built(suite: MpiSuite) -> bool:
+    return _customized_image_cached(suite.name, suite.packages, _mpi_inputs(), MPI_CONFIG, intelmpi.KEY, suite.release)
+
+
 def all_images_built() -> bool:
     """Whether every image of `all_images` is in the cache already (nothing to build, no disk space needed)."""
-    return _pause_image_address().archive.is_file() and all(
-        _customized_image_cached(suite.name, suite.packages, _mpi_inputs(), MPI_CONFIG, intelmpi.KEY, suite.release)
-        for suite in MPI_SUITES.values())
+    return _pause_image_address().archive.is_file() and all(_mpi_image_built(s) for s in MPI_SUITES.values())
 
 
 def pause_image() -> Image:
@@ -282,7 +284,7 @@ def mpi_image(suite: MpiSuite = BOOKWORM) -> Image:
     pinned impi-rt wheel (`devcluster/intelmpi.py`), which is part of the cache key."""
     inputs, config = _mpi_inputs(), MPI_CONFIG
     name, packages, release = suite.name, suite.packages, suite.release
-    if _customized_image_cached(name, packages, inputs, config, intelmpi.KEY, release):
+    if _mpi_image_built(suite):
         return _customized_image(name, packages, "sh /build/customize-mpi.sh", inputs, config,
                                  network=True, extra_key=intelmpi.KEY, release=release)
     with tempfile.TemporaryDirectory(prefix="intel-mpi-", dir=cache_dir()) as tmp:
