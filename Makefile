@@ -38,18 +38,18 @@ binaries: venv
 
 # Every binary the test suite runs, built (or fetched) here so that none is made under a test's timeout; in CI the
 # test session forbids it (MPIOP_NO_BUILD, tests/conftest.py), so one missing here fails loudly, naming this target.
-# Tests render the Helm chart (helm, built once from its Go module into .cache/ by hack/helm.sh), check and
-# unit-test the alerting rules with promtool, and have a real Prometheus scrape mpiop: both binaries are taken
-# out of Debian's prometheus package into .cache/ (hack/prometheus.sh, hack/promtool.sh); run a simulated cluster
-# (KWOK and its Stages, devcluster/kwok.py); gang-schedule on it: scheduler-plugins' kube-scheduler and
-# controller-gen (for Volcano's PodGroup CRD) are built once from theirs (devcluster/coscheduler.py); and compare
-# the CRD with kubeflow/mpi-operator's, read from its Go module (testkit/kubeflow.py). Each step is a no-op once
-# its output is there, and each is its own step, longest first, so that `make` runs them side by side (JOBS
-# above); scheduler-plugins' build waits for Kubernetes' binaries: it compiles their packages out of Go's cache
-# instead of a second time. Kueue's own controller, which test_kueue.py runs on a job of total GPUs, is not built
-# here (about 10 minutes the first time): .ci/run builds it in the background (`python -m devcluster.kueue`) from
-# its start, and the suite runs test_kueue.py last; its first test waits for that build. Outside CI, a test
-# session builds it on first use.
+# Tests render the Helm chart (helm, devcluster/helm.py through hack/helm.sh), check and unit-test the alerting
+# rules with promtool, and have a real Prometheus scrape mpiop: both binaries are taken out of Debian's prometheus
+# package into .cache/ (hack/prometheus.sh, hack/promtool.sh); run a simulated cluster (KWOK and its Stages,
+# devcluster/kwok.py); gang-schedule on it: scheduler-plugins' kube-scheduler and controller-gen (for Volcano's
+# PodGroup CRD) are built once from theirs (devcluster/coscheduler.py); and compare the CRD with
+# kubeflow/mpi-operator's, read from its Go module (testkit/kubeflow.py). Each step is a no-op once its output is
+# there, and each is its own step, so that `make` runs them side by side (JOBS above). The Go tools are built
+# after Kubernetes' binaries, on the same modules (devcluster/pinned.py): what they share with Kubernetes
+# (client-go, api, grpc, ...) compiles once, out of Go's cache. Kueue's own controller, which test_kueue.py runs
+# on a job of total GPUs, is not built here (about 10 minutes the first time, on its own Kubernetes libraries):
+# .ci/run builds it in the background (`python -m devcluster.kueue`) from its start, and the suite runs
+# test_kueue.py last; its first test waits for that build. Outside CI, a test session builds it on first use.
 TEST_BINARY_STEPS := binaries build-coscheduler build-kwok build-helm build-prometheus fetch-kubeflow
 .PHONY: $(TEST_BINARY_STEPS)
 test-binaries: $(TEST_BINARY_STEPS)
@@ -57,10 +57,10 @@ test-binaries: $(TEST_BINARY_STEPS)
 build-coscheduler: binaries
 	$(BIN)/python -m devcluster.coscheduler >/dev/null
 
-build-kwok: venv
+build-kwok: binaries
 	$(BIN)/python -m devcluster.kwok >/dev/null
 
-build-helm:
+build-helm: binaries
 	bash hack/helm.sh >/dev/null
 
 # promtool and the server come out of one Debian package, fetched once: one step, one after the other.

@@ -215,12 +215,21 @@ def build_in_wrapper(root: Path, commands: dict[str, str], *, what: str, ldflags
         report(f"building {', '.join(missing)} ({what}; first time only, minutes on 2 cores)")
         staging_out = root / "bin.partial"
         staging_out.mkdir(parents=True, exist_ok=True)
-        _run_go(["build", "-trimpath", "-ldflags", ldflags, "-o", f"{staging_out}/",
-                 *(commands[c] for c in missing)], workdir)
+        go_build(workdir, [commands[c] for c in missing], staging_out, ldflags)
         bin_dir.mkdir(parents=True, exist_ok=True)
         for command in missing:
             (staging_out / go_binary_name(commands[command])).replace(bin_dir / command)
         return bin_dir
+
+
+def go_build(workdir: Path, packages: Iterable[str], out_dir: Path, ldflags: str) -> None:
+    """`go build` of `packages` in the wrapper module `workdir` into `out_dir`, as every binary here is built.
+
+    Without -trimpath: with it, Go keys a dependency's compiled package by the version its module graph
+    selects, which differs between Kubernetes' wrapper module and a tool's pinned to the same modules
+    (devcluster/pinned.py); without it, by the module's directory, which is the same, so the tool compiles
+    only what Kubernetes has not."""
+    _run_go(["build", "-ldflags", ldflags, "-o", f"{out_dir}/", *packages], workdir)
 
 
 def version_ldflags(version: str) -> str:
@@ -265,8 +274,9 @@ def go_install(package: str, version: str, bin_dir: Path, binary: str, *, what: 
                ldflags: str = "-s -w", env: dict[str, str] | None = None, built_by: str = TEST_BINARIES) -> Path:
     """`go install package@version` into `bin_dir` once (under a build lock); the built `binary`.
 
-    For modules without replace directives (CoreDNS, KWOK); Kubernetes and etcd need a wrapper module
-    (`build_in_wrapper`). `binary` is the installed file's name (the package's last element).
+    For modules without replace directives whose code needs newer Kubernetes libraries than the project's
+    (Kueue's: devcluster/pinned.py cannot build it); Kubernetes and etcd need a wrapper module (`build_in_wrapper`).
+    `binary` is the installed file's name (the package's last element).
     """
     with build_lock(bin_dir.parent):
         if (bin_dir / binary).is_file():

@@ -2,13 +2,13 @@
 
 * ``coscheduler_binary()``: scheduler-plugins' ``kube-scheduler`` (``cmd/scheduler``, Coscheduling compiled in),
   built once into ``.cache/scheduler-plugins/<version>/bin`` in a wrapper module that pins every module the
-  project's Kubernetes binaries are built from to their version (the release of the same Kubernetes minor),
-  so that it compiles only its own packages: about 2 minutes after the Kubernetes binaries instead of a
-  second Kubernetes.
+  project's Kubernetes binaries are built from to their version (the release of the same Kubernetes minor;
+  devcluster/pinned.py), so that it compiles only its own packages: with controller-gen, 56 s of CPU after the
+  Kubernetes binaries (2026-11-28) instead of a second Kubernetes.
 * ``scheduler_plugins_crd()``: the PodGroup CRD (``scheduling.x-k8s.io``) shipped in that module.
 * ``volcano_podgroup_crd()``: Volcano's ``scheduling.volcano.sh`` PodGroup CRD of ``volcano.sh/apis``. That
-  module ships Go types (with kubebuilder markers) but no CRD, so controller-gen (controller-tools, built like
-  KWOK) generates it from them, as Volcano's own release does.
+  module ships Go types (with kubebuilder markers) but no CRD, so controller-gen (controller-tools, pinned the
+  same way) generates it from them, as Volcano's own release does.
 * ``coscheduler_config()``: a KubeSchedulerConfiguration with one profile, Coscheduling enabled, as
   scheduler-plugins' ``manifests/coscheduling/scheduler-config.yaml`` has it.
 """
@@ -16,7 +16,6 @@
 from __future__ import annotations
 
 import os
-import re
 import shutil
 import subprocess
 from pathlib import Path
@@ -24,7 +23,7 @@ from typing import Any
 
 import yaml
 
-from devcluster import binaries
+from devcluster import binaries, pinned
 from devcluster.versions import (
     CONTROLLER_TOOLS_VERSION,
     KUBERNETES_VERSION,
@@ -49,40 +48,14 @@ def _go_env() -> dict[str, str]:
     return {**os.environ, "GOWORK": "off", "GOFLAGS": "-mod=readonly -buildvcs=false"}
 
 
-def pinned_versions(kubernetes_go_mod: str) -> dict[str, str]:
-    """Every module of the Kubernetes binaries' wrapper module (required or replaced) -> its version there."""
-    pinned = dict(re.findall(r"^\t(\S+) (v\S+)(?: // indirect)?$", kubernetes_go_mod, re.M))
-    pinned |= {module: version for module, _, version
-               in re.findall(r"^(?:replace )?\s*(\S+) => (\S+) (v\S+)$", kubernetes_go_mod, re.M)}
-    require = re.search(r"^require (k8s\.io/kubernetes) (v\S+)$", kubernetes_go_mod, re.M)
-    if require:
-        pinned[require.group(1)] = require.group(2)
-    return pinned
-
-
-def coscheduler_go_mod(kubernetes_go_mod: str, version: str = SCHEDULER_PLUGINS_VERSION) -> str:
-    """A module requiring scheduler-plugins@version with every module the Kubernetes binaries are built from
-    replaced by the version they use: the packages both import compile once, out of Go's build cache."""
-    replaces = "".join(f"\t{m} => {m} {v}\n" for m, v in sorted(pinned_versions(kubernetes_go_mod).items()))
-    return (f"module mpiop.local/coscheduler\n\ngo 1.24.0\n\nrequire {SCHEDULER_PLUGINS_MODULE} {version}\n\n"
-            f"replace (\n{replaces})\n")
-
-
 def build_coscheduler(version: str = SCHEDULER_PLUGINS_VERSION) -> Path:
     """scheduler-plugins' kube-scheduler (Coscheduling compiled in), built once into the cache on the very
     Kubernetes (and every other module) the project's own binaries are built from."""
-    def write_module(workdir: Path) -> None:  # only when it is built: the Kubernetes module may need preparing
-        kubernetes = binaries.kubernetes_module()
-        binaries.write_wrapper_module(workdir, "mpiop.local/coscheduler", f"{SCHEDULER_PLUGINS_MODULE} {version}",
-                                      [SCHEDULER_COMMAND])
-        (workdir / "go.mod").write_text(coscheduler_go_mod((kubernetes / "go.mod").read_text(), version))
-        shutil.copyfile(kubernetes / "go.sum", workdir / "go.sum")  # last: marks the module written
-
     # The version it reports is the Kubernetes it is built on: a v0.x would fail the emulation-version check.
-    bin_dir = binaries.build_in_wrapper(_root(version), {"kube-scheduler": SCHEDULER_COMMAND},
-                                        what=f"scheduler-plugins {version}",
-                                        ldflags=binaries.version_ldflags(KUBERNETES_VERSION),
-                                        write_module=write_module, tidy=False)
+    bin_dir = pinned.build_pinned(_root(version), {"kube-scheduler": SCHEDULER_COMMAND},
+                                  require=f"{SCHEDULER_PLUGINS_MODULE} {version}",
+                                  what=f"scheduler-plugins {version}",
+                                  ldflags=binaries.version_ldflags(KUBERNETES_VERSION))
     return bin_dir / "kube-scheduler"
 
 
@@ -104,9 +77,10 @@ def scheduler_plugins_crd(version: str = SCHEDULER_PLUGINS_VERSION) -> dict[str,
 
 
 def controller_gen_binary(version: str = CONTROLLER_TOOLS_VERSION) -> Path:
-    bin_dir = binaries.cache_dir() / "controller-tools" / version / "bin"
-    return binaries.go_install("sigs.k8s.io/controller-tools/cmd/controller-gen", version, bin_dir,
-                               "controller-gen", what="controller-gen")
+    root = binaries.cache_dir() / "controller-tools" / version
+    command = "sigs.k8s.io/controller-tools/cmd/controller-gen"
+    return pinned.build_pinned(root, {"controller-gen": command}, require=f"sigs.k8s.io/controller-tools {version}",
+                               what=f"controller-gen {version}", ldflags="-s -w") / "controller-gen"
 
 
 def volcano_podgroup_crd(version: str = VOLCANO_APIS_VERSION) -> dict[str, Any]:

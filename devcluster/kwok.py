@@ -1,5 +1,6 @@
 """KWOK (Kubernetes WithOut Kubelet) for the simulated cluster (devcluster/simulated.py): its binary, built once
-from its Go module into ``.cache/kwok/<version>/bin``, and its default Stages, copied from that module.
+from its Go module into ``.cache/kwok/<version>/bin`` (on the project's Kubernetes modules, devcluster/pinned.py),
+and its default Stages, copied from that module.
 
 ``python -m devcluster.kwok`` makes both (`make test-binaries` runs it, so no test builds KWOK under its timeout);
 a no-op once they are there.
@@ -10,10 +11,12 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
-from devcluster import binaries
+from devcluster import binaries, pinned
 from devcluster.versions import KWOK_VERSION
 
 KWOK_MODULE = "sigs.k8s.io/kwok"
+# Modules KWOK keeps at its own versions: v0.8.0 calls APIs of them that Kubernetes v1.34's versions lack.
+KWOK_OWN_MODULES = ("k8s.io/cri-api", "k8s.io/cri-client", "github.com/spf13/pflag")
 # KWOK's own default Stages of the pinned release (node-initialize, node heartbeat with a Lease, pod-ready,
 # pod-complete, pod-delete), copied from its module next to the binary: the simulated cluster loads them.
 KWOK_DEFAULT_STAGES = (
@@ -30,9 +33,13 @@ def kwok_dir(version: str = KWOK_VERSION) -> Path:
 
 
 def build_kwok(version: str = KWOK_VERSION) -> Path:
-    """Build sigs.k8s.io/kwok/cmd/kwok from its Go module into the cache; return the binary."""
-    return binaries.go_install(f"{KWOK_MODULE}/cmd/kwok", version, kwok_dir(version) / "bin", "kwok", what="kwok",
-                               ldflags=f"-s -w -X {KWOK_MODULE}/pkg/consts.Version={version}")
+    """Build sigs.k8s.io/kwok/cmd/kwok from its Go module into the cache, on the project's Kubernetes modules but
+    the CRI client and pflag (its code needs their newer APIs); return the binary."""
+    bin_dir = pinned.build_pinned(kwok_dir(version), {"kwok": f"{KWOK_MODULE}/cmd/kwok"},
+                                  require=f"{KWOK_MODULE} {version}", what=f"kwok {version}",
+                                  ldflags=f"-s -w -X {KWOK_MODULE}/pkg/consts.Version={version}",
+                                  unpinned=KWOK_OWN_MODULES)
+    return bin_dir / "kwok"
 
 
 def kwok_stages_dir(version: str = KWOK_VERSION) -> Path:

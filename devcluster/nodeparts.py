@@ -11,7 +11,7 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
-from devcluster import binaries, images
+from devcluster import binaries, images, pinned
 from devcluster.binaries import BinaryError, build_lock, cache_dir, go_tool, project_root
 from devcluster.nodehost import (
     BRIDGE,
@@ -32,11 +32,13 @@ PREPARED_BY = "`python -m devcluster.node prepare` (`make e2e` runs it)"
 
 
 def coredns_binary(version: str = COREDNS_VERSION) -> Path:
-    """CoreDNS built from its Go module into the cache (its go.mod has no replace: `go install` works)."""
+    """CoreDNS built from its Go module into the cache, on the project's Kubernetes modules (devcluster/pinned.py)."""
     if found := shutil.which("coredns"):
         return Path(found)
-    return binaries.go_install("github.com/coredns/coredns", version, cache_dir() / "coredns" / version / "bin",
-                               "coredns", what="CoreDNS", env={"CGO_ENABLED": "0"}, built_by=PREPARED_BY)
+    bin_dir = pinned.build_pinned(cache_dir() / "coredns" / version, {"coredns": "github.com/coredns/coredns"},
+                                  require=f"github.com/coredns/coredns {version}", what=f"CoreDNS {version}",
+                                  ldflags="-s -w", built_by=PREPARED_BY)
+    return bin_dir / "coredns"
 
 
 def cri_binary() -> Path:
@@ -81,14 +83,8 @@ def kube_proxy_binary() -> Path:
         _log(f"building kube-proxy {KUBERNETES_VERSION} (first time only)")
         partial = bin_dir.parent / "bin.partial"
         partial.mkdir(parents=True, exist_ok=True)
-        env = {**os.environ, "GOFLAGS": "-mod=mod", "GOWORK": "off"}
-        result = subprocess.run(
-            [go_tool(), "build", "-trimpath", "-ldflags", binaries.version_ldflags(KUBERNETES_VERSION),
-             "-o", f"{partial}/", "k8s.io/kubernetes/cmd/kube-proxy"],
-            cwd=bin_dir.parent / "gomod", env=env, check=False,
-        )
-        if result.returncode != 0:
-            raise BinaryError(f"building kube-proxy failed (exit {result.returncode})")
+        binaries.go_build(bin_dir.parent / "gomod", ["k8s.io/kubernetes/cmd/kube-proxy"], partial,
+                          binaries.version_ldflags(KUBERNETES_VERSION))
         (partial / name).replace(bin_dir / name)
         return bin_dir / name
 

@@ -3,7 +3,8 @@
 
 from mpiop import KUBERNETES_VERSION
 
-__all__ = ["CONTROLLER_TOOLS_VERSION", "ETCD_VERSION", "KUBERNETES_VERSION", "KUEUE_VERSION", "KWOK_VERSION",
+__all__ = ["CONTROLLER_TOOLS_VERSION", "ETCD_VERSION", "HELM_VERSION", "KUBERNETES_VERSION", "KUEUE_VERSION",
+           "KWOK_VERSION",
            "SCHEDULER_PLUGINS_VERSION", "VOLCANO_APIS_VERSION", "staging_version"]
 
 # etcd for every control plane (dev, tests, bench, the e2e node) unless KUBEBUILDER_ASSETS has one: the 3.6
@@ -26,6 +27,11 @@ CONTROLLER_TOOLS_VERSION = "v0.17.3"
 # newest release the Go module proxy serves. Built on its own Kubernetes libraries (v0.35), which speak to a
 # v1.34 apiserver.
 KUEUE_VERSION = "v0.17.0"
+
+# helm, which the tests render the chart with (devcluster/helm.py): the newest release on Kubernetes' v0.34
+# libraries (v3.20 and later are on v0.35 and v0.36, which a build pinned to v1.34 cannot compile), so that it is
+# built on the project's Kubernetes modules (devcluster/pinned.py).
+HELM_VERSION = "v3.19.5"
 
 
 def staging_version(kubernetes_version: str = KUBERNETES_VERSION) -> str:

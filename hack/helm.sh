@@ -1,10 +1,14 @@
 #!/usr/bin/env bash
-# Print the path of a helm binary built from its Go module (helm.sh/helm/v3/cmd/helm) into the
-# git-ignored .cache/, building it on first use (hack/go-install.sh).
-#   hack/helm.sh                 -> prints .cache/helm/<version>/helm
+# Print the path of a helm binary built from its Go module (helm.sh/helm/v3/cmd/helm) into the git-ignored
+# .cache/, building it on first use (devcluster/helm.py: on the project's Kubernetes modules, after them).
+#   hack/helm.sh                 -> prints .cache/helm/<version>/bin/helm
 #   $(hack/helm.sh) template deploy/helm/mpiop
 set -euo pipefail
-
-HELM_VERSION="${HELM_VERSION:-v3.21.4}"
-exec bash "$(dirname "${BASH_SOURCE[0]}")/go-install.sh" helm "$HELM_VERSION" helm.sh/helm/v3/cmd/helm \
-  -ldflags "-s -w -X helm.sh/helm/v3/internal/version.version=$HELM_VERSION"
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+python="$root/.venv/bin/python"
+if [[ ! -x "$python" ]]; then
+  echo "hack/helm.sh: helm is built by devcluster/helm.py, which needs the project's venv: run \`make venv\` first" >&2
+  exit 1
+fi
+cd "$root"
+exec "$python" -m devcluster.helm

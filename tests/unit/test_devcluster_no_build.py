@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from devcluster import binaries, coscheduler, kueue, kwok
+from devcluster.versions import HELM_VERSION
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -63,12 +64,12 @@ def test_a_binary_already_built_is_used(empty_cache: Path) -> None:
 
 
 def test_a_tool_of_hack_is_refused_too(empty_cache: Path) -> None:
-    """hack/go-install.sh (helm): exit 1 and the same message, which the helm fixture's assertion shows."""
+    """hack/helm.sh: exit 1 and the same message, which the helm fixture's assertion shows."""
     result = subprocess.run(["bash", str(ROOT / "hack" / "helm.sh")], capture_output=True, text=True, timeout=60,
                             env={**os.environ}, check=False)
     print(result.stderr)
     assert result.returncode == 1 and result.stdout == ""
-    assert f"helm v3.21.4: not in {empty_cache}/helm/v3.21.4" in result.stderr
+    assert f"helm (helm {HELM_VERSION}): not in {empty_cache}/helm/{HELM_VERSION}/bin" in result.stderr
     assert "MPIOP_NO_BUILD=1 forbids building" in result.stderr and "run `make test-binaries` first" in result.stderr
 
 

@@ -1,6 +1,6 @@
 import pytest
 
-from devcluster import binaries, coscheduler
+from devcluster import binaries, pinned
 from devcluster.versions import ETCD_VERSION, KUBERNETES_VERSION, staging_version
 
 
@@ -105,13 +105,23 @@ replace k8s.io/api => k8s.io/api v0.34.4
 """
 
 
-def test_the_coscheduler_module_pins_every_module_of_the_kubernetes_binaries_to_their_version() -> None:
-    go_mod = coscheduler.coscheduler_go_mod(KUBEBINS_GO_MOD, "v0.34.7")
+def test_a_pinned_module_pins_every_module_of_the_kubernetes_binaries_to_their_version() -> None:
+    go_mod = pinned.pinned_go_mod("mpiop.local/scheduler-plugins", "sigs.k8s.io/scheduler-plugins v0.34.7",
+                                  KUBEBINS_GO_MOD)
+    assert go_mod.startswith("module mpiop.local/scheduler-plugins\n")
     assert "require sigs.k8s.io/scheduler-plugins v0.34.7" in go_mod
     for pin in ("k8s.io/kubernetes => k8s.io/kubernetes v1.34.4", "k8s.io/api => k8s.io/api v0.34.4",
                 "github.com/go-logr/logr => github.com/go-logr/logr v1.4.2",
                 "golang.org/x/net => golang.org/x/net v0.38.0"):
         assert f"\t{pin}\n" in go_mod
-    assert coscheduler.pinned_versions(KUBEBINS_GO_MOD) == {
+    assert pinned.pinned_versions(KUBEBINS_GO_MOD) == {
         "k8s.io/kubernetes": "v1.34.4", "k8s.io/api": "v0.34.4", "github.com/go-logr/logr": "v1.4.2",
         "golang.org/x/net": "v0.38.0"}
+
+
+def test_a_module_the_tool_needs_newer_and_the_tool_itself_are_left_at_its_versions() -> None:
+    """KWOK's code needs its own pflag; a tool that is itself in Kubernetes' module graph is not pinned down."""
+    go_mod = pinned.pinned_go_mod("mpiop.local/kwok", "golang.org/x/net v0.51.0", KUBEBINS_GO_MOD,
+                                  unpinned=["github.com/go-logr/logr"])
+    assert "golang.org/x/net =>" not in go_mod and "github.com/go-logr/logr =>" not in go_mod
+    assert "\tk8s.io/api => k8s.io/api v0.34.4\n" in go_mod
