@@ -27,16 +27,20 @@ def rank0_pod(job: MPIJob) -> str:
 
 def ranks_of(job: MPIJob, pod: podstate.Pod) -> range | None:
     """The ranks mpirun puts on this pod (every attempt's launcher is the same host); None: it runs none."""
-    slots = slots_per_worker(job)
-    launcher_works = bool(job.spec.run_launcher_as_worker)
     if podstate.role(pod) == names.LAUNCHER_ROLE:
-        position = 0 if launcher_works else None
-    else:
-        index = names.worker_index(job, podstate.name(pod))
-        position = None if index is None else index + launcher_works
-    if position is None or slots < 1:
-        return None
-    return range(position * slots, (position + 1) * slots)
+        return _ranks_at(job, 0) if job.spec.run_launcher_as_worker else None
+    index = names.worker_index(job, podstate.name(pod))
+    return None if index is None else worker_ranks(job, index)
+
+
+def worker_ranks(job: MPIJob, index: int) -> range | None:
+    """The ranks mpirun puts on worker `index` (a pod that may be gone)."""
+    return _ranks_at(job, index + bool(job.spec.run_launcher_as_worker))
+
+
+def _ranks_at(job: MPIJob, position: int) -> range | None:
+    slots = slots_per_worker(job)
+    return range(position * slots, (position + 1) * slots) if slots >= 1 else None
 
 
 def pod_of_rank(job: MPIJob, rank: int) -> str | None:

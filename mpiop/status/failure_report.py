@@ -131,17 +131,27 @@ def _dead_worker(job: MPIJob, observed: Observed, attempt: int) -> podstate.Pod 
     return None
 
 
-def _host_to_pod(job: MPIJob, observed: Observed, attempt: int, host: str) -> podstate.Pod | None:
+def _host_to_pod(job: MPIJob, observed: Observed, attempt: int, host: str) -> podstate.Pod | str | None:
+    """The attempt's worker a host of mpirun's error is; its name alone when no pod of that name is left (deleted
+    under the launcher and not made again yet: the launcher's failure may be seen in that gap); None for the
+    launcher's own ranks, another job's host, or a worker of another attempt."""
     label = host.split(".", 1)[0]
     if label == names.launcher_name(job):
         return None  # the launcher's own ranks: it stays the one to blame
-    return next((p for p in observed.workers(job, attempt).values() if podstate.name(p) == label), None)
+    pod = next((p for p in observed.workers(job, attempt).values() if podstate.name(p) == label), None)
+    if pod is not None:
+        return pod
+    index = observed.worker_index(job, label)
+    gone = index is not None and index < job.spec.worker_replicas and all(
+        podstate.name(p) != label for p in observed.pods)
+    return label if gone else None
 
 
 def named_worker(job: MPIJob, observed: Observed, attempt: int,
-                 tail: str) -> tuple[podstate.Pod, str, str] | None:
-    """The first worker of this attempt mpirun's error names, with the reason and the line(s) naming it."""
-    found: list[tuple[int, podstate.Pod, str, str]] = []
+                 tail: str) -> tuple[podstate.Pod | str, str, str] | None:
+    """The first worker of this attempt mpirun's error names (its pod, or its name when it is gone), with the
+    reason and the line(s) naming it."""
+    found: list[tuple[int, podstate.Pod | str, str, str]] = []
     for pattern, reason in _HOST_PATTERNS:
         for match in pattern.finditer(tail):
             if pod := _host_to_pod(job, observed, attempt, match["host"]):
@@ -277,9 +287,17 @@ def report(job: MPIJob, observed: Observed, attempt: int) -> Report | None:
                           tail_from, tail)
         if (named := named_worker(job, observed, attempt, _termination_message(launcher) + tail)) is not None:
             pod, reason, line = named
-            what = (f"worker {podstate.name(pod)}{_where(job, pod)}, per the launcher's log: {line[:_DETAIL_CHARS]}; "
+            if isinstance(pod, str):  # gone: its ranks are known, its node no longer
+                index = observed.worker_index(job, pod)
+                name, found = pod, ranks.worker_ranks(job, index) if index is not None else None
+                where = f" (ranks {ranks.ranks_text(found)}, gone)" if found else " (gone)"
+                info = FailureInfo(reason=reason, pod=name, ranks=ranks.ranks_text(found) if found else None,
+                                   attempt=attempt)
+            else:
+                name, where, info = podstate.name(pod), _where(job, pod), _info(job, pod, reason, attempt)
+            what = (f"worker {name}{where}, per the launcher's log: {line[:_DETAIL_CHARS]}; "
                     f"then the launcher {_describe(job, launcher, line)}")
-            return Report(podstate.name(pod), reason, what, _info(job, pod, reason, attempt), tail_from, tail)
+            return Report(name, reason, what, info, tail_from, tail)
     pod = failed[0]
     return Report(podstate.name(pod), _reason(pod), _describe(job, pod), _info(job, pod, _reason(pod), attempt),
                   tail_from, tail)

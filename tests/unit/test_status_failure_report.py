@@ -128,6 +128,32 @@ def test_failure_info_fields() -> None:
         "ranks": "2-3", "attempt": 0}
 
 
+@pytest.mark.parametrize(
+    ("pods", "tail", "pod", "what"),
+    [
+        ([launcher().failed(exit_code=255), worker(0).running()], PRTE_LOST, "pi-worker-2",
+         "worker pi-worker-2 (ranks 4-5, gone), per the launcher's log: Remote daemon: [[41012,0],2] on node "
+         "pi-worker-2; then the launcher pi-launcher (node n0) container main Error exit 255"),
+        ([launcher().failed(exit_code=137)], NOTICED, "pi-worker-0",
+         "worker pi-worker-0 (ranks 0-1, gone), per the launcher's log: mpirun noticed that process rank 1 with "
+         "PID 0 on node pi-worker-0 exited on signal 9 (Killed).; then the launcher pi-launcher (node n0) container "
+         "main Error exit 137"),
+        ([launcher().failed(exit_code=1)], ORTE_LOST.replace("pi-worker-1", "pi-worker-7"), "pi-launcher", None),
+    ],
+    ids=["deleted-worker-not-yet-made-again", "rank-of-a-gone-worker", "host-past-the-replicas"],
+)
+def test_a_worker_the_log_names_is_blamed_though_its_pod_is_gone(pods: list[PodBuilder], tail: str, pod: str,
+                                                                   what: str | None) -> None:
+    """Deleted under the launcher, the worker may be gone from the cache (and not made again yet) when the
+    launcher's failure is seen: mpirun's log still names it, and it is blamed, with its ranks, not its node."""
+    found = report(JOB, observed(*pods, tail=tail), 0)
+    assert found is not None
+    assert (found.pod, found.info.pod) == (pod, pod)
+    if what is not None:
+        assert found.what == what
+        assert found.info.ranks is not None and found.info.node is None
+
+
 def test_a_lost_worker_not_of_this_attempt_is_not_blamed() -> None:
     job = make_mpijob("pi", "ns").workers(2).status(restart_count=1).obj()
     pods = [make_pod(job, "launcher", 0, 1).failed(), make_pod(job, "worker", 1, 0).running()]
