@@ -46,11 +46,9 @@ binaries: venv
 # kubeflow/mpi-operator's, read from its Go module (testkit/kubeflow.py). Each step is a no-op once its output is
 # there, and each is its own step, so that `make` runs them side by side (JOBS above). The Go tools are built
 # after Kubernetes' binaries, on the same modules (devcluster/pinned.py): what they share with Kubernetes
-# (client-go, api, grpc, ...) compiles once, out of Go's cache. Kueue's own controller, which test_kueue.py runs
-# on a job of total GPUs, is not built here (about 10 minutes the first time, on its own Kubernetes libraries):
-# .ci/run builds it in the background (`python -m devcluster.kueue`) from its start, and the suite runs
-# test_kueue.py last; its first test waits for that build. Outside CI, a test session builds it on first use.
-TEST_BINARY_STEPS := binaries build-coscheduler build-kwok build-helm build-prometheus fetch-kubeflow
+# (client-go, api, grpc, ...) compiles once, out of Go's cache; Kueue's controller manager (test_kueue.py,
+# test_kueue_dra.py) is one of them.
+TEST_BINARY_STEPS := binaries build-coscheduler build-kwok build-helm build-kueue build-prometheus fetch-kubeflow
 .PHONY: $(TEST_BINARY_STEPS)
 test-binaries: $(TEST_BINARY_STEPS)
 
@@ -62,6 +60,9 @@ build-kwok: binaries
 
 build-helm: binaries
 	bash hack/helm.sh >/dev/null
+
+build-kueue: binaries
+	$(BIN)/python -m devcluster.kueue >/dev/null
 
 # promtool and the server come out of one Debian package, fetched once: one step, one after the other.
 build-prometheus:

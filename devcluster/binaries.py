@@ -49,7 +49,7 @@ class NotBuiltError(BinaryError):
 
 
 NO_BUILD_ENV = "MPIOP_NO_BUILD"
-TEST_BINARIES = "`make test-binaries`"  # what builds every binary the test suite needs but Kueue's manager
+TEST_BINARIES = "`make test-binaries`"  # what builds every binary the test suite needs
 
 
 def builds_allowed() -> bool:
@@ -268,28 +268,6 @@ def kubernetes_module(version: str = KUBERNETES_VERSION) -> Path:
     with build_lock(root):
         return _prepare_wrapper(root, what=f"Kubernetes {version}",
                                 write_module=lambda workdir: _write_kubernetes_module(workdir, version))
-
-
-def go_install(package: str, version: str, bin_dir: Path, binary: str, *, what: str,
-               ldflags: str = "-s -w", env: dict[str, str] | None = None, built_by: str = TEST_BINARIES) -> Path:
-    """`go install package@version` into `bin_dir` once (under a build lock); the built `binary`.
-
-    For modules without replace directives whose code needs newer Kubernetes libraries than the project's
-    (Kueue's: devcluster/pinned.py cannot build it); Kubernetes and etcd need a wrapper module (`build_in_wrapper`).
-    `binary` is the installed file's name (the package's last element).
-    """
-    with build_lock(bin_dir.parent):
-        if (bin_dir / binary).is_file():
-            return bin_dir / binary
-        refuse_build(f"{binary} ({what} {version})", bin_dir, built_by)
-        report(f"building {what} {version} from {package} (first time only)")
-        bin_dir.mkdir(parents=True, exist_ok=True)
-        go_env = {**os.environ, "GOBIN": str(bin_dir), "GOWORK": "off", "GOFLAGS": "-mod=mod", **(env or {})}
-        result = subprocess.run([go_tool(), "install", "-trimpath", f"-ldflags={ldflags}", f"{package}@{version}"],
-                                env=go_env, check=False)
-        if result.returncode != 0:
-            raise BinaryError(f"building {what} {version} failed (exit {result.returncode})")
-        return bin_dir / binary
 
 
 def etcd_ldflags(version: str = ETCD_VERSION) -> str:

@@ -1,9 +1,8 @@
 """Kueue (sigs.k8s.io/kueue), the real controller manager, run beside a control plane of ours.
 
-* ``kueue_binary()``: ``cmd/kueue`` built once by ``go install`` into ``.cache/kueue/<version>/bin`` (its module
-  has no replace directives, so no wrapper module is needed; it brings its own Kubernetes libraries, v0.35).
-  ``python -m devcluster.kueue`` builds it: .ci/run in the background while the suite runs; with MPIOP_NO_BUILD
-  (the test session in CI) a test waits for that build (its lock) and never builds it itself.
+* ``kueue_binary()``: ``cmd/kueue`` built once into ``.cache/kueue/<version>/bin`` on the Kubernetes binaries'
+  modules (devcluster/pinned.py), by ``python -m devcluster.kueue`` (``make test-binaries``); with MPIOP_NO_BUILD
+  (the test session in CI) a test never builds it itself.
 * ``kueue_crds()``: Kueue's CRDs as its own kustomization installs them: the bases, with the conversion webhook
   patches applied (the v1beta1 <-> v1beta2 conversion of five of them goes through Kueue's webhook server).
 * ``kueue_webhooks()``: its webhook configurations, with the webhooks of its own API, and its MPIJob webhooks for
@@ -40,7 +39,7 @@ from typing import Any
 
 import yaml
 
-from devcluster import binaries
+from devcluster import binaries, pinned
 from devcluster.controlplane import Component, ControlPlane, ControlPlaneError, free_port
 from devcluster.versions import KUEUE_VERSION
 
@@ -72,15 +71,12 @@ def kueue_ldflags(version: str = KUEUE_VERSION) -> str:
     return f"-s -w -X {package}.GitVersion={version} -X {package}.GitCommit={version}"
 
 
-# Not `make test-binaries`: .ci/run builds it in the background while the suite runs (test_kueue.py runs last), and
-# the test session then waits for that build (its lock) rather than building it.
-BUILT_BY = "`python -m devcluster.kueue` (.ci/run runs it in the background; its log: .cache/ci-kueue.log)"
-
-
 def kueue_binary(version: str = KUEUE_VERSION) -> Path:
-    """Kueue's manager, built once; a build another process runs (.ci/run's) is waited for."""
-    return binaries.go_install(KUEUE_COMMAND, version, _root(version) / "bin", "kueue", what="Kueue",
-                               ldflags=kueue_ldflags(version), built_by=BUILT_BY)
+    """Kueue's manager, built once (`make test-binaries`); a build another process runs is waited for."""
+    bin_dir = pinned.build_pinned(_root(version), {"kueue": KUEUE_COMMAND}, require=f"{KUEUE_MODULE} {version}",
+                                  what=f"Kueue {version}", ldflags=kueue_ldflags(version),
+                                  unpinned=["github.com/spf13/pflag"])
+    return bin_dir / "kueue"
 
 
 def kueue_config_dir(version: str = KUEUE_VERSION) -> Path:
@@ -89,7 +85,7 @@ def kueue_config_dir(version: str = KUEUE_VERSION) -> Path:
     root = _root(version) / "config"  # its own lock: not held up by a build of the manager
     with binaries.build_lock(root):
         if not (root / "crd" / "kustomization.yaml").is_file():
-            source = binaries.go_mod_download(KUEUE_MODULE, version, root, "Dir", built_by=BUILT_BY) / CONFIG_DIR
+            source = binaries.go_mod_download(KUEUE_MODULE, version, root, "Dir") / CONFIG_DIR
             (root / "webhook").mkdir(parents=True, exist_ok=True)
             shutil.copyfile(source / WEBHOOKS, root / WEBHOOKS)
             for part in ("crd/bases", "crd/patches"):
@@ -270,5 +266,5 @@ def _read(path: Path) -> bytes | None:
 
 
 if __name__ == "__main__":
-    print(kueue_config_dir())  # first (a download): ready by the time a test waiting on the build's lock goes on
+    print(kueue_config_dir())
     print(kueue_binary())

@@ -9,8 +9,8 @@ compiles only its own. So these builds come after Kubernetes' control plane (its
 side by side would compile the same package twice.
 
 A tool whose code needs a newer version of a module than the project's Kubernetes has (pflag, KWOK's CRI client)
-keeps its own version of that module (`unpinned`). Kueue's manager cannot be built this way (its code needs
-Kubernetes' v0.35 libraries): `binaries.go_install` builds it on its own.
+keeps its own version of that module (`unpinned`). Kueue's manager is one of them: the release on v0.34
+(devcluster/versions.py).
 """
 
 from __future__ import annotations

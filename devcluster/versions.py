@@ -23,10 +23,11 @@ SCHEDULER_PLUGINS_VERSION = "v0.34.7"
 VOLCANO_APIS_VERSION = "v1.12.1"
 CONTROLLER_TOOLS_VERSION = "v0.17.3"
 
-# Kueue's controller manager for the test that runs it on an MPIJob of total GPUs (devcluster/kueue.py): the
-# newest release the Go module proxy serves. Built on its own Kubernetes libraries (v0.35), which speak to a
-# v1.34 apiserver.
-KUEUE_VERSION = "v0.17.0"
+# Kueue's controller manager for the tests that run it on MPIJobs (devcluster/kueue.py): the newest release on
+# Kubernetes' v0.34 libraries the Go module proxy serves (v0.15.3 to v0.15.5 refused; v0.16 and v0.17 are on
+# v0.35, which a build pinned to v1.34 cannot compile), so it compiles only its own packages (devcluster/pinned.py).
+# Both serve kueue.x-k8s.io/v1beta2; test_kueue.py and test_kueue_dra.py pass on both (the suite ran v0.17.0 before).
+KUEUE_VERSION = "v0.15.2"
 
 # helm, which the tests render the chart with (devcluster/helm.py): the newest release on Kubernetes' v0.34
 # libraries (v3.20 and later are on v0.35 and v0.36, which a build pinned to v1.34 cannot compile), so that it is

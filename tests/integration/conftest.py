@@ -16,8 +16,8 @@ from mpiop.kube.client import KubeClient
 from testkit.operator import Cluster, Operator, running_operator
 
 LAST = ("test_kueue.py", "test_kueue_dra.py")
-"""Modules run after the rest of the suite: Kueue's manager, which they run, is built on first use (about 10 minutes
-on a fresh machine), and .ci/run builds it in the background meanwhile (the first test waits for it)."""
+"""Modules run after the rest of the suite: the Kueue manager they start runs until the session ends (`kueue` is a
+session fixture, and watches MPIJobs), so no other test shares the apiserver with it."""
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

@@ -1,4 +1,4 @@
-"""Kueue's own controller (v0.17, built from its module: devcluster/kueue.py) and mpiop on one apiserver: a job of
+"""Kueue's own controller (v0.15.2, built from its module: devcluster/kueue.py) and mpiop on one apiserver: a job of
 total GPUs queued in Kueue ends with the Workload Kueue admitted made of mpiop's layout, and runs as laid out.
 
 The GPU nodes are a pool of the test's own: four 8-GPU nodes, so 16 GPUs are 2 workers x 8 and 32 are 4 x 8; the
@@ -69,8 +69,7 @@ from testkit.mpijobs import make_mpijob
 from testkit.nodes import GPU, gpu_nodes
 from testkit.operator import Cluster, Operator, drive_to_success, eventually, running_operator, start_pods
 
-# The first test starts Kueue (tests/integration/conftest.py's `kueue`), built first if it is not yet (about 10 minutes
-# on a fresh machine; the conftest runs this module last, so .ci/run's background build has the suite's time).
+# The first test starts Kueue (tests/integration/conftest.py's `kueue`, run last); `make test-binaries` built it.
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(1800)]
 QUOTA = {"cpu": "64", "memory": "512Gi", GPU: "16"}
 

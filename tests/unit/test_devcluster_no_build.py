@@ -34,8 +34,7 @@ def empty_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
         (binaries.etcd_binary, "etcd (etcd v3.6", "run `make test-binaries` first"),
         (lambda: binaries.kube_binary("kubectl"), "kube-apiserver, kube-controller-manager, kube-scheduler, kubectl",
          "run `make test-binaries` first"),
-        (kueue.kueue_binary, "kueue (Kueue v0.17.0)",
-         "run `python -m devcluster.kueue` (.ci/run runs it in the background; its log: .cache/ci-kueue.log) first"),
+        (kueue.kueue_binary, "kueue (Kueue v0.15.2)", "run `make test-binaries` first"),
     ],
     ids=["kwok", "coscheduler", "etcd", "kubernetes", "kueue"],
 )
