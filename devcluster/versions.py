@@ -4,8 +4,7 @@
 from mpiop import KUBERNETES_VERSION
 
 __all__ = ["CONTROLLER_TOOLS_VERSION", "ETCD_VERSION", "HELM_VERSION", "KUBERNETES_VERSION", "KUEUE_VERSION",
-           "KWOK_VERSION",
-           "SCHEDULER_PLUGINS_VERSION", "VOLCANO_APIS_VERSION", "staging_version"]
+           "KWOK_VERSION", "SCHEDULER_PLUGINS_VERSION", "VOLCANO_APIS_VERSION", "staging_version"]
 
 # etcd for every control plane (dev, tests, bench, the e2e node) unless KUBEBUILDER_ASSETS has one: the 3.6
 # line Kubernetes v1.34 ships with and is tested against, at the newest patch the Go module proxy serves.

@@ -289,10 +289,10 @@ def report(job: MPIJob, observed: Observed, attempt: int) -> Report | None:
             pod, reason, line = named
             if isinstance(pod, str):  # gone: its ranks are known, its node no longer
                 index = observed.worker_index(job, pod)
-                name, found = pod, ranks.worker_ranks(job, index) if index is not None else None
-                where = f" (ranks {ranks.ranks_text(found)}, gone)" if found else " (gone)"
-                info = FailureInfo(reason=reason, pod=name, ranks=ranks.ranks_text(found) if found else None,
-                                   attempt=attempt)
+                found = ranks.worker_ranks(job, index) if index is not None else None
+                text = ranks.ranks_text(found) if found else None
+                name, where = pod, f" (ranks {text}, gone)" if text else " (gone)"
+                info = FailureInfo(reason=reason, pod=name, ranks=text, attempt=attempt)
             else:
                 name, where, info = podstate.name(pod), _where(job, pod), _info(job, pod, reason, attempt)
             what = (f"worker {name}{where}, per the launcher's log: {line[:_DETAIL_CHARS]}; "
