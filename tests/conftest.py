@@ -12,6 +12,7 @@ import pytest
 
 from devcluster.controlplane import ControlPlane
 from mpiop.kube.client import KubeClient
+from testkit import summary
 from testkit.namespaces import create_namespace, delete_namespace
 
 # In CI nothing is built or downloaded under a test's timeout: `make test-binaries` made every binary the suite runs,
@@ -24,24 +25,29 @@ if os.environ.get("CI", "").lower() not in ("", "0", "false"):
 # a SIGKILL is covered by the components' parent-death signal.
 signal.signal(signal.SIGTERM, signal.default_int_handler)
 
-# What the session's control plane ran, for the terminal summary (empty when no test needed one).
-_RAN_ON: dict[str, Any] = {}
-
-
 @pytest.fixture(scope="session")
-def control_plane() -> Iterator[ControlPlane]:
-    """etcd + kube-apiserver + kube-controller-manager on loopback, for the whole session."""
+def control_plane(pytestconfig: pytest.Config) -> Iterator[ControlPlane]:
+    """etcd + kube-apiserver + kube-controller-manager on loopback, for the whole session (each xdist worker's
+    own); the terminal summary says which etcd and apiserver, and the apiserver's flags."""
     with ControlPlane(scheduler=False) as plane:
-        _RAN_ON.update(plane.describe())
+        ran_on = plane.describe()
+        summary.lines(pytestconfig, "control plane").extend([
+            f"{ran_on.get('etcd')}; {ran_on.get('kube-apiserver')}",
+            f"apiserver flags: {' '.join(ran_on['apiserver_flags'])}"])
         yield plane
 
 
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    summary.hand_over(session.config)
+
+
+@pytest.hookimpl(optionalhook=True)  # pytest-xdist's, on its controller
+def pytest_testnodedown(node: Any, error: object) -> None:
+    summary.take_over(node.config, node)
+
+
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
-    """Which etcd and apiserver (and apiserver flags) the integration tests ran against."""
-    if _RAN_ON:
-        terminalreporter.write_sep("-", "control plane")
-        terminalreporter.write_line(f"{_RAN_ON.get('etcd')}; {_RAN_ON.get('kube-apiserver')}")
-        terminalreporter.write_line(f"apiserver flags: {' '.join(_RAN_ON['apiserver_flags'])}")
+    summary.write(terminalreporter)
 
 
 @pytest.fixture(scope="session")

@@ -13,6 +13,7 @@ from devcluster.install import install_crd
 from devcluster.kueue import Kueue
 from devcluster.simulated import SimulatedCluster
 from mpiop.kube.client import KubeClient
+from testkit import summary
 from testkit.operator import Cluster, Operator, running_operator
 
 LAST = ("test_kueue.py", "test_kueue_dra.py")
@@ -79,18 +80,7 @@ def prometheus() -> str:
     return _cached_tool("prometheus.sh")
 
 
-PROMETHEUS_REPORT = pytest.StashKey[list[str]]()
-
-
 @pytest.fixture
 def prometheus_report(request: pytest.FixtureRequest) -> list[str]:
     """Lines test_prometheus.py reports: shown in the session's summary, as the control plane's are."""
-    return request.config.stash.setdefault(PROMETHEUS_REPORT, [])
-
-
-def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
-    lines = terminalreporter.config.stash.get(PROMETHEUS_REPORT, [])
-    if lines:
-        terminalreporter.write_sep("-", "a real Prometheus on mpiop")
-        for line in lines:
-            terminalreporter.write_line(line)
+    return summary.lines(request.config, "a real Prometheus on mpiop")

@@ -70,7 +70,7 @@ from testkit.nodes import GPU, gpu_nodes
 from testkit.operator import Cluster, Operator, drive_to_success, eventually, running_operator, start_pods
 
 # The first test starts Kueue (tests/integration/conftest.py's `kueue`, run last); `make test-binaries` built it.
-pytestmark = [pytest.mark.integration, pytest.mark.timeout(1800)]
+pytestmark = [pytest.mark.integration, pytest.mark.xdist_group("kueue")]  # one Kueue: on one xdist worker
 QUOTA = {"cpu": "64", "memory": "512Gi", GPU: "16"}
 
 

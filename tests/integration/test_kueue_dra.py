@@ -35,7 +35,7 @@ from testkit.mpijobs import make_mpijob
 from testkit.operator import Cluster, Operator, eventually
 from testkit.pods import env_of
 
-pytestmark = [pytest.mark.integration, pytest.mark.timeout(1800)]
+pytestmark = [pytest.mark.integration, pytest.mark.xdist_group("kueue")]  # one Kueue: on one xdist worker
 
 
 @pytest.fixture
