@@ -3,7 +3,8 @@
 Reconcile lines carry `job` (namespace/name) and `reconcile_id` through contextvars bound by the manager,
 so every line a reconcile logs, at any depth, can be grepped or joined by either. Libraries that log
 through the standard library (aiohttp, kubernetes_asyncio) are rendered the same way, so a cluster's log
-pipeline sees only JSON.
+pipeline sees only JSON. Every string value of every line is escaped (`mpiop.printable`): a job's name, a pod's
+termination message or a posted path is a tenant's, and a console shows the log raw.
 """
 
 from __future__ import annotations
@@ -14,7 +15,20 @@ from typing import Literal
 
 import structlog
 
+from mpiop.printable import printable
+
 LogFormat = Literal["json", "console"]
+
+
+_MULTILINE = frozenset({"exception", "stack"})  # a traceback keeps its lines
+
+
+def escape_values(logger: object, method: str, event: structlog.typing.EventDict) -> structlog.typing.EventDict:
+    """Each string value escaped by `printable`: one `str.isprintable()` a value when there is nothing to escape."""
+    for key, value in event.items():
+        if type(value) is str and not value.isprintable():
+            event[key] = printable(value, newlines=key in _MULTILINE)
+    return event
 
 
 def configure(log_format: LogFormat = "console", level: str = "info") -> None:
@@ -34,6 +48,7 @@ def configure(log_format: LogFormat = "console", level: str = "info") -> None:
             *shared,
             structlog.processors.StackInfoRenderer(),
             structlog.processors.format_exc_info,
+            escape_values,
             renderer,
         ],
         wrapper_class=structlog.make_filtering_bound_logger(numeric),
@@ -44,7 +59,8 @@ def configure(log_format: LogFormat = "console", level: str = "info") -> None:
     handler.setFormatter(structlog.stdlib.ProcessorFormatter(
         foreign_pre_chain=[*shared, structlog.stdlib.add_logger_name],
         processors=[structlog.stdlib.ProcessorFormatter.remove_processors_meta,
-                    *([structlog.processors.format_exc_info] if log_format == "json" else []), renderer],
+                    *([structlog.processors.format_exc_info] if log_format == "json" else []), escape_values,
+                    renderer],
     ))
     root = logging.getLogger()
     root.handlers = [handler]

@@ -21,7 +21,8 @@ from prometheus_client.registry import Collector
 from mpiop.api.v2beta1 import JobStatus, MPIJob
 from mpiop.policies.graceful_stop import REASONS as GRACEFUL_STOP_REASONS
 from mpiop.policies.graceful_stop import RESULTS as GRACEFUL_STOP_RESULTS
-from mpiop.status.failure_report import RANK_FAILED, WORKER_LOST
+from mpiop.status.conditions import STALLED_REASON
+from mpiop.status.failure_report import NO_SHELL, RANK_FAILED, WORKER_LOST
 
 # kubeflow/mpi-operator's metric names.
 JOBS_CREATED = Counter("mpi_operator_jobs_created", "MPIJobs seen created")
@@ -31,7 +32,7 @@ IS_LEADER = Gauge("mpi_operator_is_leader", "1 when this instance is the leader 
 
 # mpiop's own.
 JOBS_RESTARTED = Counter("mpiop_jobs_restarted", "Whole-job restarts after a failed pod, by the failure's reason "
-                         "(OOMKilled, Error, Evicted, WorkerLost, RankFailed, ...)", ["reason"])
+                         "(OOMKilled, Error, Evicted, WorkerLost, RankFailed, ...; Other past a known set)", ["reason"])
 JOB_DURATION_SECONDS = Histogram(
     "mpiop_job_duration_seconds", "From startTime to completionTime of finished MPIJobs, by final state", ["state"],
     buckets=(10, 30, 60, 120, 300, 600, 1200, 1800, 3600, 7200, 14400, 28800, 86400, 172800, 604800),
@@ -109,6 +110,24 @@ def observe_queue(queue: QueueStats) -> None:
     QUEUE_UNFINISHED_WORK_SECONDS.set_function(queue.unfinished_work)
 
 
+# The reasons a restart's label may name; any other is OTHER_REASON. A pod's status.reason feeds it, and a pod
+# requesting a made-up extended resource fails OutOf<that resource>: one series each, without a bound.
+RESTART_REASONS = frozenset({
+    "OOMKilled", "Error", "StartError", "ContainerCannotRun", "DeadlineExceeded", "Completed",  # a container's
+    "Evicted", "NodeLost", "NodeShutdown", "Shutdown", "Terminated", "UnexpectedAdmissionError", "NodeAffinity",
+    "OutOfcpu", "OutOfmemory", "OutOfpods", "OutOfephemeral-storage", "OutOfnvidia.com/gpu",  # a pod's
+    "EvictionByEvictionAPI", "PreemptionByScheduler", "DeletionByTaintManager", "DeletionByPodGC",
+    "TerminationByKubelet", "DisruptionTarget",  # a DisruptionTarget condition's
+    WORKER_LOST, RANK_FAILED, NO_SHELL, STALLED_REASON, "Failed", "Unknown",  # mpiop's
+})
+OTHER_REASON = "Other"
+
+
+def restart_reason(reason: str) -> str:
+    """The label of a restart's reason: itself if known, else OTHER_REASON (the condition message says which)."""
+    return reason if reason in RESTART_REASONS else OTHER_REASON
+
+
 def count_transitions(job: MPIJob, new: JobStatus, now: dt.datetime) -> None:
     """Counters and histograms that move when a status write lands (old: `job.status`)."""
     old = job.status
@@ -122,7 +141,7 @@ def count_transitions(job: MPIJob, new: JobStatus, now: dt.datetime) -> None:
                 seconds = ((new.completion_time or now) - started).total_seconds()
                 JOB_DURATION_SECONDS.labels(state).observe(max(seconds, 0))
     if new.attempt > old.attempt:
-        JOBS_RESTARTED.labels(new.last_failure.reason if new.last_failure else "Unknown").inc()
+        JOBS_RESTARTED.labels(restart_reason(new.last_failure.reason if new.last_failure else "Unknown")).inc()
     count_graceful_stop(old, new, now)
     if old.condition("Running") is None and new.is_true("Running") and job.metadata.creation_timestamp is not None:
         JOB_SCHEDULING_DELAY_SECONDS.observe(max((now - job.metadata.creation_timestamp).total_seconds(), 0))
@@ -175,7 +194,7 @@ for _reason in GRACEFUL_STOP_REASONS:
     from_zero(GRACEFUL_STOP_SECONDS, _reason)
     for _result in GRACEFUL_STOP_RESULTS.values():
         GRACEFUL_STOPS.labels(_reason, _result)
-from_zero(JOBS_RESTARTED, "OOMKilled", "Error", "Evicted", WORKER_LOST, RANK_FAILED)
+from_zero(JOBS_RESTARTED, "OOMKilled", "Error", "Evicted", WORKER_LOST, RANK_FAILED, OTHER_REASON)
 
 
 def job_phase(job: Mapping[str, Any]) -> str:

@@ -35,6 +35,7 @@ from mpiop.api.raw import JSON
 from mpiop.api.v2beta1 import API_VERSION, KIND, MPIJob, format_time
 from mpiop.kube.client import EVENTS, ApiError, Resource
 from mpiop.plan import Event
+from mpiop.printable import printable
 
 log = structlog.get_logger(__name__)
 COMPONENT = "mpi-job-controller"
@@ -129,6 +130,8 @@ class EventRecorder:
 
     def record_on(self, involved: dict[str, str], event: Event, now: dt.datetime) -> None:
         """Queue one Event on any object, given as its reference (apiVersion, kind, name, namespace, uid)."""
+        if (message := printable(event.message, newlines=True)) is not event.message:  # a tenant's words in it
+            event = Event(event.type, event.reason, message)
         (log.warning if event.type == "Warning" else log.info)(
             "event", job=f"{involved['namespace']}/{involved['name']}", kind=involved["kind"], type=event.type,
             reason=event.reason, message=event.message)

@@ -8,14 +8,16 @@ or attempt is one line on stderr and exit status 1.
 from __future__ import annotations
 
 import asyncio
+import codecs
 import datetime as dt
 import os
+import re
 import shutil
 import sys
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, TextIO, TypeVar
 
 import click
 import yaml
@@ -27,9 +29,11 @@ from mpiop.kube.access import ConfigError
 from mpiop.kube.client import CONFIGMAPS, MPIJOBS, PODS, ApiError, KubeClient
 from mpiop.plugin import views
 from mpiop.plugin.hostfile import RankError, hosts, pod_of_rank
+from mpiop.printable import printable
 
 T = TypeVar("T")
 DEFAULT_CONTAINER_ANNOTATION = "kubectl.kubernetes.io/default-container"
+_POD_NAME = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")  # a DNS-1123 subdomain
 
 
 @dataclass
@@ -122,9 +126,28 @@ async def pod_name(kube: KubeClient, job: MPIJob, which: Which, attempt: int) ->
         raise click.ClickException(f"mpijob {job.metadata.name} has no hostfile yet "
                                    f"(ConfigMap {names.config_map_name(job)}): no rank is placed")
     try:
-        return pod_of_rank(hosts(hostfile, names.launcher_name(job), names.launcher_name(job, attempt)), which.rank).pod
+        pod = pod_of_rank(hosts(hostfile, names.launcher_name(job), names.launcher_name(job, attempt)), which.rank).pod
     except RankError as error:
         raise click.ClickException(f"mpijob {job.metadata.name}: {error}") from error
+    if not _POD_NAME.fullmatch(pod):  # the hostfile is the namespace's to write: it may name anything
+        raise click.ClickException(f"mpijob {job.metadata.name}: the hostfile's host for rank {which.rank} is "
+                                   f'"{printable(pod[:100])}", not a pod name')
+    return pod
+
+
+def check_ours(job: MPIJob, pod: JSON, which: Which) -> None:
+    """A pod found by --rank (through the hostfile ConfigMap, which the job's namespace may write) or --worker is
+    used only if the job controls it (its ownerReference's uid) and it carries the job's labels: else an exec or a
+    log meant for the job would reach any pod of the namespace."""
+    if which.rank is None and which.worker is None:
+        return
+    labels = (pod.get("metadata") or {}).get("labels") or {}
+    ours = labels.get(names.JOB_NAME_LABEL) == job.metadata.name and labels.get(
+        names.OPERATOR_NAME_LABEL) == names.OPERATOR_NAME
+    if not (names.controlled_by(job, pod) and ours):
+        asked = f"rank {which.rank}" if which.rank is not None else f"worker {which.worker}"
+        raise click.ClickException(f'pod "{printable(pod["metadata"]["name"])}" ({asked}) is not a pod of mpijob '
+                                   f"{job.metadata.name}: it is not controlled by the job or lacks its labels")
 
 
 def default_container(pod: JSON) -> str:
@@ -242,6 +265,8 @@ async def _print_log(kube: KubeClient, namespace: str, name: str, which: Which, 
     attempt = _attempt(job, asked)
     pod_of = await pod_name(kube, job, which, attempt)
     pod = await kube.get_or_none(PODS, namespace, pod_of)
+    if pod is not None:
+        check_ours(job, pod, which)
     if pod is not None and views.pod_attempt(pod) in (attempt, None):
         await _pod_log(kube, namespace, pod, container, follow)
         return
@@ -264,20 +289,39 @@ async def _print_log(kube: KubeClient, namespace: str, name: str, which: Which, 
         raise click.ClickException(str(error)) from error
     click.echo(f"# {pod_of}, attempt {attempt}: from ConfigMap {saved['metadata']['name']} key {key} "
                "(the pod is gone; its last lines)", err=True)
-    click.echo(text, nl=not text.endswith("\n"))
+    out = LogOutput()
+    out.write((text if text.endswith("\n") else text + "\n").encode(), final=True)
 
 
 async def _pod_log(kube: KubeClient, namespace: str, pod: JSON, container: str | None, follow: bool) -> None:
     name = pod["metadata"]["name"]
     query = {"container": container or default_container(pod)}
     path = PODS.path(namespace, name, "log")
+    out = LogOutput()
     if not follow:
-        sys.stdout.buffer.write(await kube.request_raw("GET", path, query=query, accept="*/*"))
-        sys.stdout.flush()
+        out.write(await kube.request_raw("GET", path, query=query, accept="*/*"), final=True)
         return
     async for chunk in kube.stream(path, {**query, "follow": "true"}):
-        sys.stdout.buffer.write(chunk)
-        sys.stdout.flush()
+        out.write(chunk)
+    out.write(b"", final=True)
+
+
+class LogOutput:
+    """Where a log goes: to a file or a pipe its bytes as they are (as `kubectl logs` writes them); to a terminal
+    each control and format character escaped, line breaks and tabs kept (`printable`): a tenant's pods wrote it,
+    and a terminal obeys the escape sequences in it."""
+
+    def __init__(self, out: TextIO | None = None) -> None:
+        self.out = out or sys.stdout
+        self.escape = self.out.isatty()
+        self._decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")  # a chunk may end inside a character
+
+    def write(self, chunk: bytes, final: bool = False) -> None:
+        if self.escape:
+            self.out.write(printable(self._decoder.decode(chunk, final), newlines=True))
+        else:
+            self.out.buffer.write(chunk)
+        self.out.flush()
 
 
 @main.command(name="exec", context_settings={"ignore_unknown_options": True})
@@ -303,6 +347,7 @@ def exec_(ctx: click.Context, name: str, rank: int | None, worker: int | None, l
         pod = await kube.get_or_none(PODS, target.namespace, pod_of)
         if pod is None:
             raise click.ClickException(f'pod "{pod_of}" of mpijob {name} not found in namespace "{target.namespace}"')
+        check_ours(job, pod, which)
         return pod_of, container or default_container(pod)
 
     pod_of, chosen = _run(target, resolve)

@@ -6,13 +6,16 @@ from __future__ import annotations
 import datetime as dt
 from collections.abc import Sequence
 
+from mpiop.printable import printable
+
 NONE = "<none>"
 _GAP = "   "
 
 
 def table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
-    """Left-aligned columns as wide as their widest cell, no trailing spaces, one line per row."""
-    cells = [[h.upper() for h in headers], *[[str(c) if c != "" else NONE for c in row] for row in rows]]
+    """Left-aligned columns as wide as their widest cell (escaped: a tenant writes some), no trailing spaces, one
+    line per row."""
+    cells = [[h.upper() for h in headers], *[[printable(str(c)) if c != "" else NONE for c in row] for row in rows]]
     widths = [max(len(row[i]) for row in cells) for i in range(len(headers))]
     return "\n".join(_GAP.join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip() for row in cells) + "\n"
 

@@ -7,7 +7,6 @@ progress a training loop reports) are shown when present without this version kn
 from __future__ import annotations
 
 import datetime as dt
-import unicodedata
 from collections.abc import Sequence
 from typing import Any
 
@@ -17,6 +16,7 @@ from mpiop.api.v2beta1 import MPIJob
 from mpiop.desired.evidence import SUMMARY_KEY
 from mpiop.desired.evidence import log_key as key_of
 from mpiop.plugin.tables import NONE, age, table
+from mpiop.printable import printable
 
 FAILURE_COLUMN = 90  # the attempts table's FAILURE cell: the blamed pod, its ranks, node and exit, cut here
 
@@ -57,19 +57,6 @@ def last_failure(job: MPIJob, attempt_config_maps: Sequence[JSON] = ()) -> str |
     return " ".join(p for p in parts if p)
 
 
-# What a terminal must not be handed raw: control characters (ESC starts an escape sequence), format characters (the
-# bidirectional overrides reorder what is shown), line and paragraph separators, surrogates.
-UNPRINTABLE = frozenset({"Cc", "Cf", "Zl", "Zp", "Cs"})
-
-
-def printable(text: str) -> str:
-    """`text` with every unprintable character escaped as Python writes it (\\x1b, \\u202e): a job's pods write its
-    trainerStatus, and whoever runs `kubectl mpijob status` is someone else."""
-    if not any(unicodedata.category(c) in UNPRINTABLE for c in text):
-        return text
-    return "".join(c.encode("unicode_escape").decode() if unicodedata.category(c) in UNPRINTABLE else c for c in text)
-
-
 def _flatten(value: Any, prefix: str = "") -> list[tuple[str, str]]:
     if isinstance(value, dict):
         return [kv for k, v in value.items() for kv in _flatten(v, f"{prefix}.{k}" if prefix else str(k))]
@@ -97,13 +84,13 @@ def status_text(raw: JSON, attempt_config_maps: list[JSON], now: dt.datetime) ->
         else f"Attempt started:  {NONE}",
         f"Excluded nodes:   {', '.join(status.excluded_nodes) if status.excluded_nodes else NONE}",
     ]
-    lines += [f"  {e.node}: {printable(e.message)}" for e in status.node_exclusions or []]
+    lines += [f"  {e.node}: {e.message}" for e in status.node_exclusions or []]
     if (stop := status.condition("Stopping")) is not None:  # a graceful stop under way, or how the last one went
-        lines.append(f"Graceful stop:    {printable(stop.message or stop.reason or '')}")
+        lines.append(f"Graceful stop:    {stop.message or stop.reason or ''}")
     progress = (raw.get("status") or {}).get("trainerStatus")
     if progress:
         lines.append("Progress:")
-        lines += [f"  {printable(key)}: {printable(value)}" for key, value in _flatten(progress)]
+        lines += [f"  {key}: {value}" for key, value in _flatten(progress)]
     else:
         lines.append(f"Progress:         {NONE} (not reported)")
     lines.append("Milestones:")
@@ -116,7 +103,9 @@ def status_text(raw: JSON, attempt_config_maps: list[JSON], now: dt.datetime) ->
     lines += ["  " + line for line in table(["Milestone", "Age", "Reason"], rows).splitlines()]
     failure = last_failure(job, attempt_config_maps)
     lines.append(f"Last failure:     {failure}" if failure else f"Last failure:     {NONE}")
-    return "\n".join(lines) + "\n"
+    # Each line escaped, and a line break inside one too: a job's pods write its trainerStatus, termination messages
+    # and saved summaries, and whoever runs `kubectl mpijob status` is someone else.
+    return "\n".join(printable(line) for line in lines) + "\n"
 
 
 def _time(value: dt.datetime | None) -> str | None:

@@ -16,10 +16,10 @@ from __future__ import annotations
 
 import asyncio
 import datetime as dt
+import logging
 import os
 import re
 import time
-import unicodedata
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
@@ -34,6 +34,8 @@ from mpiop.api.v2beta1 import MPIJob, TrainerStatus
 from mpiop.controller.caches import Caches
 from mpiop.desired import status_report
 from mpiop.kube.client import MPIJOBS, PODS, ApiError, KubeClient
+from mpiop.printable import first_unprintable
+from mpiop.server import EveryMinute
 from mpiop.serving.token_reviews import PostRefusedError, Refused, Reviewer, TokenReviews
 
 __all__ = ["PostRefusedError", "Reviewer", "StatusWriter", "TokenReviews", "check_reporter", "parse_report",
@@ -49,10 +51,6 @@ BODY_LIMIT = 64 * 1024
 REPORT_FIELDS = ("progressPercentage", "estimatedRemainingSeconds", "metrics", "lastUpdatedTime")
 DNS1123_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
 DNS1123_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
-# What a metric's name or value may not hold: `kubectl mpijob status` prints them to terminals. Control characters
-# (Cc: ESC starts a terminal escape), format characters (Cf: the bidirectional overrides reorder what is shown),
-# line and paragraph separators, surrogates.
-UNPRINTABLE = frozenset({"Cc", "Cf", "Zl", "Zp", "Cs"})
 
 
 def check_path(namespace: str, name: str) -> None:
@@ -119,7 +117,8 @@ def parse_report(body: bytes, now: dt.datetime) -> TrainerStatus:
         raise PostRefusedError(422, "out_of_range", problems) from None
     for index, metric in enumerate(report.metrics or []):
         for what, text in (("name", metric.name), ("value", metric.value)):
-            if bad := next((c for c in text if unicodedata.category(c) in UNPRINTABLE), None):
+            # What `mpiop.printable` would escape: `kubectl mpijob status` prints a metric to a terminal.
+            if bad := first_unprintable(text):
                 raise PostRefusedError(422, "unprintable",
                                        f"trainerStatus.metrics.{index}.{what}: holds U+{ord(bad):04X}, a control "
                                        "character or a format character")
@@ -232,6 +231,17 @@ def _refusal(refused: PostRefusedError) -> web.Response:
     return response
 
 
+REFUSALS_LOGGED = EveryMinute()  # anyone who reaches the endpoint may be refused a thousand times a second
+
+
+def log_refusal(job: str, refused: PostRefusedError, limit: EveryMinute = REFUSALS_LOGGED) -> None:
+    """At most `limit.records` refused posts logged a minute, the next one saying how many were not: every refusal
+    is counted in mpiop_status_posts_total all the same."""
+    record = logging.makeLogRecord({"msg": "progress post refused"})
+    if limit.filter(record):
+        log.info(record.getMessage(), job=job, code=refused.code, why=refused.message)
+
+
 def status_app(caches: Caches, reviews: TokenReviews, writer: StatusWriter,
                now: Callable[[], dt.datetime] = lambda: dt.datetime.now(dt.UTC),
                stop_notice: Callable[[MPIJob], JSON | None] = lambda job: None) -> web.Application:
@@ -255,7 +265,7 @@ def status_app(caches: Caches, reviews: TokenReviews, writer: StatusWriter,
         except PostRefusedError as refused:
             metrics.STATUS_POSTS.labels(str(refused.code), refused.reason).inc()
             key = f"{namespace}/{name}" if refused.reason != "bad_path" else ascii(f"{namespace}/{name}"[:120])
-            log.info("progress post refused", job=key, code=refused.code, why=refused.message)
+            log_refusal(key, refused)
             return _refusal(refused)
         except web.HTTPRequestEntityTooLarge:
             metrics.STATUS_POSTS.labels("413", "too_large").inc()

@@ -21,6 +21,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
+import aiohttp
 import structlog
 from cachetools import LRUCache, TTLCache
 
@@ -151,7 +152,9 @@ class TokenReviews:
                 self.sent += 1
                 async with asyncio.timeout(REVIEW_TIMEOUT_SECONDS):
                     found = await self._ask(token)
-        except (ApiError, OSError, TimeoutError, ValueError) as error:  # ValueError: an answer that is not JSON
+        # ValueError: an answer that is not JSON; aiohttp.ClientError: a connection closed mid-answer (not an OSError).
+        # Any of them escaping would be raised again in every post waiting on this review, its traceback growing.
+        except (ApiError, aiohttp.ClientError, OSError, TimeoutError, ValueError) as error:
             log.warning("a token review failed", error=str(error)[:200])
             return Refused(503, "review_failed", f"the token could not be reviewed now: {str(error)[:200]}",
                            retry_after=1)

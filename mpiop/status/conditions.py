@@ -12,6 +12,7 @@ from __future__ import annotations
 import datetime as dt
 
 from mpiop.api.v2beta1 import ConditionStatus, ConditionType, JobCondition, JobStatus
+from mpiop.printable import printable
 
 CREATED_REASON = "MPIJobCreated"
 RUNNING_REASON = "MPIJobRunning"
@@ -44,7 +45,9 @@ def set_condition(
     message: str,
     now: dt.datetime,
 ) -> bool:
-    """Set one condition; return True when it became True just now (a transition worth an Event)."""
+    """Set one condition; return True when it became True just now (a transition worth an Event). The message is
+    escaped (`printable`, lines kept): a condition tells what a tenant's pods wrote; `kubectl describe` prints it."""
+    message = printable(message, newlines=True)
     existing = status.condition(condition_type)
     if existing is not None and (existing.status, existing.reason, existing.message) == (value, reason, message):
         return False

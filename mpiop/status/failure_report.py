@@ -20,6 +20,7 @@ from mpiop import names, podstate
 from mpiop.api.v2beta1 import FailureInfo, MPIJob
 from mpiop.desired import ranks
 from mpiop.plan import Observed
+from mpiop.printable import log_line, printable
 from mpiop.status import backoff, in_place
 
 TAIL_LINES = 20
@@ -40,7 +41,6 @@ _HOST_PATTERNS = (
 )
 # "Process name: [[51934,1],3]" (ORTE) or "[prterun-pi-launcher-17@1,3]" (PRTE): rank 3, mapped by the hostfile.
 _PROCESS_NAME = re.compile(r"Process name:\s*\[(?:\[\d+,\d+\]|[^\]\s]*@\d+),(?P<rank>\d+)\]")
-_CONTROL = re.compile(r"\x1b\[[0-9;]*[A-Za-z]|[\x00-\x08\x0b-\x1f\x7f]")
 
 
 @dataclass(frozen=True)
@@ -84,9 +84,9 @@ def summary_only(what: str, reason: str = "Failed") -> Report:
 
 
 def bound_tail(raw: str | bytes, lines: int = TAIL_LINES, size: int = TAIL_BYTES) -> str:
-    """The last `lines` lines and at most `size` bytes of a log, control characters removed."""
+    """The last `lines` lines and at most `size` bytes of a log, each line as `printable.log_line` shows it."""
     text = raw.decode("utf-8", errors="replace") if isinstance(raw, bytes) else raw
-    kept = [_CONTROL.sub("", line).rstrip() for line in text.replace("\r\n", "\n").split("\n")]
+    kept = [log_line(line).rstrip() for line in text.replace("\r\n", "\n").split("\n")]
     while kept and not kept[-1]:
         kept.pop()
     out = "\n".join(kept[-lines:])
@@ -173,9 +173,10 @@ def _lines_of(text: str, match: re.Match[str]) -> str:
 
 
 def _termination_message(pod: podstate.Pod) -> str:
-    """The failed container's termination message and a newline, or "" (kubexec.sh writes its finding there)."""
+    """The failed container's termination message (escaped: its container wrote it) and a newline, or ""
+    (kubexec.sh writes its finding there)."""
     found = podstate.container_failure(pod)
-    return f"{found.message}\n" if found is not None and found.message.strip() else ""
+    return f"{printable(found.message, newlines=True)}\n" if found is not None and found.message.strip() else ""
 
 
 def _where(job: MPIJob, pod: podstate.Pod) -> str:
@@ -188,13 +189,13 @@ def _where(job: MPIJob, pod: podstate.Pod) -> str:
 
 def _describe(job: MPIJob, pod: podstate.Pod, detail_told: str = "") -> str:
     """`pod (ranks, node) container c Reason exit N`, with the kubelet's message's last line, if any (and not in
-    `detail_told`, already said)."""
+    `detail_told`, already said); on one line, escaped (a container writes its termination message)."""
     name = podstate.name(pod)
-    text = name + _where(job, pod) + podstate.failure_summary(pod).removeprefix(name)
+    text = name + _where(job, pod) + printable(podstate.failure_summary(pod).removeprefix(name))
     found = podstate.container_failure(pod)
     detail = ""
     if found is not None and found.message.strip():
-        detail = found.message.strip().splitlines()[-1].strip()
+        detail = printable(found.message.strip().splitlines()[-1].strip())
     if detail and detail not in detail_told:
         text += f": {detail[:_DETAIL_CHARS]}"
     return text
@@ -203,8 +204,8 @@ def _describe(job: MPIJob, pod: podstate.Pod, detail_told: str = "") -> str:
 def _reason(pod: podstate.Pod) -> str:
     found = podstate.container_failure(pod)
     if found is not None:
-        return found.reason
-    return str(pod.get("status", {}).get("reason") or "Failed")
+        return printable(found.reason)
+    return printable(str(pod.get("status", {}).get("reason") or "Failed"))
 
 
 def _info(job: MPIJob, pod: podstate.Pod, reason: str, attempt: int) -> FailureInfo:
@@ -219,9 +220,10 @@ def _info(job: MPIJob, pod: podstate.Pod, reason: str, attempt: int) -> FailureI
 def disruption_report(job: MPIJob, pod: podstate.Pod, reason: str, message: str, attempt: int) -> Report:
     """A pod that was disrupted (its DisruptionTarget condition's reason, e.g. EvictionByEvictionAPI): the pod to
     blame, whatever else failed because it went."""
+    reason = printable(reason)
     what = f"{podstate.name(pod)}{_where(job, pod)} {podstate.DISRUPTION_TARGET} {reason}"
     if message.strip():
-        what += f": {message.strip()[:_DETAIL_CHARS]}"
+        what += f": {printable(message.strip()[:_DETAIL_CHARS])}"
     return Report(podstate.name(pod), reason, what, _info(job, pod, reason, attempt))
 
 

@@ -359,3 +359,54 @@ def test_exec_launch_overlay_and_chart_value_agree(control_plane: ControlPlane, 
     args = [obj["spec"]["template"]["spec"]["containers"][0]["args"] for obj in (ours["Deployment"],
                                                                                    theirs["Deployment"])]
     assert args[0] == args[1] and "--default-launch=exec" in args[0]
+
+
+def _ingress(policy: JSON) -> list[tuple[str, list[JSON]]]:
+    """(port, peers) of each ingress rule of a NetworkPolicy."""
+    return [(port["port"], rule["from"]) for rule in policy["spec"]["ingress"] for port in rule["ports"]]
+
+
+JOB_PODS = {"namespaceSelector": {}, "podSelector": {"matchExpressions": [
+    {"key": "training.kubeflow.org/job-name", "operator": "Exists"}]}}
+PROMETHEUS = {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "monitoring"}}}
+
+
+def test_network_policy_overlay_passes_a_server_side_dry_run(control_plane: ControlPlane,
+                                                              system_namespace: str) -> None:
+    """Into mpiop's pods only Prometheus (:metrics), the jobs' pods and the apiserver (:status); the probes' port
+    has no rule (the kubelet probes from the node, always allowed), and nothing else is let in."""
+    overlay = str(DEPLOY / "overlays" / "network-policy")
+    assert dry_run(control_plane, "-k", overlay) == BASE_OBJECTS | {"networkpolicy.networking.k8s.io/mpiop"}
+    objects = docs(control_plane.kubectl("kustomize", overlay))
+    policy = by_kind(objects)["NetworkPolicy"]
+    deployment = by_kind(objects)["Deployment"]
+    assert policy["spec"]["podSelector"]["matchLabels"] == deployment["spec"]["selector"]["matchLabels"]
+    assert policy["spec"]["policyTypes"] == ["Ingress"]
+    assert _ingress(policy) == [("metrics", [PROMETHEUS]),
+                                ("status", [JOB_PODS, {"ipBlock": {"cidr": "192.0.2.0/24"}}])]
+    ports = {p["name"] for p in deployment["spec"]["template"]["spec"]["containers"][0]["ports"]}
+    assert ports == {"metrics", "health", "status"}  # the policy names two of them; health is the kubelet's
+
+
+def test_helm_network_policy_passes_a_server_side_dry_run_and_matches_the_overlay(
+        control_plane: ControlPlane, system_namespace: str, helm: str) -> None:
+    rendered = render(helm, "networkPolicy.enabled=true", "networkPolicy.apiserver[0].ipBlock.cidr=10.0.0.0/24",
+                      crds=False)
+    objects = docs(rendered)
+    assert "networkpolicy.networking.k8s.io/mpiop" in dry_run(control_plane, "-f", "-", input_text=rendered)
+    policy = by_kind(objects)["NetworkPolicy"]
+    assert policy["spec"]["podSelector"]["matchLabels"] == by_kind(objects)["Deployment"]["spec"]["selector"][
+        "matchLabels"]
+    assert _ingress(policy) == [("metrics", [PROMETHEUS]),
+                                ("status", [JOB_PODS, {"ipBlock": {"cidr": "10.0.0.0/24"}}])]
+    assert "NetworkPolicy" not in {o["kind"] for o in docs(render(helm, crds=False))}  # off by default
+    lean = by_kind(docs(render(helm, "networkPolicy.enabled=true", "statusEndpoint.enabled=false",
+                               "metrics.enabled=false", "replicaCount=1", "leaderElection.enabled=false",
+                               crds=False)))["NetworkPolicy"]
+    assert not lean["spec"].get("ingress"), lean  # no metrics, no status endpoint: nothing comes in
+
+
+def test_helm_refuses_a_network_policy_without_the_apiservers_addresses(helm: str) -> None:
+    result = subprocess.run([helm, "template", "mpiop", str(CHART), "--set", "networkPolicy.enabled=true"],
+                            capture_output=True, text=True, timeout=120, check=False)
+    assert result.returncode != 0 and "networkPolicy.apiserver" in result.stderr

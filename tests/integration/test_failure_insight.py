@@ -5,11 +5,14 @@ the runtime's reason, exit code and message). Log tails need a real kubelet: e2e
 
 from __future__ import annotations
 
+import asyncio
+
 from devcluster.controlplane import ControlPlane
 from mpiop import names
 from mpiop.api.raw import JSON
 from mpiop.kube.client import PODS
 from testkit.operator import Cluster, Operator, eventually, mpijob, start_pods
+from testkit.plugin import kubectl_mpijob
 
 START_ERROR = ('failed to create containerd task: failed to create shim task: OCI runtime create failed: runc create '
                'failed: unable to start container process: error during container init: exec: "mpirunx": '
@@ -196,3 +199,25 @@ async def test_crash_looping_launcher_under_on_failure(control_plane: ControlPla
     describe = control_plane.kubectl("describe", "mpijob", "loop", "-n", cluster.ns)
     print(f"\n$ kubectl describe mpijob loop\n{describe}")
     assert "ContainerRestarted" in describe and "BackoffLimitExceeded" in describe
+
+
+async def test_a_termination_message_reaches_the_condition_the_event_and_the_plugin_escaped(
+        control_plane: ControlPlane, cluster: Cluster, operator: Operator) -> None:
+    """A container writes its termination message: 3cc6b1b put its ESC and BEL raw into the condition and the Event
+    (`kubectl describe` prints both raw) and `kubectl mpijob status` printed them to the admin's terminal."""
+    await cluster.create_job(mpijob("esc", workers=2))
+    await start_pods(cluster, "esc", 2, nodes={"esc-launcher": "node-a", "esc-worker-0": "node-b",
+                                                "esc-worker-1": "node-c"})
+    await _terminated(cluster, "esc-worker-1", phase="Failed", reason="Error", exit_code=1,
+                      message="boom \x1b]0;pwned\x07... \u202eFAKE")
+    restarting = await eventually(lambda: cluster.condition("esc", "Restarting"), what="Restarting")
+    message = (f"MPIJob {cluster.ns}/esc is restarting (restart 1 of backoffLimit 6): esc-worker-1 (rank 1, node "
+               "node-c) container main Error exit 1: boom \\x1b]0;pwned\\x07... \\u202eFAKE; the attempt's logs are "
+               "kept in ConfigMap esc-attempt-0")
+    print(f"\ncondition Restarting: {restarting['message']}")
+    assert restarting["message"] == message
+    assert await eventually(lambda: _events(cluster, "MPIJobRestarting"), what="the Event") == [message]
+    shown = await asyncio.to_thread(kubectl_mpijob, control_plane.kubeconfig, "status", "esc", "-n", cluster.ns)
+    print(f"$ kubectl mpijob status esc\n{shown.stdout}")
+    assert shown.returncode == 0 and f"Last failure:     {message}\n" in shown.stdout, shown
+    assert not any(c in shown.stdout for c in "\x1b\x07\u202e")

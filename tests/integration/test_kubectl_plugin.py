@@ -145,3 +145,74 @@ async def test_a_finished_jobs_cleaned_worker_points_at_the_launchers_log(contro
         f'Error: pod "pi-worker-1" of mpijob pi not found in namespace "{namespace}" (attempt 0): the job Succeeded, '
         "and cleanPodPolicy Running deleted its pods still running. mpirun gathers every rank's output into the "
         f"launcher's log: kubectl mpijob logs pi -n {namespace} --launcher\n")
+
+
+# The issue's termination message: OSC 0 retitles an admin's terminal window, BEL ends it; then a line break and a
+# right-to-left override, and a screen clear.
+PWNED = "boom \x1b]0;pwned\x07... \u202eFAKE\x1b[2J"
+PWNED_SHOWN = "boom \\x1b]0;pwned\\x07... \\u202eFAKE\\x1b[2J"
+
+
+async def test_status_shows_a_tenants_termination_message_escaped(control_plane: ControlPlane, kube: KubeClient,
+                                                                  mpijob_crd: str, namespace: str) -> None:
+    """What 3cc6b1b's operator wrote (the report held the worker's termination message raw) and what a tenant may
+    write itself (the attempt's ConfigMap, lastFailure through a pod's status.reason): the plugin prints none of it
+    raw. 3cc6b1b printed the ESC and BEL of the Last failure line as they were."""
+    created = await kube.create(MPIJOBS, namespace, make_mpijob("pi", namespace).workers(2).slots(2).manifest())
+    job = MPIJob.model_validate(created)
+    now = dt.datetime.now(dt.UTC).replace(microsecond=0)
+    message = (f"MPIJob {namespace}/pi is restarting (restart 1 of backoffLimit 6): pi-worker-1 (ranks 2-3, node "
+               f"node-b) container main Error exit 1: {PWNED}\nLast lines of pi-launcher/main:\n\x1b]0;again\x07")
+    status = JobStatus(
+        conditions=[
+            JobCondition(type="Created", status="True", reason="MPIJobCreated", last_transition_time=now),
+            JobCondition(type="Restarting", status="True", reason="MPIJobRestarting", message=message,
+                         last_transition_time=now),
+        ],
+        restart_count=1, attempt_start_time=now,
+        last_failure=FailureInfo(reason="OutOf\x1b[2Jx", pod="pi-worker-1", attempt=0, time=now),
+    )
+    await kube.patch(MPIJOBS, namespace, "pi", {"status": status.to_json()}, subresource="status")
+    await kube.create(CONFIGMAPS, namespace, evidence.config_map(
+        job, 0, f"MPIJob {namespace}/pi is restarting (restart 1 of backoffLimit 6): pi-worker-1 {PWNED}; then",
+        [(evidence.log_key("pi-worker-1", "main"), WORKER_LOG)]))
+    shown = await kubectl_mpijob(control_plane, "status", "pi", "-n", namespace)
+    print(f"$ kubectl mpijob status pi\n{shown.stdout}")
+    assert shown.returncode == 0, shown.stderr
+    assert not any(c in shown.stdout for c in "\x1b\x07\u202e"), ascii(shown.stdout)
+    assert (f"Last failure:     MPIJob {namespace}/pi is restarting (restart 1 of backoffLimit 6): pi-worker-1 "
+            f"(ranks 2-3, node node-b) container main Error exit 1: {PWNED_SHOWN}\n") in shown.stdout
+    table = await kubectl_mpijob(control_plane, "attempts", "pi", "-n", namespace)
+    assert table.returncode == 0 and "\x1b" not in table.stdout and PWNED_SHOWN[:30] in table.stdout, table
+
+
+@pytest.mark.parametrize("squatter", ["victim", "pi-worker-0"], ids=["another-pod", "a-pod-named-like-a-worker"])
+@pytest.mark.parametrize("verb", [["exec", "pi", "--rank", "0", "--", "true"], ["logs", "pi", "--rank", "0"]],
+                         ids=["exec", "logs"])
+async def test_a_rank_the_hostfile_points_at_a_pod_the_job_does_not_control_is_refused(
+        control_plane: ControlPlane, kube: KubeClient, restarted: MPIJob, namespace: str, squatter: str,
+        verb: list[str]) -> None:
+    """The hostfile ConfigMap is the namespace's to write: pointed at any pod, `exec --rank 0` ran the admin's
+    command there (3cc6b1b: `kubectl exec ... victim`) and `logs --rank 0` read its log. A pod is a rank's only if
+    the job controls it and it carries the job's labels; a pod named like a worker, with the job's labels and no
+    owner, is no more the job's."""
+    labels = {"training.kubeflow.org/operator-name": "mpi-operator", "training.kubeflow.org/job-name": "pi",
+              "mpiop.kubeflow.org/attempt": "1"} if squatter == "pi-worker-0" else {"app": "db"}
+    await kube.create(PODS, namespace, {"apiVersion": "v1", "kind": "Pod",
+                                        "metadata": {"name": squatter, "labels": labels},
+                                        "spec": {"containers": [{"name": "main", "image": "busybox"}]}})
+    hostfile = f"{squatter}.pi.{namespace}.svc slots=2\npi-worker-1.pi.{namespace}.svc slots=2\n"
+    await kube.patch(CONFIGMAPS, namespace, "pi-config", {"data": {"hostfile": hostfile}})
+    shown = await kubectl_mpijob(control_plane, "-n", namespace, *verb)
+    print(f"$ kubectl mpijob {' '.join(verb)}\n{shown.stderr}")
+    assert shown.returncode == 1 and shown.stdout == "", shown
+    assert shown.stderr == (f'Error: pod "{squatter}" (rank 0) is not a pod of mpijob pi: it is not controlled by '
+                            "the job or lacks its labels\n")
+
+
+async def test_a_rank_the_hostfile_names_as_no_pod_is_refused_escaped(control_plane: ControlPlane, kube: KubeClient,
+                                                                      restarted: MPIJob, namespace: str) -> None:
+    await kube.patch(CONFIGMAPS, namespace, "pi-config", {"data": {"hostfile": "evil\x1b[2J slots=4\n"}})
+    shown = await kubectl_mpijob(control_plane, "-n", namespace, "exec", "pi", "--rank", "0", "--", "true")
+    assert shown.returncode == 1 and shown.stderr == (
+        'Error: mpijob pi: the hostfile\'s host for rank 0 is "evil\\x1b[2J", not a pod name\n'), shown

@@ -155,3 +155,11 @@ async def test_unsent_counts_events_waiting_and_being_sent(fake: FakeEvents, rec
     fake.gate.set()
     assert await recorder.flush(timeout=5)
     assert recorder.unsent() == 0
+
+
+async def test_an_events_message_is_sent_escaped(fake: FakeEvents, recorder: EventRecorder) -> None:
+    """`kubectl describe` and `kubectl get events` print an Event's message raw: a tenant's termination message in it
+    is escaped (lines kept: a report and its log tail)."""
+    recorder.record(JOB, Event("Warning", "MPIJobFailed", "boom \x1b]0;pwned\x07\u202e\nLast lines:\n\x1b[2J"), at(0))
+    assert await recorder.flush(timeout=5)
+    assert fake.calls[0][1]["message"] == "boom \\x1b]0;pwned\\x07\\u202e\nLast lines:\n\\x1b[2J"

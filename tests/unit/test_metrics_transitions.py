@@ -55,3 +55,22 @@ def test_label_values_known_in_advance_are_exported_from_zero() -> None:
     assert REGISTRY.get_sample_value("mpiop_watch_restarts_total", {"resource": "poddisruptionbudgets"}) is None
     metrics.watching(["poddisruptionbudgets"])
     assert REGISTRY.get_sample_value("mpiop_watch_restarts_total", {"resource": "poddisruptionbudgets"}) == 0
+
+
+def test_a_restarts_reason_label_is_one_of_a_known_set_or_other() -> None:
+    """A pod's status.reason feeds lastFailure.reason, and a pod requesting a made-up extended resource fails
+    OutOf<that resource>: 100 such restarts are 100 counts of one series, not 100 series."""
+    job = make_mpijob("pi").condition("Created").condition("Running").obj()
+
+    def series() -> int:
+        return sum(1 for family in REGISTRY.collect() if family.name == "mpiop_jobs_restarted"
+                   for sample in family.samples if sample.name == "mpiop_jobs_restarted_total")
+
+    before, other = series(), value("mpiop_jobs_restarted_total", reason="Other")
+    for n in range(100):
+        restarted = job.status.model_copy(update={"restart_count": 1,
+                                                  "last_failure": FailureInfo(reason=f"OutOfexample.com/r{n}")})
+        metrics.count_transitions(job, restarted, at(n))
+    assert value("mpiop_jobs_restarted_total", reason="Other") == other + 100
+    assert series() == before
+    assert metrics.restart_reason("OOMKilled") == "OOMKilled" and metrics.restart_reason("Evicted\x1b") == "Other"

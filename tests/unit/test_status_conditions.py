@@ -112,3 +112,15 @@ def test_set_false_if_true(before: ConditionStatus | None, after: ConditionStatu
     if before == "True":
         assert condition is not None
         assert (condition.reason, condition.last_transition_time) == ("After", at(5))
+
+
+def test_a_conditions_message_is_escaped_and_setting_it_again_changes_nothing() -> None:
+    """A condition tells what a tenant's pods wrote (a termination message, a log tail): `kubectl describe` prints
+    it."""
+    status = JobStatus()
+    message = "pi-worker-1 container main Error exit 1: boom \x1b]0;pwned\x07\nLast lines of pi-launcher/main:\n\u202e"
+    assert set_condition(status, "Restarting", "True", "MPIJobRestarting", message, at(0))
+    shown = "pi-worker-1 container main Error exit 1: boom \\x1b]0;pwned\\x07\nLast lines of pi-launcher/main:\n\\u202e"
+    assert status.conditions[0].message == shown
+    assert not set_condition(status, "Restarting", "True", "MPIJobRestarting", message, at(1))
+    assert status.conditions[0].last_update_time == at(0)

@@ -8,10 +8,12 @@ import json
 from typing import cast
 
 import pytest
+from structlog.testing import capture_logs
 
 from mpiop.api.raw import JSON
 from mpiop.api.v2beta1 import TrainerStatus
 from mpiop.kube.client import ApiError, KubeClient, Resource
+from mpiop.server import EveryMinute
 from mpiop.serving.status_endpoint import (
     OwnPod,
     PostRefusedError,
@@ -19,6 +21,7 @@ from mpiop.serving.status_endpoint import (
     StatusWriter,
     check_path,
     check_reporter,
+    log_refusal,
     parse_report,
 )
 from testkit.mpijobs import at, make_mpijob
@@ -244,3 +247,18 @@ async def test_the_writer_forgets_a_job_once_its_interval_passes_or_it_is_gone()
     await until(lambda: not writer.jobs(), "both jobs forgotten")
     assert sorted(client.written) == ["done", "gone"]
     await writer.close()
+
+
+def test_refused_posts_are_logged_at_most_ten_a_minute_the_next_saying_how_many_were_not() -> None:
+    """Anyone who reaches the endpoint may be refused a thousand times a second: each refusal was a log line."""
+    clock = [0.0]
+    limit = EveryMinute(clock=lambda: clock[0])
+    refused = PostRefusedError(401, "unauthenticated", "the token was refused")
+    with capture_logs() as logged:
+        for _ in range(1000):
+            log_refusal("ns/pa", refused, limit)
+        clock[0] = 61.0
+        log_refusal("ns/pa", refused, limit)
+    assert [entry["event"] for entry in logged] == ["progress post refused"] * 10 + [
+        "progress post refused (990 more such records dropped in the last minute)"]
+    assert logged[0]["why"] == "the token was refused" and limit.seen == 1001

@@ -192,7 +192,7 @@ def test_bound_tail_keeps_the_last_lines_and_bytes() -> None:
     bounded = bound_tail(long)
     assert len(bounded.encode()) <= 2048 and bounded.endswith(" 19")
     assert bounded.splitlines()[0].startswith("x"), "cut at a line boundary"
-    assert bound_tail(b"\x1b[31mred\x1b[0m\r\nbell\x07 \xff\n") == "red\nbell \ufffd"
+    assert bound_tail(b"\x1b[31mred\x1b[0m\r\nbell\x07 \xff\n") == "red\nbell\\x07 \ufffd"  # colours dropped, BEL shown
 
 
 def test_message_within_the_event_limit_keeps_the_end_of_the_tail() -> None:
@@ -236,3 +236,20 @@ def test_the_first_worker_named_is_blamed() -> None:
     tail = f"{NOTICED.replace('pi-worker-0', 'pi-worker-2')}\n{ORTE_LOST}"
     found = report(JOB, observed(launcher().failed(), worker(1).running(), worker(2).running(), tail=tail), 0)
     assert found is not None and found.pod == "pi-worker-2"
+
+
+@pytest.mark.parametrize(("pods", "shown"), [
+    ([launcher().running(), worker(1).failed(exit_code=1, message="boom \x1b]0;pwned\x07\u202e")],
+     "pi-worker-1 (ranks 2-3, node n2) container main Error exit 1: boom \\x1b]0;pwned\\x07\\u202e"),
+    ([launcher().running(), worker(1).evicted("low on \x1b[2Jmemory\nFAKE: line")],
+     "pi-worker-1 (ranks 2-3, node n2) Evicted: low on \\x1b[2Jmemory\\nFAKE: line"),
+    ([launcher().failed(exit_code=1, message="kubexec.sh: pod pi-worker-1 cannot run /bin/sh \x1b[2J\n"),
+      worker(1).running()],
+     "worker pi-worker-1 (ranks 2-3, node n2), per the launcher's log: kubexec.sh: pod pi-worker-1 cannot run "
+     "/bin/sh \\x1b[2J; then the launcher pi-launcher (node n0) container main Error exit 1"),
+], ids=["termination-message", "kubelet-message", "launcher-termination-message"])
+def test_what_a_container_wrote_is_told_escaped_on_one_line(pods: list[PodBuilder], shown: str) -> None:
+    """A termination message is the container's to write: the report (a condition, an Event, `kubectl mpijob
+    status`) shows its control characters escaped and its line breaks as \\n, never raw."""
+    found = report(JOB, observed(*pods), 0)
+    assert found is not None and found.what == shown

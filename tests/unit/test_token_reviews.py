@@ -8,6 +8,7 @@ import asyncio
 import gc
 from typing import cast
 
+import aiohttp
 import pytest
 
 from mpiop.api.raw import JSON
@@ -25,7 +26,8 @@ from testkit.waits import until
 
 class Apiserver:
     """KubeClient.create for TokenReviews: a token `good-<pod>` is that pod's in namespace ns, `fail` is a 500, any
-    other refused. `hold` keeps every review waiting until released; those in flight are counted."""
+    other refused, `cut` a connection closed mid-answer. `hold` keeps every review waiting until released; those in
+    flight are counted."""
 
     def __init__(self, hold: bool = False) -> None:
         self.sent: list[str] = []
@@ -46,6 +48,8 @@ class Apiserver:
             self.in_flight -= 1
         if token == "fail":
             raise ApiError(500, {"reason": "InternalError"}, "POST", "/apis/authentication.k8s.io/v1/tokenreviews")
+        if token == "cut":  # the connection closed mid-answer: aiohttp's own error, no OSError
+            raise aiohttp.ClientPayloadError("Response payload is not completed")
         if not token.startswith("good-"):
             return {"status": {"authenticated": False, "error": "invalid bearer token"}}
         pod = token.removeprefix("good-")
@@ -194,6 +198,22 @@ async def test_a_review_that_fails_is_a_503_and_not_kept() -> None:
         assert isinstance(answer, Refused) and (answer.code, answer.reason, answer.retry_after) == (
             503, "review_failed", 1)
     assert apiserver.sent == ["fail", "fail"]
+
+
+async def test_a_review_cut_by_the_connection_is_a_503_for_every_waiter_and_not_kept() -> None:
+    """aiohttp.ClientError is no OSError: it escaped the review, and every post waiting on it raised the one
+    exception again, its traceback a frame longer each time."""
+    apiserver = Apiserver(hold=True)
+    lane = reviews(apiserver)
+    waiting = [asyncio.create_task(lane.review("cut", "10.0.0.1")) for _ in range(5)]
+    await until(lambda: apiserver.in_flight == 1, "the review to be sent")
+    apiserver.release.set()
+    answers = await asyncio.gather(*waiting)
+    assert all(isinstance(a, Refused) and (a.code, a.reason) == (503, "review_failed") for a in answers), answers
+    assert "Response payload is not completed" in cast(Refused, answers[0]).message
+    assert apiserver.sent == ["cut"] and lane.cached() == 0
+    await lane.review("cut", "10.0.0.1")
+    assert apiserver.sent == ["cut", "cut"]
 
 
 @pytest.mark.parametrize(("qps", "burst", "after", "expected"), [
