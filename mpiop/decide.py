@@ -5,7 +5,7 @@
     bad forward-env annotation? -> Failed ValidationError                      (policies/forward_env)
     bad exclude-failed-nodes annotation? -> Failed ValidationError             (policies/node_exclusion,
     bad launch annotation, or an exec launcher with its own account? -> Failed ValidationError (policies/launch_mode)
-    a template naming an account <x>-launcher (an exec launcher's)? -> Failed ValidationError
+    a template naming an account *-launcher (an exec launcher's)? -> Failed ValidationError
                                                                       (policies/launcher_accounts)
     bad progress-deadline-seconds annotation? -> Failed ValidationError          (policies/stall)
     bad stop-grace-seconds annotation? -> Failed ValidationError               (policies/graceful_stop)
@@ -123,7 +123,7 @@ def _decide(plan: Plan, job: MPIJob, observed: Observed, now: dt.datetime, setti
     validations: list[Callable[[], Outcome]] = [
         lambda: forward_env.apply(plan, job, now),
         lambda: launch_mode.apply(plan, job, now, settings.default_launch),
-        lambda: launcher_accounts.apply(plan, job, now, settings.default_launch),
+        lambda: launcher_accounts.apply(plan, job, now),
         lambda: node_exclusion.refuse_bad_annotation(plan, job, now),
         lambda: stall.refuse_bad_annotation(plan, job, now),
         lambda: graceful_stop.refuse_bad_annotation(plan, job, now),

@@ -77,18 +77,46 @@ def supporting_objects(plan: Plan, job: MPIJob, observed: Observed, ports: hostn
 def launcher_access(plan: Plan, job: MPIJob, observed: Observed, attempt: int) -> None:
     """An exec launcher's ServiceAccount, Role and RoleBinding; the Role names the attempt's pods that exist.
 
+    The RoleBinding only once the ServiceAccount and the Role are in the cache as the job's own (launcher_rbac.own):
+    one of those names held by another's object (its creation answered AlreadyExists: policies/squatters reports
+    it) is never bound to, nor bound. Made in this pass, they are looked at again at once for the binding.
     A changed Role is looked at again at once: its watch event brings nothing new to the cache, and the launcher
     waits for it to name every worker (policies/launcher_creation)."""
-    if observed.service_account is None:
+    account = launcher_rbac.own(job, observed.service_account)
+    role = launcher_rbac.own(job, observed.role)
+    if account is None:
         plan.creation_steps.supporting.append(launcher_rbac.service_account(job))
-    wanted = launcher_rbac.role(job, launcher_rbac.exec_targets(job, observed, attempt))
-    if observed.role is None:
+    targets = launcher_rbac.exec_targets(job, observed, attempt)
+    wanted = launcher_rbac.role(job, targets)
+    if role is None:
         plan.creation_steps.supporting.append(wanted)
-    elif (observed.role.get("rules") or []) != wanted["rules"]:
+    elif (role.get("rules") or []) != wanted["rules"]:
         plan.objects_to_update.append(wanted)
         plan.requeue_in(0)
-    if observed.role_binding is None:
-        plan.creation_steps.supporting.append(launcher_rbac.role_binding(job))
+    if launcher_rbac.own(job, observed.role_binding) is None:
+        if account is not None and role is not None:
+            plan.creation_steps.supporting.append(launcher_rbac.role_binding(job))
+        if not _access_refused(job, observed):
+            # Made this pass: bound, or the launcher made, the next, as their watch events bring nothing the cache
+            # lacks (a refusal waits for its own backoff instead: status.replica_failure).
+            plan.requeue_in(0)
+    _legacy_role(plan, job, observed, targets)
+
+
+def _access_refused(job: MPIJob, observed: Observed) -> bool:
+    name = names.launcher_account_name(job)
+    return any(r.name == name and r.kind in ("ServiceAccount", "Role", "RoleBinding") for r in observed.refused)
+
+
+def _legacy_role(plan: Plan, job: MPIJob, observed: Observed, targets: list[str]) -> None:
+    """A job started before uid-derived names (an upgrade) has its launcher running as `<job>-launcher`, bound to
+    the Role of that name: it keeps working, as that Role keeps naming exactly what the new one names (never a pod
+    gone or another's), until the garbage collector deletes both with the job. Its next attempt's launcher runs as
+    the new account."""
+    legacy = launcher_rbac.own(job, observed.legacy_role)
+    wanted = launcher_rbac.role(job, targets, names.legacy_launcher_account_name(job))
+    if legacy is not None and (legacy.get("rules") or []) != wanted["rules"]:
+        plan.objects_to_update.append(wanted)
 
 
 def job_pods(plan: Plan, job: MPIJob, observed: Observed, launcher_may_start: bool,
