@@ -111,6 +111,8 @@ def decide(job: MPIJob, observed: Observed, now: dt.datetime, settings: Settings
         adoption.cleanup(plan, job, observed)
         ttl.apply(plan, job, now)
     graceful_stop.apply(plan, job, observed, now, settings)
+    if launch.uses_exec(job, settings.default_launch):
+        ensure.role_without_deleted_pods(plan, job, observed)
     plan.status.replica_statuses = lifecycle.replica_statuses(job, lifecycle.after(observed, plan))
     return plan
 

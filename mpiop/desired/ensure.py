@@ -119,6 +119,29 @@ def _legacy_role(plan: Plan, job: MPIJob, observed: Observed, targets: list[str]
         plan.objects_to_update.append(wanted)
 
 
+def role_without_deleted_pods(plan: Plan, job: MPIJob, observed: Observed) -> None:
+    """Exec launch: the pods this pass deletes (whichever policy planned it) leave the Role in the same pass. The
+    update is sent before any deletion (controller.reconciler), so no name is granted once its pod is going: the
+    name may be taken by anyone's pod as soon as it is gone, and the pod's terminating event, which the cache saw
+    already as the operator's own deletion, brings no pass of its own."""
+    going = {podstate.name(pod) for pod in plan.pods_to_delete}
+    if not going:
+        return
+    for name, cached in ((names.launcher_account_name(job), launcher_rbac.own(job, observed.role)),
+                         (names.legacy_launcher_account_name(job), launcher_rbac.own(job, observed.legacy_role))):
+        planned = next((o for o in [*plan.creation_steps.supporting, *plan.objects_to_update]
+                        if o["kind"] == "Role" and o["metadata"]["name"] == name), None)
+        role = planned if planned is not None else cached
+        named = launcher_rbac.granted(role)
+        if role is None or not going & set(named):
+            continue
+        rules = launcher_rbac.role_rules([pod for pod in named if pod not in going])
+        if planned is not None:
+            planned["rules"] = rules
+        else:
+            plan.objects_to_update.append({**launcher_rbac.role(job, [], name), "rules": rules})
+
+
 def job_pods(plan: Plan, job: MPIJob, observed: Observed, launcher_may_start: bool,
              ports: hostnetwork.Ports, settings: Settings = DEFAULT_SETTINGS) -> None:
     """Workers and launcher of the current attempt (the launcher once its creation policy allows); stale ones

@@ -59,8 +59,13 @@ def worker_names(job: MPIJob) -> list[str]:
 
 def named_pods(role: JSON | None) -> set[str]:
     """The pods a Role (as cached) lets its account exec into."""
-    return {name for rule in (role or {}).get("rules") or [] if "pods/exec" in rule.get("resources", [])
-            for name in rule.get("resourceNames") or []}
+    return set(granted(role))
+
+
+def granted(role: JSON | None) -> list[str]:
+    """The pods a Role lets its account exec into, in its order."""
+    return [name for rule in (role or {}).get("rules") or [] if "pods/exec" in rule.get("resources", [])
+            for name in rule.get("resourceNames") or []]
 
 
 def service_account(job: MPIJob) -> dict[str, Any]:

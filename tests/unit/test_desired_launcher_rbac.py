@@ -330,3 +330,27 @@ def test_the_launcher_of_an_upgraded_jobs_next_attempt_runs_as_the_new_account()
     observed.role = launcher_rbac.role(job, ["pi-worker-0"])
     [launcher] = [o for o in exec_pass(builder, observed).objects_to_create if o["kind"] == "Pod"]
     assert launcher["metadata"]["name"] == "pi-launcher-1" and launcher["spec"]["serviceAccountName"] == ACCESS
+
+
+@pytest.mark.parametrize(("suspended", "worker_replicas", "legacy", "roles"), [
+    (True, 2, False, {ACCESS: []}),
+    (False, 1, False, {ACCESS: ["pi-worker-0"]}),
+    (True, 2, True, {ACCESS: [], LEGACY: []}),
+    (False, 2, False, {}),
+], ids=["suspended", "scaled-down", "suspended-upgraded", "nothing-deleted"])
+def test_the_pods_a_pass_deletes_leave_the_role_in_that_pass_before_their_deletion(
+        suspended: bool, worker_replicas: int, legacy: bool, roles: dict[str, list[str]]) -> None:
+    builder = make_mpijob("pi").workers(worker_replicas)
+    builder = builder.suspend() if suspended else builder
+    job = builder.obj()
+    workers = [make_pod(job, "worker", i).running().obj() for i in range(2)]
+    observed = with_access(job, workers, launcher_rbac.role(job, ["pi-worker-0", "pi-worker-1"]))
+    observed.config_map, observed.service = observe(job, workers).config_map, observe(job, workers).service
+    if legacy:
+        observed.legacy_role = legacy_role(job, ["pi-worker-0", "pi-worker-1"])
+    plan = exec_pass(builder, observed)
+    deleted = {p["metadata"]["name"] for p in plan.pods_to_delete}
+    assert bool(deleted) is bool(roles)
+    assert {u["metadata"]["name"]: launcher_rbac.granted(u) for u in role_updates(plan)} == roles
+    for granted in roles.values():
+        assert not deleted & set(granted)
