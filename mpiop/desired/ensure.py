@@ -96,16 +96,12 @@ def launcher_access(plan: Plan, job: MPIJob, observed: Observed, attempt: int) -
     if launcher_rbac.own(job, observed.role_binding) is None:
         if account is not None and role is not None:
             plan.creation_steps.supporting.append(launcher_rbac.role_binding(job))
-        if not _access_refused(job, observed):
+        if not observed.refused:
             # Made this pass: bound, or the launcher made, the next, as their watch events bring nothing the cache
-            # lacks (a refusal waits for its own backoff instead: status.replica_failure).
+            # lacks. Not while any creation is refused (the rest of the pass is held back): that is retried on the
+            # refusal's own backoff (status.replica_failure).
             plan.requeue_in(0)
     _legacy_role(plan, job, observed, targets)
-
-
-def _access_refused(job: MPIJob, observed: Observed) -> bool:
-    name = names.launcher_account_name(job)
-    return any(r.name == name and r.kind in ("ServiceAccount", "Role", "RoleBinding") for r in observed.refused)
 
 
 def _legacy_role(plan: Plan, job: MPIJob, observed: Observed, targets: list[str]) -> None:
@@ -187,9 +183,10 @@ def job_pods(plan: Plan, job: MPIJob, observed: Observed, launcher_may_start: bo
 
 def _follow_with_role(plan: Plan, observed: Observed) -> None:
     """Exec launch: pods made in this pass are named in the Role only once they exist (launcher_rbac), so the job is
-    looked at again at once; their own watch events bring nothing the cache does not hold already. Not while a pod
-    creation is refused: that is retried on the refusal's own backoff (status.replica_failure)."""
-    if plan.creation_steps.pods() and not any(r.kind == "Pod" for r in observed.refused):
+    looked at again at once; their own watch events bring nothing the cache does not hold already. Not while any
+    creation is refused (a taken supporting name holds every pod back): that is retried on the refusal's own backoff
+    (status.replica_failure)."""
+    if plan.creation_steps.pods() and not observed.refused:
         plan.requeue_in(0)
 
 

@@ -354,3 +354,19 @@ def test_the_pods_a_pass_deletes_leave_the_role_in_that_pass_before_their_deleti
     assert {u["metadata"]["name"]: launcher_rbac.granted(u) for u in role_updates(plan)} == roles
     for granted in roles.values():
         assert not deleted & set(granted)
+
+
+@pytest.mark.parametrize(("kind", "name"), [
+    ("Role", ACCESS), ("ServiceAccount", ACCESS), ("RoleBinding", ACCESS), ("ConfigMap", "pi-config"),
+    ("Service", "pi"),
+])
+def test_a_taken_supporting_name_is_retried_on_its_backoff_never_in_a_busy_loop(kind: str, name: str) -> None:
+    """The pass plans its workers and the access again, but a taken name holds them back (controller.reconciler):
+    waking at once would only be refused again, some hundred times a second."""
+    builder = make_mpijob("pi").workers(2)
+    job = builder.obj()
+    observed = observe(job, owned_objects=False)
+    observed.refused = [Refusal(kind, name, 409, "AlreadyExists", f"{name} already exists")]
+    plan = exec_pass(builder, observed)
+    assert "Pod/pi-worker-0" in kinds(plan)
+    assert plan.requeue_after is not None and plan.requeue_after >= 1
