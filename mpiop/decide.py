@@ -18,7 +18,8 @@
                     (policies/gpu_slots)
     name taken?  -> ReplicaFailure ErrResourceExists (the reconciler then starts nothing)
     (always)     -> SSH Secret (exec launch: the launcher's ServiceAccount, Role naming only this attempt's
-                    pods that exist and the job controls, and RoleBinding; desired.launcher_rbac), Service,
+                    pods that exist, are not terminating and the job controls, and RoleBinding once both are
+                    the job's own, all named from its uid; desired.launcher_rbac), Service,
                     hostfile ConfigMap (discover_hosts.sh: the Running workers, or under --no-discover-hosts a
                     fixed script saying it is off)
     suspended?   -> pods (and kubeflow's launcher Job) deleted, Suspended
@@ -49,6 +50,8 @@
                     deletions planned above). A resumed job waits for its suspended attempt's pods to go.
     gang?        -> its PodGroup made before any pod and the new pods put in it; deleted while suspended
                     or finished; why the gang waits in Running=False (policies/gang, --gang-scheduling)
+    exec launch? -> the pods this pass deletes (whichever step planned it) leave the launcher's Role in the same
+                    pass, sent before the deletions (desired.ensure.role_without_deleted_pods)
 
 What the apiserver answered to the last pass's creations that failed (refused, or the name taken by an
 object the job does not control) is observed like the pods are: the reconciler keeps it for the next pass.
