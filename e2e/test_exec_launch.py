@@ -13,7 +13,8 @@ import pytest
 
 from devcluster.pi_job import SAMPLES, pi_job
 from mpiop.api.raw import JSON
-from mpiop.api.v2beta1 import MPIImplementation
+from mpiop.api.v2beta1 import MPIImplementation, MPIJob
+from mpiop.names import launcher_account_name
 from testkit.e2e.exec_launch import UID, add_passwd, describe, exec_pi_job, finished, report, restricted_exec
 from testkit.e2e.kube import wait_for
 from testkit.e2e.mpi import (
@@ -89,7 +90,8 @@ def test_the_launchers_token_reaches_its_own_worker_only(restricted: E2E,
     log = succeeded_launcher_log(e2e, exec_pi_job("mine", image, script))
     assert f"own worker: exec into mine-worker-0 as uid {UID}" in log
     forbidden = next(line for line in log.splitlines() if line.startswith("other job worker:"))
-    assert "Forbidden" in forbidden and f"system:serviceaccount:{e2e.ns}:mine-launcher" in forbidden, log
+    account = launcher_account_name(MPIJob.model_validate(e2e.job("mine")))
+    assert "Forbidden" in forbidden and f"system:serviceaccount:{e2e.ns}:{account}" in forbidden, log
 
 
 # In the launcher: stdin through the agent, then an agent TERMed while its remote `sleep 300` runs. Counts the

@@ -5,7 +5,7 @@
     bad forward-env annotation? -> Failed ValidationError                      (policies/forward_env)
     bad exclude-failed-nodes annotation? -> Failed ValidationError             (policies/node_exclusion,
     bad launch annotation, or an exec launcher with its own account? -> Failed ValidationError (policies/launch_mode)
-    a template naming an account <x>-launcher (an exec launcher's)? -> Failed ValidationError
+    a template naming an account *-launcher (an exec launcher's)? -> Failed ValidationError
                                                                       (policies/launcher_accounts)
     bad progress-deadline-seconds annotation? -> Failed ValidationError          (policies/stall)
     bad stop-grace-seconds annotation? -> Failed ValidationError               (policies/graceful_stop)
@@ -18,7 +18,8 @@
                     (policies/gpu_slots)
     name taken?  -> ReplicaFailure ErrResourceExists (the reconciler then starts nothing)
     (always)     -> SSH Secret (exec launch: the launcher's ServiceAccount, Role naming only this attempt's
-                    pods that exist and the job controls, and RoleBinding; desired.launcher_rbac), Service,
+                    pods that exist, are not terminating and the job controls, and RoleBinding once both are
+                    the job's own, all named from its uid; desired.launcher_rbac), Service,
                     hostfile ConfigMap (discover_hosts.sh: the Running workers, or under --no-discover-hosts a
                     fixed script saying it is off)
     suspended?   -> pods (and kubeflow's launcher Job) deleted, Suspended
@@ -49,6 +50,8 @@
                     deletions planned above). A resumed job waits for its suspended attempt's pods to go.
     gang?        -> its PodGroup made before any pod and the new pods put in it; deleted while suspended
                     or finished; why the gang waits in Running=False (policies/gang, --gang-scheduling)
+    exec launch? -> the pods this pass deletes (whichever step planned it) leave the launcher's Role in the same
+                    pass, sent before the deletions (desired.ensure.role_without_deleted_pods)
 
 What the apiserver answered to the last pass's creations that failed (refused, or the name taken by an
 object the job does not control) is observed like the pods are: the reconciler keeps it for the next pass.
@@ -111,6 +114,8 @@ def decide(job: MPIJob, observed: Observed, now: dt.datetime, settings: Settings
         adoption.cleanup(plan, job, observed)
         ttl.apply(plan, job, now)
     graceful_stop.apply(plan, job, observed, now, settings)
+    if launch.uses_exec(job, settings.default_launch):
+        ensure.role_without_deleted_pods(plan, job, observed)
     plan.status.replica_statuses = lifecycle.replica_statuses(job, lifecycle.after(observed, plan))
     return plan
 
@@ -123,7 +128,7 @@ def _decide(plan: Plan, job: MPIJob, observed: Observed, now: dt.datetime, setti
     validations: list[Callable[[], Outcome]] = [
         lambda: forward_env.apply(plan, job, now),
         lambda: launch_mode.apply(plan, job, now, settings.default_launch),
-        lambda: launcher_accounts.apply(plan, job, now, settings.default_launch),
+        lambda: launcher_accounts.apply(plan, job, now),
         lambda: node_exclusion.refuse_bad_annotation(plan, job, now),
         lambda: stall.refuse_bad_annotation(plan, job, now),
         lambda: graceful_stop.refuse_bad_annotation(plan, job, now),

@@ -85,8 +85,26 @@ def ssh_secret_name(job: MPIJob) -> str:
     return f"{job.metadata.name}-ssh"
 
 
+# How many hex digits of the job's uid its exec launcher's names carry: 32 bits, which no tenant can pick ahead.
+UID_DIGITS = 8
+
+
 def launcher_account_name(job: MPIJob) -> str:
-    """The exec launcher's ServiceAccount, and the Role and RoleBinding that let it exec into its own pods."""
+    """The exec launcher's ServiceAccount, and the Role and RoleBinding that let it exec into its own pods:
+    `<job>-<first 8 hex digits of its uid>-launcher`.
+
+    The uid is the apiserver's, known only once the job exists, so no tenant can make (or leave behind) an
+    account, Role, or a binding to `system:serviceaccount:<ns>:<that name>`, ahead of it. The `-launcher` suffix
+    is the one policies.launcher_accounts reserves. At most 54 + 1 + 8 + 9 = 72 characters (api.crd bounds the
+    job's name), within a ServiceAccount's 253."""
+    digits = (job.metadata.uid or "").replace("-", "")[:UID_DIGITS]
+    return f"{job.metadata.name}-{digits}-launcher"
+
+
+def legacy_launcher_account_name(job: MPIJob) -> str:
+    """`<job>-launcher`: what mpiop before uid-derived names called the launcher account, Role and RoleBinding. A
+    job started then keeps its launcher running as it; mpiop only keeps that Role's names current
+    (desired.ensure.launcher_access) and the garbage collector deletes them with the job."""
     return f"{job.metadata.name}-launcher"
 
 

@@ -102,6 +102,9 @@ class Observed:
     service_account: JSON | None = None
     role: JSON | None = None
     role_binding: JSON | None = None
+    # A job started before uid-derived launcher names: its Role `<job>-launcher` (names.legacy_launcher_account_name),
+    # which its running launcher's account is bound to; kept naming only the job's pods (desired.ensure).
+    legacy_role: JSON | None = None
     refused: list[Refusal] = field(default_factory=list)
     # Nodes with an extended resource (trimmed to their labels, taints, schedulability and allocatable extended
     # resources), for laying out a job that states its total GPUs (policies/gpu_layout); None: not watched.

@@ -311,6 +311,7 @@ class Caches:
             service_account=one(self.service_accounts, names.launcher_account_name(job)),
             role=one(self.roles, names.launcher_account_name(job)),
             role_binding=one(self.role_bindings, names.launcher_account_name(job)),
+            legacy_role=one(self.roles, names.legacy_launcher_account_name(job)),
             pod_group=one(self.pod_groups, podgroup.pod_group_name(job)) if self.pod_groups is not None else None,
             refused=refused or [],
             claim_templates=self.claim_templates_of(job),

@@ -77,18 +77,65 @@ def supporting_objects(plan: Plan, job: MPIJob, observed: Observed, ports: hostn
 def launcher_access(plan: Plan, job: MPIJob, observed: Observed, attempt: int) -> None:
     """An exec launcher's ServiceAccount, Role and RoleBinding; the Role names the attempt's pods that exist.
 
+    The RoleBinding only once the ServiceAccount and the Role are in the cache as the job's own (launcher_rbac.own):
+    one of those names held by another's object (its creation answered AlreadyExists: policies/squatters reports
+    it) is never bound to, nor bound. Made in this pass, they are looked at again at once for the binding.
     A changed Role is looked at again at once: its watch event brings nothing new to the cache, and the launcher
     waits for it to name every worker (policies/launcher_creation)."""
-    if observed.service_account is None:
+    account = launcher_rbac.own(job, observed.service_account)
+    role = launcher_rbac.own(job, observed.role)
+    if account is None:
         plan.creation_steps.supporting.append(launcher_rbac.service_account(job))
-    wanted = launcher_rbac.role(job, launcher_rbac.exec_targets(job, observed, attempt))
-    if observed.role is None:
+    targets = launcher_rbac.exec_targets(job, observed, attempt)
+    wanted = launcher_rbac.role(job, targets)
+    if role is None:
         plan.creation_steps.supporting.append(wanted)
-    elif (observed.role.get("rules") or []) != wanted["rules"]:
+    elif (role.get("rules") or []) != wanted["rules"]:
         plan.objects_to_update.append(wanted)
         plan.requeue_in(0)
-    if observed.role_binding is None:
-        plan.creation_steps.supporting.append(launcher_rbac.role_binding(job))
+    if launcher_rbac.own(job, observed.role_binding) is None:
+        if account is not None and role is not None:
+            plan.creation_steps.supporting.append(launcher_rbac.role_binding(job))
+        if not observed.refused:
+            # Made this pass: bound, or the launcher made, the next, as their watch events bring nothing the cache
+            # lacks. Not while any creation is refused (the rest of the pass is held back): that is retried on the
+            # refusal's own backoff (status.replica_failure).
+            plan.requeue_in(0)
+    _legacy_role(plan, job, observed, targets)
+
+
+def _legacy_role(plan: Plan, job: MPIJob, observed: Observed, targets: list[str]) -> None:
+    """A job started before uid-derived names (an upgrade) has its launcher running as `<job>-launcher`, bound to
+    the Role of that name: it keeps working, as that Role keeps naming exactly what the new one names (never a pod
+    gone or another's), until the garbage collector deletes both with the job. Its next attempt's launcher runs as
+    the new account."""
+    legacy = launcher_rbac.own(job, observed.legacy_role)
+    wanted = launcher_rbac.role(job, targets, names.legacy_launcher_account_name(job))
+    if legacy is not None and (legacy.get("rules") or []) != wanted["rules"]:
+        plan.objects_to_update.append(wanted)
+
+
+def role_without_deleted_pods(plan: Plan, job: MPIJob, observed: Observed) -> None:
+    """Exec launch: the pods this pass deletes (whichever policy planned it) leave the Role in the same pass. The
+    update is sent before any deletion (controller.reconciler), so no name is granted once its pod is going: the
+    name may be taken by anyone's pod as soon as it is gone, and the pod's terminating event, which the cache saw
+    already as the operator's own deletion, brings no pass of its own."""
+    going = {podstate.name(pod) for pod in plan.pods_to_delete}
+    if not going:
+        return
+    for name, cached in ((names.launcher_account_name(job), launcher_rbac.own(job, observed.role)),
+                         (names.legacy_launcher_account_name(job), launcher_rbac.own(job, observed.legacy_role))):
+        planned = next((o for o in [*plan.creation_steps.supporting, *plan.objects_to_update]
+                        if o["kind"] == "Role" and o["metadata"]["name"] == name), None)
+        role = planned if planned is not None else cached
+        named = launcher_rbac.granted(role)
+        if role is None or not going & set(named):
+            continue
+        rules = launcher_rbac.role_rules([pod for pod in named if pod not in going])
+        if planned is not None:
+            planned["rules"] = rules
+        else:
+            plan.objects_to_update.append({**launcher_rbac.role(job, [], name), "rules": rules})
 
 
 def job_pods(plan: Plan, job: MPIJob, observed: Observed, launcher_may_start: bool,
@@ -136,9 +183,10 @@ def job_pods(plan: Plan, job: MPIJob, observed: Observed, launcher_may_start: bo
 
 def _follow_with_role(plan: Plan, observed: Observed) -> None:
     """Exec launch: pods made in this pass are named in the Role only once they exist (launcher_rbac), so the job is
-    looked at again at once; their own watch events bring nothing the cache does not hold already. Not while a pod
-    creation is refused: that is retried on the refusal's own backoff (status.replica_failure)."""
-    if plan.creation_steps.pods() and not any(r.kind == "Pod" for r in observed.refused):
+    looked at again at once; their own watch events bring nothing the cache does not hold already. Not while any
+    creation is refused (a taken supporting name holds every pod back): that is retried on the refusal's own backoff
+    (status.replica_failure)."""
+    if plan.creation_steps.pods() and not observed.refused:
         plan.requeue_in(0)
 
 

@@ -42,7 +42,7 @@ def test_each_mpi_is_pointed_at_the_agent_and_given_no_ssh_arguments(implementat
 def test_the_launcher_runs_as_its_account_with_kubectl_and_no_ssh_key() -> None:
     pod = launcher_pod(make_mpijob("pi", "ml").obj(), 2, settings=EXEC)
     spec = pod["spec"]
-    assert (spec["serviceAccountName"], spec["automountServiceAccountToken"]) == ("pi-launcher", True)
+    assert (spec["serviceAccountName"], spec["automountServiceAccountToken"]) == ("pi-uidpi-launcher", True)
     assert [v["name"] for v in spec["volumes"]] == ["mpi-job-config", "mpiop-kubectl"]
     assert {"key": "kubexec.sh", "path": "kubexec.sh", "mode": 0o555} in spec["volumes"][0]["configMap"]["items"]
     [delivery] = spec["initContainers"]

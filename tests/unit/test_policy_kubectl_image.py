@@ -11,6 +11,7 @@ from mpiop import podstate
 from mpiop.api.v2beta1 import MPIJob
 from mpiop.controller.trims import trim_pod
 from mpiop.decide import decide
+from mpiop.desired import launcher_rbac
 from mpiop.desired.kubexec import DELIVERY_CONTAINER
 from mpiop.desired.settings import Settings
 from mpiop.names import LAUNCH_ANNOTATION
@@ -32,7 +33,11 @@ def base(annotation: str | None = None) -> MPIJobBuilder:
 
 def decided(job: MPIJob, launcher: PodBuilder, seconds: float, settings: Settings = SETTINGS) -> Plan:
     pods = [launcher.created(at(0)).obj(), *(make_pod(job, "worker", i).running().obj() for i in range(2))]
-    return decide(job, observe(job, pods), at(seconds), settings)
+    observed = observe(job, pods)
+    workers = [f"pi-worker-{i}" for i in range(2)]  # the launcher access, as the cache holds it by now
+    observed.service_account, observed.role = launcher_rbac.service_account(job), launcher_rbac.role(job, workers)
+    observed.role_binding = launcher_rbac.role_binding(job)
+    return decide(job, observed, at(seconds), settings)
 
 
 def unpulled(job: MPIJob, reason: str = "ImagePullBackOff") -> PodBuilder:

@@ -1,5 +1,5 @@
-"""mpiop.policies.launcher_accounts: no template may name an account `<job>-launcher` but its own SSH job's, so no
-pod runs as another job's exec launcher (whose Role lets it exec into that job's pods)."""
+"""mpiop.policies.launcher_accounts: no template may name an account ending in `-launcher`, not even an SSH job its
+own `<job>-launcher`, so no pod runs as an exec launcher's account (whose Role lets it exec into that job's pods)."""
 
 from __future__ import annotations
 
@@ -16,35 +16,42 @@ from mpiop.policies.outcome import CONTINUE, STOP
 from testkit.mpijobs import at, make_mpijob
 from testkit.pods import observe
 
-OTHERS = ("'train-launcher' is MPIJob 'train''s exec launcher account (whether that job exists now or later), which "
-          "may exec into that job's pods; accounts named <job>-launcher are reserved for mpiop's exec launchers: "
-          "name another account")
-OWN = ("'t-launcher' is this job's exec launcher account, which only its launcher pod runs as; accounts named "
-       "<job>-launcher are reserved for mpiop's exec launchers: name another account")
+
+def reserved(account: str) -> str:
+    return (f"{account!r} ends in '-launcher': accounts so named are reserved for mpiop's exec launchers (MPIJob "
+            f"<job>'s is <job>-<uid digits>-launcher, before <job>-launcher), which may exec into their job's pods: "
+            f"name another account")
 
 
-@pytest.mark.parametrize(("replica", "field", "account", "mode", "error"), [
-    ("Launcher", "serviceAccountName", "train-launcher", "ssh", OTHERS),
-    ("Worker", "serviceAccountName", "train-launcher", "ssh", OTHERS),
-    ("Worker", "serviceAccountName", "train-launcher", "exec", OTHERS),
-    ("Worker", "serviceAccount", "train-launcher", "ssh", OTHERS),
-    ("Launcher", "serviceAccount", "train-launcher", "ssh", OTHERS),
-    ("Worker", "serviceAccountName", "t-launcher", "exec", OWN),
-    ("Worker", "serviceAccountName", "t-launcher", "ssh", None),
-    ("Launcher", "serviceAccountName", "t-launcher", "ssh", None),
-    ("Worker", "serviceAccountName", "trainer", "ssh", None),
-    ("Worker", "serviceAccountName", "launcher", "exec", None),
-    ("Worker", "serviceAccountName", "train-launcher-1", "ssh", None),
+OTHERS = reserved("train-launcher")
+
+
+@pytest.mark.parametrize(("replica", "field", "account", "mode", "refused"), [
+    ("Launcher", "serviceAccountName", "train-launcher", "ssh", True),
+    ("Worker", "serviceAccountName", "train-launcher", "ssh", True),
+    ("Worker", "serviceAccountName", "train-launcher", "exec", True),
+    ("Worker", "serviceAccount", "train-launcher", "ssh", True),
+    ("Launcher", "serviceAccount", "train-launcher", "ssh", True),
+    ("Worker", "serviceAccountName", "t-launcher", "exec", True),
+    ("Worker", "serviceAccountName", "t-launcher", "ssh", True),
+    ("Launcher", "serviceAccountName", "t-launcher", "ssh", True),
+    ("Launcher", "serviceAccountName", "t-uidt-launcher", "ssh", True),
+    ("Worker", "serviceAccountName", "train-3f2a9c1e-launcher", "ssh", True),
+    ("Worker", "serviceAccountName", "trainer", "ssh", False),
+    ("Worker", "serviceAccountName", "launcher", "exec", False),
+    ("Worker", "serviceAccountName", "train-launcher-1", "ssh", False),
 ], ids=["ssh-launcher-others", "ssh-worker-others", "exec-worker-others", "deprecated-field-worker",
-        "deprecated-field-launcher", "exec-worker-own", "ssh-worker-own", "ssh-launcher-own", "unrelated",
-        "bare-launcher", "not-an-account-name"])
+        "deprecated-field-launcher", "exec-worker-own-legacy", "ssh-worker-own-legacy", "ssh-launcher-own-legacy",
+        "ssh-launcher-own", "uid-named-others", "unrelated", "bare-launcher", "not-an-account-name"])
 def test_a_template_naming_a_launcher_account_is_refused_naming_the_field(
-        replica: ReplicaType, field: str, account: str, mode: LaunchMode, error: str | None) -> None:
-    job = make_mpijob("t", "ml").pod_spec(replica, **{field: account}).obj()
-    expected = None if error is None else f"spec.mpiReplicaSpecs.{replica}.template.spec.{field}: {error}"
-    assert launcher_accounts.error(job, mode) == expected
+        replica: ReplicaType, field: str, account: str, mode: LaunchMode, refused: bool) -> None:
+    job = make_mpijob("t", "ml").annotation(names.LAUNCH_ANNOTATION, mode).pod_spec(replica, **{field: account}).obj()
+    expected = f"spec.mpiReplicaSpecs.{replica}.template.spec.{field}: {reserved(account)}" if refused else None
+    assert launcher_accounts.error(job) == expected
     plan = Plan(status=job.status.model_copy(deep=True))
-    assert launcher_accounts.apply(plan, job, at(1), mode) is (CONTINUE if error is None else STOP)
+    assert launcher_accounts.apply(plan, job, at(1)) is (STOP if refused else CONTINUE)
+    failed = plan.status.condition("Failed")
+    assert (failed is not None and failed.reason == "ValidationError") is refused
 
 
 def test_the_job_fails_before_any_object_with_a_warning_event() -> None:
@@ -70,4 +77,6 @@ def test_an_exec_launcher_naming_any_account_is_still_refused() -> None:
 
 def test_every_launcher_account_mpiop_makes_has_the_reserved_suffix() -> None:
     for name in ("t", "train", "x-launcher"):
-        assert names.launcher_account_name(make_mpijob(name).obj()).endswith(launcher_accounts.SUFFIX)
+        job = make_mpijob(name).obj()
+        assert names.launcher_account_name(job).endswith(launcher_accounts.SUFFIX)
+        assert names.legacy_launcher_account_name(job).endswith(launcher_accounts.SUFFIX)

@@ -178,7 +178,7 @@ def exec_reconciler(job: MPIJobBuilder, client: RecordingClient, named: list[str
     return Reconciler(client, caches, EventRecorder(RecordingClient()), clock=lambda: at(60))
 
 
-ROLE = "PATCH roles/pi-launcher"
+ROLE = "PATCH roles/pi-uidpi-launcher"
 
 
 def two_of_three_workers() -> tuple[MPIJobBuilder, list[JSON]]:
@@ -202,7 +202,7 @@ async def test_a_failed_role_patch_creates_no_pod() -> None:
     """The pods wait for the pass's updates: a pass whose Role patch fails is retried whole, and made no pod
     meanwhile."""
     job, pods = two_of_three_workers()
-    client = RecordingClient([Fault("PATCH", "/roles/pi-launcher$", 500, "InternalError")], patched=[job.json()])
+    client = RecordingClient([Fault("PATCH", "/roles/pi-uidpi-launcher$", 500, "InternalError")], patched=[job.json()])
     with pytest.raises(ApiError):
         await exec_reconciler(job, client, [], pods).reconcile("ns/pi")
     assert not [w for w in client.writes() if w.startswith("POST pods")], client.writes()
@@ -260,7 +260,7 @@ async def test_an_object_gone_before_its_update_is_made_again_by_the_next_pass_n
     """A job's ConfigMap or Role deleted since the cache saw it (the garbage collector, as the job goes): its patch's
     404 is no reconcile error; no pod of the pass is made without it, and the job is decided again at once."""
     job, pods = two_of_three_workers()
-    client = RecordingClient([Fault("PATCH", "/roles/pi-launcher$", 404, "NotFound")], patched=[job.json()])
+    client = RecordingClient([Fault("PATCH", "/roles/pi-uidpi-launcher$", 404, "NotFound")], patched=[job.json()])
     assert await exec_reconciler(job, client, [], pods).reconcile("ns/pi") == 0.0
     assert ROLE in client.writes()
     assert not [w for w in client.writes() if w.startswith("POST pods")], client.writes()
