@@ -1,4 +1,5 @@
-"""The informers mpiop runs and the cached shapes they keep: MPIJobs whole, owned kinds trimmed.
+"""The informers mpiop runs and the cached shapes they keep: MPIJobs whole (up to --max-mpijob-kib), owned kinds
+trimmed.
 
 Owned kinds are selected by kubeflow's operator-name label, kept only if an MPIJob controls them under one of its
 names (acceptance.py: a label anyone may write), and indexed by their owning job, so a reconcile reads one job's
@@ -12,6 +13,7 @@ pods are controlled by the Job, not the MPIJob; kubeflow labels them with the jo
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
@@ -39,6 +41,7 @@ from mpiop.controller.trims import (
 )
 from mpiop.desired import gpus, podgroup
 from mpiop.desired.podgroup import GangScheduler
+from mpiop.desired.settings import DEFAULT_SETTINGS
 from mpiop.kube.client import (
     BATCH_JOBS,
     CONFIGMAPS,
@@ -211,7 +214,8 @@ class Caches:
     def build(cls, client: KubeClient, namespace: str | None, watch_timeout_seconds: int = 300,
                on_watch_restart: Callable[[str], None] | None = None,
                gang_scheduler: GangScheduler | None = None, watch_nodes: bool = True,
-               watch_claim_templates: bool = True) -> Caches:
+               watch_claim_templates: bool = True,
+               max_mpijob_bytes: int = DEFAULT_SETTINGS.max_mpijob_kib * 1024) -> Caches:
         def owned(resource: Any, trim: Callable[[JSON], JSON], shape: type[Any] | None = None,
                   **more: Indexer) -> Informer:
             return Informer(client, resource, namespace, label_selector=names.OWNED_SELECTOR, trim=trim,
@@ -224,7 +228,8 @@ class Caches:
 
         dra = watch_nodes and watch_claim_templates
         caches = cls(
-            mpijobs=Informer(client, MPIJOBS, namespace, trim=trim_mpijob,
+            mpijobs=Informer(client, MPIJOBS, namespace,
+                             trim=functools.partial(trim_mpijob, max_bytes=max_mpijob_bytes),
                              indexers={CLAIM_TEMPLATE_INDEX: _by_claim_template},
                              watch_timeout_seconds=watch_timeout_seconds, on_watch_restart=on_watch_restart),
             pods=owned(PODS, trim_pod, PodShape, **{JOB_LABEL_INDEX: _by_job_label}),

@@ -8,6 +8,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, Literal, Required, TypedDict, cast
 
+import orjson
+
 from mpiop import names, podsnapshot, podstate
 from mpiop.api.raw import JSON, TrimmedMetadata
 from mpiop.desired import kubexec, ssh_config, status_report
@@ -22,7 +24,7 @@ from mpiop.podsnapshot import (
     TerminatedRun,
     TrimmedPodBody,
 )
-from mpiop.policies import dra_inventory
+from mpiop.policies import cached_size, dra_inventory
 
 # The labels decisions read of an owned object (names.py): any other a tenant writes on its job's objects (pods
 # carry their template's) is not kept. Label keys and values are bounded by the apiserver; their number is not.
@@ -265,10 +267,31 @@ def trim_pod_group(obj: JSON) -> JSON:
     return _cached(trimmed)
 
 
-def trim_mpijob(obj: JSON) -> JSON:
-    """MPIJobs are kept whole but for managedFields, which nobody here reads."""
-    obj.get("metadata", {}).pop("managedFields", None)
-    return obj
+_LAST_APPLIED = "kubectl.kubernetes.io/last-applied-configuration"  # the whole manifest again: nobody here reads it
+_CUT_METADATA = ("name", "namespace", "uid", "resourceVersion", "generation", "creationTimestamp", "deletionTimestamp")
+
+
+def trim_mpijob(obj: JSON, max_bytes: int) -> JSON:
+    """MPIJobs are kept whole but for managedFields and kubectl's last-applied-configuration, which nobody here
+    reads; one whose JSON is then over `max_bytes` (--max-mpijob-kib) only as failing it needs (policies/cached_size):
+    identity, replica counts, runPolicy (its cleanPodPolicy) and status, marked with cached_size.CUT_ANNOTATION."""
+    meta = obj.get("metadata", {})
+    meta.pop("managedFields", None)
+    annotations = meta.get("annotations") or {}
+    annotations.pop(_LAST_APPLIED, None)
+    annotations.pop(cached_size.CUT_ANNOTATION, None)  # the cache's own mark, never its tenant's
+    size = len(orjson.dumps(obj))
+    if size <= max_bytes:
+        return obj
+    spec = obj.get("spec") or {}
+    replicas = spec.get("mpiReplicaSpecs") or {}
+    return {"apiVersion": obj.get("apiVersion"), "kind": obj.get("kind"),
+            "metadata": {**{k: meta[k] for k in _CUT_METADATA if k in meta},
+                         "annotations": {cached_size.CUT_ANNOTATION: str(size)}},
+            "spec": {"mpiReplicaSpecs": {role: {"replicas": r.get("replicas")} for role, r in replicas.items()
+                                         if isinstance(r, dict)},
+                     **({"runPolicy": spec["runPolicy"]} if isinstance(spec.get("runPolicy"), dict) else {})},
+            "status": obj.get("status") or {}}
 
 
 class BatchJobStatus(TypedDict, total=False):
