@@ -3,12 +3,15 @@
 On 3cc6b1b the owned informers kept whatever carried kubeflow's operator-name label: twenty labelled ConfigMaps
 of ~700 KB of small keys, owned by nothing, grew the leader from 74 to 208 MB in 15 s. Now only objects an MPIJob
 controls under one of its names are cached (controller/acceptance.py), with only the labels decisions read and,
-of the hostfile ConfigMap, only the keys mpiop writes (controller/trims.py).
+of the hostfile ConfigMap, only the keys mpiop writes (controller/trims.py); an MPIJob over --max-mpijob-kib is
+cached cut, and fails (policies/cached_size).
 """
 
 from __future__ import annotations
 
 import uuid
+
+import orjson
 
 from devcluster.controlplane import ControlPlane
 from mpiop import names
@@ -104,3 +107,23 @@ async def test_a_tenants_keys_and_labels_on_its_jobs_config_map_are_neither_kept
         return bool(data[names.HOSTFILE_NAME] == wanted[names.HOSTFILE_NAME])
 
     await eventually(hostfile_restored, what="the hostfile put back")
+
+
+async def test_an_mpijob_over_the_size_bound_is_cached_cut_and_fails_naming_the_flag(
+        control_plane: ControlPlane, cluster: Cluster) -> None:
+    """--max-mpijob-kib 64 here (512 by default): a job of ~110 KB of environment fails, one of ordinary size runs."""
+    big = mpijob("big", workers=1)
+    for spec in big["spec"]["mpiReplicaSpecs"].values():
+        spec["template"]["spec"]["containers"][0]["env"] = [
+            {"name": f"VARIABLE_{n:04d}", "value": "v" * 40} for n in range(1000)]
+    async with running_operator(str(control_plane.kubeconfig), cluster.ns, max_mpijob_kib=64) as operator:
+        await cluster.create_job(big)
+        await cluster.create_job(mpijob("small", workers=1))
+        failed = await eventually(lambda: cluster.condition("big", "Failed"), what="the big job Failed")
+        assert failed["reason"] == "ValidationError" and "--max-mpijob-kib" in failed["message"]
+        assert "64 KiB" in failed["message"]
+        await start_pods(cluster, "small", workers=1)  # Running
+        await operator.settle()
+        cached = operator.manager.caches.mpijobs.get(f"{cluster.ns}/big")
+        assert cached is not None and len(orjson.dumps(cached)) < 4096
+        assert not [p for p in await cluster.pods() if p.startswith("big-")]
