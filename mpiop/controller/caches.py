@@ -23,6 +23,7 @@ from mpiop.api.raw import JSON
 from mpiop.api.v2beta1 import KIND, MPIJob
 from mpiop.controller import acceptance
 from mpiop.controller.trims import (
+    ConfigMapShape,
     PodShape,
     has_extended_resources,
     trim_claim_template,
@@ -233,7 +234,7 @@ class Caches:
                              indexers={CLAIM_TEMPLATE_INDEX: _by_claim_template},
                              watch_timeout_seconds=watch_timeout_seconds, on_watch_restart=on_watch_restart),
             pods=owned(PODS, trim_pod, PodShape, **{JOB_LABEL_INDEX: _by_job_label}),
-            config_maps=owned(CONFIGMAPS, trim_config_map),
+            config_maps=owned(CONFIGMAPS, trim_config_map, ConfigMapShape),
             secrets=owned(SECRETS, trim_secret),
             services=owned(SERVICES, trim_service),
             service_accounts=owned(SERVICE_ACCOUNTS, trim_metadata_only),

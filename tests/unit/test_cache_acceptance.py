@@ -3,14 +3,18 @@ trims keep of those a tenant can write (labels, a ConfigMap's other keys) is bou
 
 from __future__ import annotations
 
+import types
 from typing import Any
 
+import msgspec
+import orjson
 import pytest
 
 from mpiop import names
 from mpiop.api.raw import JSON
 from mpiop.controller import acceptance, trims
-from mpiop.desired import launcher_rbac, objects, podgroup, pods
+from mpiop.controller.caches import Caches
+from mpiop.desired import evidence, launcher_rbac, objects, podgroup, pods
 from testkit.mpijobs import make_mpijob
 
 JOB = make_mpijob("pi").workers(2).obj()
@@ -106,3 +110,20 @@ def test_what_mpiop_writes_in_a_hostfile_config_map_is_all_kept() -> None:
     wanted = objects.config_map(JOB, [0, 1], exec_launch=True)
     assert set(wanted["data"]) <= trims.OWN_KEYS
     assert trims.trim_config_map(wanted)["data"] == wanted["data"]
+
+
+def test_a_config_map_decoded_in_its_shape_is_trimmed_as_the_whole_one() -> None:
+    """The ConfigMap informer decodes data as raw bytes (trims.ConfigMapShape), decoded only once accepted."""
+    informer = Caches.build(types.SimpleNamespace(), "ns", watch_nodes=False).config_maps  # type: ignore[arg-type]
+    hostfile = objects.config_map(JOB, [0, 1]) | {"data": {**objects.config_map(JOB, [0, 1])["data"], "x": "y"}}
+    hostfile["metadata"] |= {"resourceVersion": "1"}
+    for made in (hostfile, obj("filler-0") | {"data": {"k": "v"}}, evidence.config_map(JOB, 0, "why", [])):
+        made["metadata"].setdefault("namespace", "ns")
+        raw = orjson.dumps(made)
+        shaped = informer.decode_line(b'{"type":"ADDED","object":' + raw + b"}")["object"]
+        assert isinstance(shaped.get("data"), msgspec.Raw)
+        assert trims.trim_config_map(shaped) == trims.trim_config_map(orjson.loads(raw))
+        informer.apply_event({"type": "ADDED", "object": shaped})
+    ns = JOB.metadata.namespace
+    assert set(informer.cached_keys()) == {f"{ns}/pi-config", f"{ns}/pi-attempt-0"}
+    assert informer.get(f"{ns}/pi-config") == trims.trim_config_map(orjson.loads(orjson.dumps(hostfile)))
