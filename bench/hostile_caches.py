@@ -29,9 +29,12 @@ KEY_BYTES = 50  # a small key's value: the issue's filler is many small keys, ea
 def add_arguments(add: Callable[..., Any]) -> None:
     add("--filler-config-maps", type=int, default=20, help="ConfigMaps of each of the filler's kinds (default 20)")
     add("--filler-kb", type=float, default=700.0, help="KiB of small keys in each filler ConfigMap (default 700)")
+    add("--filler-labelled", action=argparse.BooleanOptionalAction, default=True,
+        help="the filler carries the operator-name label; --no-filler-labelled: the control run, the same writes "
+             "that no informer of mpiop's watches (the apiserver filters them out), default labelled")
 
 
-def filler(index: int, kind: str, kb: float) -> JSON:
+def filler(index: int, kind: str, kb: float, labelled: bool = True) -> JSON:
     """One filler ConfigMap: `kind` none (owned by nothing), fake (a fake MPIJob, a name no job makes) or named (a
     fake MPIJob, its hostfile ConfigMap's name)."""
     job = f"ghost-{index}"
@@ -39,8 +42,8 @@ def filler(index: int, kind: str, kb: float) -> JSON:
              "controller": True}
     name = {"none": f"filler-{index}", "fake": f"filler-fake-{index}", "named": f"{job}-config"}[kind]
     keys = max(1, int(kb * 1024 // (KEY_BYTES + 10)))
-    return {"metadata": {"name": name, "labels": {names.OPERATOR_NAME_LABEL: names.OPERATOR_NAME,
-                                                  names.JOB_NAME_LABEL: job},
+    labels = {names.OPERATOR_NAME_LABEL: names.OPERATOR_NAME, names.JOB_NAME_LABEL: job} if labelled else {}
+    return {"metadata": {"name": name, "labels": labels,
                          "ownerReferences": [] if kind == "none" else [owner]},
             "data": {f"k{n:06d}": "v" * KEY_BYTES for n in range(keys)}}
 
@@ -52,7 +55,7 @@ async def fill(kube: KubeClient, args: argparse.Namespace) -> None:
 
     async def one(index: int, kind: str) -> int:
         async with semaphore:
-            await kube.create(CONFIGMAPS, NAMESPACE, filler(index, kind, args.filler_kb))
+            await kube.create(CONFIGMAPS, NAMESPACE, filler(index, kind, args.filler_kb, args.filler_labelled))
             return 1
 
     made = sum(await asyncio.gather(*(one(i, kind) for kind in ("none", "fake", "named")

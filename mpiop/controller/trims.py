@@ -8,7 +8,6 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, Literal, Required, TypedDict, cast
 
-import msgspec
 import orjson
 
 from mpiop import names, podsnapshot, podstate
@@ -219,22 +218,19 @@ def trim_secret(obj: JSON) -> JSON:
     return trim_metadata_only(obj)
 
 
+# The data keys ConfigMapShape decodes: OWN_KEYS (keys with dots and dashes: the functional form).
+_OwnData = TypedDict("_OwnData", dict.fromkeys(sorted(OWN_KEYS), Any), total=False)  # type: ignore[misc]
+
+
 class ConfigMapShape(TypedDict, total=False):
-    """What the ConfigMap informer decodes of a watched ConfigMap (codec.Shaped): its data only as its raw bytes,
-    which trim_config_map decodes for a ConfigMap the informer accepted (a job's hostfile), and never for another's
-    (a tenant's 700 KB of small keys would be ~14,000 strings)."""
+    """What the ConfigMap informer decodes of a watched ConfigMap (codec.Shaped): of its data only OWN_KEYS, the rest
+    skipped unread (a tenant's 700 KB of small keys would be ~14,000 strings, and a saved attempt's logs are never
+    read back)."""
 
     apiVersion: Any
     kind: Any
     metadata: MetadataShape
-    data: msgspec.Raw
-
-
-def _data(obj: JSON) -> dict[str, Any]:
-    data = obj.get("data")
-    if isinstance(data, msgspec.Raw):
-        data = orjson.loads(bytes(data))
-    return data if isinstance(data, dict) else {}
+    data: _OwnData
 
 
 def trim_config_map(obj: JSON) -> JSON:
@@ -246,7 +242,7 @@ def trim_config_map(obj: JSON) -> JSON:
     does not name)."""
     trimmed: TrimmedConfigMap = {"metadata": owned_metadata(obj)}
     if names.ATTEMPT_LABEL not in (obj["metadata"].get("labels") or {}):
-        trimmed["data"] = {k: v for k, v in _data(obj).items() if k in OWN_KEYS}
+        trimmed["data"] = {k: v for k, v in (obj.get("data") or {}).items() if k in OWN_KEYS}
     return _cached(trimmed)
 
 
