@@ -9,7 +9,8 @@ layout webhook is registered for the tenant's namespace. Then two windows of `--
 * attack (`--attacks flood,tenant`, or one alone): one "pod" floods the status endpoint (bench/hostile_flood.py:
   junk and random bearer tokens with `--header-kb` of headers each, and slow connections), and one tenant creates
   a `gpus: 13` job with `--tolerations` tolerations, touches a tainted node's label every `--touch-seconds` and
-  posts the job's AdmissionReview to the webhook `--webhook-posts` times (bench/hostile_tenant.py). The flood
+  posts the job's AdmissionReview to the webhook `--webhook-posts` times (bench/hostile_tenant.py); `caches`: a
+  tenant fills the caches with labelled ConfigMaps no job controls (bench/hostile_caches.py). The flood
   stops by itself, or early once the leader's RSS passes `--rss-abort` MB (reported as aborted).
 
 Measured from outside in both windows (bench/hostile_watch.py): the leader's RSS (before, peak, after), the
@@ -32,6 +33,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from bench import hostile_caches
 from bench import hostile_figures as figures
 from bench.cpu import cpu_seconds
 from bench.harness import Tracker, bench_job, fresh_namespace
@@ -127,6 +129,7 @@ class Run:
             asyncio.create_task(tenant.touch(self.kube, f"{NODE_PREFIX}-0", args.touch_seconds, stop)),
             asyncio.create_task(tenant.post_reviews(self.operator.status_url, args.webhook_posts, args.flood_seconds,
                                                     args.webhook_timeout, stop, args.tolerations))]
+        tasks += [asyncio.create_task(hostile_caches.fill(self.kube, args))] if "caches" in args.attacks else []
         over, gone = asyncio.create_task(self.rss.over.wait()), asyncio.create_task(self.rss.gone.wait())
         ended = asyncio.create_task(flood.wait()) if flood is not None else None
         await asyncio.wait([over, gone, *([ended] if ended is not None else [])],
@@ -266,7 +269,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m bench.hostile", description=__doc__.split("\n\n")[0])
     add = parser.add_argument
     add("--attacks", type=lambda text: set(filter(None, text.split(","))), default={"flood", "tenant"},
-        help="which attacks run in the attack window: flood, tenant, or both (default flood,tenant)")
+        help="which attacks run in the attack window: flood, tenant, caches (bench/hostile_caches.py; "
+        "default flood,tenant)")
     add("--quick", action="store_true", help="20 jobs, 100 tainted nodes, 5,000 tolerations, a 10 s flood")
     add("--jobs", type=int, default=100, help="jobs Running through both windows (default 100)")
     add("--workers", type=int, default=2, help="workers per job and per probe job (default 2)")
@@ -286,10 +290,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     add("--probe-timeout", type=float, default=120.0, help="seconds a probe waits for its status (default 120)")
     add("--operator-source", type=Path, help="run this checkout's mpiop (a git worktree) instead of this one's")
     add("--operator-arg", action="append", default=[], help="an extra `mpiop run` flag (repeatable)")
+    hostile_caches.add_arguments(add)
     add("--keep-logs", type=Path, help="keep the operator's and the flood's logs in this directory")
     args = parser.parse_args(argv)
-    if not args.attacks or not args.attacks <= {"flood", "tenant"}:
-        parser.error(f"--attacks: a comma-separated subset of flood,tenant, not {','.join(sorted(args.attacks))}")
+    if not args.attacks or not args.attacks <= {"flood", "tenant", "caches"}:
+        parser.error(f"--attacks: a comma-separated subset of flood,tenant,caches, not "
+                     f"{','.join(sorted(args.attacks))}")
     if args.quick:
         args.jobs, args.tainted_nodes, args.tolerations = 20, 100, 5000
         args.flood_seconds = min(args.flood_seconds, 10.0)

@@ -68,6 +68,7 @@ from mpiop.desired.settings import DEFAULT_SETTINGS, Settings
 from mpiop.plan import Observed, Plan
 from mpiop.policies import (
     adoption,
+    cached_size,
     cleanup,
     deadline,
     disruption,
@@ -126,6 +127,7 @@ def _decide(plan: Plan, job: MPIJob, observed: Observed, now: dt.datetime, setti
     if plan.status.finished:
         return
     validations: list[Callable[[], Outcome]] = [
+        lambda: cached_size.apply(plan, job, now, settings.max_mpijob_kib),  # first: nothing else reads a cut job
         lambda: forward_env.apply(plan, job, now),
         lambda: launch_mode.apply(plan, job, now, settings.default_launch),
         lambda: launcher_accounts.apply(plan, job, now),

@@ -189,6 +189,10 @@ def add_run_arguments(parser: argparse.ArgumentParser) -> None:
                         help="a total-GPU job's Worker template is matched against the nodes only with at most N "
                              "tolerations, N nodeSelector entries and N required node affinity entries (terms, "
                              "expressions, values); over it the job waits saying so (default %(default)s)")
+    parser.add_argument("--max-mpijob-kib", type=_at_least(1), default=_SETTINGS.max_mpijob_kib, metavar="KIB",
+                        help="an MPIJob whose JSON (managedFields and kubectl's last-applied-configuration aside) "
+                             "is larger is kept cut to what failing it needs, and fails with ValidationError "
+                             "naming this flag (default %(default)s)")
     parser.add_argument("--gpu-layout-webhook", default=layout_webhook.CONFIGURATION, metavar="NAME",
                         help="the MutatingWebhookConfiguration whose webhook lays such jobs out as they are created "
                              "(served with the status endpoint, by the leader, which writes its CA there); '' turns "
@@ -289,7 +293,7 @@ def config_from_args(args: argparse.Namespace) -> ManagerConfig:
                         node_fault_exit_codes=args.node_fault_exit_codes, max_excluded_nodes=args.max_excluded_nodes,
                         default_launch=args.default_launch, kubectl_image=args.kubectl_image,
                         kubectl_image_grace_seconds=args.kubectl_image_grace_seconds,
-                        gpu_layout_max_entries=args.gpu_layout_max_entries,
+                        gpu_layout_max_entries=args.gpu_layout_max_entries, max_mpijob_kib=args.max_mpijob_kib,
                         gpu_device_classes=args.gpu_device_classes,
                         stop_grace_seconds=args.stop_grace_seconds,
                         max_stop_grace_seconds=args.max_stop_grace_seconds)

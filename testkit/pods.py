@@ -15,7 +15,7 @@ from typing import Any, Self
 
 from mpiop import names, podstate
 from mpiop.api.raw import JSON
-from mpiop.api.v2beta1 import MPIJob, format_time
+from mpiop.api.v2beta1 import API_VERSION, MPIJob, format_time
 from mpiop.desired import objects
 from mpiop.plan import Observed
 from mpiop.policies import host_ports
@@ -41,8 +41,8 @@ class PodBuilder:
                 "uid": _pod_uid(name, attempt),
                 "labels": (names.launcher_labels(job, attempt) if role == names.LAUNCHER_ROLE
                            else names.role_labels(job, role, names.worker_label_index(job, index), attempt)),
-                "ownerReferences": [{"kind": "MPIJob", "name": job.metadata.name, "uid": job.metadata.uid,
-                                     "controller": True}],
+                "ownerReferences": [{"apiVersion": API_VERSION, "kind": "MPIJob", "name": job.metadata.name,
+                                     "uid": job.metadata.uid, "controller": True}],
             },
             "status": {"phase": "Pending"},
         }

@@ -9,6 +9,7 @@ JSON: TypeAlias = dict[str, Any]
 
 
 class ControllerReference(TypedDict):
+    apiVersion: str | None  # a cached object fed back (Informer.observe_write) is accepted as its whole one was
     kind: str | None
     name: str | None
     uid: str | None

@@ -1,16 +1,19 @@
-"""The informers mpiop runs and the cached shapes they keep: MPIJobs whole, owned kinds trimmed.
+"""The informers mpiop runs and the cached shapes they keep: MPIJobs whole (up to --max-mpijob-kib), owned kinds
+trimmed.
 
-Owned kinds are selected by kubeflow's operator-name label and indexed by their owning job, so a
-reconcile reads one job's objects without scanning. Objects of an earlier job of the same name (not yet
+Owned kinds are selected by kubeflow's operator-name label, kept only if an MPIJob controls them under one of its
+names (acceptance.py: a label anyone may write), and indexed by their owning job, so a reconcile reads one job's
+objects without scanning. Objects of an earlier job of the same name (not yet
 garbage-collected) are told apart by the owner's uid and never adopted.
 
 batch/v1 Jobs are watched only for jobs kubeflow/mpi-operator started (its launcher `Job`, labelled `app`
-only): Jobs no MPIJob controls are dropped before they reach the cache. The launcher Job's pods are
-controlled by the Job, not the MPIJob; kubeflow labels them with the job's name, which routes them here.
+only): like every owned kind, Jobs no MPIJob controls are dropped before they reach the cache. The launcher Job's
+pods are controlled by the Job, not the MPIJob; kubeflow labels them with the job's name, which routes them here.
 """
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
@@ -18,7 +21,9 @@ from typing import Any
 from mpiop import names, podstate
 from mpiop.api.raw import JSON
 from mpiop.api.v2beta1 import KIND, MPIJob
+from mpiop.controller import acceptance
 from mpiop.controller.trims import (
+    ConfigMapShape,
     PodShape,
     has_extended_resources,
     trim_claim_template,
@@ -37,6 +42,7 @@ from mpiop.controller.trims import (
 )
 from mpiop.desired import gpus, podgroup
 from mpiop.desired.podgroup import GangScheduler
+from mpiop.desired.settings import DEFAULT_SETTINGS
 from mpiop.kube.client import (
     BATCH_JOBS,
     CONFIGMAPS,
@@ -78,10 +84,6 @@ def owner_key(obj: JSON) -> str | None:
     if job_name and any(r.get("kind") == "Job" and r.get("controller") for r in refs):
         return f"{meta.get('namespace')}/{job_name}"
     return None
-
-
-def _controlled_by_mpijob(obj: JSON) -> bool:
-    return any(r.get("kind") == KIND and r.get("controller") for r in obj["metadata"].get("ownerReferences") or [])
 
 
 def _controlled_by_batch_job(obj: JSON) -> bool:
@@ -213,12 +215,13 @@ class Caches:
     def build(cls, client: KubeClient, namespace: str | None, watch_timeout_seconds: int = 300,
                on_watch_restart: Callable[[str], None] | None = None,
                gang_scheduler: GangScheduler | None = None, watch_nodes: bool = True,
-               watch_claim_templates: bool = True) -> Caches:
+               watch_claim_templates: bool = True,
+               max_mpijob_bytes: int = DEFAULT_SETTINGS.max_mpijob_kib * 1024) -> Caches:
         def owned(resource: Any, trim: Callable[[JSON], JSON], shape: type[Any] | None = None,
                   **more: Indexer) -> Informer:
             return Informer(client, resource, namespace, label_selector=names.OWNED_SELECTOR, trim=trim,
-                            indexers={OWNER_INDEX: _by_owner, **more}, watch_timeout_seconds=watch_timeout_seconds,
-                            on_watch_restart=on_watch_restart, shape=shape)
+                            accept=acceptance.accepts(resource.kind), indexers={OWNER_INDEX: _by_owner, **more},
+                            watch_timeout_seconds=watch_timeout_seconds, on_watch_restart=on_watch_restart, shape=shape)
 
         def cluster_wide(resource: Resource, trim: Callable[[JSON], JSON]) -> Informer:
             return Informer(client, resource, None, trim=trim, watch_timeout_seconds=watch_timeout_seconds,
@@ -226,11 +229,12 @@ class Caches:
 
         dra = watch_nodes and watch_claim_templates
         caches = cls(
-            mpijobs=Informer(client, MPIJOBS, namespace, trim=trim_mpijob,
+            mpijobs=Informer(client, MPIJOBS, namespace,
+                             trim=functools.partial(trim_mpijob, max_bytes=max_mpijob_bytes),
                              indexers={CLAIM_TEMPLATE_INDEX: _by_claim_template},
                              watch_timeout_seconds=watch_timeout_seconds, on_watch_restart=on_watch_restart),
             pods=owned(PODS, trim_pod, PodShape, **{JOB_LABEL_INDEX: _by_job_label}),
-            config_maps=owned(CONFIGMAPS, trim_config_map),
+            config_maps=owned(CONFIGMAPS, trim_config_map, ConfigMapShape),
             secrets=owned(SECRETS, trim_secret),
             services=owned(SERVICES, trim_service),
             service_accounts=owned(SERVICE_ACCOUNTS, trim_metadata_only),
@@ -238,12 +242,12 @@ class Caches:
             role_bindings=owned(ROLE_BINDINGS, trim_metadata_only),
             # kubeflow labels its launcher Job `app: <job>` only.
             launcher_batch_jobs=Informer(client, BATCH_JOBS, namespace, label_selector=names.APP_LABEL,
-                                         trim=trim_launcher_batch_job, accept=_controlled_by_mpijob,
+                                         trim=trim_launcher_batch_job, accept=acceptance.accepts("Job"),
                                          indexers={OWNER_INDEX: _by_owner}, watch_timeout_seconds=watch_timeout_seconds,
                                          on_watch_restart=on_watch_restart),
             pod_groups=None if gang_scheduler is None else Informer(
                 client, pod_group_resource(gang_scheduler), namespace, trim=trim_pod_group,
-                accept=_controlled_by_mpijob, indexers={OWNER_INDEX: _by_owner},
+                accept=acceptance.accepts(podgroup.KIND), indexers={OWNER_INDEX: _by_owner},
                 watch_timeout_seconds=watch_timeout_seconds, on_watch_restart=on_watch_restart),
             nodes=Informer(client, NODES, None, trim=trim_node, accept=has_extended_resources,
                            watch_timeout_seconds=watch_timeout_seconds,

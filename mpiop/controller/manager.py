@@ -100,7 +100,8 @@ class Manager:
         self.caches = Caches.build(client, config.namespace, config.watch_timeout_seconds,
                                     on_watch_restart=metrics.observe_watch_restart,
                                     gang_scheduler=config.settings.gang_scheduler, watch_nodes=config.gpu_layout,
-                                    watch_claim_templates=bool(config.settings.gpu_device_classes))
+                                    watch_claim_templates=bool(config.settings.gpu_device_classes),
+                                    max_mpijob_bytes=config.settings.max_mpijob_kib * 1024)
         metrics.watching(informer.resource.plural for informer in self.caches.all())
         self.queue: WorkQueue[str] = WorkQueue(
             default_controller_rate_limiter(qps=config.queue_qps, burst=config.queue_burst),

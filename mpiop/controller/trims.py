@@ -8,8 +8,11 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, Literal, Required, TypedDict, cast
 
+import orjson
+
 from mpiop import names, podsnapshot, podstate
 from mpiop.api.raw import JSON, TrimmedMetadata
+from mpiop.desired import kubexec, ssh_config, status_report
 from mpiop.kube.trim import MetadataShape, shared
 from mpiop.kube.trim import metadata as trimmed_metadata
 from mpiop.podsnapshot import (
@@ -21,7 +24,24 @@ from mpiop.podsnapshot import (
     TerminatedRun,
     TrimmedPodBody,
 )
-from mpiop.policies import dra_inventory
+from mpiop.policies import cached_size, dra_inventory
+
+# The labels decisions read of an owned object (names.py): any other a tenant writes on its job's objects (pods
+# carry their template's) is not kept. Label keys and values are bounded by the apiserver; their number is not.
+READ_LABELS = frozenset({names.OPERATOR_NAME_LABEL, names.JOB_NAME_LABEL, names.JOB_ROLE_LABEL,
+                         names.REPLICA_INDEX_LABEL, names.APP_LABEL, names.ATTEMPT_LABEL,
+                         names.LAUNCHED_WORKERS_LABEL, names.REPLACEMENT_LABEL, names.SSH_PORT_LABEL,
+                         names.MASTER_PORT_LABEL})
+
+
+def owned_metadata(obj: JSON) -> TrimmedMetadata:
+    """What an owned kind's trim keeps of the metadata: kube.trim's, with only the READ_LABELS."""
+    return trimmed_metadata(obj, READ_LABELS)
+
+
+# The keys of the hostfile ConfigMap mpiop writes (desired.objects.config_map_data).
+OWN_KEYS = frozenset({names.HOSTFILE_NAME, names.DISCOVER_HOSTS_NAME, ssh_config.NAME, kubexec.SCRIPT_NAME,
+                      status_report.CA_KEY})
 
 _KEPT_POD_STATUS: tuple[Literal["phase", "reason", "message"], ...] = ("phase", "reason", "message")
 
@@ -110,7 +130,7 @@ def trim_pod(pod: JSON) -> JSON:
         kept_status["initContainerStatuses"] = [_slim_container(s) for s in status["initContainerStatuses"]]
     if status.get("containerStatuses"):
         kept_status["containerStatuses"] = [_slim_container(s) for s in status["containerStatuses"]]
-    trimmed: TrimmedPodBody = {"metadata": trimmed_metadata(pod), "status": kept_status}
+    trimmed: TrimmedPodBody = {"metadata": owned_metadata(pod), "status": kept_status}
     spec = pod.get("spec") or {}
     kept_spec: PodSpec = {}
     if spec.get("nodeName"):
@@ -156,23 +176,9 @@ def _slim_state(state: Any) -> ContainerRun:
     return {"terminated": kept}
 
 
-class TrimmedSecret(TypedDict):
-    metadata: TrimmedMetadata
-    type: str | None
-
-
 class TrimmedConfigMap(TypedDict, total=False):
     metadata: Required[TrimmedMetadata]
-    data: dict[str, str]  # the hostfile ConfigMap's; not kept of a saved attempt's
-
-
-class ServiceSelector(TypedDict):
-    selector: dict[str, str] | None
-
-
-class TrimmedService(TypedDict):
-    metadata: TrimmedMetadata
-    spec: ServiceSelector
+    data: dict[str, str]  # the hostfile ConfigMap's (trim_config_map); not kept of a saved attempt's
 
 
 class TrimmedMetadataOnly(TypedDict):
@@ -208,33 +214,51 @@ def _cached(trimmed: Mapping[str, object]) -> JSON:
 
 
 def trim_secret(obj: JSON) -> JSON:
-    """Existence only: private keys never sit in the operator's memory."""
-    trimmed: TrimmedSecret = {"metadata": trimmed_metadata(obj), "type": obj.get("type")}
-    return _cached(trimmed)
+    """Existence only: private keys never sit in the operator's memory (nor a type nobody reads)."""
+    return trim_metadata_only(obj)
+
+
+# The data keys ConfigMapShape decodes: OWN_KEYS (keys with dots and dashes: the functional form).
+_OwnData = TypedDict("_OwnData", dict.fromkeys(sorted(OWN_KEYS), Any), total=False)  # type: ignore[misc]
+
+
+class ConfigMapShape(TypedDict, total=False):
+    """What the ConfigMap informer decodes of a watched ConfigMap (codec.Shaped): of its data only OWN_KEYS, the rest
+    skipped unread (a tenant's 700 KB of small keys would be ~14,000 strings, and a saved attempt's logs are never
+    read back)."""
+
+    apiVersion: Any
+    kind: Any
+    metadata: MetadataShape
+    data: _OwnData
 
 
 def trim_config_map(obj: JSON) -> JSON:
-    """The hostfile ConfigMap whole; a saved attempt's logs (labelled with its attempt) by name only."""
-    trimmed: TrimmedConfigMap = {"metadata": trimmed_metadata(obj)}
+    """The hostfile ConfigMap's data of the keys mpiop writes (OWN_KEYS), which decisions read or compare; a saved
+    attempt's logs (labelled with its attempt) by name only.
+
+    Any other key is its tenant's and no decision's: not kept (20 ConfigMaps of 700 KB of small keys grew the leader
+    by 134 MB), nor compared with the data wanted, which a patch could not make equal (a merge keeps the keys it
+    does not name)."""
+    trimmed: TrimmedConfigMap = {"metadata": owned_metadata(obj)}
     if names.ATTEMPT_LABEL not in (obj["metadata"].get("labels") or {}):
-        trimmed["data"] = obj.get("data") or {}
+        trimmed["data"] = {k: v for k, v in (obj.get("data") or {}).items() if k in OWN_KEYS}
     return _cached(trimmed)
 
 
 def trim_service(obj: JSON) -> JSON:
-    trimmed: TrimmedService = {"metadata": trimmed_metadata(obj),
-                               "spec": {"selector": (obj.get("spec") or {}).get("selector")}}
-    return _cached(trimmed)
+    """Existence only: no decision reads a Service's spec (mpiop makes it and never changes it)."""
+    return trim_metadata_only(obj)
 
 
 def trim_metadata_only(obj: JSON) -> JSON:
     """Existence only: an exec launcher's ServiceAccount and RoleBinding never change once made."""
-    trimmed: TrimmedMetadataOnly = {"metadata": trimmed_metadata(obj)}
+    trimmed: TrimmedMetadataOnly = {"metadata": owned_metadata(obj)}
     return _cached(trimmed)
 
 
 def trim_role(obj: JSON) -> JSON:
-    trimmed: TrimmedRole = {"metadata": trimmed_metadata(obj), "rules": obj.get("rules") or []}
+    trimmed: TrimmedRole = {"metadata": owned_metadata(obj), "rules": obj.get("rules") or []}
     return _cached(trimmed)
 
 
@@ -253,15 +277,36 @@ def _condition(condition: JSON) -> Condition:
 def trim_pod_group(obj: JSON) -> JSON:
     status = obj.get("status") or {}
     conditions = [_condition(c) for c in status.get("conditions") or []]
-    trimmed: TrimmedPodGroup = {"metadata": trimmed_metadata(obj), "spec": obj.get("spec") or {},
+    trimmed: TrimmedPodGroup = {"metadata": owned_metadata(obj), "spec": obj.get("spec") or {},
                                 "status": {"phase": status.get("phase"), "conditions": conditions} if status else {}}
     return _cached(trimmed)
 
 
-def trim_mpijob(obj: JSON) -> JSON:
-    """MPIJobs are kept whole but for managedFields, which nobody here reads."""
-    obj.get("metadata", {}).pop("managedFields", None)
-    return obj
+_LAST_APPLIED = "kubectl.kubernetes.io/last-applied-configuration"  # the whole manifest again: nobody here reads it
+_CUT_METADATA = ("name", "namespace", "uid", "resourceVersion", "generation", "creationTimestamp", "deletionTimestamp")
+
+
+def trim_mpijob(obj: JSON, max_bytes: int) -> JSON:
+    """MPIJobs are kept whole but for managedFields and kubectl's last-applied-configuration, which nobody here
+    reads; one whose JSON is then over `max_bytes` (--max-mpijob-kib) only as failing it needs (policies/cached_size):
+    identity, replica counts, runPolicy (its cleanPodPolicy) and status, marked with cached_size.CUT_ANNOTATION."""
+    meta = obj.get("metadata", {})
+    meta.pop("managedFields", None)
+    annotations = meta.get("annotations") or {}
+    annotations.pop(_LAST_APPLIED, None)
+    annotations.pop(cached_size.CUT_ANNOTATION, None)  # the cache's own mark, never its tenant's
+    size = len(orjson.dumps(obj))
+    if size <= max_bytes:
+        return obj
+    spec = obj.get("spec") or {}
+    replicas = spec.get("mpiReplicaSpecs") or {}
+    return {"apiVersion": obj.get("apiVersion"), "kind": obj.get("kind"),
+            "metadata": {**{k: meta[k] for k in _CUT_METADATA if k in meta},
+                         "annotations": {cached_size.CUT_ANNOTATION: str(size)}},
+            "spec": {"mpiReplicaSpecs": {role: {"replicas": r.get("replicas")} for role, r in replicas.items()
+                                         if isinstance(r, dict)},
+                     **({"runPolicy": spec["runPolicy"]} if isinstance(spec.get("runPolicy"), dict) else {})},
+            "status": obj.get("status") or {}}
 
 
 class BatchJobStatus(TypedDict, total=False):
@@ -290,7 +335,7 @@ def trim_launcher_batch_job(obj: JSON) -> JSON:
             kept[key] = status[key]
     kept["conditions"] = [{"type": c.get("type"), "status": c.get("status"), "reason": c.get("reason"),
                            "message": c.get("message")} for c in status.get("conditions") or []]
-    trimmed: TrimmedBatchJob = {"metadata": trimmed_metadata(obj), "status": kept}
+    trimmed: TrimmedBatchJob = {"metadata": owned_metadata(obj), "status": kept}
     return _cached(trimmed)
 
 

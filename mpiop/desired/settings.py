@@ -31,6 +31,10 @@ class Settings:
     # --gpu-layout-max-entries: the most tolerations, nodeSelector or required node affinity entries of a Worker
     # template that a total-GPU layout matches against the nodes (policies/node_fit); a job over it waits
     gpu_layout_max_entries: int = 1000
+    # --max-mpijob-kib: an MPIJob's JSON (managedFields and kubectl's last-applied-configuration aside) over this is
+    # cached cut and failed (policies/cached_size). 512 KiB: a hundred times a common job (~5 KB), four times one
+    # with a thousand environment variables in each template, a third of what etcd takes (1.5 MiB).
+    max_mpijob_kib: int = 512
     # --gpu-device-classes: DRA device classes whose devices a worker's claims count as GPUs, so as slots
     # (desired.gpus); empty: claims count none and ResourceClaimTemplates are not watched
     gpu_device_classes: frozenset[str] = DEFAULT_GPU_DEVICE_CLASSES

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+from collections.abc import Collection
 from typing import Any, Literal, TypedDict
 
 from mpiop.api.raw import JSON, TrimmedMetadata
@@ -12,12 +13,14 @@ _KEPT_METADATA: tuple[Literal["name", "namespace", "uid", "resourceVersion", "la
     "name", "namespace", "uid", "resourceVersion", "labels", "deletionTimestamp", "creationTimestamp")
 
 
-def metadata(obj: JSON) -> TrimmedMetadata:
-    """Identity, labels, deletion state, and only the controller owner reference (kind, name, uid); what many
-    objects repeat (namespace, labels, owner) as `shared` strings."""
+def metadata(obj: JSON, labels: Collection[str] | None = None) -> TrimmedMetadata:
+    """Identity, labels (only the keys in `labels`, if given), deletion state, and only the controller owner
+    reference (apiVersion, kind, name, uid); what many objects repeat (namespace, labels, owner) as `shared`
+    strings. Never annotations: a tenant writes up to 256 KiB of them on any object it may edit."""
     meta = obj.get("metadata", {})
     kept: TrimmedMetadata = {"ownerReferences": [
-        {"kind": shared(o.get("kind")), "name": shared(o.get("name")), "uid": shared(o.get("uid")), "controller": True}
+        {"apiVersion": shared(o.get("apiVersion")), "kind": shared(o.get("kind")), "name": shared(o.get("name")),
+         "uid": shared(o.get("uid")), "controller": True}
         for o in meta.get("ownerReferences") or [] if o.get("controller")
     ]}
     for key in _KEPT_METADATA:
@@ -25,9 +28,9 @@ def metadata(obj: JSON) -> TrimmedMetadata:
             kept[key] = meta[key]
     if "namespace" in kept:
         kept["namespace"] = shared(kept["namespace"])
-    labels = kept.get("labels")
-    if isinstance(labels, dict):
-        kept["labels"] = {shared(k): shared(v) for k, v in labels.items()}
+    found = kept.get("labels")
+    if isinstance(found, dict):
+        kept["labels"] = {shared(k): shared(v) for k, v in found.items() if labels is None or k in labels}
     return kept
 
 
@@ -38,8 +41,9 @@ def shared(value: Any) -> Any:
 
 
 class OwnerReferenceShape(TypedDict, total=False):
-    """What `metadata` reads of an owner reference."""
+    """What `metadata` (and an informer's `accept`: a controller of kubeflow.org's) reads of an owner reference."""
 
+    apiVersion: Any
     kind: Any
     name: Any
     uid: Any

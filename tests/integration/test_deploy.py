@@ -326,6 +326,14 @@ def test_stop_grace_gpu_and_status_limit_chart_values_reach_the_operator(
             status_serving.server_limits(args), status_serving.review_limits(args)) == expected
 
 
+@pytest.mark.parametrize(("values", "expected"),
+                         [((), DEFAULT_SETTINGS.max_mpijob_kib), (("maxMpijobKib=1024",), 1024)],
+                         ids=["default", "set"])
+def test_the_mpijob_size_bound_chart_value_reaches_the_operator(helm: str, values: tuple[str, ...],
+                                                                 expected: int) -> None:
+    assert config_from_args(chart_args(helm, *values)).settings.max_mpijob_kib == expected
+
+
 def test_helm_refuses_an_unknown_status_limit(helm: str) -> None:
     result = subprocess.run([helm, "template", "mpiop", str(CHART), "--set", "statusEndpoint.limits.maxConnection=5"],
                             capture_output=True, text=True, check=False)

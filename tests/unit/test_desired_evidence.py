@@ -55,7 +55,8 @@ def test_the_operators_cache_keeps_an_attempts_config_map_by_name_only() -> None
     """Up to 256 KiB each, K per job: the logs never sit in the operator's memory; the hostfile's data does."""
     made = evidence.config_map(JOB, 0, "why", [("pi-launcher.main.log", "x" * 1000)])
     assert trim_config_map(made) == {"metadata": {k: made["metadata"][k] for k in ("name", "namespace", "labels")}
-                                     | {"ownerReferences": [{"kind": "MPIJob", "name": "pi", "uid": JOB.metadata.uid,
+                                     | {"ownerReferences": [{"apiVersion": "kubeflow.org/v2beta1", "kind": "MPIJob",
+                                                             "name": "pi", "uid": JOB.metadata.uid,
                                                              "controller": True}]}}
     hostfile = objects.config_map(JOB, [])
     assert trim_config_map(hostfile)["data"] == hostfile["data"]

@@ -21,7 +21,7 @@ from mpiop.desired.podgroup import GangScheduler
 from mpiop.kube.access import ClusterAccess
 from mpiop.kube.client import KubeClient
 
-OWNER = [{"kind": "MPIJob", "name": "pi", "uid": "j", "controller": True}]
+OWNER = [{"apiVersion": "kubeflow.org/v2beta1", "kind": "MPIJob", "name": "pi", "uid": "j", "controller": True}]
 PENDING: JSON = {
     "metadata": {"name": "pi-worker-0", "namespace": "ns", "uid": "u", "resourceVersion": "10",
                  "labels": {"training.kubeflow.org/job-role": "worker"}, "ownerReferences": OWNER},
@@ -79,9 +79,10 @@ def test_other_pod_changes_are_news(change: dict[str, Any]) -> None:
     (trims.trim_pod_group, POD_GROUP, {"spec.minMember": 1}),
     (trims.trim_pod_group, POD_GROUP, {"status.phase": "Running"}),
     (trims.trim_config_map, CONFIG_MAP, {"data": {"hostfile": ""}}),
-    (trims.trim_service, SERVICE, {"spec.selector": {"app": "other"}}),
+    (trims.trim_service, SERVICE, {"metadata.deletionTimestamp": "2024-05-01T12:00:00Z"}),
     (trims.trim_secret, SERVICE, {"metadata.deletionTimestamp": "2024-05-01T12:00:00Z"}),
-], ids=["pod-group-spec", "pod-group-status", "config-map-data", "service-selector", "secret-deletion"])
+], ids=["pod-group-spec", "pod-group-status", "config-map-data", "service-deletion",
+        "secret-deletion"])
 def test_a_change_of_what_the_trim_keeps_is_news(trim: Any, obj: JSON, change: dict[str, Any]) -> None:
     assert not same_but_version(trim(copy.deepcopy(obj)), trim(changed(obj, change)))
 

@@ -12,7 +12,7 @@ from mpiop.controller.manager import Manager, ManagerConfig
 from mpiop.kube.access import ClusterAccess
 from mpiop.kube.client import KubeClient
 
-OWNER = [{"kind": "MPIJob", "name": "pi", "uid": "j", "controller": True}]
+OWNER = [{"apiVersion": "kubeflow.org/v2beta1", "kind": "MPIJob", "name": "pi", "uid": "j", "controller": True}]
 
 
 def pod(name: str, version: int, phase: str) -> JSON:

@@ -61,7 +61,8 @@ def test_trim_keeps_only_what_decisions_need() -> None:
             "labels": full["metadata"]["labels"],
             "deletionTimestamp": "2024-05-01T12:05:00Z",
             "creationTimestamp": "2024-05-01T12:00:00Z",
-            "ownerReferences": [{"kind": "MPIJob", "name": "pi", "uid": "uid-pi", "controller": True}],
+            "ownerReferences": [{"apiVersion": "kubeflow.org/v2beta1", "kind": "MPIJob", "name": "pi", "uid": "uid-pi",
+                                 "controller": True}],
         },
         "status": {
             "phase": "Failed",
