@@ -271,3 +271,17 @@ class MPIJobCollector(Collector):
 
 MPIJOB_GAUGES = MPIJobCollector()
 REGISTRY.register(MPIJOB_GAUGES)
+
+
+def labelled() -> dict[str, tuple[str, ...]]:
+    """Every metric of this module with labels, by name, with its label names: what docs/security.md's inventory must
+    list (a label's value may be someone else's). prometheus_client keeps label names only in private attributes, so
+    they are read here, once, beside the metrics."""
+    found: dict[str, tuple[str, ...]] = {}
+    for value in globals().values():
+        if isinstance(value, Counter | Gauge | Histogram) and value._labelnames:
+            found[value._name] = tuple(value._labelnames)
+    for family in MPIJOB_GAUGES.describe():
+        if labels := tuple(getattr(family, "_labelnames", ())):
+            found[family.name] = labels
+    return found

@@ -97,8 +97,12 @@ def launcher_account_name(job: MPIJob) -> str:
     account, Role, or a binding to `system:serviceaccount:<ns>:<that name>`, ahead of it. The `-launcher` suffix
     is the one policies.launcher_accounts reserves. At most 54 + 1 + 8 + 9 = 72 characters (api.crd bounds the
     job's name), within a ServiceAccount's 253."""
-    digits = (job.metadata.uid or "").replace("-", "")[:UID_DIGITS]
-    return f"{job.metadata.name}-{digits}-launcher"
+    return launcher_account_name_for(job.metadata.name, job.metadata.uid or "")
+
+
+def launcher_account_name_for(job_name: str, uid: str) -> str:
+    """launcher_account_name of the job named `job_name` with `uid` (what an owner reference says of it)."""
+    return f"{job_name}-{uid.replace('-', '')[:UID_DIGITS]}-launcher"
 
 
 def legacy_launcher_account_name(job: MPIJob) -> str:

@@ -23,8 +23,10 @@ from mpiop.desired import podgroup
 
 # Each kind's names, as what follows the controlling job's name: names.py's functions, which
 # tests/unit/test_cache_acceptance.py checks these against. Exec launch's ServiceAccount, Role and RoleBinding are
-# `<job>-launcher` or `<job>-<uid digits>-launcher`: any name of the job's that ends in `-launcher`.
-_LAUNCHER_ACCOUNT = re.compile(r"-(?:[0-9a-f]+-)?launcher")
+# named from the job's uid too (names.launcher_account_name_for, checked in `accept`), or `<job>-launcher` for a job
+# started before that (names.legacy_launcher_account_name).
+_LAUNCHER_ACCOUNT = re.compile(r"-launcher")
+_UID_NAMED = frozenset({"ServiceAccount", "Role", "RoleBinding"})
 _NAMES_BY_KIND: dict[str, re.Pattern[str]] = {
     "ConfigMap": re.compile(r"-config|-attempt-[0-9]+"),
     "Secret": re.compile(r"-ssh"),
@@ -60,7 +62,11 @@ def accepts(kind: str) -> Callable[[JSON], bool]:
             return False
         name = obj["metadata"].get("name")
         if controller.get("kind") == KIND and str(controller.get("apiVersion") or "").startswith(f"{GROUP}/"):
-            return _named_for(suffix, controller.get("name"), name)
+            job, uid = controller.get("name"), controller.get("uid")
+            if kind in _UID_NAMED and isinstance(job, str) and isinstance(uid, str) \
+                    and name == names.launcher_account_name_for(job, uid):
+                return True
+            return _named_for(suffix, job, name)
         return kind == "Pod" and controller.get("kind") == "Job" and _named_for(
             _BATCH_JOB_POD, (obj["metadata"].get("labels") or {}).get(names.JOB_NAME_LABEL), name)
 

@@ -40,7 +40,7 @@ def test_every_object_mpiop_makes_for_a_job_is_accepted() -> None:
             ("PodGroup", obj(podgroup.pod_group_name(JOB), OWNER)),
             ("ServiceAccount", launcher_rbac.service_account(JOB)), ("RoleBinding", launcher_rbac.role_binding(JOB)),
             ("Role", launcher_rbac.role(JOB, [])),
-            ("Role", obj("pi-0a1b2c3d-launcher", OWNER)),  # a uid-derived launcher name (names.launcher_account_name)
+            ("Role", obj("pi-launcher", OWNER)),  # a job's from before uid-derived names (legacy_launcher_account_name)
             ("Job", obj(names.launcher_name(JOB), ref(api_version="kubeflow.org/v2beta1")))]
     for kind, made_obj in made:
         assert acceptance.accepts(kind)(made_obj), (kind, made_obj["metadata"]["name"])
@@ -65,6 +65,8 @@ def test_every_object_mpiop_makes_for_a_job_is_accepted() -> None:
     ("Pod", obj("x-launcher-abcde", ref(kind="Job", api_version="batch/v1"), labels={names.JOB_NAME_LABEL: "pi"})),
     ("Role", obj("pi-launcher-extra", ref())),
     ("Role", obj("pi-reader", ref())),
+    ("Role", obj("pi-0a1b2c3d-launcher", ref())),  # hex digits, but not those of its controller's uid ("u")
+    ("ServiceAccount", obj("pi-x-launcher", ref())),
     ("Job", obj("pi", ref())),
 ])
 def test_objects_no_job_controls_under_its_names_are_dropped(kind: str, candidate: JSON) -> None:

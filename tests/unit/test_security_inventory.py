@@ -19,7 +19,6 @@ from pathlib import Path
 import pytest
 from aiohttp import web
 from prometheus_client import CollectorRegistry
-from prometheus_client.metrics import MetricWrapperBase
 
 from mpiop import metrics, server
 from mpiop.controller.caches import Caches
@@ -123,7 +122,7 @@ def listening_flags() -> set[str]:
 def informers() -> dict[str, list[str]]:
     """Each informer as its resource's plural and the trim that says what (and how much) it keeps."""
     built = caches()
-    return {f"{i.resource.group or 'core'}/{i.resource.plural}": [i.resource.plural, i.trim.__name__]
+    return {f"{i.resource.group or 'core'}/{i.resource.plural}": [i.resource.plural, getattr(i.trim, 'func', i.trim).__name__]
             for i in built.all() + ([built.pod_groups] if built.pod_groups is not None else [])}
 
 
@@ -144,15 +143,7 @@ def label_and_annotation_names() -> dict[str, list[str]]:
 def labelled_metrics() -> dict[str, list[str]]:
     """Every metric of mpiop/metrics.py with labels, as `name{label,...}`: a label's value is what may be someone
     else's (a reason, a name). Unlabelled ones only count."""
-    found = {}
-    for value in vars(metrics).values():
-        if isinstance(value, MetricWrapperBase) and value._labelnames:  # private: prometheus_client has no accessor
-            found[value._name] = [f"{value._name}{{{','.join(value._labelnames)}}}"]
-    for family in metrics.MPIJOB_GAUGES.describe():
-        labels = getattr(family, "_labelnames", ())
-        if labels:
-            found[family.name] = [f"{family.name}{{{','.join(labels)}}}"]
-    return found
+    return {name: [f"{name}{{{','.join(labels)}}}"] for name, labels in metrics.labelled().items()}
 
 
 @pytest.fixture(scope="module")
