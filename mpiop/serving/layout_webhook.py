@@ -13,21 +13,27 @@ leader answers (its Service selects the leader's pod); the leader writes its CA 
 (`install_ca_bundle`) once it serves. failurePolicy Ignore: with mpiop down, jobs are still created.
 
 Any pod can reach that server, and the apiserver presents no identity a webhook can check, so the webhook checks what
-it can: it answers only a well-formed AdmissionReview (admission.k8s.io/v1) of a kubeflow.org/v2beta1 MPIJob (else
-400), of at most BODY_LIMIT bytes (else 413); its work is that of the layout, bounded by --gpu-layout-max-entries;
-and its warning names no node, label or taint value (policies/gpu_layout counts the nodes it leaves out), since
-whoever creates a job may not read nodes.
+it can: a source address may send it `per_source_qps` reviews a second (a burst of `per_source_burst`; past them a
+429); it answers only a well-formed AdmissionReview (admission.k8s.io/v1) of a kubeflow.org/v2beta1 MPIJob (else
+400), of at most BODY_LIMIT bytes (else 413), read within the server's bytes in flight (server.request_body); it
+reads and lays out LAYOUTS_AT_ONCE review at a time, off the event loop (the loop renews the leader's Lease), its
+work bounded by --gpu-layout-max-entries; and its warning names no node, label or taint, nor how many nodes each
+part of the template leaves out (the job's Running condition says that, to whoever may read the job), since
+whoever reaches the webhook may not read nodes.
 """
 
 from __future__ import annotations
 
+import asyncio
 import base64
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import orjson
 import structlog
 from aiohttp import web
+from cachetools import LRUCache
 from pydantic import ValidationError
 
 from mpiop import metrics, names
@@ -37,13 +43,19 @@ from mpiop.api.v2beta1 import MPIJob
 from mpiop.kube.client import ApiError, KubeClient, Resource
 from mpiop.plan import MESSAGE_LIMIT
 from mpiop.policies import gpu_layout
+from mpiop.server import refusal, request_body
+from mpiop.serving.token_reviews import SourceBudget
 
 log = structlog.get_logger(__name__)
 PATH = "/gpu-layout"
 CONFIGURATION = "mpiop-gpu-layout"  # --gpu-layout-webhook's default, once: deploy/base/webhook.yaml's name
-# The largest AdmissionReview read: the apiserver takes requests of up to 3 MiB (and etcd stores objects of at
-# most 1.5 MiB), more than the status endpoint's 64 KiB, which a job with a long template outgrows.
-BODY_LIMIT = 3 * 1024 * 1024
+# The largest AdmissionReview read: the largest MPIJob etcd stores (its --max-request-bytes, 1.5 MiB: a larger job
+# is refused whatever the webhook says), and 64 KiB for the review around it. More than the status endpoint's 64 KiB,
+# which a job with a long template outgrows.
+MAX_OBJECT_BYTES = 1536 * 1024
+BODY_LIMIT = MAX_OBJECT_BYTES + 64 * 1024
+LAYOUTS_AT_ONCE = 1  # reviews read, parsed and laid out at once: each holds its body and job, and a thread
+LOGGED_NAME_LIMIT = 253  # a job's name as logged (a DNS-1123 subdomain's length)
 MPIJOB_KIND = {"group": "kubeflow.org", "version": "v2beta1", "kind": "MPIJob"}
 WARNING_LIMIT = 256  # the apiserver may truncate a longer admission warning
 CONFIGURATIONS = Resource("admissionregistration.k8s.io", "v1", "mutatingwebhookconfigurations",
@@ -80,9 +92,8 @@ def layout_patch(raw: JSON, nodes: list[JSON] | None, max_entries: int, dra: gpu
     if (over := gpu_layout.over_limit(job, max_entries)) is not None:
         return Answer([], _cut(f"spec.gpus: mpiop does not lay this job out: {over}"), "over_limit")
     chosen = gpu_layout.choose(job, nodes, max_entries, dra)
-    if isinstance(chosen, str):
-        return Answer([], _cut(f"spec.gpus: the job waits until a layout fits (its Running condition says why): "
-                               f"{chosen}"), "no_fit")
+    if isinstance(chosen, str):  # why (how many nodes each selector, toleration ... leaves out) is not said here
+        return Answer([], "spec.gpus: the job waits until a layout fits (its Running condition says why)", "no_fit")
     layout, record = chosen
     record = record[:MESSAGE_LIMIT - len(gpu_layout.AT_ADMISSION)] + gpu_layout.AT_ADMISSION
     merge = gpu_layout.layout_patch(job, layout, record)
@@ -125,6 +136,7 @@ class Reviewed:
 
     admission: JSON
     answer: Answer
+    request: JSON = field(default_factory=dict)  # the AdmissionReview answered
 
 
 def review(admission: JSON, nodes: list[JSON] | None, max_entries: int, dra: gpu_layout.Dra | None = None) -> Reviewed:
@@ -140,7 +152,8 @@ def review(admission: JSON, nodes: list[JSON] | None, max_entries: int, dra: gpu
             response["patch"] = base64.b64encode(orjson.dumps(answer.patch)).decode()
         if answer.warning:
             response["warnings"] = [answer.warning]
-    return Reviewed({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "response": response}, answer)
+    return Reviewed({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "response": response}, answer,
+                    admission)
 
 
 def record(admission: JSON, answer: Answer) -> None:
@@ -150,35 +163,73 @@ def record(admission: JSON, answer: Answer) -> None:
     if answer.patch or answer.warning:
         request = admission["request"]
         meta = request["object"].get("metadata") or {}
-        log.info("admission: total-GPU job", job=f"{request.get('namespace')}/"
-                 f"{meta.get('name') or meta.get('generateName')}",
+        job = f"{request.get('namespace')}/{meta.get('name') or meta.get('generateName')}"
+        log.info("admission: total-GPU job", job=ascii(job[:LOGGED_NAME_LIMIT]) if answer.result == "unparsed" else job,
                  laid_out=bool(answer.patch), warning=answer.warning)
 
 
+@dataclass(frozen=True)
+class WebhookLimits:
+    """`mpiop run`'s --gpu-layout-per-source-* flags; each default is here, once. The apiserver is one source (a
+    few, with several apiservers), a review per MPIJob created: a burst of jobs created at once past the burst is
+    laid out by the controller just after (failurePolicy Ignore)."""
+
+    per_source_qps: float = 20.0  # reviews a source address may send a second ...
+    per_source_burst: int = 50  # ... and at once
+    sources: int = 10_000  # sources whose budget is kept, the least recently seen dropped
+
+
+def answer_body(body: bytes, nodes: list[JSON] | None, max_entries: int,
+                dra: gpu_layout.Dra | None) -> tuple[int, bytes, Reviewed | None]:
+    """The HTTP status and body answering `body`, and the review (None when refused): pure, and run in a thread."""
+    try:
+        admission = orjson.loads(body)
+    except orjson.JSONDecodeError as error:
+        return 400, f"the body is not an AdmissionReview: {error}".encode(), None
+    if (why := malformed(admission)) is not None:
+        return 400, why.encode(), None
+    reviewed = review(admission, nodes, max_entries, dra)
+    return 200, orjson.dumps(reviewed.admission), reviewed
+
+
 def add_route(app: web.Application, nodes: Callable[[], list[JSON] | None], max_entries: int,
-              dra: Callable[[], gpu_layout.Dra] | None = None) -> None:
+              dra: Callable[[], gpu_layout.Dra] | None = None, limits: WebhookLimits = WebhookLimits(),
+              clock: Callable[[], float] = time.monotonic) -> None:
     """POST PATH on `app`: `nodes()` gives the cached GPU nodes (None while not watched or not synced), `dra()` the
     cached ResourceSlices and DeviceClasses; `max_entries`: --gpu-layout-max-entries. The body may be up to
     BODY_LIMIT, whatever the app's own limit."""
+    budgets: LRUCache[str, SourceBudget] = LRUCache(limits.sources)
+    turn = asyncio.Semaphore(LAYOUTS_AT_ONCE)
 
     async def handle(request: web.Request) -> web.Response:
-        too_large = web.Response(status=413, text=f"the body is over the GPU layout webhook's limit of {BODY_LIMIT} "
-                                                  "bytes")
+        source = request.remote or ""
+        budget = budgets.get(source)
+        if budget is None:
+            budget = budgets[source] = SourceBudget(limits.per_source_qps, limits.per_source_burst, clock())
+        if (wait := budget.take(clock())) > 0:
+            metrics.GPU_LAYOUT_ADMISSIONS.labels("source_budget").inc()
+            return refusal(429, "source_budget", f"{source!a} sent more than {limits.per_source_burst} reviews "
+                                                 f"at once or {limits.per_source_qps:g} a second "
+                                                 "(--gpu-layout-per-source-burst, --gpu-layout-per-source-qps): "
+                                                 f"retry in {wait}s", retry_after=wait)
         if request.content_length is not None and request.content_length > BODY_LIMIT:
-            return too_large
+            return _too_large()
         try:
-            admission = orjson.loads(await request.clone(client_max_size=BODY_LIMIT).read())
+            async with request_body(request, BODY_LIMIT) as body, turn:  # a slow body does not hold the turn
+                status, answer, reviewed = await asyncio.to_thread(
+                    answer_body, body, nodes(), max_entries, dra() if dra is not None else None)
         except web.HTTPRequestEntityTooLarge:
-            return too_large
-        except orjson.JSONDecodeError as error:
-            return web.Response(status=400, text=f"the body is not an AdmissionReview: {error}")
-        if (why := malformed(admission)) is not None:
-            return web.Response(status=400, text=why)
-        reviewed = review(admission, nodes(), max_entries, dra() if dra is not None else None)
-        record(admission, reviewed.answer)
-        return web.Response(body=orjson.dumps(reviewed.admission), content_type="application/json")
+            return _too_large()
+        if reviewed is None:
+            return web.Response(status=status, text=answer.decode())
+        record(reviewed.request, reviewed.answer)
+        return web.Response(body=answer, content_type="application/json")
 
     app.router.add_post(PATH, handle)
+
+
+def _too_large() -> web.Response:
+    return web.Response(status=413, text=f"the body is over the GPU layout webhook's limit of {BODY_LIMIT} bytes")
 
 
 async def install_ca_bundle(client: KubeClient, name: str, ca_pem: str) -> bool:
