@@ -193,6 +193,12 @@ def add_run_arguments(parser: argparse.ArgumentParser) -> None:
                         help="the MutatingWebhookConfiguration whose webhook lays such jobs out as they are created "
                              "(served with the status endpoint, by the leader, which writes its CA there); '' turns "
                              "it off: the controller lays them out after they are created (default %(default)s)")
+    parser.add_argument("--gpu-layout-client-ca", default="", metavar="PEM_FILE",
+                        help="the CA of the client certificate the apiserver presents to the webhook (its "
+                             "AdmissionConfiguration's kubeConfigFile): the webhook then answers only a client whose "
+                             "certificate it signed, anyone else a 403 before the body is read; the status endpoint "
+                             "asks for a client certificate, and the pods' posts without one still go through "
+                             "(default: none, the webhook answers anyone, saying nothing of the nodes)")
     parser.add_argument("--gpu-layout-per-source-qps", type=_positive, default=_WEBHOOK.per_source_qps, metavar="QPS",
                         help="AdmissionReviews a second the webhook takes from one address; past it (and its burst) "
                              "a 429 with Retry-After, and the job is laid out after it is created "

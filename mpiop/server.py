@@ -331,6 +331,13 @@ class _Connection(asyncio.Protocol):
             self.release()
 
 
+def trust_clients(context: ssl.SSLContext, ca_file: str) -> None:
+    """Have `context` ask every client for a certificate and verify one given against `ca_file` (PEM); a client
+    that gives none still connects (the jobs' pods post without one): a handler reads `peercert` to tell."""
+    context.load_verify_locations(cafile=ca_file)
+    context.verify_mode = ssl.CERT_OPTIONAL
+
+
 def listening_socket(host: str | None, port: int) -> socket.socket:
     """Bound and listening, non-blocking: `host` None is every interface (IPv4 and, where the host has it, IPv6)."""
     if host is None:

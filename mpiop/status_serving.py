@@ -9,6 +9,7 @@ import argparse
 import asyncio
 import dataclasses
 import datetime as dt
+import ssl
 
 import structlog
 
@@ -18,7 +19,7 @@ from mpiop.controller.manager import Manager
 from mpiop.desired.status_report import StatusEndpoint
 from mpiop.kube.client import KubeClient
 from mpiop.policies import graceful_stop
-from mpiop.server import REFUSAL_CODES, Limits, Servers
+from mpiop.server import REFUSAL_CODES, Limits, Servers, trust_clients
 from mpiop.serving import layout_webhook, status_ca
 from mpiop.serving.status_endpoint import OwnPod, StatusWriter, status_app
 from mpiop.serving.token_reviews import ReviewLimits, TokenReviews
@@ -27,15 +28,28 @@ log = structlog.get_logger(__name__)
 
 
 async def status_certificates(args: argparse.Namespace, client: KubeClient, namespace: str) -> Certificates | None:
-    """The status endpoint's serving certificate, signed by the CA of --status-ca-secret (made there if need be)."""
+    """The status endpoint's serving certificate, signed by the CA of --status-ca-secret (made there if need be); its
+    TLS verifies the clients' certificates against --gpu-layout-client-ca when set."""
     if not args.status_endpoint:
         return None
     try:
         hosts = status_ca.endpoint_hosts(args.status_url)
         ref = status_ca.parse_secret_ref(args.status_ca_secret, namespace)
-        return await status_ca.certificates(client, hosts, ref, dt.datetime.now(dt.UTC))
+        certificates = await status_ca.certificates(client, hosts, ref, dt.datetime.now(dt.UTC))
     except (ValueError, status_ca.CASecretError) as error:
         raise SystemExit(str(error)) from None
+    if webhook_client_ca(args):
+        try:
+            trust_clients(certificates.context, args.gpu_layout_client_ca)
+        except (OSError, ssl.SSLError) as error:
+            raise SystemExit(f"--gpu-layout-client-ca {args.gpu_layout_client_ca}: not a readable PEM CA: "
+                             f"{error}") from None
+    return certificates
+
+
+def webhook_client_ca(args: argparse.Namespace) -> str:
+    """--gpu-layout-client-ca, where the webhook is served ('' otherwise, or when not set)."""
+    return str(args.gpu_layout_client_ca) if args.gpu_layout and args.gpu_layout_webhook else ""
 
 
 def server_limits(args: argparse.Namespace) -> Limits:
@@ -94,7 +108,8 @@ async def serve_status(servers: Servers, manager: Manager, client: KubeClient, a
     webhook = args.gpu_layout_webhook if args.gpu_layout else ""
     if webhook:
         layout_webhook.add_route(app, manager.caches.node_list, manager.config.settings.gpu_layout_max_entries,
-                                 manager.caches.dra, webhook_limits(args))
+                                 manager.caches.dra, webhook_limits(args),
+                                 verified_clients_only=bool(webhook_client_ca(args)))
     try:
         await servers.start(app, args.status_addr, "the status endpoint", ssl_context=certificates.context,
                             limits=server_limits(args), on_refused=count_refusal)

@@ -55,6 +55,7 @@ CONFIGURATION = "mpiop-gpu-layout"  # --gpu-layout-webhook's default, once: depl
 MAX_OBJECT_BYTES = 1536 * 1024
 BODY_LIMIT = MAX_OBJECT_BYTES + 64 * 1024
 LAYOUTS_AT_ONCE = 1  # reviews read, parsed and laid out at once: each holds its body and job, and a thread
+NO_FIT = "spec.gpus: the job waits until a layout fits (its Running condition says why)"
 LOGGED_NAME_LIMIT = 253  # a job's name as logged (a DNS-1123 subdomain's length)
 MPIJOB_KIND = {"group": "kubeflow.org", "version": "v2beta1", "kind": "MPIJob"}
 WARNING_LIMIT = 256  # the apiserver may truncate a longer admission warning
@@ -76,10 +77,13 @@ class Answer:
     result: str | None = None
 
 
-def layout_patch(raw: JSON, nodes: list[JSON] | None, max_entries: int, dra: gpu_layout.Dra | None = None) -> Answer:
+def layout_patch(raw: JSON, nodes: list[JSON] | None, max_entries: int, dra: gpu_layout.Dra | None = None,
+                 detail: bool = False) -> Answer:
     """The patch laying out a new job: spec replaced whole with the laid-out one (the merge patch the controller
     would write, applied) and the record annotation added; or why not. `dra`: the ResourceSlices and DeviceClasses
-    a job through DRA counts. Its ResourceClaimTemplate is the controller's to make (the job has no uid yet)."""
+    a job through DRA counts. Its ResourceClaimTemplate is the controller's to make (the job has no uid yet).
+    `detail`: the caller is the apiserver (a verified client certificate), so a warning may say why no layout fits
+    (how many nodes each part of the template leaves out, never which) to the job's creator."""
     try:
         job = MPIJob.model_validate(raw)
     except ValidationError as error:
@@ -92,8 +96,8 @@ def layout_patch(raw: JSON, nodes: list[JSON] | None, max_entries: int, dra: gpu
     if (over := gpu_layout.over_limit(job, max_entries)) is not None:
         return Answer([], _cut(f"spec.gpus: mpiop does not lay this job out: {over}"), "over_limit")
     chosen = gpu_layout.choose(job, nodes, max_entries, dra)
-    if isinstance(chosen, str):  # why (how many nodes each selector, toleration ... leaves out) is not said here
-        return Answer([], "spec.gpus: the job waits until a layout fits (its Running condition says why)", "no_fit")
+    if isinstance(chosen, str):
+        return Answer([], _cut(NO_FIT + (f": {chosen}" if detail else "")), "no_fit")
     layout, record = chosen
     record = record[:MESSAGE_LIMIT - len(gpu_layout.AT_ADMISSION)] + gpu_layout.AT_ADMISSION
     merge = gpu_layout.layout_patch(job, layout, record)
@@ -139,14 +143,15 @@ class Reviewed:
     request: JSON = field(default_factory=dict)  # the AdmissionReview answered
 
 
-def review(admission: JSON, nodes: list[JSON] | None, max_entries: int, dra: gpu_layout.Dra | None = None) -> Reviewed:
+def review(admission: JSON, nodes: list[JSON] | None, max_entries: int, dra: gpu_layout.Dra | None = None,
+           detail: bool = False) -> Reviewed:
     """The AdmissionReview answering `admission` (admission.k8s.io/v1, which `malformed` found well-formed): always
     allowed. Pure: the HTTP handler counts the result and logs."""
     request = admission["request"]
     response: JSON = {"uid": request["uid"], "allowed": True}
     answer = Answer()
     if request["operation"] == "CREATE":
-        answer = layout_patch(request["object"], nodes, max_entries, dra)
+        answer = layout_patch(request["object"], nodes, max_entries, dra, detail)
         if answer.patch:
             response["patchType"] = "JSONPatch"
             response["patch"] = base64.b64encode(orjson.dumps(answer.patch)).decode()
@@ -179,8 +184,8 @@ class WebhookLimits:
     sources: int = 10_000  # sources whose budget is kept, the least recently seen dropped
 
 
-def answer_body(body: bytes, nodes: list[JSON] | None, max_entries: int,
-                dra: gpu_layout.Dra | None) -> tuple[int, bytes, Reviewed | None]:
+def answer_body(body: bytes, nodes: list[JSON] | None, max_entries: int, dra: gpu_layout.Dra | None,
+                detail: bool = False) -> tuple[int, bytes, Reviewed | None]:
     """The HTTP status and body answering `body`, and the review (None when refused): pure, and run in a thread."""
     try:
         admission = orjson.loads(body)
@@ -188,20 +193,26 @@ def answer_body(body: bytes, nodes: list[JSON] | None, max_entries: int,
         return 400, f"the body is not an AdmissionReview: {error}".encode(), None
     if (why := malformed(admission)) is not None:
         return 400, why.encode(), None
-    reviewed = review(admission, nodes, max_entries, dra)
+    reviewed = review(admission, nodes, max_entries, dra, detail)
     return 200, orjson.dumps(reviewed.admission), reviewed
 
 
 def add_route(app: web.Application, nodes: Callable[[], list[JSON] | None], max_entries: int,
               dra: Callable[[], gpu_layout.Dra] | None = None, limits: WebhookLimits = WebhookLimits(),
-              clock: Callable[[], float] = time.monotonic) -> None:
+              clock: Callable[[], float] = time.monotonic, verified_clients_only: bool = False) -> None:
     """POST PATH on `app`: `nodes()` gives the cached GPU nodes (None while not watched or not synced), `dra()` the
     cached ResourceSlices and DeviceClasses; `max_entries`: --gpu-layout-max-entries. The body may be up to
-    BODY_LIMIT, whatever the app's own limit."""
+    BODY_LIMIT, whatever the app's own limit. `verified_clients_only` (--gpu-layout-client-ca): the server's TLS
+    asks for a client certificate and verifies one given against that CA (server.trust_clients); a request
+    without one is a 403 before anything else, and a review from one is told why no layout fits."""
     budgets: LRUCache[str, SourceBudget] = LRUCache(limits.sources)
     turn = asyncio.Semaphore(LAYOUTS_AT_ONCE)
 
     async def handle(request: web.Request) -> web.Response:
+        if verified_clients_only and not (request.transport and request.transport.get_extra_info("peercert")):
+            metrics.GPU_LAYOUT_ADMISSIONS.labels("unauthenticated").inc()
+            return refusal(403, "unauthenticated", "this webhook answers only the apiserver: a client certificate "
+                                                   "signed by the CA of the operator's --gpu-layout-client-ca")
         source = request.remote or ""
         budget = budgets.get(source)
         if budget is None:
@@ -217,7 +228,7 @@ def add_route(app: web.Application, nodes: Callable[[], list[JSON] | None], max_
         try:
             async with request_body(request, BODY_LIMIT) as body, turn:  # a slow body does not hold the turn
                 status, answer, reviewed = await asyncio.to_thread(
-                    answer_body, body, nodes(), max_entries, dra() if dra is not None else None)
+                    answer_body, body, nodes(), max_entries, dra() if dra is not None else None, verified_clients_only)
         except web.HTTPRequestEntityTooLarge:
             return _too_large()
         if reviewed is None:

@@ -7,23 +7,30 @@ from __future__ import annotations
 import asyncio
 import base64
 import json
+import ssl
 import threading
 from collections.abc import AsyncIterator
+from pathlib import Path
 from typing import Any
 
+import aiohttp
 import pytest
 import structlog
 from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
 from prometheus_client import REGISTRY
 
+from devcluster.certs import CertificateAuthority, KeyPair
+from devcluster.controlplane import free_port
 from mpiop.api.raw import JSON
 from mpiop.api.v2beta1 import MPIJob
+from mpiop.certs import Certificates
 from mpiop.decide import decide
 from mpiop.desired.settings import Settings
 from mpiop.names import GPU_LAYOUT_ANNOTATION
 from mpiop.plan import Observed
 from mpiop.policies.gpu_layout import AT_ADMISSION, LAID_OUT, needs_layout
+from mpiop.server import Servers, trust_clients
 from mpiop.serving import layout_webhook
 from mpiop.serving.layout_webhook import BODY_LIMIT, PATH, WebhookLimits, malformed, review
 from testkit.mpijobs import at, make_mpijob
@@ -273,3 +280,41 @@ def test_a_name_that_does_not_parse_is_logged_cut_and_escaped() -> None:
     [logged] = [entry["job"] for entry in logs if entry["event"] == "admission: total-GPU job"]
     assert "\x1b" not in logged and "\x07" not in logged and "\\x1b]0;pwned\\x07" in logged
     assert len(logged) <= layout_webhook.LOGGED_NAME_LIMIT + 2 * len("\\x1b\\x07") + 2
+
+
+async def test_with_a_client_ca_only_a_verified_client_is_answered_and_told_why_no_layout_fits(
+        tmp_path: Path) -> None:
+    """--gpu-layout-client-ca: the server asks for a client certificate (the pods' posts, without one, still connect);
+    the webhook answers only a client whose certificate that CA signed, and tells it (the apiserver, which hands
+    the warning to the job's creator) how many nodes the template leaves out."""
+    clients, strangers = CertificateAuthority(tmp_path / "clients"), CertificateAuthority(tmp_path / "strangers")
+    apiserver = clients.issue("apiserver", common_name="kube-apiserver")
+    stranger = strangers.issue("stranger", common_name="kube-apiserver")
+    certificates = Certificates(["127.0.0.1"])
+    trust_clients(certificates.context, str(clients.pair.cert))
+    app = web.Application()
+    layout_webhook.add_route(app, lambda: EIGHTS, LIMIT, verified_clients_only=True)
+    servers, port = Servers(), free_port()
+    await servers.start(app, f"127.0.0.1:{port}", "test", ssl_context=certificates.context)
+
+    def context(pair: KeyPair | None) -> ssl.SSLContext:
+        made = ssl.create_default_context(cadata=certificates.ca_pem)
+        if pair is not None:
+            made.load_cert_chain(pair.cert, pair.key)
+        return made
+
+    odd = admission(make_mpijob("odd", "ns").total_gpus(13).manifest())
+    try:
+        async with aiohttp.ClientSession() as session:
+            async with session.post(f"https://127.0.0.1:{port}{PATH}", json=odd, ssl=context(apiserver)) as answer:
+                [warning] = (await answer.json())["response"]["warnings"]
+                assert answer.status == 200 and warning.startswith(
+                    "spec.gpus: the job waits until a layout fits (its Running condition says why): no layout of 13 "
+                    "nvidia.com/gpu fits the nodes the Worker template may run on (10 nodes with 8 nvidia.com/gpu)")
+            async with session.post(f"https://127.0.0.1:{port}{PATH}", json=odd, ssl=context(None)) as answer:
+                assert (answer.status, (await answer.json())["reason"]) == (403, "unauthenticated")
+            with pytest.raises(aiohttp.ClientError):  # a certificate the CA did not sign: no handshake
+                async with session.post(f"https://127.0.0.1:{port}{PATH}", json=odd, ssl=context(stranger)):
+                    pass
+    finally:
+        await servers.stop()
