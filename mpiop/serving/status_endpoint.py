@@ -34,6 +34,7 @@ from mpiop.api.v2beta1 import MPIJob, TrainerStatus
 from mpiop.controller.caches import Caches
 from mpiop.desired import status_report
 from mpiop.kube.client import MPIJOBS, PODS, ApiError, KubeClient
+from mpiop.server import request_body
 from mpiop.serving.token_reviews import PostRefusedError, Refused, Reviewer, TokenReviews
 
 __all__ = ["PostRefusedError", "Reviewer", "StatusWriter", "TokenReviews", "check_reporter", "parse_report",
@@ -251,7 +252,8 @@ def status_app(caches: Caches, reviews: TokenReviews, writer: StatusWriter,
                                  caches.pods.get(f"{who.namespace}/{who.pod_name}"), namespace, name, who)
             if request.content_length is not None and request.content_length > BODY_LIMIT:
                 raise PostRefusedError(413, "too_large", f"the body is over {BODY_LIMIT} bytes")
-            report = parse_report(await request.read(), now())
+            async with request_body(request, BODY_LIMIT) as body:  # within the server's bytes in flight
+                report = parse_report(body, now())
         except PostRefusedError as refused:
             metrics.STATUS_POSTS.labels(str(refused.code), refused.reason).inc()
             key = f"{namespace}/{name}" if refused.reason != "bad_path" else ascii(f"{namespace}/{name}"[:120])
