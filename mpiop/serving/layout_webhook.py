@@ -169,7 +169,8 @@ def record(admission: JSON, answer: Answer) -> None:
         request = admission["request"]
         meta = request["object"].get("metadata") or {}
         job = f"{request.get('namespace')}/{meta.get('name') or meta.get('generateName')}"
-        log.info("admission: total-GPU job", job=ascii(job[:LOGGED_NAME_LIMIT]) if answer.result == "unparsed" else job,
+        # Cut and escaped whatever the result: the apiserver validates a name after the mutating webhooks.
+        log.info("admission: total-GPU job", job=job[:LOGGED_NAME_LIMIT].encode("unicode_escape").decode(),
                  laid_out=bool(answer.patch), warning=answer.warning)
 
 

@@ -279,7 +279,8 @@ def test_a_name_that_does_not_parse_is_logged_cut_and_escaped() -> None:
         layout_webhook.record(reviewed.request, reviewed.answer)
     [logged] = [entry["job"] for entry in logs if entry["event"] == "admission: total-GPU job"]
     assert "\x1b" not in logged and "\x07" not in logged and "\\x1b]0;pwned\\x07" in logged
-    assert len(logged) <= layout_webhook.LOGGED_NAME_LIMIT + 2 * len("\\x1b\\x07") + 2
+    assert logged.startswith("ns/\\x1b]0;pwned\\x07nnn") and logged.endswith("n")
+    assert len(logged) == layout_webhook.LOGGED_NAME_LIMIT + 6  # two escapes of 4 characters each
 
 
 async def test_with_a_client_ca_only_a_verified_client_is_answered_and_told_why_no_layout_fits(
