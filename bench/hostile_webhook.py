@@ -5,7 +5,8 @@ at URL's /gpu-layout (HTTPS, not verified), until `--seconds` pass or SIGTERM:
 
 * bombs: from each of `--sources` (127.0.0.1 and 127.0.0.2 by default), `--bomb-connections` connections that each
   send an AdmissionReview of `--bomb-kb` KiB gzipped (Content-Encoding gzip, a few KiB on the wire) all but its last
-  16 bytes, then hold the connection until the server closes it or the flood ends; one that closes is opened again;
+  16 bytes, then hold the connection until the server answers or closes it or the flood ends; then another,
+  `--reopen-seconds` later;
 * reviews: `--review-connections` loops posting a well-formed review of a total-GPU job whose Worker template has a
   matchFields term of `--match-values` values and `--tolerations` tolerations (each a layout against every node).
 
@@ -49,14 +50,16 @@ def matching_review(tolerations: int, values: int) -> bytes:
     return orjson.dumps(admission_review(job))
 
 
-async def hold_bombs(url: yarl.URL, source: str, body: bytes, stop: asyncio.Event, tally: Counter[str]) -> None:
-    """One connection from `source` at a time, the bomb sent but its last bytes, held until closed or `stop`."""
+async def hold_bombs(url: yarl.URL, source: str, body: bytes, stop: asyncio.Event, tally: Counter[str],
+                     reopen: float) -> None:
+    """One connection from `source` at a time, the bomb sent but its last bytes, held until closed or `stop`; one
+    answered (or closed) is followed `reopen` seconds later by the next."""
     head = (f"POST {PATH} HTTP/1.1\r\nHost: {url.host}\r\nContent-Type: application/json\r\n"
             f"Content-Encoding: gzip\r\nContent-Length: {len(body)}\r\n\r\n").encode()
     while not stop.is_set():
         try:
             reader, writer = await asyncio.wait_for(asyncio.open_connection(
-                url.host, url.port, ssl=client_tls(), local_addr=(source, 0)), 10)
+                url.host, url.port, ssl=client_tls(), local_addr=(source, 0)), 10)  # a failed handshake: timeout
         except (OSError, TimeoutError):
             tally["connect_failed"] += 1
             await asyncio.sleep(0.2)
@@ -69,7 +72,7 @@ async def hold_bombs(url: yarl.URL, source: str, body: bytes, stop: asyncio.Even
             if read.done() and not read.cancelled() and read.exception() is None:
                 status = read.result().split(b" ")
                 tally[status[1].decode() if len(status) > 1 else "closed"] += 1
-                await asyncio.sleep(0.1)  # answered: open the next one a moment later
+                await asyncio.sleep(reopen)  # answered (not held): the next bomb on a new connection
             else:
                 read.cancel()
         except (OSError, ConnectionError):
@@ -102,10 +105,17 @@ async def flood(args: argparse.Namespace) -> dict[str, object]:
     bombs: Counter[str] = Counter()
     reviews: Counter[str] = Counter()
     started = time.monotonic()
-    await asyncio.gather(
-        *(hold_bombs(url, source, body, stop, bombs) for source in args.sources for _ in range(args.bomb_connections)),
-        *(post_reviews(args.url, matching_review(args.tolerations, args.match_values), stop, reviews)
-          for _ in range(args.review_connections)))
+    review = matching_review(args.tolerations, args.match_values)
+    tasks = [asyncio.create_task(post_reviews(args.url, review, stop, reviews)) for _ in range(args.review_connections)]
+    for index in range(args.bomb_connections):  # 20 handshakes at a time from each source, as a client would
+        tasks += [asyncio.create_task(hold_bombs(url, source, body, stop, bombs, args.reopen_seconds))
+                  for source in args.sources]
+        if index % 20 == 19:
+            await asyncio.sleep(0.2)
+    await stop.wait()
+    for task in tasks:  # whatever is still connecting or posting ends with the flood
+        task.cancel()
+    await asyncio.gather(*tasks, return_exceptions=True)
     return {"seconds": round(time.monotonic() - started, 2), "cpu_s": round(time.process_time(), 2),
             "bomb_bytes": len(body), "bomb_inflated_kib": args.bomb_kb,
             "answers": {"bombs": dict(sorted(bombs.items())), "reviews": dict(sorted(reviews.items()))}}
@@ -119,6 +129,8 @@ def main() -> None:
                         help="loopback addresses the bombs come from (default 127.0.0.1,127.0.0.2)")
     parser.add_argument("--bomb-connections", type=int, default=100, help="held per source (default 100)")
     parser.add_argument("--bomb-kb", type=int, default=3072, help="KiB each bomb inflates to (default 3072)")
+    parser.add_argument("--reopen-seconds", type=float, default=1.0,
+                        help="after a bomb is answered, its connection's next one this much later (default 1)")
     parser.add_argument("--review-connections", type=int, default=8, help="well-formed review loops (default 8)")
     parser.add_argument("--tolerations", type=int, default=100, help="of the reviewed job (default 100)")
     parser.add_argument("--match-values", type=int, default=500, help="of its matchFields term (default 500)")
