@@ -33,6 +33,7 @@ from mpiop.serving.layout_webhook import PATH
 from testkit.hostile_layout import admission_review, hostile_job
 
 KEPT_BACK = 16  # bytes of each bomb never sent
+TLS = client_tls()  # one context for every connection: making one reads the system's CAs, a blocking call
 
 
 def bomb(kib: int) -> bytes:
@@ -59,7 +60,7 @@ async def hold_bombs(url: yarl.URL, source: str, body: bytes, stop: asyncio.Even
     while not stop.is_set():
         try:
             reader, writer = await asyncio.wait_for(asyncio.open_connection(
-                url.host, url.port, ssl=client_tls(), local_addr=(source, 0)), 10)  # a failed handshake: timeout
+                url.host, url.port, ssl=TLS, local_addr=(source, 0)), 10)  # a failed handshake: timeout
         except (OSError, TimeoutError):
             tally["connect_failed"] += 1
             await asyncio.sleep(0.2)
@@ -67,14 +68,18 @@ async def hold_bombs(url: yarl.URL, source: str, body: bytes, stop: asyncio.Even
         try:
             writer.write(head + body[:-KEPT_BACK])
             await writer.drain()
-            read = asyncio.create_task(reader.readline())
-            await asyncio.wait([read, asyncio.create_task(stop.wait())], return_when=asyncio.FIRST_COMPLETED)
-            if read.done() and not read.cancelled() and read.exception() is None:
+            read, stopped = asyncio.create_task(reader.readline()), asyncio.create_task(stop.wait())
+            read.add_done_callback(lambda task: task.cancelled() or task.exception())  # a TLS error at close: seen
+            await asyncio.wait([read, stopped], return_when=asyncio.FIRST_COMPLETED)
+            stopped.cancel()
+            if not read.done():
+                read.cancel()
+            elif read.exception() is not None:
+                tally["closed"] += 1
+            else:
                 status = read.result().split(b" ")
                 tally[status[1].decode() if len(status) > 1 else "closed"] += 1
                 await asyncio.sleep(reopen)  # answered (not held): the next bomb on a new connection
-            else:
-                read.cancel()
         except (OSError, ConnectionError):
             tally["closed"] += 1
         finally:
@@ -82,7 +87,7 @@ async def hold_bombs(url: yarl.URL, source: str, body: bytes, stop: asyncio.Even
 
 
 async def post_reviews(url: str, body: bytes, stop: asyncio.Event, tally: Counter[str]) -> None:
-    async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(ssl=client_tls(), limit=1),
+    async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(ssl=TLS, limit=1),
                                      timeout=aiohttp.ClientTimeout(total=10)) as session:
         while not stop.is_set():
             try:
