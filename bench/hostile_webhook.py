@@ -133,7 +133,9 @@ def main() -> None:
     parser.add_argument("--sources", type=lambda text: text.split(","), default=["127.0.0.1", "127.0.0.2"],
                         help="loopback addresses the bombs come from (default 127.0.0.1,127.0.0.2)")
     parser.add_argument("--bomb-connections", type=int, default=100, help="held per source (default 100)")
-    parser.add_argument("--bomb-kb", type=int, default=3072, help="KiB each bomb inflates to (default 3072)")
+    parser.add_argument("--bomb-kb", type=int, default=3064,
+                        help="KiB of the job's name in each bomb: inflated, the review is just under 3 MiB (3cc6b1b's "
+                             "limit; default %(default)s)")
     parser.add_argument("--reopen-seconds", type=float, default=1.0,
                         help="after a bomb is answered, its connection's next one this much later (default 1)")
     parser.add_argument("--review-connections", type=int, default=8, help="well-formed review loops (default 8)")
