@@ -190,8 +190,10 @@ def identity_only(on_refused: Callable[[str], None]) -> Any:
         encoding = request.headers.get("Content-Encoding", "identity").strip().lower()
         if encoding not in ("", "identity"):
             on_refused(ENCODED_BODY)
-            return refusal(415, ENCODED_BODY, f"Content-Encoding {encoding[:40]!a}: this server takes only "
-                                              "bodies that are not encoded (Content-Encoding identity)")
+            refused = refusal(415, ENCODED_BODY, f"Content-Encoding {encoding[:40]!a}: this server takes only "
+                                                 "bodies that are not encoded (Content-Encoding identity)")
+            refused.force_close()  # the body unread: the connection is not worth keeping for it
+            return refused
         return await handler(request)
 
     return identity

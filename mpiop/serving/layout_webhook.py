@@ -28,6 +28,7 @@ import asyncio
 import base64
 import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 import orjson
@@ -208,6 +209,7 @@ def add_route(app: web.Application, nodes: Callable[[], list[JSON] | None], max_
     without one is a 403 before anything else, and a review from one is told why no layout fits."""
     budgets: LRUCache[str, SourceBudget] = LRUCache(limits.sources)
     turn = asyncio.Semaphore(LAYOUTS_AT_ONCE)
+    laying_out = ThreadPoolExecutor(LAYOUTS_AT_ONCE, thread_name_prefix="gpu-layout")  # few threads, few arenas
 
     async def handle(request: web.Request) -> web.Response:
         if verified_clients_only and not (request.transport and request.transport.get_extra_info("peercert")):
@@ -228,8 +230,9 @@ def add_route(app: web.Application, nodes: Callable[[], list[JSON] | None], max_
             return _too_large()
         try:
             async with request_body(request, BODY_LIMIT) as body, turn:  # a slow body does not hold the turn
-                status, answer, reviewed = await asyncio.to_thread(
-                    answer_body, body, nodes(), max_entries, dra() if dra is not None else None, verified_clients_only)
+                status, answer, reviewed = await asyncio.get_running_loop().run_in_executor(
+                    laying_out, answer_body, body, nodes(), max_entries, dra() if dra is not None else None,
+                    verified_clients_only)
         except web.HTTPRequestEntityTooLarge:
             return _too_large()
         if reviewed is None:
