@@ -19,7 +19,8 @@ from mpiop.controller.manager import Manager
 from mpiop.desired.status_report import StatusEndpoint
 from mpiop.kube.client import KubeClient
 from mpiop.policies import graceful_stop
-from mpiop.server import REFUSAL_CODES, Limits, Servers, trust_clients
+from mpiop.request_bodies import REFUSAL_CODES
+from mpiop.server import Limits, Servers, trust_clients
 from mpiop.serving import layout_webhook, status_ca
 from mpiop.serving.status_endpoint import OwnPod, StatusWriter, status_app
 from mpiop.serving.token_reviews import ReviewLimits, TokenReviews

@@ -15,7 +15,7 @@ leader answers (its Service selects the leader's pod); the leader writes its CA 
 Any pod can reach that server, and the apiserver presents no identity a webhook can check, so the webhook checks what
 it can: a source address may send it `per_source_qps` reviews a second (a burst of `per_source_burst`; past them a
 429); it answers only a well-formed AdmissionReview (admission.k8s.io/v1) of a kubeflow.org/v2beta1 MPIJob (else
-400), of at most BODY_LIMIT bytes (else 413), read within the server's bytes in flight (server.request_body); it
+400), of at most BODY_LIMIT bytes (else 413), read within the server's bytes in flight (request_bodies.request_body); it
 reads and lays out LAYOUTS_AT_ONCE review at a time, off the event loop (the loop renews the leader's Lease), its
 work bounded by --gpu-layout-max-entries; and its warning names no node, label or taint, nor how many nodes each
 part of the template leaves out (the job's Running condition says that, to whoever may read the job), since
@@ -44,7 +44,7 @@ from mpiop.api.v2beta1 import MPIJob
 from mpiop.kube.client import ApiError, KubeClient, Resource
 from mpiop.plan import MESSAGE_LIMIT
 from mpiop.policies import gpu_layout
-from mpiop.server import refusal, request_body
+from mpiop.request_bodies import refusal, request_body
 from mpiop.serving.token_reviews import SourceBudget
 
 log = structlog.get_logger(__name__)

@@ -34,7 +34,7 @@ from mpiop.api.v2beta1 import MPIJob, TrainerStatus
 from mpiop.controller.caches import Caches
 from mpiop.desired import status_report
 from mpiop.kube.client import MPIJOBS, PODS, ApiError, KubeClient
-from mpiop.server import request_body
+from mpiop.request_bodies import request_body
 from mpiop.serving.token_reviews import PostRefusedError, Refused, Reviewer, TokenReviews
 
 __all__ = ["PostRefusedError", "Reviewer", "StatusWriter", "TokenReviews", "check_reporter", "parse_report",

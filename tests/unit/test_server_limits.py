@@ -14,19 +14,8 @@ from aiohttp import web
 
 from devcluster.controlplane import free_port
 from mpiop.certs import Certificates
-from mpiop.server import (
-    BODY_BUDGET,
-    ENCODED_BODY,
-    OVER_BODY_BYTES,
-    OVER_CONNECTIONS,
-    OVER_SOURCE_CONNECTIONS,
-    BodyBudget,
-    ConnectionGate,
-    EveryMinute,
-    Limits,
-    Servers,
-    request_body,
-)
+from mpiop.request_bodies import BODY_BUDGET, ENCODED_BODY, OVER_BODY_BYTES, BodyBudget, request_body
+from mpiop.server import OVER_CONNECTIONS, OVER_SOURCE_CONNECTIONS, ConnectionGate, EveryMinute, Limits, Servers
 from testkit.operator import eventually
 
 
