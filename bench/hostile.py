@@ -6,7 +6,8 @@ jobs of `--workers` workers to Running; `--tainted-nodes` plain GPU nodes (8 GPU
 layout webhook is registered for the tenant's namespace. Then two windows of `--flood-seconds` (+ `--after-seconds`):
 
 * quiet: nothing else;
-* attack (`--attacks flood,tenant`, or one alone): one "pod" floods the status endpoint (bench/hostile_flood.py:
+* attack (`--attacks flood,tenant`, or one alone; `webhook` in place of flood: bench/hostile_webhook.py's gzip
+  bombs and reviews at the GPU layout webhook): one "pod" floods the status endpoint (bench/hostile_flood.py:
   junk and random bearer tokens with `--header-kb` of headers each, and slow connections), and one tenant creates
   a `gpus: 13` job with `--tolerations` tolerations, touches a tainted node's label every `--touch-seconds` and
   posts the job's AdmissionReview to the webhook `--webhook-posts` times (bench/hostile_tenant.py); `caches`: a
@@ -108,14 +109,15 @@ class Run:
                 "renewals": figures.renewals(self.lease.seen, wall, end_wall, RETRY_PERIOD),
                 "cpu_s": round(cpu_seconds(self.operator.pid) - cpu, 2)}
 
-    async def start_flood(self, log_file: Path) -> asyncio.subprocess.Process:
+    async def start_flood(self, log_file: Path, webhook: bool = False) -> asyncio.subprocess.Process:
         args = self.args
         url = self.operator.status_url + status_report.path(NAMESPACE, "job-0")
+        argv = ["bench.hostile_flood", url, f"--concurrency={args.concurrency}", f"--header-kb={args.header_kb}",
+                f"--slow-connections={args.slow_connections}", f"--budget-mb={args.budget_mb}"] if not webhook else [
+            "bench.hostile_webhook", self.operator.status_url, *args.webhook_arg]
         with log_file.open("ab") as flood_log:
             return await asyncio.create_subprocess_exec(
-                sys.executable, "-m", "bench.hostile_flood", url, f"--seconds={args.flood_seconds}",
-                f"--concurrency={args.concurrency}", f"--header-kb={args.header_kb}",
-                f"--slow-connections={args.slow_connections}", f"--budget-mb={args.budget_mb}",
+                sys.executable, "-m", *argv, f"--seconds={args.flood_seconds}",
                 stdout=asyncio.subprocess.PIPE, stderr=flood_log, cwd=ROOT, preexec_fn=die_with_parent)
 
     async def attack(self) -> dict[str, Any]:
@@ -124,6 +126,8 @@ class Run:
         args, stop = self.args, asyncio.Event()
         tenant = Tenant(TENANT)
         flood = await self.start_flood(self.workdir / "flood.log") if "flood" in args.attacks else None
+        if "webhook" in args.attacks:  # alone (--attacks webhook): its figures are the flood's
+            flood = await self.start_flood(self.workdir / "webhook.log", webhook=True)
         tasks = [] if "tenant" not in args.attacks else [
             asyncio.create_task(tenant.create_job(self.kube, args.tolerations)),
             asyncio.create_task(tenant.touch(self.kube, f"{NODE_PREFIX}-0", args.touch_seconds, stop)),
@@ -269,8 +273,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m bench.hostile", description=__doc__.split("\n\n")[0])
     add = parser.add_argument
     add("--attacks", type=lambda text: set(filter(None, text.split(","))), default={"flood", "tenant"},
-        help="which attacks run in the attack window: flood, tenant, caches (bench/hostile_caches.py; "
-        "default flood,tenant)")
+        help="which attacks run in the attack window: flood, tenant, caches (bench/hostile_caches.py), or webhook "
+             "(bench/hostile_webhook.py) in place of flood (default flood,tenant)")
+    add("--webhook-arg", action="append", default=[], help="a bench.hostile_webhook flag, e.g. --bomb-connections=50")
     add("--quick", action="store_true", help="20 jobs, 100 tainted nodes, 5,000 tolerations, a 10 s flood")
     add("--jobs", type=int, default=100, help="jobs Running through both windows (default 100)")
     add("--workers", type=int, default=2, help="workers per job and per probe job (default 2)")
@@ -293,8 +298,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     hostile_caches.add_arguments(add)
     add("--keep-logs", type=Path, help="keep the operator's and the flood's logs in this directory")
     args = parser.parse_args(argv)
-    if not args.attacks or not args.attacks <= {"flood", "tenant", "caches"}:
-        parser.error(f"--attacks: a comma-separated subset of flood,tenant,caches, not "
+    if not args.attacks or not args.attacks <= {"flood", "tenant", "caches", "webhook"} \
+            or {"flood", "webhook"} <= args.attacks:
+        parser.error(f"--attacks: a comma-separated subset of flood,tenant,caches,webhook (flood or webhook), not "
                      f"{','.join(sorted(args.attacks))}")
     if args.quick:
         args.jobs, args.tainted_nodes, args.tolerations = 20, 100, 5000

@@ -78,11 +78,14 @@ STATUS_POSTS = Counter("mpiop_status_posts", "Progress posts to the status endpo
                        "the 4xx/5xx and why (no_token, unauthenticated, not_a_pod, other_job, not_its_pod, opted_out, "
                        "no_job, bad_path, bad_body, out_of_range, unprintable, too_large, request_timeout, "
                        "review_budget, review_queue, review_failed); code 0: a connection closed at a limit "
-                       "(too_many_connections, too_many_source_connections)", ["code", "reason"])
+                       "(too_many_connections, too_many_source_connections); content_encoding (415), "
+                       "body_bytes_in_flight (503)", ["code", "reason"])
 GPU_LAYOUT_ADMISSIONS = Counter("mpiop_gpu_layout_admissions", "Total-GPU jobs the GPU layout webhook answered, by "
                                 "result: laid_out, or stored as written: no_fit (the job waits), over_limit (its "
                                 "Worker template is over --gpu-layout-max-entries), no_nodes (the node cache not "
-                                "synced yet), unparsed", ["result"])
+                                "synced yet), unparsed; refused: source_budget (429, the address over "
+                                "--gpu-layout-per-source-*), unauthenticated (403, no client certificate of "
+                                "--gpu-layout-client-ca)", ["result"])
 GRACEFUL_STOPS = Counter("mpiop_graceful_stops", "Graceful stops (the launcher told first, the workers deleted "
                          "after it) by why the attempt ended (Suspended, Disrupted, DeadlineExceeded) and how the "
                          "stop ended: launcher_ended, or grace_expired (the workers deleted at the deadline)",

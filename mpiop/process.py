@@ -45,7 +45,7 @@ SA_NAMESPACE_FILE = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespac
 # Where the flags' defaults live (the help text reads them): each once, in the value the flag fills.
 _CONFIG, _SETTINGS = ManagerConfig(), DEFAULT_SETTINGS
 _ELECTION = ElectionConfig(namespace="", name="", identity="")
-_LIMITS, _REVIEWS = Limits(), ReviewLimits()
+_LIMITS, _REVIEWS, _WEBHOOK = Limits(), ReviewLimits(), layout_webhook.WebhookLimits()
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d*)?|\.\d+)\s*(ms|s|m|h)?\s*$")
 
 
@@ -197,6 +197,19 @@ def add_run_arguments(parser: argparse.ArgumentParser) -> None:
                         help="the MutatingWebhookConfiguration whose webhook lays such jobs out as they are created "
                              "(served with the status endpoint, by the leader, which writes its CA there); '' turns "
                              "it off: the controller lays them out after they are created (default %(default)s)")
+    parser.add_argument("--gpu-layout-client-ca", default="", metavar="PEM_FILE",
+                        help="the CA of the client certificate the apiserver presents to the webhook (its "
+                             "AdmissionConfiguration's kubeConfigFile): the webhook then answers only a client whose "
+                             "certificate it signed, anyone else a 403 before the body is read; the status endpoint "
+                             "asks for a client certificate, and the pods' posts without one still go through "
+                             "(default: none, the webhook answers anyone, saying nothing of the nodes)")
+    parser.add_argument("--gpu-layout-per-source-qps", type=_positive, default=_WEBHOOK.per_source_qps, metavar="QPS",
+                        help="AdmissionReviews a second the webhook takes from one address; past it (and its burst) "
+                             "a 429 with Retry-After, and the job is laid out after it is created "
+                             "(default %(default)g)")
+    parser.add_argument("--gpu-layout-per-source-burst", type=_at_least(1), default=_WEBHOOK.per_source_burst,
+                        metavar="N", help="AdmissionReviews the webhook takes from one address at once "
+                                          "(default %(default)s)")
     parser.add_argument("--gpu-device-classes", default=_SETTINGS.gpu_device_classes, metavar="CLASSES",
                         type=lambda text: frozenset(filter(None, map(str.strip, text.split(",")))),
                         help="comma-separated DRA DeviceClasses whose devices a worker's claims count as GPUs, and so "
@@ -239,6 +252,11 @@ def add_run_arguments(parser: argparse.ArgumentParser) -> None:
                         metavar="SECONDS",
                         help="once a request's headers are in, the time it has to send its body and be answered "
                              "(its token reviewed); then a 408 (default %(default)g)")
+    status.add_argument("--status-body-bytes-in-flight", type=_at_least(1024 * 1024),
+                        default=_LIMITS.body_bytes_in_flight, metavar="BYTES",
+                        help="bytes of request bodies read at once, all connections together (each body counted as "
+                             "declared, else as its route's limit); one that does not fit within 1s is a 503 with "
+                             "Retry-After (default %(default)s)")
     status.add_argument("--status-review-in-flight", type=_at_least(1), default=_REVIEWS.in_flight, metavar="N",
                         help="TokenReviews of posted tokens at once, on a client of their own (default %(default)s)")
     status.add_argument("--status-review-per-source-qps", type=_positive, default=_REVIEWS.per_source_qps,

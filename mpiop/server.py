@@ -7,7 +7,9 @@ Probes and metrics listen on separate addresses (controller-runtime's --health-p
 Every pod of every tenant can reach the status endpoint, so a server bounds what a client may hold: connections
 (in all, and from one address), counted from the moment they are accepted, before any TLS, so a refused one costs
 a close and no handshake; how long a connection may take over its handshake, a request's headers or idling between
-requests; and the headers' size. aiohttp alone bounds none of the first two.
+requests; and the headers' size. aiohttp alone bounds none of the first two. A request's body is never inflated
+(a Content-Encoding other than identity is a 415 before it is read: 3 KiB of gzip are 3 MiB once read), and the
+bodies the handlers read (request_bodies.request_body) are bounded in bytes across all the server's connections.
 """
 
 from __future__ import annotations
@@ -27,6 +29,8 @@ from typing import Any
 import structlog
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, CollectorRegistry, generate_latest
+
+from mpiop.request_bodies import BODY_BUDGET, REQUEST_TIMEOUT, BodyBudget, identity_only, refusal
 
 log = structlog.get_logger(__name__)
 Check = Callable[[], str | None]
@@ -132,19 +136,21 @@ class Limits:
     max_headers: int = 32  # header lines of one request
     max_header_bytes: int = 8190  # the request line, and each header line (a pod's token is ~1 KiB)
     request_seconds: float = 30.0  # once a request's headers are in: its body read and its answer sent
+    # Bytes of request bodies read at once, all connections together (what each declares, or its route's limit):
+    # ten of the GPU layout webhook's largest reviews, or 256 of the largest progress posts.
+    body_bytes_in_flight: int = 16 * 1024 * 1024
 
     def handler_args(self) -> dict[str, Any]:
         """aiohttp's: its keep-alive timeout also closes a connection that has not sent a whole request's headers
-        that long after it opened or after its last answer (a slowloris)."""
+        that long after it opened or after its last answer (a slowloris); and no body is inflated (aiohttp would
+        inflate a gzip body as it is read, past whatever the compressed bytes told)."""
         return {"keepalive_timeout": self.idle_seconds, "max_line_size": self.max_header_bytes,
-                "max_field_size": self.max_header_bytes, "max_headers": self.max_headers, "logger": REQUEST_ERRORS}
+                "max_field_size": self.max_header_bytes, "max_headers": self.max_headers, "logger": REQUEST_ERRORS,
+                "auto_decompress": False}
 
 
 # The limits a refusal names, as `on_refused` and the posts' counter are told them.
 OVER_CONNECTIONS, OVER_SOURCE_CONNECTIONS = "too_many_connections", "too_many_source_connections"
-REQUEST_TIMEOUT = "request_timeout"
-
-
 def request_deadline(limits: Limits, on_refused: Callable[[str], None]) -> Any:
     """An aiohttp middleware: a request not answered `request_seconds` after its headers came (a body sent a byte at
     a time, to any route: the status posts', the GPU layout webhook's) is a 408 naming the flag."""
@@ -156,10 +162,8 @@ def request_deadline(limits: Limits, on_refused: Callable[[str], None]) -> Any:
                 return await handler(request)
         except TimeoutError:
             on_refused(REQUEST_TIMEOUT)
-            message = (f"the request was not read and answered within {limits.request_seconds:g}s "
-                       "(--status-request-seconds)")
-            return web.json_response({"kind": "Status", "status": "Failure", "code": 408, "reason": REQUEST_TIMEOUT,
-                                      "message": message}, status=408)
+            return refusal(408, REQUEST_TIMEOUT, f"the request was not read and answered within "
+                                                 f"{limits.request_seconds:g}s (--status-request-seconds)")
 
     return deadline
 
@@ -242,6 +246,13 @@ class _Connection(asyncio.Protocol):
             self.release()
 
 
+def trust_clients(context: ssl.SSLContext, ca_file: str) -> None:
+    """Have `context` ask every client for a certificate and verify one given against `ca_file` (PEM); a client
+    that gives none still connects (the jobs' pods post without one): a handler reads `peercert` to tell."""
+    context.load_verify_locations(cafile=ca_file)
+    context.verify_mode = ssl.CERT_OPTIONAL
+
+
 def listening_socket(host: str | None, port: int) -> socket.socket:
     """Bound and listening, non-blocking: `host` None is every interface (IPv4 and, where the host has it, IPv6)."""
     if host is None:
@@ -318,13 +329,14 @@ class Servers:
                     ssl_context: ssl.SSLContext | None = None, limits: Limits | None = None,
                     on_refused: Callable[[str], None] = lambda limit: None) -> ConnectionGate | None:
         """Serve `app` on `address` within `limits` (`on_refused(limit)` for each connection refused and each request
-        past its deadline); its gate, None when the address turns it off."""
+        past its deadline or body refused: REFUSAL_CODES); its gate, None when the address turns it off."""
         parsed = parse_address(address)
         if parsed is None:
             return None
         host, port = parsed
         limits = limits if limits is not None else Limits()
-        app.middlewares.append(request_deadline(limits, on_refused))
+        app.middlewares.extend([request_deadline(limits, on_refused), identity_only(on_refused)])
+        app[BODY_BUDGET] = BodyBudget(limits.body_bytes_in_flight, on_refused)
         runner = web.AppRunner(app, access_log=None, handle_signals=False, handler_cancellation=True,
                                **limits.handler_args())
         await runner.setup()

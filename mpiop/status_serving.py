@@ -9,6 +9,7 @@ import argparse
 import asyncio
 import dataclasses
 import datetime as dt
+import ssl
 
 import structlog
 
@@ -18,7 +19,8 @@ from mpiop.controller.manager import Manager
 from mpiop.desired.status_report import StatusEndpoint
 from mpiop.kube.client import KubeClient
 from mpiop.policies import graceful_stop
-from mpiop.server import REQUEST_TIMEOUT, Limits, Servers
+from mpiop.request_bodies import REFUSAL_CODES
+from mpiop.server import Limits, Servers, trust_clients
 from mpiop.serving import layout_webhook, status_ca
 from mpiop.serving.status_endpoint import OwnPod, StatusWriter, status_app
 from mpiop.serving.token_reviews import ReviewLimits, TokenReviews
@@ -27,22 +29,36 @@ log = structlog.get_logger(__name__)
 
 
 async def status_certificates(args: argparse.Namespace, client: KubeClient, namespace: str) -> Certificates | None:
-    """The status endpoint's serving certificate, signed by the CA of --status-ca-secret (made there if need be)."""
+    """The status endpoint's serving certificate, signed by the CA of --status-ca-secret (made there if need be); its
+    TLS verifies the clients' certificates against --gpu-layout-client-ca when set."""
     if not args.status_endpoint:
         return None
     try:
         hosts = status_ca.endpoint_hosts(args.status_url)
         ref = status_ca.parse_secret_ref(args.status_ca_secret, namespace)
-        return await status_ca.certificates(client, hosts, ref, dt.datetime.now(dt.UTC))
+        certificates = await status_ca.certificates(client, hosts, ref, dt.datetime.now(dt.UTC))
     except (ValueError, status_ca.CASecretError) as error:
         raise SystemExit(str(error)) from None
+    if webhook_client_ca(args):
+        try:
+            trust_clients(certificates.context, args.gpu_layout_client_ca)
+        except (OSError, ssl.SSLError) as error:
+            raise SystemExit(f"--gpu-layout-client-ca {args.gpu_layout_client_ca}: not a readable PEM CA: "
+                             f"{error}") from None
+    return certificates
+
+
+def webhook_client_ca(args: argparse.Namespace) -> str:
+    """--gpu-layout-client-ca, where the webhook is served ('' otherwise, or when not set)."""
+    return str(args.gpu_layout_client_ca) if args.gpu_layout and args.gpu_layout_webhook else ""
 
 
 def server_limits(args: argparse.Namespace) -> Limits:
     return Limits(max_connections=args.status_max_connections,
                   max_connections_per_source=args.status_max_connections_per_source,
                   idle_seconds=args.status_idle_seconds, max_headers=args.status_max_headers,
-                  max_header_bytes=args.status_max_header_bytes, request_seconds=args.status_request_seconds)
+                  max_header_bytes=args.status_max_header_bytes, request_seconds=args.status_request_seconds,
+                  body_bytes_in_flight=args.status_body_bytes_in_flight)
 
 
 def review_limits(args: argparse.Namespace) -> ReviewLimits:
@@ -51,10 +67,15 @@ def review_limits(args: argparse.Namespace) -> ReviewLimits:
                         queue=args.status_review_queue)
 
 
+def webhook_limits(args: argparse.Namespace) -> layout_webhook.WebhookLimits:
+    return layout_webhook.WebhookLimits(per_source_qps=args.gpu_layout_per_source_qps,
+                                        per_source_burst=args.gpu_layout_per_source_burst)
+
+
 def count_refusal(limit: str) -> None:
-    """A connection closed at a limit (code 0: no answer was sent), or a request past its deadline (408), in the
-    posts' counter."""
-    metrics.STATUS_POSTS.labels("408" if limit == REQUEST_TIMEOUT else "0", limit).inc()
+    """A connection closed at a limit (code 0: no answer was sent), a request past its deadline (408), an encoded
+    body (415) or one over the bytes in flight (503), in the posts' counter."""
+    metrics.STATUS_POSTS.labels(str(REFUSAL_CODES.get(limit, 0)), limit).inc()
 
 
 CA_CHECK_SECONDS = 3600.0
@@ -88,7 +109,8 @@ async def serve_status(servers: Servers, manager: Manager, client: KubeClient, a
     webhook = args.gpu_layout_webhook if args.gpu_layout else ""
     if webhook:
         layout_webhook.add_route(app, manager.caches.node_list, manager.config.settings.gpu_layout_max_entries,
-                                 manager.caches.dra)
+                                 manager.caches.dra, webhook_limits(args),
+                                 verified_clients_only=bool(webhook_client_ca(args)))
     try:
         await servers.start(app, args.status_addr, "the status endpoint", ssl_context=certificates.context,
                             limits=server_limits(args), on_refused=count_refusal)

@@ -13,21 +13,28 @@ leader answers (its Service selects the leader's pod); the leader writes its CA 
 (`install_ca_bundle`) once it serves. failurePolicy Ignore: with mpiop down, jobs are still created.
 
 Any pod can reach that server, and the apiserver presents no identity a webhook can check, so the webhook checks what
-it can: it answers only a well-formed AdmissionReview (admission.k8s.io/v1) of a kubeflow.org/v2beta1 MPIJob (else
-400), of at most BODY_LIMIT bytes (else 413); its work is that of the layout, bounded by --gpu-layout-max-entries;
-and its warning names no node, label or taint value (policies/gpu_layout counts the nodes it leaves out), since
-whoever creates a job may not read nodes.
+it can: a source address may send it `per_source_qps` reviews a second (a burst of `per_source_burst`; past them a
+429); it answers only a well-formed AdmissionReview (admission.k8s.io/v1) of a kubeflow.org/v2beta1 MPIJob (else
+400), of at most BODY_LIMIT bytes (else 413), read within the server's bytes in flight (request_bodies.request_body); it
+reads and lays out LAYOUTS_AT_ONCE review at a time, off the event loop (the loop renews the leader's Lease), its
+work bounded by --gpu-layout-max-entries; and its warning names no node, label or taint, nor how many nodes each
+part of the template leaves out (the job's Running condition says that, to whoever may read the job), since
+whoever reaches the webhook may not read nodes.
 """
 
 from __future__ import annotations
 
+import asyncio
 import base64
+import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 import orjson
 import structlog
 from aiohttp import web
+from cachetools import LRUCache
 from pydantic import ValidationError
 
 from mpiop import metrics, names
@@ -37,13 +44,21 @@ from mpiop.api.v2beta1 import MPIJob
 from mpiop.kube.client import ApiError, KubeClient, Resource
 from mpiop.plan import MESSAGE_LIMIT
 from mpiop.policies import gpu_layout
+from mpiop.printable import printable
+from mpiop.request_bodies import refusal, request_body
+from mpiop.serving.token_reviews import SourceBudget
 
 log = structlog.get_logger(__name__)
 PATH = "/gpu-layout"
 CONFIGURATION = "mpiop-gpu-layout"  # --gpu-layout-webhook's default, once: deploy/base/webhook.yaml's name
-# The largest AdmissionReview read: the apiserver takes requests of up to 3 MiB (and etcd stores objects of at
-# most 1.5 MiB), more than the status endpoint's 64 KiB, which a job with a long template outgrows.
-BODY_LIMIT = 3 * 1024 * 1024
+# The largest AdmissionReview read: the largest MPIJob etcd stores (its --max-request-bytes, 1.5 MiB: a larger job
+# is refused whatever the webhook says), and 64 KiB for the review around it. More than the status endpoint's 64 KiB,
+# which a job with a long template outgrows.
+MAX_OBJECT_BYTES = 1536 * 1024
+BODY_LIMIT = MAX_OBJECT_BYTES + 64 * 1024
+LAYOUTS_AT_ONCE = 1  # reviews read, parsed and laid out at once: each holds its body and job, and a thread
+NO_FIT = "spec.gpus: the job waits until a layout fits (its Running condition says why)"
+LOGGED_NAME_LIMIT = 253  # a job's name as logged (a DNS-1123 subdomain's length)
 MPIJOB_KIND = {"group": "kubeflow.org", "version": "v2beta1", "kind": "MPIJob"}
 WARNING_LIMIT = 256  # the apiserver may truncate a longer admission warning
 CONFIGURATIONS = Resource("admissionregistration.k8s.io", "v1", "mutatingwebhookconfigurations",
@@ -64,10 +79,13 @@ class Answer:
     result: str | None = None
 
 
-def layout_patch(raw: JSON, nodes: list[JSON] | None, max_entries: int, dra: gpu_layout.Dra | None = None) -> Answer:
+def layout_patch(raw: JSON, nodes: list[JSON] | None, max_entries: int, dra: gpu_layout.Dra | None = None,
+                 detail: bool = False) -> Answer:
     """The patch laying out a new job: spec replaced whole with the laid-out one (the merge patch the controller
     would write, applied) and the record annotation added; or why not. `dra`: the ResourceSlices and DeviceClasses
-    a job through DRA counts. Its ResourceClaimTemplate is the controller's to make (the job has no uid yet)."""
+    a job through DRA counts. Its ResourceClaimTemplate is the controller's to make (the job has no uid yet).
+    `detail`: the caller is the apiserver (a verified client certificate), so a warning may say why no layout fits
+    (how many nodes each part of the template leaves out, never which) to the job's creator."""
     try:
         job = MPIJob.model_validate(raw)
     except ValidationError as error:
@@ -81,8 +99,7 @@ def layout_patch(raw: JSON, nodes: list[JSON] | None, max_entries: int, dra: gpu
         return Answer([], _cut(f"spec.gpus: mpiop does not lay this job out: {over}"), "over_limit")
     chosen = gpu_layout.choose(job, nodes, max_entries, dra)
     if isinstance(chosen, str):
-        return Answer([], _cut(f"spec.gpus: the job waits until a layout fits (its Running condition says why): "
-                               f"{chosen}"), "no_fit")
+        return Answer([], _cut(NO_FIT + (f": {chosen}" if detail else "")), "no_fit")
     layout, record = chosen
     record = record[:MESSAGE_LIMIT - len(gpu_layout.AT_ADMISSION)] + gpu_layout.AT_ADMISSION
     merge = gpu_layout.layout_patch(job, layout, record)
@@ -125,22 +142,25 @@ class Reviewed:
 
     admission: JSON
     answer: Answer
+    request: JSON = field(default_factory=dict)  # the AdmissionReview answered
 
 
-def review(admission: JSON, nodes: list[JSON] | None, max_entries: int, dra: gpu_layout.Dra | None = None) -> Reviewed:
+def review(admission: JSON, nodes: list[JSON] | None, max_entries: int, dra: gpu_layout.Dra | None = None,
+           detail: bool = False) -> Reviewed:
     """The AdmissionReview answering `admission` (admission.k8s.io/v1, which `malformed` found well-formed): always
     allowed. Pure: the HTTP handler counts the result and logs."""
     request = admission["request"]
     response: JSON = {"uid": request["uid"], "allowed": True}
     answer = Answer()
     if request["operation"] == "CREATE":
-        answer = layout_patch(request["object"], nodes, max_entries, dra)
+        answer = layout_patch(request["object"], nodes, max_entries, dra, detail)
         if answer.patch:
             response["patchType"] = "JSONPatch"
             response["patch"] = base64.b64encode(orjson.dumps(answer.patch)).decode()
         if answer.warning:
             response["warnings"] = [answer.warning]
-    return Reviewed({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "response": response}, answer)
+    return Reviewed({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "response": response}, answer,
+                    admission)
 
 
 def record(admission: JSON, answer: Answer) -> None:
@@ -150,35 +170,82 @@ def record(admission: JSON, answer: Answer) -> None:
     if answer.patch or answer.warning:
         request = admission["request"]
         meta = request["object"].get("metadata") or {}
-        log.info("admission: total-GPU job", job=f"{request.get('namespace')}/"
-                 f"{meta.get('name') or meta.get('generateName')}",
+        job = f"{request.get('namespace')}/{meta.get('name') or meta.get('generateName')}"
+        # Cut and escaped whatever the result: the apiserver validates a name after the mutating webhooks.
+        log.info("admission: total-GPU job", job=printable(job[:LOGGED_NAME_LIMIT]),
                  laid_out=bool(answer.patch), warning=answer.warning)
 
 
+@dataclass(frozen=True)
+class WebhookLimits:
+    """`mpiop run`'s --gpu-layout-per-source-* flags; each default is here, once. The apiserver is one source (a
+    few, with several apiservers), a review per MPIJob created: a burst of jobs created at once past the burst is
+    laid out by the controller just after (failurePolicy Ignore)."""
+
+    per_source_qps: float = 20.0  # reviews a source address may send a second ...
+    per_source_burst: int = 50  # ... and at once
+    sources: int = 10_000  # sources whose budget is kept, the least recently seen dropped
+
+
+def answer_body(body: bytes, nodes: list[JSON] | None, max_entries: int, dra: gpu_layout.Dra | None,
+                detail: bool = False) -> tuple[int, bytes, Reviewed | None]:
+    """The HTTP status and body answering `body`, and the review (None when refused): pure, and run in a thread."""
+    try:
+        admission = orjson.loads(body)
+    except orjson.JSONDecodeError as error:
+        return 400, f"the body is not an AdmissionReview: {error}".encode(), None
+    if (why := malformed(admission)) is not None:
+        return 400, why.encode(), None
+    reviewed = review(admission, nodes, max_entries, dra, detail)
+    return 200, orjson.dumps(reviewed.admission), reviewed
+
+
 def add_route(app: web.Application, nodes: Callable[[], list[JSON] | None], max_entries: int,
-              dra: Callable[[], gpu_layout.Dra] | None = None) -> None:
+              dra: Callable[[], gpu_layout.Dra] | None = None, limits: WebhookLimits = WebhookLimits(),
+              clock: Callable[[], float] = time.monotonic, verified_clients_only: bool = False) -> None:
     """POST PATH on `app`: `nodes()` gives the cached GPU nodes (None while not watched or not synced), `dra()` the
     cached ResourceSlices and DeviceClasses; `max_entries`: --gpu-layout-max-entries. The body may be up to
-    BODY_LIMIT, whatever the app's own limit."""
+    BODY_LIMIT, whatever the app's own limit. `verified_clients_only` (--gpu-layout-client-ca): the server's TLS
+    asks for a client certificate and verifies one given against that CA (server.trust_clients); a request
+    without one is a 403 before anything else, and a review from one is told why no layout fits."""
+    budgets: LRUCache[str, SourceBudget] = LRUCache(limits.sources)
+    turn = asyncio.Semaphore(LAYOUTS_AT_ONCE)
+    laying_out = ThreadPoolExecutor(LAYOUTS_AT_ONCE, thread_name_prefix="gpu-layout")  # few threads, few arenas
 
     async def handle(request: web.Request) -> web.Response:
-        too_large = web.Response(status=413, text=f"the body is over the GPU layout webhook's limit of {BODY_LIMIT} "
-                                                  "bytes")
+        if verified_clients_only and not (request.transport and request.transport.get_extra_info("peercert")):
+            metrics.GPU_LAYOUT_ADMISSIONS.labels("unauthenticated").inc()
+            return refusal(403, "unauthenticated", "this webhook answers only the apiserver: a client certificate "
+                                                   "signed by the CA of the operator's --gpu-layout-client-ca")
+        source = request.remote or ""
+        budget = budgets.get(source)
+        if budget is None:
+            budget = budgets[source] = SourceBudget(limits.per_source_qps, limits.per_source_burst, clock())
+        if (wait := budget.take(clock())) > 0:
+            metrics.GPU_LAYOUT_ADMISSIONS.labels("source_budget").inc()
+            return refusal(429, "source_budget", f"{source!a} sent more than {limits.per_source_burst} reviews "
+                                                 f"at once or {limits.per_source_qps:g} a second "
+                                                 "(--gpu-layout-per-source-burst, --gpu-layout-per-source-qps): "
+                                                 f"retry in {wait}s", retry_after=wait)
         if request.content_length is not None and request.content_length > BODY_LIMIT:
-            return too_large
+            return _too_large()
         try:
-            admission = orjson.loads(await request.clone(client_max_size=BODY_LIMIT).read())
+            async with request_body(request, BODY_LIMIT) as body, turn:  # a slow body does not hold the turn
+                status, answer, reviewed = await asyncio.get_running_loop().run_in_executor(
+                    laying_out, answer_body, body, nodes(), max_entries, dra() if dra is not None else None,
+                    verified_clients_only)
         except web.HTTPRequestEntityTooLarge:
-            return too_large
-        except orjson.JSONDecodeError as error:
-            return web.Response(status=400, text=f"the body is not an AdmissionReview: {error}")
-        if (why := malformed(admission)) is not None:
-            return web.Response(status=400, text=why)
-        reviewed = review(admission, nodes(), max_entries, dra() if dra is not None else None)
-        record(admission, reviewed.answer)
-        return web.Response(body=orjson.dumps(reviewed.admission), content_type="application/json")
+            return _too_large()
+        if reviewed is None:
+            return web.Response(status=status, text=answer.decode())
+        record(reviewed.request, reviewed.answer)
+        return web.Response(body=answer, content_type="application/json")
 
     app.router.add_post(PATH, handle)
+
+
+def _too_large() -> web.Response:
+    return web.Response(status=413, text=f"the body is over the GPU layout webhook's limit of {BODY_LIMIT} bytes")
 
 
 async def install_ca_bundle(client: KubeClient, name: str, ca_pem: str) -> bool:

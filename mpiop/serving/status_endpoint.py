@@ -35,6 +35,7 @@ from mpiop.controller.caches import Caches
 from mpiop.desired import status_report
 from mpiop.kube.client import MPIJOBS, PODS, ApiError, KubeClient
 from mpiop.printable import first_unprintable
+from mpiop.request_bodies import request_body
 from mpiop.server import EveryMinute
 from mpiop.serving.token_reviews import PostRefusedError, Refused, Reviewer, TokenReviews
 
@@ -261,7 +262,8 @@ def status_app(caches: Caches, reviews: TokenReviews, writer: StatusWriter,
                                  caches.pods.get(f"{who.namespace}/{who.pod_name}"), namespace, name, who)
             if request.content_length is not None and request.content_length > BODY_LIMIT:
                 raise PostRefusedError(413, "too_large", f"the body is over {BODY_LIMIT} bytes")
-            report = parse_report(await request.read(), now())
+            async with request_body(request, BODY_LIMIT) as body:  # within the server's bytes in flight
+                report = parse_report(body, now())
         except PostRefusedError as refused:
             metrics.STATUS_POSTS.labels(str(refused.code), refused.reason).inc()
             key = f"{namespace}/{name}" if refused.reason != "bad_path" else ascii(f"{namespace}/{name}"[:120])

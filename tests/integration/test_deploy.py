@@ -24,6 +24,7 @@ from mpiop.desired.settings import DEFAULT_SETTINGS
 from mpiop.kube.client import PODS, ApiError, KubeClient
 from mpiop.process import add_run_arguments, config_from_args
 from mpiop.server import Limits
+from mpiop.serving.layout_webhook import WebhookLimits
 from mpiop.serving.token_reviews import ReviewLimits
 from testkit.deploy import CHART, DEPLOY, SYSTEM, docs, render
 from testkit.operator import eventually
@@ -297,7 +298,7 @@ def test_restart_chart_values_reach_the_operator(helm: str, values: tuple[str, .
 
 
 LIMITS_SET = Limits(max_connections=2000, max_connections_per_source=10, idle_seconds=5.0, max_headers=16,
-                    max_header_bytes=4096, request_seconds=20.0)
+                    max_header_bytes=4096, request_seconds=20.0, body_bytes_in_flight=2_000_000)
 REVIEWS_SET = ReviewLimits(in_flight=8, per_source_qps=2.5, per_source_burst=10, cache_size=50_000, queue=500)
 
 
@@ -309,7 +310,8 @@ REVIEWS_SET = ReviewLimits(in_flight=8, per_source_qps=2.5, per_source_burst=10,
       *(f"statusEndpoint.limits.{key}={value}" for key, value in {
           "maxConnections": 2000, "maxConnectionsPerSource": 10, "idleSeconds": 5, "maxHeaders": 16,
           "maxHeaderBytes": 4096, "requestSeconds": 20, "reviewInFlight": 8, "reviewPerSourceQps": 2.5,
-          "reviewPerSourceBurst": 10, "tokenCacheSize": 50000, "reviewQueue": 500}.items())),
+          "reviewPerSourceBurst": 10, "tokenCacheSize": 50000, "reviewQueue": 500,
+          "bodyBytesInFlight": 2000000}.items())),
      ((120, 300), frozenset({"gpu.nvidia.com", "mig.nvidia.com"}), 500, LIMITS_SET, REVIEWS_SET)),
     (("gpuDeviceClasses={}",), ((DEFAULT_SETTINGS.stop_grace_seconds, DEFAULT_SETTINGS.max_stop_grace_seconds),
                                 frozenset(), DEFAULT_SETTINGS.gpu_layout_max_entries, Limits(), ReviewLimits())),
@@ -332,6 +334,20 @@ def test_stop_grace_gpu_and_status_limit_chart_values_reach_the_operator(
 def test_the_mpijob_size_bound_chart_value_reaches_the_operator(helm: str, values: tuple[str, ...],
                                                                  expected: int) -> None:
     assert config_from_args(chart_args(helm, *values)).settings.max_mpijob_kib == expected
+
+
+def test_the_webhook_chart_values_reach_the_operator_and_mount_the_client_ca(helm: str) -> None:
+    assert status_serving.webhook_limits(chart_args(helm)) == WebhookLimits()
+    assert chart_args(helm).gpu_layout_client_ca == ""
+    values = ("gpuLayoutPerSourceQps=2.5", "gpuLayoutPerSourceBurst=3", "gpuLayoutClientCA.secretName=webhook-ca")
+    args = chart_args(helm, *values)
+    assert status_serving.webhook_limits(args) == WebhookLimits(per_source_qps=2.5, per_source_burst=3)
+    assert args.gpu_layout_client_ca == "/etc/mpiop/gpu-layout-client-ca/ca.crt"
+    pod = by_kind(docs(render(helm, *values, crds=False)))["Deployment"]["spec"]["template"]["spec"]
+    assert {"name": "gpu-layout-client-ca", "secret": {"secretName": "webhook-ca", "items": [
+        {"key": "ca.crt", "path": "ca.crt"}]}} in pod["volumes"]
+    assert {"name": "gpu-layout-client-ca", "mountPath": "/etc/mpiop/gpu-layout-client-ca", "readOnly": True} in \
+        pod["containers"][0]["volumeMounts"]
 
 
 def test_helm_refuses_an_unknown_status_limit(helm: str) -> None:

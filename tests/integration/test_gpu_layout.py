@@ -129,9 +129,8 @@ async def test_with_the_webhook_a_job_is_stored_laid_out_and_one_that_fits_nowhe
             stderr=asyncio.subprocess.PIPE)
         out, err = await kubectl.communicate(json.dumps(total_gpus_job("thirteen", pool, 13)).encode())
         print(f"kubectl create (13 GPUs): {err.decode().strip()}")
-        assert kubectl.returncode == 0 and err.decode().startswith(
-            "Warning: spec.gpus: the job waits until a layout fits (its Running condition says why): no layout of 13 "
-            "nvidia.com/gpu fits")
+        assert kubectl.returncode == 0 and err.decode().strip() == (  # nothing of the nodes: anyone may ask
+            "Warning: spec.gpus: the job waits until a layout fits (its Running condition says why)")
         assert GPU_LAYOUT_ANNOTATION not in (json.loads(out)["metadata"].get("annotations") or {})
 
         async def all_pods() -> dict[str, JSON] | None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import gc
+import gzip
 import json
 import secrets
 import ssl
@@ -23,8 +24,11 @@ from devcluster.controlplane import ControlPlane, free_port
 from mpiop.controller.caches import Caches
 from mpiop.kube.client import CONFIGMAPS, PODS, KubeClient
 from mpiop.server import Servers
+from mpiop.serving import layout_webhook
 from mpiop.serving.status_endpoint import PostRefusedError, StatusWriter, TokenReviews, status_app
+from testkit.hostile_layout import admission_review
 from testkit.metrics import Metrics
+from testkit.mpijobs import make_mpijob
 from testkit.operator import Cluster, eventually, mpijob
 from testkit.process import OperatorProcess
 from testkit.progress_posts import client_context, post, status_url
@@ -262,3 +266,35 @@ async def test_forged_pods_paths_and_metrics_are_refused_naming_what(
     finally:
         op.stop()
 
+
+
+async def test_the_layout_webhook_takes_no_encoded_body_no_body_past_the_bytes_in_flight_and_a_source_its_budget(
+        control_plane: ControlPlane, cluster: Cluster, tmp_path: Path) -> None:
+    """`mpiop run` with the webhook on its status endpoint, reached as any pod reaches it. Before: a 3,300-byte gzip
+    body was inflated to 3 MiB as it was read (200 of them held the leader at 1,130 MB), any body up to 3 MiB was
+    read from anyone, and one address sent as many reviews as it liked, each laid out on the event loop."""
+    op = await _operator(control_plane, cluster, tmp_path, "--gpu-layout", "--gpu-layout-per-source-burst=3",
+                         "--gpu-layout-per-source-qps=0.01", "--status-body-bytes-in-flight=1048576")
+    review = admission_review(make_mpijob("big", cluster.ns).total_gpus(16).manifest())
+    url = op.status_url + layout_webhook.PATH
+    try:
+        async with aiohttp.ClientSession() as session:
+            bomb = gzip.compress(json.dumps(review).encode() + b" " * (3 * 1024 * 1024))
+            code, answer, _ = await post(session, url, None, bomb, headers={"Content-Encoding": "gzip"})
+            assert (code, answer["reason"]) == (415, "content_encoding") and "Content-Encoding" in answer["message"]
+            padded = json.dumps(review).encode() + b" " * (1100 * 1024)  # a review over the 1 MiB in flight
+            code, answer, headers = await post(session, url, None, padded)
+            assert (code, answer["reason"], headers["Retry-After"]) == (503, "body_bytes_in_flight", "1")
+            assert "(--status-body-bytes-in-flight)" in answer["message"]
+            for _ in range(2):  # the rest of the address's burst of 3
+                code, answer, _ = await post(session, url, None, json.dumps(review).encode())
+                assert code == 200 and answer["response"]["allowed"] is True
+            code, answer, headers = await post(session, url, None, json.dumps(review).encode())
+            assert (code, answer["reason"]) == (429, "source_budget") and 1 <= int(headers["Retry-After"]) <= 100
+            assert "(--gpu-layout-per-source-burst, --gpu-layout-per-source-qps)" in answer["message"]
+        scraped = await op.metrics()
+        assert scraped.value("mpiop_status_posts_total", code="415", reason="content_encoding") == 1
+        assert scraped.value("mpiop_status_posts_total", code="503", reason="body_bytes_in_flight") == 1
+        assert scraped.value("mpiop_gpu_layout_admissions_total", result="source_budget") == 1
+    finally:
+        op.stop()

@@ -4,24 +4,35 @@ out. The apiserver applying the patch is tests/integration/test_gpu_layout.py's.
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import json
+import ssl
+import threading
 from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
 
+import aiohttp
 import pytest
+import structlog
 from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
 from prometheus_client import REGISTRY
 
+from devcluster.certs import CertificateAuthority, KeyPair
+from devcluster.controlplane import free_port
 from mpiop.api.raw import JSON
 from mpiop.api.v2beta1 import MPIJob
+from mpiop.certs import Certificates
 from mpiop.decide import decide
 from mpiop.desired.settings import Settings
 from mpiop.names import GPU_LAYOUT_ANNOTATION
 from mpiop.plan import Observed
 from mpiop.policies.gpu_layout import AT_ADMISSION, LAID_OUT, needs_layout
+from mpiop.server import Servers, trust_clients
 from mpiop.serving import layout_webhook
-from mpiop.serving.layout_webhook import BODY_LIMIT, PATH, malformed, review
+from mpiop.serving.layout_webhook import BODY_LIMIT, PATH, WebhookLimits, malformed, review
 from testkit.mpijobs import at, make_mpijob
 from testkit.nodes import gpu_node, gpu_nodes, taint
 
@@ -91,9 +102,7 @@ def test_the_record_is_added_beside_other_annotations() -> None:
     pytest.param(make_mpijob("big", "ns").total_gpus(64).manifest(), "CREATE", None,
                  "spec.gpus: mpiop does not watch nodes yet; it lays the job out once it does", id="nodes-not-synced"),
     pytest.param(make_mpijob("odd", "ns").total_gpus(13).manifest(), "CREATE", EIGHTS,
-                 "spec.gpus: the job waits until a layout fits (its Running condition says why): no layout of 13 "
-                 "nvidia.com/gpu fits the nodes the Worker template may run on (10 nodes with 8 nvidia.com/gpu): no "
-                 "worker size of 2 GPUs or more divides both 13 and a node's G...", id="none-fits-cut-at-256"),
+                 "spec.gpus: the job waits until a layout fits (its Running condition says why)", id="none-fits"),
     pytest.param(make_mpijob("long", "ns").total_gpus(8).pod_spec("Worker", tolerations=[{}] * 20_000).manifest(),
                  "CREATE", EIGHTS,
                  "spec.gpus: mpiop does not lay this job out: spec.mpiReplicaSpecs.Worker.template.spec.tolerations: "
@@ -106,16 +115,16 @@ def test_allowed_unchanged(obj: JSON, operation: str, nodes: list[JSON] | None, 
     assert response.get("warnings") == ([warning] if warning else None)
 
 
-def test_the_warning_names_no_node_label_or_taint_value() -> None:
-    """Anyone who may create an MPIJob reads the warning, and may not read nodes: it counts the nodes left out by size
-    and reason (the operator's log names them)."""
+def test_the_warning_names_no_node_label_or_taint_value_nor_counts_them() -> None:
+    """Anyone who reaches the webhook reads the warning, and may not read nodes: it says neither which nodes a
+    template leaves out nor how many (the job's Running condition, which only who may read the job reads, does)."""
     secret = [gpu_node("rack7-secret-0", 8, labels={"customer": "acme-corp"}),
               gpu_node("rack7-secret-1", 8, taints=[taint("customer", "acme-corp")]),
               gpu_node("rack7-secret-2", 4, unschedulable=True)]
     reviewed = review(admission(make_mpijob("odd", "ns").total_gpus(24).manifest()), secret, LIMIT)
     response = reviewed.admission["response"]
     [warning] = response["warnings"]
-    assert "left out: 1 node with 4 nvidia.com/gpu (1 cordoned), 1 node with 8" in warning  # cut at 256
+    assert warning == "spec.gpus: the job waits until a layout fits (its Running condition says why)"
     assert not [word for word in ("rack7", "secret", "customer", "acme") if word in warning], warning
 
 
@@ -161,7 +170,7 @@ def test_only_a_well_formed_review_of_an_mpijob_is_answered(body: object, why: s
 
 async def test_served_over_http_a_bad_body_is_a_400_and_a_long_job_is_read_up_to_the_limit() -> None:
     """Served on the status endpoint's app, whose own body limit is 64 KiB: a job with a long template (here 1 MiB,
-    as the apiserver takes up to 3) is still laid out; a body over BODY_LIMIT is a 413 naming it."""
+    as etcd stores up to 1.5) is still laid out; a body over BODY_LIMIT is a 413 naming it."""
     app = web.Application(client_max_size=64 * 1024)
     layout_webhook.add_route(app, lambda: EIGHTS, LIMIT)
     env = [{"name": f"VAR_{i}", "value": "x" * 100} for i in range(8_000)]  # ~1 MiB, within every limit of entries
@@ -221,3 +230,92 @@ async def test_served_each_answer_is_counted_by_its_result(job: JSON, nodes: lis
     async with TestClient(TestServer(app)) as client:
         assert (await client.post(PATH, json=admission(job))).status == 200
     assert {r: n - before[r] for r, n in counted().items() if n != before[r]} == ({result: 1} if result else {})
+
+
+async def test_a_source_past_its_budget_is_a_429_naming_the_flags_with_retry_after() -> None:
+    now = [0.0]
+    app = web.Application()
+    layout_webhook.add_route(app, lambda: EIGHTS, LIMIT, limits=WebhookLimits(per_source_qps=0.5, per_source_burst=2),
+                             clock=lambda: now[0])
+    async with TestClient(TestServer(app)) as client:
+        assert [(await client.post(PATH, json=GOOD)).status for _ in range(2)] == [200, 200]
+        over = await client.post(PATH, json=GOOD)
+        assert (over.status, over.headers["Retry-After"]) == (429, "2")
+        assert "(--gpu-layout-per-source-burst, --gpu-layout-per-source-qps)" in (await over.json())["message"]
+        now[0] = 2.0  # one review's worth refilled
+        assert (await client.post(PATH, json=GOOD)).status == 200
+
+
+async def test_the_layout_runs_off_the_event_loop_one_review_at_a_time(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The loop renews the leader's Lease: a layout of many nodes must not stall it."""
+    threads: list[bool] = []
+    running, most = [0], [0]
+    laid_out = layout_webhook.review
+
+    def watched(*args: Any) -> layout_webhook.Reviewed:
+        threads.append(threading.current_thread() is threading.main_thread())
+        running[0] += 1
+        most[0] = max(most[0], running[0])
+        try:
+            return laid_out(*args)
+        finally:
+            running[0] -= 1
+
+    monkeypatch.setattr(layout_webhook, "review", watched)
+    app = web.Application()
+    layout_webhook.add_route(app, lambda: EIGHTS, LIMIT)
+    async with TestClient(TestServer(app)) as client:
+        answers = await asyncio.gather(*(client.post(PATH, json=GOOD) for _ in range(6)))
+        assert [a.status for a in answers] == [200] * 6
+    assert threads == [False] * 6 and most == [layout_webhook.LAYOUTS_AT_ONCE]
+
+
+def test_a_name_that_does_not_parse_is_logged_cut_and_escaped() -> None:
+    job = {**make_mpijob("x", "ns").total_gpus(8).manifest(), "spec": "not a spec"}
+    job["metadata"] = {"name": "\x1b]0;pwned\x07" + "n" * 10_000}
+    reviewed = review(admission(job), EIGHTS, LIMIT)
+    assert reviewed.answer.result == "unparsed"
+    with structlog.testing.capture_logs() as logs:
+        layout_webhook.record(reviewed.request, reviewed.answer)
+    [logged] = [entry["job"] for entry in logs if entry["event"] == "admission: total-GPU job"]
+    assert "\x1b" not in logged and "\x07" not in logged and "\\x1b]0;pwned\\x07" in logged
+    assert logged.startswith("ns/\\x1b]0;pwned\\x07nnn") and logged.endswith("n")
+    assert len(logged) == layout_webhook.LOGGED_NAME_LIMIT + 6  # two escapes of 4 characters each
+
+
+async def test_with_a_client_ca_only_a_verified_client_is_answered_and_told_why_no_layout_fits(
+        tmp_path: Path) -> None:
+    """--gpu-layout-client-ca: the server asks for a client certificate (the pods' posts, without one, still connect);
+    the webhook answers only a client whose certificate that CA signed, and tells it (the apiserver, which hands
+    the warning to the job's creator) how many nodes the template leaves out."""
+    clients, strangers = CertificateAuthority(tmp_path / "clients"), CertificateAuthority(tmp_path / "strangers")
+    apiserver = clients.issue("apiserver", common_name="kube-apiserver")
+    stranger = strangers.issue("stranger", common_name="kube-apiserver")
+    certificates = Certificates(["127.0.0.1"])
+    trust_clients(certificates.context, str(clients.pair.cert))
+    app = web.Application()
+    layout_webhook.add_route(app, lambda: EIGHTS, LIMIT, verified_clients_only=True)
+    servers, port = Servers(), free_port()
+    await servers.start(app, f"127.0.0.1:{port}", "test", ssl_context=certificates.context)
+
+    def context(pair: KeyPair | None) -> ssl.SSLContext:
+        made = ssl.create_default_context(cadata=certificates.ca_pem)
+        if pair is not None:
+            made.load_cert_chain(pair.cert, pair.key)
+        return made
+
+    odd = admission(make_mpijob("odd", "ns").total_gpus(13).manifest())
+    try:
+        async with aiohttp.ClientSession() as session:
+            async with session.post(f"https://127.0.0.1:{port}{PATH}", json=odd, ssl=context(apiserver)) as answer:
+                [warning] = (await answer.json())["response"]["warnings"]
+                assert answer.status == 200 and warning.startswith(
+                    "spec.gpus: the job waits until a layout fits (its Running condition says why): no layout of 13 "
+                    "nvidia.com/gpu fits the nodes the Worker template may run on (10 nodes with 8 nvidia.com/gpu)")
+            async with session.post(f"https://127.0.0.1:{port}{PATH}", json=odd, ssl=context(None)) as answer:
+                assert (answer.status, (await answer.json())["reason"]) == (403, "unauthenticated")
+            with pytest.raises(aiohttp.ClientError):  # a certificate the CA did not sign: no handshake
+                async with session.post(f"https://127.0.0.1:{port}{PATH}", json=odd, ssl=context(stranger)):
+                    pass
+    finally:
+        await servers.stop()

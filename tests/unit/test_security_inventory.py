@@ -122,7 +122,8 @@ def listening_flags() -> set[str]:
 def informers() -> dict[str, list[str]]:
     """Each informer as its resource's plural and the trim that says what (and how much) it keeps."""
     built = caches()
-    return {f"{i.resource.group or 'core'}/{i.resource.plural}": [i.resource.plural, getattr(i.trim, 'func', i.trim).__name__]
+    return {f"{i.resource.group or 'core'}/{i.resource.plural}":
+            [i.resource.plural, getattr(i.trim, "func", i.trim).__name__]  # a partial: the trim it binds
             for i in built.all() + ([built.pod_groups] if built.pod_groups is not None else [])}
 
 

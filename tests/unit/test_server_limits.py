@@ -4,14 +4,17 @@ whatever happens between, idle connections closed, and aiohttp's request errors 
 from __future__ import annotations
 
 import asyncio
+import gzip
 import logging
 import ssl
 
+import aiohttp
 import pytest
 from aiohttp import web
 
 from devcluster.controlplane import free_port
 from mpiop.certs import Certificates
+from mpiop.request_bodies import BODY_BUDGET, ENCODED_BODY, OVER_BODY_BYTES, BodyBudget, request_body
 from mpiop.server import OVER_CONNECTIONS, OVER_SOURCE_CONNECTIONS, ConnectionGate, EveryMinute, Limits, Servers
 from testkit.operator import eventually
 
@@ -108,5 +111,74 @@ async def test_a_request_whose_body_never_comes_is_a_408_naming_the_flag() -> No
         assert b'"reason": "request_timeout"' in answer and b"(--status-request-seconds)" in answer
         assert refused == ["request_timeout"]
         writer.close()
+    finally:
+        await servers.stop()
+
+
+async def test_an_encoded_body_is_a_415_naming_the_header_before_it_is_read() -> None:
+    """aiohttp would inflate a gzip body as it is read: 3 KiB on the wire, 3 MiB in memory. Refused on every route,
+    the body never read (the handler never runs)."""
+    ran: list[bytes] = []
+
+    async def echo(request: web.Request) -> web.Response:
+        ran.append(await request.read())
+        return web.Response(body=ran[-1])
+
+    app = web.Application()
+    app.router.add_post("/any", echo)
+    servers, port = Servers(), free_port()
+    refused: list[str] = []
+    await servers.start(app, f"127.0.0.1:{port}", "test", None, Limits(), refused.append)
+    try:
+        bomb = gzip.compress(b" " * (1024 * 1024))
+        async with aiohttp.ClientSession() as session:
+            async with session.post(f"http://127.0.0.1:{port}/any", data=bomb,
+                                    headers={"Content-Encoding": "gzip"}) as answer:
+                assert answer.status == 415
+                assert "Content-Encoding 'gzip'" in (await answer.json())["message"]
+            async with session.post(f"http://127.0.0.1:{port}/any", data=b"plain",
+                                    headers={"Content-Encoding": "identity"}) as answer:
+                assert (answer.status, await answer.read()) == (200, b"plain")
+        assert ran == [b"plain"] and refused == [ENCODED_BODY]
+    finally:
+        await servers.stop()
+
+
+async def test_bodies_in_flight_wait_for_room_and_past_the_wait_are_refused() -> None:
+    refused: list[str] = []
+    budget = BodyBudget(100, refused.append)
+    assert await budget.reserve(60)
+    second = asyncio.create_task(budget.reserve(60))  # waits for the first to end
+    await asyncio.sleep(0)
+    assert not second.done()
+    budget.release(60)
+    assert await second and budget.held == 60
+    assert not await budget.reserve(50)  # nobody ends within BODY_WAIT_SECONDS
+    assert not await budget.reserve(101)  # never fits: refused at once
+    assert refused == [OVER_BODY_BYTES, OVER_BODY_BYTES] and budget.held == 60
+
+
+async def test_a_body_the_budget_cannot_hold_is_a_503_naming_the_flag_and_nothing_is_read() -> None:
+    read: list[int] = []
+
+    async def handler(request: web.Request) -> web.Response:
+        async with request_body(request, 1024 * 1024) as body:
+            read.append(len(body))
+            return web.Response(text="ok")
+
+    app = web.Application()
+    app.router.add_post("/", handler)
+    servers, port = Servers(), free_port()
+    refused: list[str] = []
+    await servers.start(app, f"127.0.0.1:{port}", "test", None, Limits(body_bytes_in_flight=1000), refused.append)
+    try:
+        async with aiohttp.ClientSession() as session:
+            async with session.post(f"http://127.0.0.1:{port}/", data=b"x" * 1001) as answer:
+                assert (answer.status, answer.headers["Retry-After"]) == (503, "1")
+                assert "(--status-body-bytes-in-flight)" in (await answer.json())["message"]
+            async with session.post(f"http://127.0.0.1:{port}/", data=b"x" * 1000) as answer:
+                assert answer.status == 200
+        assert read == [1000] and refused == [OVER_BODY_BYTES]
+        assert app[BODY_BUDGET].held == 0
     finally:
         await servers.stop()
