@@ -70,7 +70,12 @@ def worker_name(job: MPIJob, index: int) -> str:
 
 
 def config_map_name(job: MPIJob) -> str:
-    return f"{job.metadata.name}-config"
+    return config_map_name_for(job.metadata.name)
+
+
+def config_map_name_for(job_name: str) -> str:
+    """The hostfile ConfigMap of the job named `job_name` (what an owner reference says of it)."""
+    return f"{job_name}-config"
 
 
 def attempt_config_map_name(job: MPIJob, attempt: int) -> str:

@@ -234,14 +234,17 @@ class ConfigMapShape(TypedDict, total=False):
 
 
 def trim_config_map(obj: JSON) -> JSON:
-    """The hostfile ConfigMap's data of the keys mpiop writes (OWN_KEYS), which decisions read or compare; a saved
-    attempt's logs (labelled with its attempt) by name only.
+    """The hostfile ConfigMap's data of the keys mpiop writes (OWN_KEYS), which decisions read or compare; any other
+    ConfigMap of the job (a saved attempt's logs, or one a namespace's writer made under an attempt's name with the
+    job as its controller, any number of them) by name only.
 
     Any other key is its tenant's and no decision's: not kept (20 ConfigMaps of 700 KB of small keys grew the leader
     by 134 MB), nor compared with the data wanted, which a patch could not make equal (a merge keeps the keys it
     does not name)."""
     trimmed: TrimmedConfigMap = {"metadata": owned_metadata(obj)}
-    if names.ATTEMPT_LABEL not in (obj["metadata"].get("labels") or {}):
+    controller = next((r for r in obj["metadata"].get("ownerReferences") or [] if r.get("controller")), {})
+    if obj["metadata"].get("name") == names.config_map_name_for(str(controller.get("name"))) \
+            and names.ATTEMPT_LABEL not in (obj["metadata"].get("labels") or {}):
         trimmed["data"] = {k: v for k, v in (obj.get("data") or {}).items() if k in OWN_KEYS}
     return _cached(trimmed)
 
