@@ -242,7 +242,7 @@ def trim_config_map(obj: JSON) -> JSON:
     by 134 MB), nor compared with the data wanted, which a patch could not make equal (a merge keeps the keys it
     does not name)."""
     trimmed: TrimmedConfigMap = {"metadata": owned_metadata(obj)}
-    controller = next((r for r in obj["metadata"].get("ownerReferences") or [] if r.get("controller")), {})
+    controller: JSON = next((r for r in obj["metadata"].get("ownerReferences") or [] if r.get("controller")), {})
     if obj["metadata"].get("name") == names.config_map_name_for(str(controller.get("name"))) \
             and names.ATTEMPT_LABEL not in (obj["metadata"].get("labels") or {}):
         trimmed["data"] = {k: v for k, v in (obj.get("data") or {}).items() if k in OWN_KEYS}
