@@ -48,6 +48,7 @@ from pathlib import Path
 
 import structlog
 
+from bench import baseline
 from bench.operator import BenchOperator, profile_summary
 from bench.phases import big_jobs, burst, scale
 from bench.report import PHASES, QPS50_ARGS, Options, Report, load, log, profile_path
@@ -131,6 +132,10 @@ def parse_args(argv: list[str] | None = None) -> Options:
     parser.add_argument("--operator-source", type=Path, action="append", default=[],
                         help="floor/burst: also run the burst with another checkout's mpiop (a git worktree of an "
                              "older commit), runs taking this checkout and each source in turn; use with --repeat")
+    parser.add_argument("--against", action="append", default=[], metavar="REV",
+                        help="floor/burst: also run the burst with the operator of commit REV (e.g. HEAD~1, main), "
+                             "checked out into a worktree of its own, and print each figure's ratio to it; runs take "
+                             "this checkout and each in turn (--repeat 2 or more, even: both orders with 4)")
     parser.add_argument("--phases", default=",".join(PHASES), help=f"subset of {','.join(PHASES)}")
     parser.add_argument("--rates", default="5", help="sustained: comma-separated arrival rates, jobs/s (5)")
     parser.add_argument("--sustained-seconds", type=float, default=300.0, help="sustained: seconds per rate (300)")
@@ -161,7 +166,8 @@ def parse_args(argv: list[str] | None = None) -> Options:
                    scale_workers=args.scale_workers, latency_samples=args.latency_samples,
                    latency_interval=args.latency_interval, pods_per_node=args.pods_per_node, nodes=args.nodes,
                    operator_args=args.operator_arg,
-                   operator_sources=(None, *(p.resolve() for p in args.operator_source)),
+                   operator_sources=(None, *(p.resolve() for p in args.operator_source),
+                                     *(baseline.checkout(rev) for rev in args.against)),
                    apiserver_flags=args.apiserver_flag,
                    phases=tuple(p for p in args.phases.split(",") if p),
                    keep_logs=args.keep_logs, profile=args.profile, repeat=max(args.repeat, 1),
@@ -222,7 +228,7 @@ def main(argv: list[str] | None = None) -> int:
               *(f"  {k:<28} {v:>6}" for k, v in by_verb.items()), sep="\n")
     runs = report.figures.get("runs") or []
     if len({r.get("operator_source") for r in runs}) > 1:
-        print("burst by operator source:", *by_source(runs), sep="\n")
+        print("burst by operator source:", *by_source(runs), *baseline.ratios(runs), sep="\n")
     for n, run in enumerate(runs, 1):
         print(f"floor/burst run {n}: load average {run['load_before']} -> {run['load_after']}"
               f"{'' if run['quiet'] else ' (NOT QUIET)'}")

@@ -17,6 +17,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from bench.baseline import THIS_CHECKOUT
 from bench.harness import bench_job, delete_namespace, first_status, fresh_namespace
 from bench.lifecycle import lifecycle_floor
 from bench.operator import BenchOperator
@@ -126,7 +127,7 @@ async def floor_and_burst(kube: KubeClient, cluster: SimulatedCluster, opts: Opt
             await lifecycle_floor(kube, opts, scratch, pids)
         if "burst" in opts.phases or ("big" in opts.phases and run == opts.repeat - 1):
             source = opts.operator_sources[run % len(opts.operator_sources)]
-            figures["operator_source"] = str(source or "this checkout")
+            figures["operator_source"] = str(source or THIS_CHECKOUT)
             operator = BenchOperator(cluster.kubeconfig, logs / "operator.log", opts.operator_args,
                                      profile_path(opts, f"burst-{run}"), source)
             operator.start()

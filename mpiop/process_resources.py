@@ -31,8 +31,12 @@ GC_YOUNG_THRESHOLD = 10_000
 # glibc, the threshold grows to the largest buffer freed so far (up to 32 MiB), and from then on buffers of that size
 # come from the heap, which is not given back: 10 s of a pod posting 480 KB of headers on many connections left the
 # leader 56-74 MB larger for good; at a fixed threshold, 2 MB (python -m bench.hostile --attacks flood).
+# Fixed just above the buffer of each TLS read (uvloop's SSLProtocol reads into a new bytes of 256 KiB, cut to what
+# came): at 128 KiB, each of them was mmap'ed, faulted in and unmapped, the burst's TLS reads 3-4x their CPU (0.4-0.7
+# CPU-s of ~9 in a 200-job burst, bench --against 3cc6b1b); the flood's buffers of 480 KB are over it still.
 M_MMAP_THRESHOLD = -3
-MMAP_THRESHOLD_BYTES = 128 * 1024
+TLS_READ_BYTES = 256 * 1024  # uvloop's SSL_READ_MAX_SIZE
+MMAP_THRESHOLD_BYTES = TLS_READ_BYTES + 4096  # the bytes object's header and malloc's own within the page over it
 TRIM_SECONDS = 10.0
 
 

@@ -51,6 +51,31 @@ def test_the_mmap_threshold_is_fixed_so_large_buffers_freed_are_given_back() -> 
     assert rss_growth("fixed") < 8
 
 
+TLS_READS = """
+import resource, sys
+from mpiop import process_resources
+assert process_resources.fix_mmap_threshold(int(sys.argv[1]))
+faults = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+for _ in range(200):  # a TLS read's buffer, as uvloop asks for one: filled, then freed
+    buffer = bytearray(process_resources.TLS_READ_BYTES)
+    del buffer
+print(resource.getrusage(resource.RUSAGE_SELF).ru_minflt - faults)
+"""
+
+
+def page_faults_of_tls_reads(threshold: int) -> int:
+    out = subprocess.run([sys.executable, "-c", TLS_READS, str(threshold)], check=True, capture_output=True,
+                         text=True).stdout
+    return int(out)
+
+
+def test_a_tls_reads_buffer_is_under_the_threshold_and_reuses_the_heaps_pages() -> None:
+    """Over the threshold, each of the 200 buffers is mapped and faulted in anew (64 pages each): what made every TLS
+    read of the burst 3-4x its CPU. Under it, the heap's pages are faulted in once."""
+    assert page_faults_of_tls_reads(128 * 1024) >= 200 * 64
+    assert page_faults_of_tls_reads(process_resources.MMAP_THRESHOLD_BYTES) < 200
+
+
 def test_set_up_raises_the_gc_threshold_and_keeps_the_open_files_limit_in_bounds() -> None:
     before = gc.get_threshold()
     try:
