@@ -4,12 +4,13 @@ of every server the process runs (the status endpoint's too), each within `Limit
 Probes and metrics listen on separate addresses (controller-runtime's --health-probe-bind-address and
 --metrics-bind-address) so a NetworkPolicy can open one to Prometheus without the other. Address "0" disables.
 
-Every pod of every tenant can reach the status endpoint, so a server bounds what a client may hold: connections
-(in all, and from one address), counted from the moment they are accepted, before any TLS, so a refused one costs
-a close and no handshake; how long a connection may take over its handshake, a request's headers or idling between
-requests; and the headers' size. aiohttp alone bounds none of the first two. A request's body is never inflated
-(a Content-Encoding other than identity is a 415 before it is read: 3 KiB of gzip are 3 MiB once read), and the
-bodies the handlers read (request_bodies.request_body) are bounded in bytes across all the server's connections.
+Every pod of every tenant can reach the status endpoint, so a server bounds what a client may hold: connections (in
+all, and from one address) and how fast one address opens them, counted from the moment they are accepted, before
+any TLS, so a refused one costs a close and no handshake; how long a connection may take over its handshake, a
+request's headers or idling between requests; and the headers' size. aiohttp alone bounds none of the first three. A
+request's body is never inflated (a Content-Encoding other than identity is a 415 before it is read: 3 KiB of gzip
+are 3 MiB once read), and the bodies the handlers read (request_bodies.request_body) are bounded in bytes across all
+the server's connections.
 """
 
 from __future__ import annotations
@@ -135,7 +136,8 @@ class Limits:
     max_connections_per_source: int = 100
     # New connections a second from one address, and at once: each admitted one costs a TLS handshake, and a client
     # refused an answer (a 415 closes) may reconnect at once. 20 a second is a connection every 5.5 s for each of a
-    # node's 110 pods (the kubelet's max-pods), and the apiserver keeps its connections to the webhook alive; the
+    # node's 110 pods (the kubelet's max-pods; progress_client posts every 10 s, a connection each), and the
+    # apiserver keeps its connections to the webhook alive (its reviews have their own budget, 20 a second); the
     # burst lets a source open all of max_connections_per_source at once (a job's ranks posting together).
     connections_per_source_qps: float = 20.0
     connections_per_source_burst: int = 100
