@@ -78,8 +78,8 @@ STATUS_POSTS = Counter("mpiop_status_posts", "Progress posts to the status endpo
                        "the 4xx/5xx and why (no_token, unauthenticated, not_a_pod, other_job, not_its_pod, opted_out, "
                        "no_job, bad_path, bad_body, out_of_range, unprintable, too_large, request_timeout, "
                        "review_budget, review_queue, review_failed); code 0: a connection closed at a limit "
-                       "(too_many_connections, too_many_source_connections); content_encoding (415), "
-                       "body_bytes_in_flight (503)", ["code", "reason"])
+                       "(too_many_connections, too_many_source_connections, too_fast_source_connections); "
+                       "content_encoding (415), body_bytes_in_flight (503)", ["code", "reason"])
 GPU_LAYOUT_ADMISSIONS = Counter("mpiop_gpu_layout_admissions", "Total-GPU jobs the GPU layout webhook answered, by "
                                 "result: laid_out, or stored as written: no_fit (the job waits), over_limit (its "
                                 "Worker template is over --gpu-layout-max-entries), no_nodes (the node cache not "

@@ -240,6 +240,13 @@ def add_run_arguments(parser: argparse.ArgumentParser) -> None:
                         default=_LIMITS.max_connections_per_source, metavar="N",
                         help="connections open at once from one address (a pod; a node, for hostNetwork pods); one "
                              "more is closed at once (default %(default)s)")
+    status.add_argument("--status-connections-per-source-qps", type=_positive,
+                        default=_LIMITS.connections_per_source_qps, metavar="QPS",
+                        help="new connections a second from one address, past its burst; one more is closed at once, "
+                             "before TLS (default %(default)g)")
+    status.add_argument("--status-connections-per-source-burst", type=_at_least(1),
+                        default=_LIMITS.connections_per_source_burst, metavar="N",
+                        help="new connections one address may open at once (default %(default)s)")
     status.add_argument("--status-idle-seconds", type=_positive, default=_LIMITS.idle_seconds, metavar="SECONDS",
                         help="a connection that has not finished its TLS handshake, or sent a whole request's headers, "
                              "this long after it opened or after its last answer is closed (default %(default)g)")

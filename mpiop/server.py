@@ -4,12 +4,13 @@ of every server the process runs (the status endpoint's too), each within `Limit
 Probes and metrics listen on separate addresses (controller-runtime's --health-probe-bind-address and
 --metrics-bind-address) so a NetworkPolicy can open one to Prometheus without the other. Address "0" disables.
 
-Every pod of every tenant can reach the status endpoint, so a server bounds what a client may hold: connections
-(in all, and from one address), counted from the moment they are accepted, before any TLS, so a refused one costs
-a close and no handshake; how long a connection may take over its handshake, a request's headers or idling between
-requests; and the headers' size. aiohttp alone bounds none of the first two. A request's body is never inflated
-(a Content-Encoding other than identity is a 415 before it is read: 3 KiB of gzip are 3 MiB once read), and the
-bodies the handlers read (request_bodies.request_body) are bounded in bytes across all the server's connections.
+Every pod of every tenant can reach the status endpoint, so a server bounds what a client may hold: connections (in
+all, and from one address) and how fast one address opens them, counted from the moment they are accepted, before
+any TLS, so a refused one costs a close and no handshake; how long a connection may take over its handshake, a
+request's headers or idling between requests; and the headers' size. aiohttp alone bounds none of the first three. A
+request's body is never inflated (a Content-Encoding other than identity is a 415 before it is read: 3 KiB of gzip
+are 3 MiB once read), and the bodies the handlers read (request_bodies.request_body) are bounded in bytes across all
+the server's connections.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ import structlog
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, CollectorRegistry, generate_latest
 
+from mpiop.kube.ratelimit import SourceBudgets
 from mpiop.request_bodies import BODY_BUDGET, REQUEST_TIMEOUT, BodyBudget, identity_only, refusal
 
 log = structlog.get_logger(__name__)
@@ -132,6 +134,14 @@ class Limits:
     # Open at once from one address: a pod; a node's hostNetwork pods; the apiserver calling the GPU layout webhook,
     # a connection per job created at once (its failurePolicy Ignore: past this, a job is laid out after it is made).
     max_connections_per_source: int = 100
+    # New connections a second from one address, and at once: each admitted one costs a TLS handshake, and a client
+    # refused an answer (a 415 closes) may reconnect at once. 20 a second is a connection every 5.5 s for each of a
+    # node's 110 pods (the kubelet's max-pods; progress_client posts every 10 s, a connection each), and the
+    # apiserver keeps its connections to the webhook alive (its reviews have their own budget, 20 a second); the
+    # burst lets a source open all of max_connections_per_source at once (a job's ranks posting together).
+    connections_per_source_qps: float = 20.0
+    connections_per_source_burst: int = 100
+    sources: int = 10_000  # sources whose connection budget is kept, the least recently seen dropped
     idle_seconds: float = 10.0  # to finish the TLS handshake, to send a whole request's headers, idle between requests
     max_headers: int = 32  # header lines of one request
     max_header_bytes: int = 8190  # the request line, and each header line (a pod's token is ~1 KiB)
@@ -151,6 +161,9 @@ class Limits:
 
 # The limits a refusal names, as `on_refused` and the posts' counter are told them.
 OVER_CONNECTIONS, OVER_SOURCE_CONNECTIONS = "too_many_connections", "too_many_source_connections"
+OVER_SOURCE_RATE = "too_fast_source_connections"
+
+
 def request_deadline(limits: Limits, on_refused: Callable[[str], None]) -> Any:
     """An aiohttp middleware: a request not answered `request_seconds` after its headers came (a body sent a byte at
     a time, to any route: the status posts', the GPU layout webhook's) is a 408 naming the flag."""
@@ -180,23 +193,35 @@ class ConnectionGate:
     by_source: dict[str, int] = field(default_factory=dict)
     refused: int = 0  # since the last warning, which is at most one a minute
     warned: float = -math.inf
+    budgets: SourceBudgets = field(init=False)  # new connections by source
+
+    def __post_init__(self) -> None:
+        self.budgets = SourceBudgets(self.limits.connections_per_source_qps, self.limits.connections_per_source_burst,
+                                     self.limits.sources, self.clock)
 
     def admit(self, source: str) -> str | None:
         """None, and the connection counted; or the limit that refuses it (OVER_CONNECTIONS,
-        OVER_SOURCE_CONNECTIONS)."""
-        if self.open >= self.limits.max_connections:
+        OVER_SOURCE_CONNECTIONS, OVER_SOURCE_RATE). Only a connection within the first two spends its source's
+        budget of new connections: one closed at once costs no handshake."""
+        limits = self.limits
+        if self.open >= limits.max_connections:
             refused: str | None = OVER_CONNECTIONS
-        elif self.by_source.get(source, 0) >= self.limits.max_connections_per_source:
+        elif self.by_source.get(source, 0) >= limits.max_connections_per_source:
             refused = OVER_SOURCE_CONNECTIONS
+        elif self.budgets.take(source) > 0:
+            refused = OVER_SOURCE_RATE
         else:
             refused = None
         if refused is not None:
             self.refused += 1
             if (now := self.clock()) - self.warned >= 60:
                 log.warning(f"{self.what}: connections closed at a limit (--status-max-connections, "
-                            "--status-max-connections-per-source)", limit=refused, source=source, open=self.open,
-                            refused=self.refused, max_connections=self.limits.max_connections,
-                            max_connections_per_source=self.limits.max_connections_per_source)
+                            "--status-max-connections-per-source, --status-connections-per-source-qps, "
+                            "--status-connections-per-source-burst)", limit=refused, source=source,
+                            open=self.open, refused=self.refused, max_connections=limits.max_connections,
+                            max_connections_per_source=limits.max_connections_per_source,
+                            connections_per_source_qps=limits.connections_per_source_qps,
+                            connections_per_source_burst=limits.connections_per_source_burst)
                 self.warned, self.refused = now, 0
             self.on_refused(refused)
             return refused

@@ -56,6 +56,8 @@ def webhook_client_ca(args: argparse.Namespace) -> str:
 def server_limits(args: argparse.Namespace) -> Limits:
     return Limits(max_connections=args.status_max_connections,
                   max_connections_per_source=args.status_max_connections_per_source,
+                  connections_per_source_qps=args.status_connections_per_source_qps,
+                  connections_per_source_burst=args.status_connections_per_source_burst,
                   idle_seconds=args.status_idle_seconds, max_headers=args.status_max_headers,
                   max_header_bytes=args.status_max_header_bytes, request_seconds=args.status_request_seconds,
                   body_bytes_in_flight=args.status_body_bytes_in_flight)

@@ -34,7 +34,6 @@ from dataclasses import dataclass, field
 import orjson
 import structlog
 from aiohttp import web
-from cachetools import LRUCache
 from pydantic import ValidationError
 
 from mpiop import metrics, names
@@ -42,11 +41,11 @@ from mpiop.api.merge import merged
 from mpiop.api.raw import JSON
 from mpiop.api.v2beta1 import MPIJob
 from mpiop.kube.client import ApiError, KubeClient, Resource
+from mpiop.kube.ratelimit import SourceBudgets
 from mpiop.plan import MESSAGE_LIMIT
 from mpiop.policies import gpu_layout
 from mpiop.printable import printable
 from mpiop.request_bodies import refusal, request_body
-from mpiop.serving.token_reviews import SourceBudget
 
 log = structlog.get_logger(__name__)
 PATH = "/gpu-layout"
@@ -208,7 +207,7 @@ def add_route(app: web.Application, nodes: Callable[[], list[JSON] | None], max_
     BODY_LIMIT, whatever the app's own limit. `verified_clients_only` (--gpu-layout-client-ca): the server's TLS
     asks for a client certificate and verifies one given against that CA (server.trust_clients); a request
     without one is a 403 before anything else, and a review from one is told why no layout fits."""
-    budgets: LRUCache[str, SourceBudget] = LRUCache(limits.sources)
+    budgets = SourceBudgets(limits.per_source_qps, limits.per_source_burst, limits.sources, clock)
     turn = asyncio.Semaphore(LAYOUTS_AT_ONCE)
     laying_out = ThreadPoolExecutor(LAYOUTS_AT_ONCE, thread_name_prefix="gpu-layout")  # few threads, few arenas
 
@@ -218,10 +217,7 @@ def add_route(app: web.Application, nodes: Callable[[], list[JSON] | None], max_
             return refusal(403, "unauthenticated", "this webhook answers only the apiserver: a client certificate "
                                                    "signed by the CA of the operator's --gpu-layout-client-ca")
         source = request.remote or ""
-        budget = budgets.get(source)
-        if budget is None:
-            budget = budgets[source] = SourceBudget(limits.per_source_qps, limits.per_source_burst, clock())
-        if (wait := budget.take(clock())) > 0:
+        if (wait := budgets.take(source)) > 0:
             metrics.GPU_LAYOUT_ADMISSIONS.labels("source_budget").inc()
             return refusal(429, "source_budget", f"{source!a} sent more than {limits.per_source_burst} reviews "
                                                  f"at once or {limits.per_source_qps:g} a second "

@@ -16,17 +16,17 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
-import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
 import aiohttp
 import structlog
-from cachetools import LRUCache, TTLCache
+from cachetools import TTLCache
 
 from mpiop.desired import status_report
 from mpiop.kube.client import ApiError, KubeClient, Resource
+from mpiop.kube.ratelimit import SourceBudgets
 
 log = structlog.get_logger(__name__)
 TOKEN_REVIEWS = Resource("authentication.k8s.io", "v1", "tokenreviews", "TokenReview", namespaced=False)
@@ -79,23 +79,6 @@ class ReviewLimits:
     queue: int = 1000  # reviews under way or waiting for a slot; past it a 503 (posts that hung up leave theirs)
 
 
-class SourceBudget:
-    """A token bucket: `burst` reviews, refilled at `qps` a second."""
-
-    def __init__(self, qps: float, burst: int, now: float) -> None:
-        self.qps, self.burst = qps, float(burst)
-        self.tokens, self.updated = self.burst, now
-
-    def take(self, now: float) -> int:
-        """0, and one review spent; else the whole seconds until the next one is there."""
-        self.tokens = min(self.burst, self.tokens + (now - self.updated) * self.qps)
-        self.updated = now
-        if self.tokens >= 1:
-            self.tokens -= 1
-            return 0
-        return max(1, math.ceil((1 - self.tokens) / self.qps)) if self.qps > 0 else 3600
-
-
 class TokenReviews:
     """TokenReview against mpiop's audience, within `limits` (the module's docstring)."""
 
@@ -108,7 +91,7 @@ class TokenReviews:
         self._slots = asyncio.Semaphore(limits.in_flight)
         self._accepted: TTLCache[str, Reviewer] = TTLCache(limits.cache_size, REVIEW_SECONDS, timer=clock)
         self._refused: TTLCache[str, Refused] = TTLCache(limits.cache_size, REFUSED_REVIEW_SECONDS, timer=clock)
-        self._budgets: LRUCache[str, SourceBudget] = LRUCache(limits.cache_size)
+        self._budgets = SourceBudgets(limits.per_source_qps, limits.per_source_burst, limits.cache_size, clock)
         self._reviewing: dict[str, asyncio.Task[Reviewer | Refused]] = {}
 
     def cached(self) -> int:
@@ -124,7 +107,7 @@ class TokenReviews:
             return found
         reviewing = self._reviewing.get(key)
         if reviewing is None:
-            if (wait := self._budget(source).take(self.clock())) > 0:
+            if (wait := self._budgets.take(source)) > 0:
                 limits = self.limits
                 return Refused(429, "review_budget",
                                f"{source} asked for more than {limits.per_source_burst} token reviews at once or "
@@ -137,13 +120,6 @@ class TokenReviews:
             reviewing.add_done_callback(lambda _: self._reviewing.pop(key, None))
         # Shielded: a poster that hangs up does not cancel the review the others wait for.
         return await asyncio.shield(reviewing)
-
-    def _budget(self, source: str) -> SourceBudget:
-        budget = self._budgets.get(source)
-        if budget is None:
-            budget = self._budgets[source] = SourceBudget(self.limits.per_source_qps, self.limits.per_source_burst,
-                                                          self.clock())
-        return budget
 
     async def _review(self, key: str, token: str) -> Reviewer | Refused:
         """The answer, cached; a review that failed (the apiserver's error, a timeout) is a 503 and not cached."""

@@ -297,8 +297,9 @@ def test_restart_chart_values_reach_the_operator(helm: str, values: tuple[str, .
             settings.max_excluded_nodes) == expected
 
 
-LIMITS_SET = Limits(max_connections=2000, max_connections_per_source=10, idle_seconds=5.0, max_headers=16,
-                    max_header_bytes=4096, request_seconds=20.0, body_bytes_in_flight=2_000_000)
+LIMITS_SET = Limits(max_connections=2000, max_connections_per_source=10, connections_per_source_qps=7.5,
+                    connections_per_source_burst=15, idle_seconds=5.0, max_headers=16, max_header_bytes=4096,
+                    request_seconds=20.0, body_bytes_in_flight=2_000_000)
 REVIEWS_SET = ReviewLimits(in_flight=8, per_source_qps=2.5, per_source_burst=10, cache_size=50_000, queue=500)
 
 
@@ -308,7 +309,8 @@ REVIEWS_SET = ReviewLimits(in_flight=8, per_source_qps=2.5, per_source_burst=10,
     (("stopGraceSeconds=120", "maxStopGraceSeconds=300", "gpuDeviceClasses={gpu.nvidia.com,mig.nvidia.com}",
       "gpuLayoutMaxEntries=500",
       *(f"statusEndpoint.limits.{key}={value}" for key, value in {
-          "maxConnections": 2000, "maxConnectionsPerSource": 10, "idleSeconds": 5, "maxHeaders": 16,
+          "maxConnections": 2000, "maxConnectionsPerSource": 10, "connectionsPerSourceQps": 7.5,
+          "connectionsPerSourceBurst": 15, "idleSeconds": 5, "maxHeaders": 16,
           "maxHeaderBytes": 4096, "requestSeconds": 20, "reviewInFlight": 8, "reviewPerSourceQps": 2.5,
           "reviewPerSourceBurst": 10, "tokenCacheSize": 50000, "reviewQueue": 500,
           "bodyBytesInFlight": 2000000}.items())),

@@ -144,10 +144,11 @@ async def test_made_up_tokens_from_one_pod_cost_its_budget_not_a_review_each(
         op.stop()
 
 
-async def _handshake(host: str, port: int, context: ssl.SSLContext) -> tuple[asyncio.StreamReader,
-                                                                             asyncio.StreamWriter] | None:
+async def _handshake(host: str, port: int, context: ssl.SSLContext, source: str | None = None) -> tuple[
+        asyncio.StreamReader, asyncio.StreamWriter] | None:
     try:
-        return await asyncio.wait_for(asyncio.open_connection(host, port, ssl=context), 30)
+        local = (source, 0) if source is not None else None
+        return await asyncio.wait_for(asyncio.open_connection(host, port, ssl=context, local_addr=local), 30)
     except (OSError, ssl.SSLError, TimeoutError):
         return None
 
@@ -209,6 +210,46 @@ async def test_connections_are_bounded_in_number_time_and_header_size(
             code, _, _ = await post(session, status_url(op.status_url, cluster.ns, "pa"), "junk", BODY, context,
                                     headers=many)
             assert code == 400
+    finally:
+        for writer in held:
+            writer.close()
+        op.stop()
+
+
+async def test_one_address_opens_new_connections_within_its_burst_and_rate(
+        control_plane: ControlPlane, cluster: Cluster, tmp_path: Path) -> None:
+    """A burst of 5 and one new connection every 20 s: 8 handshakes at once from 127.0.0.2 (a budget no readiness
+    poll spent), 5 served and 3 closed before TLS; closing the 5 gives no new one back, a new one is admitted once
+    the budget refilled. Before: every connection within the count had its TLS handshake, a client refused an answer
+    reconnecting as fast as it liked."""
+    op = await _operator(control_plane, cluster, tmp_path, "--status-connections-per-source-burst=5",
+                         "--status-connections-per-source-qps=0.05")
+    held: list[asyncio.StreamWriter] = []
+    source = "127.0.0.2"
+    try:
+        context = ssl.create_default_context()
+        context.check_hostname, context.verify_mode = False, ssl.CERT_NONE
+        opened = await asyncio.gather(*(_handshake(op.status_host, op.status_port, context, source) for _ in range(8)))
+        held = [pair[1] for pair in opened if pair is not None]
+        assert len(held) == 5
+        scraped = await op.metrics()
+        assert scraped.value("mpiop_status_posts_total", code="0", reason="too_fast_source_connections") == 3
+        assert scraped.value("mpiop_status_posts_total", code="0", reason="too_many_source_connections") == 0
+        for writer in held:
+            writer.close()
+        held = []
+        assert await _handshake(op.status_host, op.status_port, context, source) is None  # closed: not a new one
+
+        async def admitted() -> asyncio.StreamWriter | None:
+            pair = await _handshake(op.status_host, op.status_port, context, source)
+            if pair is None:
+                await asyncio.sleep(1)
+                return None
+            return pair[1]
+
+        held.append(await eventually(admitted, timeout=120, what="a connection admitted after the refill"))
+        assert (await op.metrics()).value("mpiop_status_posts_total", code="0",
+                                          reason="too_fast_source_connections") >= 4
     finally:
         for writer in held:
             writer.close()

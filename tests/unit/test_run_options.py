@@ -216,8 +216,11 @@ def test_status_endpoint_limits_default_to_their_dataclasses_and_reach_them() ->
                  "--status-max-headers=16", "--status-max-header-bytes=4096", "--status-review-in-flight=2",
                  "--status-review-per-source-qps=0.5", "--status-review-per-source-burst=3",
                  "--status-token-cache-size=100", "--status-request-seconds=3", "--status-review-queue=7",
-                 "--status-body-bytes-in-flight=2000000")
-    assert server_limits(args) == Limits(max_connections=50, max_connections_per_source=4, idle_seconds=2.5,
+                 "--status-body-bytes-in-flight=2000000", "--status-connections-per-source-qps=2.5",
+                 "--status-connections-per-source-burst=6")
+    assert server_limits(args) == Limits(max_connections=50, max_connections_per_source=4,
+                                         connections_per_source_qps=2.5, connections_per_source_burst=6,
+                                         idle_seconds=2.5,
                                          max_headers=16, max_header_bytes=4096, request_seconds=3,
                                          body_bytes_in_flight=2_000_000)
     assert review_limits(args) == ReviewLimits(in_flight=2, per_source_qps=0.5, per_source_burst=3, cache_size=100,

@@ -15,7 +15,15 @@ from aiohttp import web
 from devcluster.controlplane import free_port
 from mpiop.certs import Certificates
 from mpiop.request_bodies import BODY_BUDGET, ENCODED_BODY, OVER_BODY_BYTES, BodyBudget, request_body
-from mpiop.server import OVER_CONNECTIONS, OVER_SOURCE_CONNECTIONS, ConnectionGate, EveryMinute, Limits, Servers
+from mpiop.server import (
+    OVER_CONNECTIONS,
+    OVER_SOURCE_CONNECTIONS,
+    OVER_SOURCE_RATE,
+    ConnectionGate,
+    EveryMinute,
+    Limits,
+    Servers,
+)
 from testkit.operator import eventually
 
 
@@ -30,6 +38,32 @@ def test_the_gate_admits_within_both_limits_and_counts_until_release() -> None:
     for source in ("a", "b", "c"):
         gate.release(source)
     assert (gate.open, gate.by_source) == (0, {})
+
+
+def test_the_gate_admits_new_connections_of_a_source_within_its_rate_and_burst() -> None:
+    """Burst 3, 2 a second: a fourth at once is refused (nothing counted), another source has its own budget, half
+    a second refills one; a source refused for holding too many spends none of its budget."""
+    now: list[float] = [0.0]
+    refused: list[str] = []
+    gate = ConnectionGate(Limits(max_connections_per_source=4, connections_per_source_qps=2.0,
+                                 connections_per_source_burst=3), "test", refused.append, clock=lambda: now[0])
+    assert [gate.admit("a") for _ in range(4)] == [None, None, None, OVER_SOURCE_RATE]
+    assert (gate.open, gate.by_source) == (3, {"a": 3})
+    assert gate.admit("b") is None
+    now[0] = 0.5
+    assert [gate.admit("a"), gate.admit("a")] == [None, OVER_SOURCE_CONNECTIONS]
+    assert refused == [OVER_SOURCE_RATE, OVER_SOURCE_CONNECTIONS]
+    for _ in range(4):
+        gate.release("a")
+    now[0] = 2.0  # 1.5 s: three tokens, none spent by the refusal at the count
+    assert [gate.admit("a") for _ in range(4)] == [None, None, None, OVER_SOURCE_RATE]
+
+
+def test_the_gates_budgets_keep_the_most_recent_sources() -> None:
+    gate = ConnectionGate(Limits(connections_per_source_burst=1, sources=2), "test", clock=lambda: 0.0)
+    assert [gate.admit(source) for source in ("a", "b", "c")] == [None, None, None]
+    assert len(gate.budgets.budgets) == 2 and "a" not in gate.budgets.budgets
+    assert gate.admit("c") == OVER_SOURCE_RATE
 
 
 def test_request_errors_are_logged_at_most_ten_a_minute() -> None:

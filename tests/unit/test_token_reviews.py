@@ -13,12 +13,12 @@ import pytest
 
 from mpiop.api.raw import JSON
 from mpiop.kube.client import ApiError, KubeClient, Resource
+from mpiop.kube.ratelimit import SourceBudget
 from mpiop.serving.token_reviews import (
     PostRefusedError,
     Refused,
     Reviewer,
     ReviewLimits,
-    SourceBudget,
     TokenReviews,
 )
 from testkit.waits import until
