@@ -272,7 +272,9 @@ async def test_forged_pods_paths_and_metrics_are_refused_naming_what(
         own = await cluster.pod("pa-worker-0") or {}
         forged = await cluster.kube.create(PODS, cluster.ns, {
             "apiVersion": "v1", "kind": "Pod",
-            "metadata": {"name": "progress-reporter", "labels": own["metadata"]["labels"],
+            # Named as a worker beyond the job's replicas: the owned caches keep only objects under a name of the
+            # job's (controller/acceptance), so a pod under any other name is never even seen as the job's.
+            "metadata": {"name": "pa-worker-7", "labels": own["metadata"]["labels"],
                          "ownerReferences": [{"apiVersion": "kubeflow.org/v2beta1", "kind": "MPIJob", "name": "pa",
                                               "uid": job["metadata"]["uid"], "controller": True}]},
             "spec": {"containers": [{"name": "c", "image": "busybox"}]}})
@@ -280,9 +282,10 @@ async def test_forged_pods_paths_and_metrics_are_refused_naming_what(
         context = client_context(ca)
         url = status_url(op.status_url, cluster.ns, "pa")
         async with aiohttp.ClientSession() as session:
+            forged_token = await pod_token(cluster.kube, cluster.ns, forged)  # one review (cached), not one a poll
+
             async def forged_answer() -> tuple[int, str] | None:
-                token = await pod_token(cluster.kube, cluster.ns, forged)
-                code, answer, _ = await post(session, url, token, BODY, context)
+                code, answer, _ = await post(session, url, forged_token, BODY, context)
                 return (code, answer.get("reason", "")) if (code, answer.get("reason")) != (403, "other_job") else None
 
             # The operator's cache holds the forged pod a moment after it is made; until then, "other_job".
