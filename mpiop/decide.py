@@ -2,6 +2,7 @@
 
     finished by kubeflow's operator? -> left exactly as it is
     finished?    -> TTL, clean-up (kubeflow's launcher Job too), counts; nothing else
+    over --max-mpijob-kib (the cache cut it)? -> Failed ValidationError       (policies/cached_size)
     bad forward-env annotation? -> Failed ValidationError                      (policies/forward_env)
     bad exclude-failed-nodes annotation? -> Failed ValidationError             (policies/node_exclusion,
     bad launch annotation, or an exec launcher with its own account? -> Failed ValidationError (policies/launch_mode)
