@@ -155,7 +155,8 @@ def count_graceful_stop(old: JobStatus, new: JobStatus, now: dt.datetime) -> Non
     before, after = old.condition("Stopping"), new.condition("Stopping")
     if before is None or before.status != "True" or after is None or after.status == "True":
         return
-    reason = before.reason or "Unknown"
+    # One of policies.graceful_stop's reasons or "Other": whoever may patch mpijobs/status writes the condition.
+    reason = before.reason if before.reason in GRACEFUL_STOP_REASONS else OTHER_REASON
     GRACEFUL_STOPS.labels(reason, GRACEFUL_STOP_RESULTS.get(after.reason or "", "other")).inc()
     if before.last_transition_time is not None:
         GRACEFUL_STOP_SECONDS.labels(reason).observe(max((now - before.last_transition_time).total_seconds(), 0))

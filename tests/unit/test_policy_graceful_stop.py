@@ -281,3 +281,16 @@ def test_a_tenants_day_long_grace_is_held_to_the_operators_ceiling() -> None:
     assert [(e.type, e.reason, e.message) for e in plan.events[1:2]] == [
         ("Warning", "StopGraceCapped", "MPIJob ns/pi: annotation mpiop.kubeflow.org/stop-grace-seconds=86400 is "
                                        "capped at 600, the operator's --max-stop-grace-seconds")]
+
+
+def test_a_stop_reason_no_policy_writes_is_counted_as_other() -> None:
+    """Whoever may patch mpijobs/status writes the Stopping condition: a reason of its own makes no series."""
+    made_up = JobCondition(type="Stopping", status="True", reason="Made\x1bUp", last_transition_time=at(100))
+    ended = JobCondition(type="Stopping", status="False", reason="LauncherEnded", last_transition_time=at(101))
+    before = REGISTRY.get_sample_value("mpiop_graceful_stops_total",
+                                       {"reason": "Other", "result": "launcher_ended"}) or 0.0
+    metrics.count_graceful_stop(_status(made_up), _status(ended), at(101))
+    assert REGISTRY.get_sample_value("mpiop_graceful_stops_total",
+                                     {"reason": "Other", "result": "launcher_ended"}) == before + 1
+    assert REGISTRY.get_sample_value("mpiop_graceful_stops_total",
+                                     {"reason": "Made\x1bUp", "result": "launcher_ended"}) is None
