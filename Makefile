@@ -48,9 +48,13 @@ binaries: venv
 # after Kubernetes' binaries, on the same modules (devcluster/pinned.py): what they share with Kubernetes
 # (client-go, api, grpc, ...) compiles once, out of Go's cache; Kueue's controller manager (test_kueue.py,
 # test_kueue_dra.py) is one of them.
-TEST_BINARY_STEPS := binaries build-coscheduler build-kwok build-helm build-kueue build-prometheus fetch-kubeflow
+TEST_BINARY_STEPS := binaries build-oldest build-coscheduler build-kwok build-helm build-kueue build-prometheus fetch-kubeflow
 .PHONY: $(TEST_BINARY_STEPS)
 test-binaries: $(TEST_BINARY_STEPS)
+
+# The oldest supported minor's apiserver and controller-manager (make test's second part), after the project's.
+build-oldest: binaries
+	$(BIN)/python -m devcluster.binaries --oldest
 
 build-coscheduler: binaries
 	$(BIN)/python -m devcluster.coscheduler >/dev/null
@@ -84,8 +88,11 @@ lint: venv
 # apiserver, the controllers and the operator far more than they compute). The two Kueue modules share a worker
 # (their xdist_group: one Kueue). TEST_WORKERS=0: one process, as before.
 TEST_WORKERS ?= 2
+# Then the tests marked oldest_minor again, on the oldest supported Kubernetes minor's control plane (README,
+# "Kubernetes versions"; devcluster/versions.py OLDEST_KUBERNETES_VERSION).
 test: lint test-binaries
 	$(BIN)/pytest -q -p no:cacheprovider -n $(TEST_WORKERS) --dist loadgroup
+	MPIOP_KUBERNETES_VERSION=oldest $(BIN)/pytest -q -p no:cacheprovider -n $(TEST_WORKERS) --dist loadgroup -m oldest_minor
 
 # The whole suite while stress-ng (Debian's, hack/stress-ng.sh) keeps $(STRESS_CPUS) cores busy: a test that
 # races the operator (reads a soft write once, sleeps then asserts nothing happened) fails here first.

@@ -26,7 +26,7 @@ from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from devcluster.versions import ETCD_VERSION, KUBERNETES_VERSION, staging_version
+from devcluster.versions import ETCD_VERSION, KUBERNETES_VERSION, OLDEST_KUBERNETES_VERSION, staging_version
 
 KUBE_COMMANDS = {
     "kube-apiserver": "k8s.io/kubernetes/cmd/kube-apiserver",
@@ -310,22 +310,33 @@ def etcd_binary(version: str = ETCD_VERSION) -> Path:
     return _from_assets("etcd") or build_etcd(version)
 
 
-def ensure_all(names: Iterable[str]) -> dict[str, Path]:
+def ensure_all(names: Iterable[str], version: str = KUBERNETES_VERSION) -> dict[str, Path]:
     """Resolve several binaries at once so that missing ones are built in a single `go build`."""
     names = list(names)
     kube = [n for n in names if n in KUBE_COMMANDS]
     missing = [
         n for n in kube
-        if from_assets_or_path(n, KUBERNETES_VERSION) is None and not (kube_bin_dir() / n).is_file()
+        if from_assets_or_path(n, version) is None and not (kube_bin_dir(version) / n).is_file()
     ]
     if missing:
-        build_kubernetes(missing)
-    resolved = {n: kube_binary(n) for n in kube}
+        build_kubernetes(missing, version)
+    resolved = {n: kube_binary(n, version) for n in kube}
     if "etcd" in names:
         resolved["etcd"] = etcd_binary()
     return resolved
 
 
+# What a control plane of the oldest supported minor runs (tests marked `oldest_minor`, `make test`): its own
+# apiserver and controller-manager; etcd and kubectl are the project's (kubectl is the user's, of any minor).
+OLDEST_CONTROL_PLANE = ("kube-apiserver", "kube-controller-manager")
+
+
 if __name__ == "__main__":
-    for binary, location in ensure_all(["etcd", *CONTROL_PLANE]).items():
-        print(f"{binary:<24} {location}")
+    import sys
+
+    if sys.argv[1:] == ["--oldest"]:
+        for binary, location in ensure_all(OLDEST_CONTROL_PLANE, OLDEST_KUBERNETES_VERSION).items():
+            print(f"{binary:<24} {location} ({OLDEST_KUBERNETES_VERSION})")
+    else:
+        for binary, location in ensure_all(["etcd", *CONTROL_PLANE]).items():
+            print(f"{binary:<24} {location}")

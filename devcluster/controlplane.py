@@ -29,6 +29,7 @@ import yaml
 
 from devcluster import binaries
 from devcluster.certs import CertificateAuthority, KeyPair, service_account_key
+from devcluster.versions import KUBERNETES_VERSION
 
 SERVICE_CIDR = "10.96.0.0/16"
 # kube-apiserver flags that only say where things are (addresses, ports, files): left out of `describe()`.
@@ -108,10 +109,13 @@ class ControlPlane:
     tie_to_parent: bool = True
     extra_apiserver_flags: Sequence[str] = ()
     # Opt-in only (the default control plane runs every component with production defaults): feature gates set
-    # alike on the apiserver, controller-manager and scheduler, e.g. {"DRADeviceTaints": True}, and API groups
-    # the apiserver serves beyond its defaults (--runtime-config), e.g. ("resource.k8s.io/v1alpha3=true",).
+    # alike on the apiserver, controller-manager and scheduler, e.g. {"GenericWorkload": True}, and API groups
+    # the apiserver serves beyond its defaults (--runtime-config), e.g. ("scheduling.k8s.io/v1beta1=true",).
     feature_gates: Mapping[str, bool] = field(default_factory=dict)
     runtime_config: Sequence[str] = ()
+    # The apiserver's, controller-manager's and scheduler's Kubernetes (etcd and kubectl stay the project's): the
+    # oldest supported minor for the tests marked `oldest_minor` (tests/conftest.py, MPIOP_KUBERNETES_VERSION).
+    kubernetes_version: str = KUBERNETES_VERSION
     # More names/IPs on the apiserver's serving cert (e.g. the address pods reach it at on a real node).
     serving_hosts: Sequence[str] = ()
     # A client cert the apiserver shows kubelets (logs, exec) that authenticate clients by the cluster CA.
@@ -143,11 +147,16 @@ class ControlPlane:
     def __exit__(self, *exc: object) -> None:
         self.stop()
 
+    @property
+    def advertises_reachable_address(self) -> bool:
+        return any(flag.startswith("--advertise-address=") for flag in self.extra_apiserver_flags)
+
     def start(self, timeout: float = 120.0) -> None:
         wanted = ["etcd", "kube-apiserver", "kubectl"]
         wanted += ["kube-controller-manager"] if self.controller_manager else []
         wanted += ["kube-scheduler"] if self.scheduler else []
-        paths = binaries.ensure_all(wanted)
+        paths = binaries.ensure_all(["etcd", "kubectl"])
+        paths |= binaries.ensure_all([w for w in wanted if w not in paths], self.kubernetes_version)
         if self.workdir is None:
             self.workdir = Path(tempfile.mkdtemp(prefix="mpiop-cp-"))
             self._owns_workdir = True
@@ -193,6 +202,10 @@ class ControlPlane:
         self.launch("kube-apiserver", [
             str(paths["kube-apiserver"]),
             "--advertise-address=127.0.0.1", "--bind-address=127.0.0.1",
+            # From v1.37 the endpoint reconciler refuses a loopback advertise address ("may not be in the loopback
+            # range"): the `kubernetes` Service's endpoints then name nothing, which no client on loopback reads.
+            # A plane pods reach (the e2e node) advertises its own address and keeps the reconciler.
+            *([] if self.advertises_reachable_address else ["--endpoint-reconciler-type=none"]),
             f"--secure-port={self.api_port}",
             f"--etcd-servers=http://127.0.0.1:{etcd_port}",
             f"--cert-dir={self.pki}",

@@ -1,10 +1,9 @@
 """Gang schedulers for the simulated cluster: scheduler-plugins' Coscheduling, and Volcano's PodGroup API.
 
 * ``coscheduler_binary()``: scheduler-plugins' ``kube-scheduler`` (``cmd/scheduler``, Coscheduling compiled in),
-  built once into ``.cache/scheduler-plugins/<version>/bin`` in a wrapper module that pins every module the
-  project's Kubernetes binaries are built from to their version (the release of the same Kubernetes minor;
-  devcluster/pinned.py), so that it compiles only its own packages: with controller-gen, 56 s of CPU after the
-  Kubernetes binaries (2026-11-28) instead of a second Kubernetes.
+  built once into ``.cache/scheduler-plugins/<version>/bin`` in a wrapper module that pins every module to the
+  versions of the Kubernetes its release is for (devcluster/versions.py: no release is on v1.37's modules,
+  whose scheduler framework it does not compile against; devcluster/pinned.py).
 * ``scheduler_plugins_crd()``: the PodGroup CRD (``scheduling.x-k8s.io``) shipped in that module.
 * ``volcano_podgroup_crd()``: Volcano's ``scheduling.volcano.sh`` PodGroup CRD of ``volcano.sh/apis``. That
   module ships Go types (with kubebuilder markers) but no CRD, so controller-gen (controller-tools, pinned the
@@ -26,7 +25,7 @@ import yaml
 from devcluster import binaries, pinned
 from devcluster.versions import (
     CONTROLLER_TOOLS_VERSION,
-    KUBERNETES_VERSION,
+    SCHEDULER_PLUGINS_KUBERNETES_VERSION,
     SCHEDULER_PLUGINS_VERSION,
     VOLCANO_APIS_VERSION,
 )
@@ -55,7 +54,8 @@ def build_coscheduler(version: str = SCHEDULER_PLUGINS_VERSION) -> Path:
     bin_dir = pinned.build_pinned(_root(version), {"kube-scheduler": SCHEDULER_COMMAND},
                                   require=f"{SCHEDULER_PLUGINS_MODULE} {version}",
                                   what=f"scheduler-plugins {version}",
-                                  ldflags=binaries.version_ldflags(KUBERNETES_VERSION))
+                                  ldflags=binaries.version_ldflags(SCHEDULER_PLUGINS_KUBERNETES_VERSION),
+                                  kubernetes_version=SCHEDULER_PLUGINS_KUBERNETES_VERSION)
     return bin_dir / "kube-scheduler"
 
 

@@ -41,7 +41,7 @@ import yaml
 
 from devcluster import binaries, pinned
 from devcluster.controlplane import Component, ControlPlane, ControlPlaneError, free_port
-from devcluster.versions import KUEUE_VERSION
+from devcluster.versions import KUEUE_KUBERNETES_VERSION, KUEUE_VERSION
 
 KUEUE_MODULE = "sigs.k8s.io/kueue"
 KUEUE_COMMAND = f"{KUEUE_MODULE}/cmd/kueue"
@@ -55,8 +55,9 @@ MPIJOB_FRAMEWORK = "kubeflow.org/mpijob"
 QUEUE_NAME_LABEL = "kueue.x-k8s.io/queue-name"
 API_GROUP = "kueue.x-k8s.io"
 API_VERSION = f"{API_GROUP}/v1beta2"
-# Kueue's DRA support (alpha, its feature gate DynamicResourceAllocation): the devices a pod set's
-# ResourceClaimTemplates ask of a mapped DeviceClass count, per pod, in quota of the mapping's resource name.
+# Kueue's DRA support (beta and on from v0.18, gate KueueDRAIntegration; v0.19 removed DynamicResourceAllocation):
+# the devices a pod set's ResourceClaimTemplates ask of a mapped DeviceClass count, per pod, in quota of the
+# mapping's resource name.
 DRA_DEVICE_CLASS = "gpu.nvidia.com"  # NVIDIA's DRA driver's class of whole GPUs
 DRA_GPU_RESOURCE = "gpu.nvidia.com/devices"  # its quota resource in a ClusterQueue, and a Workload's usage
 
@@ -75,7 +76,7 @@ def kueue_binary(version: str = KUEUE_VERSION) -> Path:
     """Kueue's manager, built once (`make test-binaries`); a build another process runs is waited for."""
     bin_dir = pinned.build_pinned(_root(version), {"kueue": KUEUE_COMMAND}, require=f"{KUEUE_MODULE} {version}",
                                   what=f"Kueue {version}", ldflags=kueue_ldflags(version),
-                                  unpinned=["github.com/spf13/pflag"])
+                                  unpinned=["github.com/spf13/pflag"], kubernetes_version=KUEUE_KUBERNETES_VERSION)
     return bin_dir / "kueue"
 
 
@@ -172,7 +173,7 @@ def kueue_config(namespace: str, *, webhook_port: int, metrics_port: int, health
         "internalCertManagement": {"enable": True, "webhookServiceName": WEBHOOK_SERVICE,
                                    "webhookSecretName": WEBHOOK_SECRET},
         "integrations": {"frameworks": [MPIJOB_FRAMEWORK]},
-        "featureGates": {"VisibilityOnDemand": False, "DynamicResourceAllocation": True},
+        "featureGates": {"VisibilityOnDemand": False},  # its DRA integration (KueueDRAIntegration) is on by default
         "resources": {"deviceClassMappings": [{"name": DRA_GPU_RESOURCE, "deviceClassNames": [DRA_DEVICE_CLASS]}]},
     }
 

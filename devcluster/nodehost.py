@@ -41,9 +41,9 @@ KUBELET_ROOT = Path("/var/lib/mpiop-e2e/kubelet")
 CGROUP_PARENT = "mpiop-e2e"
 CGROUP_FS = Path("/sys/fs/cgroup")
 LEGACY_LOG_LINKS = Path("/var/log/containers")
-# The 1.12 line Kubernetes v1.34 ships (v1.12.1 there), at v1.12.4: the first patch on client-go v0.34, so that it
-# is built on the project's Kubernetes modules (devcluster/pinned.py); v1.12.1's code needs client-go v0.32.
-COREDNS_VERSION = "v1.12.4"
+# The CoreDNS Kubernetes v1.37 ships (kubeadm's CoreDNSVersion, build/dependencies.yaml), built on the project's
+# Kubernetes modules (devcluster/pinned.py; its own go.mod is on client-go v0.35.4).
+COREDNS_VERSION = "v1.14.6"
 CNI_BIN = Path("/usr/lib/cni")
 # Host sysctls the kubelet (setupKernelTunables) or the bridge plugin (ip forwarding) may change.
 _SYSCTLS = ("vm/overcommit_memory", "vm/panic_on_oom", "kernel/panic", "kernel/panic_on_oops",

@@ -21,6 +21,7 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from devcluster import binaries
+from devcluster.versions import KUBERNETES_VERSION
 
 
 def pinned_versions(kubernetes_go_mod: str) -> dict[str, str]:
@@ -44,9 +45,12 @@ def pinned_go_mod(name: str, require: str, kubernetes_go_mod: str, unpinned: Ite
 
 
 def build_pinned(root: Path, commands: dict[str, str], *, require: str, what: str, ldflags: str,
-                 unpinned: Iterable[str] = (), built_by: str = binaries.TEST_BINARIES) -> Path:
+                 unpinned: Iterable[str] = (), built_by: str = binaries.TEST_BINARIES,
+                 kubernetes_version: str = KUBERNETES_VERSION) -> Path:
     """Build `commands` (binary name -> Go package) of the module `require` into `root/bin`, once, in a wrapper
-    module pinned to the Kubernetes binaries' modules, after them; return the bin directory."""
+    module pinned to the Kubernetes binaries' modules, after them; return the bin directory. With another
+    `kubernetes_version` (a tool with no release for the project's), pinned to that Kubernetes' modules instead:
+    it then compiles them again, but once for every tool pinned to it."""
     bin_dir = root / "bin"
     if all((bin_dir / c).is_file() for c in commands):
         return bin_dir
@@ -55,7 +59,7 @@ def build_pinned(root: Path, commands: dict[str, str], *, require: str, what: st
     module = f"mpiop.local/{root.parent.name}"
 
     def write_module(workdir: Path) -> None:
-        kubernetes = binaries.kubernetes_module()
+        kubernetes = binaries.kubernetes_module(kubernetes_version)
         binaries.write_wrapper_module(workdir, module, require, commands.values())
         go_mod = pinned_go_mod(module, require, (kubernetes / "go.mod").read_text(), unpinned)
         (workdir / "go.mod").write_text(go_mod)

@@ -79,7 +79,7 @@ def request(name: str, one: JSON | None = None, first_available: list[JSON] | No
     return {"name": name, "exactly": one or {}}
 
 
-DEVICE_TAINT_RULES = Resource("resource.k8s.io", "v1alpha3", "devicetaintrules", "DeviceTaintRule", namespaced=False)
+DEVICE_TAINT_RULES = Resource("resource.k8s.io", "v1", "devicetaintrules", "DeviceTaintRule", namespaced=False)
 
 
 def gpu(name: str, index: int, memory: str = "80Gi", taints: list[JSON] | None = None) -> JSON:
@@ -92,7 +92,7 @@ def gpu(name: str, index: int, memory: str = "80Gi", taints: list[JSON] | None =
 
 
 def taint(key: str, value: str = "", effect: str = "NoExecute") -> JSON:
-    """A device taint (KEP-5055, DRADeviceTaints): NoSchedule keeps new claims off the device, NoExecute also
+    """A device taint (KEP-5055, GA in v1.37): NoSchedule keeps new claims off the device, NoExecute also
     evicts the pods using it."""
     return {"key": key, **({"value": value} if value else {}), "effect": effect}
 

@@ -92,10 +92,12 @@ def unexpected_reconcile_errors(logs: Sequence[Mapping[str, Any]]) -> list[str]:
 
 @asynccontextmanager
 async def running_operator(kubeconfig: str, namespace: str, *, allow_reconcile_errors: bool = False,
+                           allow_api_warnings: bool = False,
                            client_class: type[KubeClient] = KubeClient, on_request: RequestHook | None = None,
                            **settings: Any) -> AsyncIterator[Operator]:
     """The operator in-process on `namespace`. Like kueue's verifyLogs, leaving fails if it logged a reconcile
-    error meanwhile (unless the test provokes them on purpose: `allow_reconcile_errors`). `client_class`: a
+    error meanwhile (unless the test provokes them on purpose: `allow_reconcile_errors`), or if the apiserver sent
+    its client a Warning header (a deprecated API, a pod field it warns of: `allow_api_warnings`). `client_class`: a
     KubeClient subclass injecting a fault at the client's edge (the apiserver stays real); `on_request`: the
     client's hook, to see each request as it leaves; `settings`: fields of the operator's Settings."""
     requests = RequestLog()
@@ -116,6 +118,8 @@ async def running_operator(kubeconfig: str, namespace: str, *, allow_reconcile_e
     errors = unexpected_reconcile_errors(logs)
     if errors and not allow_reconcile_errors:
         raise AssertionError(f"the operator logged {len(errors)} reconcile error(s): {errors[:3]}")
+    if client.warnings.total() and not allow_api_warnings:  # a deprecated API or a field the apiserver warns of
+        raise AssertionError(f"the apiserver warned the operator: {client.warnings.counts}")
 
 
 async def eventually(probe: Callable[[], Awaitable[T | None]], timeout: float = 30.0, what: str = "") -> T:

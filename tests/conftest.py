@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 
 from devcluster.controlplane import ControlPlane
+from devcluster.versions import KUBERNETES_VERSION, OLDEST_KUBERNETES_VERSION
 from mpiop.kube.client import KubeClient
 from testkit import summary
 from testkit.namespaces import create_namespace, delete_namespace
@@ -25,11 +26,18 @@ if os.environ.get("CI", "").lower() not in ("", "0", "false"):
 # a SIGKILL is covered by the components' parent-death signal.
 signal.signal(signal.SIGTERM, signal.default_int_handler)
 
+def kubernetes_version() -> str:
+    """The session control plane's Kubernetes: the project's, or with MPIOP_KUBERNETES_VERSION=oldest the oldest
+    supported minor's (`make test` runs the tests marked `oldest_minor` again so), or the version it names."""
+    wanted = os.environ.get("MPIOP_KUBERNETES_VERSION", "")
+    return {"": KUBERNETES_VERSION, "oldest": OLDEST_KUBERNETES_VERSION}.get(wanted, wanted)
+
+
 @pytest.fixture(scope="session")
 def control_plane(pytestconfig: pytest.Config) -> Iterator[ControlPlane]:
     """etcd + kube-apiserver + kube-controller-manager on loopback, for the whole session (each xdist worker's
     own); the terminal summary says which etcd and apiserver, and the apiserver's flags."""
-    with ControlPlane(scheduler=False) as plane:
+    with ControlPlane(scheduler=False, kubernetes_version=kubernetes_version()) as plane:
         ran_on = plane.describe()
         summary.lines(pytestconfig, "control plane").extend([
             f"{ran_on.get('etcd')}; {ran_on.get('kube-apiserver')}",

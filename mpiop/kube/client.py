@@ -31,6 +31,7 @@ from mpiop.api.raw import JSON
 from mpiop.kube.access import ClusterAccess, load_access
 from mpiop.kube.codec import ListSplitter, Shaped, decode, decode_event, encode
 from mpiop.kube.ratelimit import TokenBucket
+from mpiop.kube.warnings import ApiWarnings
 
 RequestObserver = Callable[[str, str, int, float], None]
 """Called after each request with (verb, resource, HTTP status or 0, seconds)."""
@@ -257,6 +258,7 @@ class KubeClient:
         self.field_manager = field_manager
         self.write_guard = write_guard
         self.on_request = on_request
+        self.warnings = ApiWarnings()  # the apiserver's Warning headers, each text logged once
         # Connections to the apiserver in parallel: at least the burst, so the bucket is the only limit.
         self.max_connections = max(burst, 100)
         self._session: aiohttp.ClientSession | None = None
@@ -298,12 +300,15 @@ class KubeClient:
         data = None if body is None else body if isinstance(body, bytes | str) else encode(body)
         if timeout is not None and not isinstance(timeout, aiohttp.ClientTimeout):
             timeout = aiohttp.ClientTimeout(total=timeout)
-        return await self.session.request(
+        response = await self.session.request(
             method, request_url(self.access.server, path, params), data=data, headers=headers,
             timeout=timeout if timeout is not None else aiohttp.ClientTimeout(total=None),
             proxy=self.access.proxy, proxy_auth=self.access.proxy_auth,
             server_hostname=self.access.tls_server_name,
         )
+        if warned := response.headers.getall("Warning", ()):
+            self.warnings.record(method, _resource_of(path), warned)
+        return response
 
     async def request_raw(self, method: str, path: str, *, query: Mapping[str, Any] | None = None,
                           body: Any = None, content_type: str = "application/json",

@@ -38,7 +38,7 @@ NODE_DISRUPTIONS = frozenset({"TerminationByKubelet", "DeletionByTaintManager", 
 NODE_EXCLUDED_REASON = "NodeExcluded"
 MAX_NODE_CHECKS = 32  # node GETs when an attempt fails
 MAX_TAINTED_DEVICES = 8  # devices named per excluded node (a node's slices may taint hundreds: the status stays small)
-MAX_TAINTS_TOLD = 4  # taints named per device (the apiserver allows 4 on a device)
+MAX_TAINTS_TOLD = 4  # taints named per device (the status stays small: v1.37 allows 16 on a device, v1.34 allowed 4)
 WAITING_REASON = "ExcludedNodesUnschedulable"
 
 

@@ -21,7 +21,17 @@ LAST = ("test_kueue.py", "test_kueue_dra.py")
 session fixture, and watches MPIJobs), so no other test shares the apiserver with it."""
 
 
+OLDEST_MINOR = ("test_crd.py", "test_crd_defaults.py", "test_crd_roundtrip.py", "test_deploy.py", "test_rbac.py",
+                "test_exec_launch_rbac.py", "test_dra_slots.py", "test_gpu_layout.py")
+"""Modules marked `oldest_minor`: what a cluster of the oldest supported Kubernetes minor must take from mpiop (the
+CRD and its CEL rules, the kustomize and Helm installs, RBAC both ways, the exec Role, DRA v1 slots, the layout
+webhook). `make test` runs them again with MPIOP_KUBERNETES_VERSION=oldest (tests/conftest.py)."""
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        if item.path.name in OLDEST_MINOR:
+            item.add_marker(pytest.mark.oldest_minor)
     items.sort(key=lambda item: item.path.name in LAST)  # stable: the order within each part stays
 
 

@@ -1,16 +1,16 @@
 """GPUs through DRA on the simulated cluster: the pinned kube-scheduler allocates ResourceClaims against the
 ResourceSlices this module publishes for its KWOK nodes (no driver runs; DynamicResourceAllocation is GA and on by
-default in v1.34, its scheduler plugin in the default profile), KWOK runs the pods, and mpiop's slots follow the
-claims. A NoExecute device taint (KEP-5055, alpha gate DRADeviceTaints) on a worker's GPU makes
+default, its scheduler plugin in the default profile), KWOK runs the pods, and mpiop's slots follow the
+claims. A NoExecute device taint (KEP-5055, DRADeviceTaints: GA in v1.37) on a worker's GPU makes
 kube-controller-manager's device-taint-eviction-controller evict it: a disruption, not a failure against
 backoffLimit, and the next attempt avoids its node. A job asking `nvidia.com/gpu` of nodes that have none, whose
-DeviceClass provides it from DRA devices (KEP-5004, alpha gate DRAExtendedResource), keeps its slots from the limit.
+DeviceClass provides it from DRA devices (KEP-5004, DRAExtendedResource: GA in v1.37), keeps its slots from the limit.
 Jobs asking MIG devices or Intel GPUs (extended resources the test adds to the nodes) get their slots from the
 limit, and a claim the workers share (`resourceClaimName`) adds none to those of their own claims.
 
-Own cluster of 4 fake nodes with no nvidia.com/gpu in their capacity, 8 GPUs each in a ResourceSlice, the two
-alpha gates on every component and resource.k8s.io/v1alpha3 served (the eviction controller waits for its
-DeviceTaintRule informer): docs/architecture.md, "The simulated cluster's feature gates".
+Own cluster of 4 fake nodes with no nvidia.com/gpu in their capacity, 8 GPUs each in a ResourceSlice, on v1.37's
+defaults: no feature gate and no extra API version (on v1.34 both features were alpha and the eviction controller
+waited for a v1alpha3 DeviceTaintRule informer; docs/kubernetes-1.37.md §2.2).
 """
 
 from __future__ import annotations
@@ -54,13 +54,11 @@ NODES = [f"kwok-node-{i}" for i in range(4)]
 TEMPLATE = "eight-gpus"
 HOLD = "sim.mpiop.dev/kubelet"  # a finalizer standing for the kubelet that would take its grace period to stop it
 TAINT = {"key": "example.com/unhealthy", "value": "true", "effect": "NoExecute"}
-GATES = {"DRADeviceTaints": True, "DRAExtendedResource": True}
 
 
 @pytest.fixture(scope="module")
 def simulated() -> Iterator[SimulatedCluster]:
-    with SimulatedCluster(nodes=len(NODES), gpus_per_node=0, feature_gates=GATES,
-                          runtime_config=("resource.k8s.io/v1alpha3=true",)) as cluster:
+    with SimulatedCluster(nodes=len(NODES), gpus_per_node=0) as cluster:
         gpus = device_class(DRIVER)
         gpus["spec"]["extendedResourceName"] = "nvidia.com/gpu"  # KEP-5004: the extended resource from DRA
         objects = [gpus, *(node_gpus(DRIVER, node) for node in NODES),

@@ -1,6 +1,7 @@
-"""DRA jobs under Kueue's own controller (v0.15.2, devcluster/kueue.py, started once for this module and test_kueue.py:
-tests/integration/conftest.py's `kueue`). Kueue's DRA support (its DynamicResourceAllocation gate; its Configuration
-maps DeviceClass gpu.nvidia.com to the quota resource DRA_GPU_RESOURCE) counts the devices a pod set's
+"""DRA jobs under Kueue's own controller (devcluster/versions.py's KUEUE_VERSION, devcluster/kueue.py, started once
+for this module and test_kueue.py: tests/integration/conftest.py's `kueue`). Kueue's DRA support (its
+KueueDRAIntegration gate, on by default since v0.18; its Configuration maps DeviceClass gpu.nvidia.com to the
+quota resource DRA_GPU_RESOURCE) counts the devices a pod set's
 ResourceClaimTemplates ask for, for an MPIJob as for any integration: 2 workers of 8 are 16 of quota.
 
 A job stating its total GPUs through DRA (`spec.gpus` with `spec.gpuDeviceClassName`) is laid out at admission by

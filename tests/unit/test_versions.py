@@ -6,7 +6,7 @@ from devcluster.versions import ETCD_VERSION, KUBERNETES_VERSION, staging_versio
 
 @pytest.mark.parametrize(
     ("kubernetes", "staging"),
-    [("v1.34.4", "v0.34.4"), ("v1.30.0", "v0.30.0"), ("1.29.12", "v0.29.12")],
+    [("v1.37.2", "v0.37.2"), ("v1.30.0", "v0.30.0"), ("1.29.12", "v0.29.12")],
     ids=["pinned", "older-minor", "without-v"],
 )
 def test_staging_modules_are_tagged_v0_minor_patch(kubernetes: str, staging: str) -> None:
