@@ -74,7 +74,13 @@ async def kueue_events(kube: KubeClient, namespace: str, job: str) -> list[str]:
     """What Kueue said on the job (its Events' reasons and messages), oldest first; mpiop's are left out."""
     events = sorted((await kube.list(EVENTS, namespace))["items"], key=lambda e: e["metadata"]["creationTimestamp"])
     return [f"{e['reason']}: {e['message']}" for e in events if e["involvedObject"]["name"] == job
-            and "kueue" in (e.get("source") or {}).get("component", "")]
+            and "kueue" in _reporter(e)]
+
+
+def _reporter(event: JSON) -> str:
+    """Who wrote an Event: core/v1's source.component, or events.k8s.io/v1's reportingController (read through core/v1
+    as reportingComponent), which Kueue's recorder writes from v0.19."""
+    return str((event.get("source") or {}).get("component") or event.get("reportingComponent") or "")
 
 
 @contextlib.asynccontextmanager

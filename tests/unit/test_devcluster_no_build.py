@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from devcluster import binaries, coscheduler, kueue, kwok
-from devcluster.versions import HELM_VERSION
+from devcluster.versions import ETCD_VERSION, HELM_VERSION, KUEUE_VERSION
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -31,10 +31,10 @@ def empty_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     [
         (kwok.kwok_binary, "kwok (kwok v0.8.0): not in", "run `make test-binaries` first"),
         (coscheduler.coscheduler_binary, "kube-scheduler (scheduler-plugins", "run `make test-binaries` first"),
-        (binaries.etcd_binary, "etcd (etcd v3.6", "run `make test-binaries` first"),
+        (binaries.etcd_binary, f"etcd (etcd {ETCD_VERSION}", "run `make test-binaries` first"),
         (lambda: binaries.kube_binary("kubectl"), "kube-apiserver, kube-controller-manager, kube-scheduler, kubectl",
          "run `make test-binaries` first"),
-        (kueue.kueue_binary, "kueue (Kueue v0.15.2)", "run `make test-binaries` first"),
+        (kueue.kueue_binary, f"kueue (Kueue {KUEUE_VERSION})", "run `make test-binaries` first"),
     ],
     ids=["kwok", "coscheduler", "etcd", "kubernetes", "kueue"],
 )
