@@ -11,7 +11,8 @@ layout webhook is registered for the tenant's namespace. Then two windows of `--
   junk and random bearer tokens with `--header-kb` of headers each, and slow connections), and one tenant creates
   a `gpus: 13` job with `--tolerations` tolerations, touches a tainted node's label every `--touch-seconds` and
   posts the job's AdmissionReview to the webhook `--webhook-posts` times (bench/hostile_tenant.py); `caches`: a
-  tenant fills the caches with labelled ConfigMaps no job controls (bench/hostile_caches.py). The flood
+  tenant fills the caches with labelled ConfigMaps no job controls (bench/hostile_caches.py); `templates`: with
+  ResourceClaimTemplates no job names (the same module). The flood
   stops by itself, or early once the leader's RSS passes `--rss-abort` MB (reported as aborted).
 
 Measured from outside in both windows (bench/hostile_watch.py): the leader's RSS (before, peak, after), the
@@ -134,6 +135,8 @@ class Run:
             asyncio.create_task(tenant.post_reviews(self.operator.status_url, args.webhook_posts, args.flood_seconds,
                                                     args.webhook_timeout, stop, args.tolerations))]
         tasks += [asyncio.create_task(hostile_caches.fill(self.kube, args))] if "caches" in args.attacks else []
+        tasks += [asyncio.create_task(hostile_caches.fill_templates(self.kube, args))] \
+            if "templates" in args.attacks else []
         over, gone = asyncio.create_task(self.rss.over.wait()), asyncio.create_task(self.rss.gone.wait())
         ended = asyncio.create_task(flood.wait()) if flood is not None else None
         await asyncio.wait([over, gone, *([ended] if ended is not None else [])],
@@ -273,8 +276,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m bench.hostile", description=__doc__.split("\n\n")[0])
     add = parser.add_argument
     add("--attacks", type=lambda text: set(filter(None, text.split(","))), default={"flood", "tenant"},
-        help="which attacks run in the attack window: flood, tenant, caches (bench/hostile_caches.py), or webhook "
-             "(bench/hostile_webhook.py) in place of flood (default flood,tenant)")
+        help="which attacks run in the attack window: flood, tenant, caches, templates (bench/hostile_caches.py), or "
+             "webhook (bench/hostile_webhook.py) in place of flood (default flood,tenant)")
     add("--webhook-arg", action="append", default=[], help="a bench.hostile_webhook flag, e.g. --bomb-connections=50")
     add("--quick", action="store_true", help="20 jobs, 100 tainted nodes, 5,000 tolerations, a 10 s flood")
     add("--jobs", type=int, default=100, help="jobs Running through both windows (default 100)")
@@ -298,10 +301,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     hostile_caches.add_arguments(add)
     add("--keep-logs", type=Path, help="keep the operator's and the flood's logs in this directory")
     args = parser.parse_args(argv)
-    if not args.attacks or not args.attacks <= {"flood", "tenant", "caches", "webhook"} \
+    if not args.attacks or not args.attacks <= {"flood", "tenant", "caches", "templates", "webhook"} \
             or {"flood", "webhook"} <= args.attacks:
-        parser.error(f"--attacks: a comma-separated subset of flood,tenant,caches,webhook (flood or webhook), not "
-                     f"{','.join(sorted(args.attacks))}")
+        parser.error("--attacks: a comma-separated subset of flood,tenant,caches,templates,webhook (flood or "
+                     f"webhook), not {','.join(sorted(args.attacks))}")
     if args.quick:
         args.jobs, args.tainted_nodes, args.tolerations = 20, 100, 5000
         args.flood_seconds = min(args.flood_seconds, 10.0)

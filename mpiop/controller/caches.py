@@ -9,6 +9,11 @@ garbage-collected) are told apart by the owner's uid and never adopted.
 batch/v1 Jobs are watched only for jobs kubeflow/mpi-operator started (its launcher `Job`, labelled `app`
 only): like every owned kind, Jobs no MPIJob controls are dropped before they reach the cache. The launcher Job's
 pods are controlled by the Job, not the MPIJob; kubeflow labels them with the job's name, which routes them here.
+
+ResourceClaimTemplates (with --gpu-device-classes) are usually a tenant's own, with no selector that tells them
+apart: only those a cached MPIJob names are kept (kube/wanted.py), as the MPIJob informer's CLAIM_TEMPLATE_INDEX
+gets or loses a value; one made before the job that names it is fetched by name when the job is cached, and a
+reconcile of that job waits for the fetch (claim_templates_fetched), so "missing" means it does not exist.
 """
 
 from __future__ import annotations
@@ -40,7 +45,7 @@ from mpiop.controller.trims import (
     trim_secret,
     trim_service,
 )
-from mpiop.desired import gpus, podgroup
+from mpiop.desired import gpu_claims, gpus, podgroup
 from mpiop.desired.podgroup import GangScheduler
 from mpiop.desired.settings import DEFAULT_SETTINGS
 from mpiop.kube.client import (
@@ -62,13 +67,16 @@ from mpiop.kube.client import (
     Resource,
 )
 from mpiop.kube.informer import Indexer, Informer, object_key
+from mpiop.kube.wanted import WantedInformer
 from mpiop.plan import Observed, Refusal
 from mpiop.policies import gpu_layout
 
 OWNER_INDEX = "owner"
 # Pods by `namespace/<job-name label>`, whoever owns them: what a DELETE collection by the job's labels matches.
 JOB_LABEL_INDEX = "job-label"
-# MPIJobs by the `namespace/name` of each ResourceClaimTemplate their pod templates' claims are made from.
+# MPIJobs by the `namespace/name` of each ResourceClaimTemplate their pod templates' claims are made from, and (a job
+# stating spec.gpus) of the job's own `<job>-gpus` (desired.gpu_claims): the templates the claim template informer
+# keeps (kube/wanted.py), none else.
 CLAIM_TEMPLATE_INDEX = "claim-template"
 
 
@@ -100,10 +108,14 @@ def _by_job_label(obj: JSON) -> Iterable[str]:
 
 
 def _by_claim_template(obj: JSON) -> Iterable[str]:
-    namespace = obj["metadata"].get("namespace")
-    replicas = ((obj.get("spec") or {}).get("mpiReplicaSpecs") or {}).values()
-    return {f"{namespace}/{n}" for r in replicas if isinstance(r, dict)
-            for n in gpus.claim_template_names(r.get("template") or {})}
+    meta, spec = obj["metadata"], obj.get("spec") or {}
+    namespace = meta.get("namespace")
+    replicas = (spec.get("mpiReplicaSpecs") or {}).values()
+    named = {f"{namespace}/{n}" for r in replicas if isinstance(r, dict)
+             for n in gpus.claim_template_names(r.get("template") or {})}
+    if spec.get("gpus") is not None and meta.get("name"):
+        named.add(f"{namespace}/{gpu_claims.template_name_for(str(meta['name']))}")
+    return named
 
 
 def _by_owner(obj: JSON) -> Iterable[str]:
@@ -203,7 +215,8 @@ class Caches:
     nodes: Informer | None = None
     # ResourceClaimTemplates, for the slots of workers whose GPUs come through DRA claims (policies/gpu_slots); None
     # under an empty --gpu-device-classes, or when the role or the apiserver does not allow them (Manager.run).
-    claim_templates: Informer | None = None
+    # Only the templates some cached MPIJob names (CLAIM_TEMPLATE_INDEX, kube/wanted.py): not a tenant's others.
+    claim_templates: WantedInformer | None = None
     # Total-GPU mode through DRA (policies/gpu_layout, dra_inventory): ResourceSlices and DeviceClasses, trimmed to
     # devices counted by driver and type; on with both of the above, off (None) with either or when Manager.run finds
     # them not listable. While on, the Node informer keeps every node, not only those with an extended resource: a
@@ -252,15 +265,33 @@ class Caches:
             nodes=Informer(client, NODES, None, trim=trim_node, accept=has_extended_resources,
                            watch_timeout_seconds=watch_timeout_seconds,
                            on_watch_restart=on_watch_restart) if watch_nodes else None,
-            claim_templates=Informer(client, RESOURCE_CLAIM_TEMPLATES, namespace, trim=trim_claim_template,
-                                     watch_timeout_seconds=watch_timeout_seconds,
-                                     on_watch_restart=on_watch_restart) if watch_claim_templates else None,
+            claim_templates=WantedInformer(client, RESOURCE_CLAIM_TEMPLATES, namespace, trim=trim_claim_template,
+                                           watch_timeout_seconds=watch_timeout_seconds,
+                                           on_watch_restart=on_watch_restart) if watch_claim_templates else None,
             resource_slices=cluster_wide(RESOURCE_SLICES, trim_resource_slice) if dra else None,
             device_classes=cluster_wide(DEVICE_CLASSES, trim_device_class) if dra else None,
         )
         if caches.nodes is not None:
             caches.nodes.accept = caches.keeps_node
+        if caches.claim_templates is not None:
+            caches.claim_templates.after = caches.mpijobs.synced  # its first list knows which templates to keep
+            caches.mpijobs.on_index_change = caches._claim_template_named
         return caches
+
+    def _claim_template_named(self, index: str, key: str, named: bool) -> None:
+        """A ResourceClaimTemplate key the first cached job names, or the last stopped naming: kept, or dropped."""
+        if index != CLAIM_TEMPLATE_INDEX or self.claim_templates is None:
+            return
+        if named:
+            self.claim_templates.want(key)
+        else:
+            self.claim_templates.unwant(key)
+
+    async def claim_templates_fetched(self, job: MPIJob) -> None:
+        """Once the job's templates being fetched (named by a job only now, made before it) are in or known absent."""
+        if self.claim_templates is not None:
+            namespace = job.metadata.namespace
+            await self.claim_templates.fetched(f"{namespace}/{n}" for n in gpus.job_claim_template_names(job))
 
     def keeps_node(self, node: JSON) -> bool:
         """A node with an extended resource; while ResourceSlices are watched, every node."""

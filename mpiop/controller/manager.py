@@ -239,6 +239,8 @@ class Manager:
             left.append(f"{self.reconciler.background_work()} background task(s) of passes")
         if self.recorder.unsent():
             left.append(f"{self.recorder.unsent()} Event(s) not sent yet")
+        if self.caches.claim_templates is not None and self.caches.claim_templates.fetching():
+            left.append(f"{self.caches.claim_templates.fetching()} ResourceClaimTemplate fetch(es) in flight")
         return left
 
     async def preflight(self) -> None:

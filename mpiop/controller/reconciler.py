@@ -201,6 +201,7 @@ class Reconciler:
 
     async def _observe(self, job: MPIJob) -> Observed:
         """What decide sees: the cached objects, the refusals of the last pass, and a failed container's log."""
+        await self.caches.claim_templates_fetched(job)  # a template made before the job: not taken for a missing one
         observed = self.caches.observed(job, refused=self.refusals.of(job))
         if gpu_layout.needs_layout(job):
             observed.nodes = self.caches.node_list()

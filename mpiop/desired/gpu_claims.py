@@ -19,7 +19,11 @@ CLAIM = "gpus"  # the claim, and its one request, in the Worker template and the
 
 
 def template_name(job: MPIJob) -> str:
-    return f"{job.metadata.name}-gpus"
+    return template_name_for(job.metadata.name)
+
+
+def template_name_for(job_name: str) -> str:
+    return f"{job_name}-gpus"
 
 
 def worker_claim(job: MPIJob) -> JSON | None:

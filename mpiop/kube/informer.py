@@ -48,6 +48,8 @@ Indexer = Callable[[JSON], Iterable[str]]
 _MAX_TOMBSTONES = 10_000
 ChangeHandler = Callable[[JSON | None, JSON | None], None]
 """Called with (old, new): new is None on delete, old is None on add."""
+IndexChangeHandler = Callable[[str, str, bool], None]
+"""Called with (index, value, present): the value has its first cached object (True) or lost its last (False)."""
 UndecodableHandler = Callable[[JSON], None]
 """Called with the stub (codec.py) of an object that cannot be decoded, once per resourceVersion."""
 
@@ -86,6 +88,8 @@ class Informer:
     backoff: Backoff = field(default_factory=Backoff)
     # A TypedDict of every field `trim`, `accept` and the indexers read: nothing else of a watched object is decoded.
     shape: type[Any] | None = None
+    # Told (index, value, present) when a value of an index gets its first object or loses its last.
+    on_index_change: IndexChangeHandler | None = None
 
     _store: dict[str, JSON] = field(default_factory=dict, init=False)
     _indexes: dict[str, defaultdict[str, set[str]]] = field(default_factory=dict, init=False)
@@ -134,18 +138,33 @@ class Informer:
         return MappingProxyType(self._undecodable)
 
     # -- writing the cache -------------------------------------------------------------------------
-    def _index(self, key: str, obj: JSON | None, add: bool) -> None:
-        if obj is None:
-            return
+    def _reindex(self, key: str, old: JSON | None, new: JSON | None) -> None:
+        """Move `key` from the index values of `old` to those of `new` (either None: none); a value whose first key
+        came or whose last went is told to `on_index_change`."""
         for name, indexer in self.indexers.items():
-            for value in indexer(obj):
-                bucket = self._indexes[name][value]
-                if add:
-                    bucket.add(key)
-                else:
-                    bucket.discard(key)
-                    if not bucket:
-                        del self._indexes[name][value]
+            before = set(indexer(old)) if old is not None else set()
+            after = set(indexer(new)) if new is not None else set()
+            if before == after:
+                continue
+            index = self._indexes[name]
+            for value in before - after:
+                bucket = index.get(value)
+                if bucket is None:
+                    continue
+                bucket.discard(key)
+                if not bucket:
+                    del index[value]
+                    if self.on_index_change is not None:
+                        self.on_index_change(name, value, False)
+            for value in after - before:
+                bucket = index[value]
+                bucket.add(key)
+                if len(bucket) == 1 and self.on_index_change is not None:
+                    self.on_index_change(name, value, True)
+
+    def indexed(self, index: str, value: str) -> bool:
+        """Whether any cached object has `value` in `index`."""
+        return value in self._indexes[index]
 
     def _set(self, obj: JSON, notify: bool = True, key: str | None = None) -> None:
         """Cache `obj` (trimmed) under `key` (its object_key, when the caller has it already)."""
@@ -160,9 +179,8 @@ class Informer:
         old = self._store.get(key)
         if old is not None and (resourceversion.order(trimmed, resourceversion.of(old)) or 0) < 0:
             return  # a late event: older than what is cached (versions that cannot be ordered are taken)
-        self._index(key, old, add=False)
         self._store[key] = trimmed
-        self._index(key, trimmed, add=True)
+        self._reindex(key, old, trimmed)
         if notify and old != trimmed and not self._own_writes.hold(key, old, trimmed):
             self._notify(old, trimmed)
 
@@ -172,7 +190,7 @@ class Informer:
 
     def _delete(self, key: str, notify: bool = True) -> None:
         old = self._store.pop(key, None)
-        self._index(key, old, add=False)
+        self._reindex(key, old, None)
         if notify and old is not None:
             self._own_writes.forget(key)
             self._notify(old, None)

@@ -4,11 +4,15 @@ On 3cc6b1b the owned informers kept whatever carried kubeflow's operator-name la
 of ~700 KB of small keys, owned by nothing, grew the leader from 74 to 208 MB in 15 s. Now only objects an MPIJob
 controls under one of its names are cached (controller/acceptance.py), with only the labels decisions read and,
 of the hostfile ConfigMap, only the keys mpiop writes (controller/trims.py); an MPIJob over --max-mpijob-kib is
-cached cut, and fails (policies/cached_size).
+cached cut, and fails (policies/cached_size). ResourceClaimTemplates (no selector tells a tenant's from those a job
+uses) are kept only while a cached MPIJob names them (kube/wanted.py): on k137 every template of every watched
+namespace was kept.
 """
 
 from __future__ import annotations
 
+import asyncio
+import functools
 import uuid
 
 import orjson
@@ -17,7 +21,10 @@ from devcluster.controlplane import ControlPlane
 from mpiop import names
 from mpiop.api.raw import JSON
 from mpiop.controller import trims
-from mpiop.kube.client import CONFIGMAPS, PODS, SECRETS, SERVICES, Resource
+from mpiop.kube.client import CONFIGMAPS, PODS, RESOURCE_CLAIM_TEMPLATES, SECRETS, SERVICES, KubeClient, Resource
+from mpiop.policies.gpu_slots import FOUND, WAITING
+from testkit.dra import NVIDIA, claim_template, device_class_made, exactly, request
+from testkit.mpijobs import make_mpijob
 from testkit.operator import Cluster, Operator, drive_to_success, eventually, mpijob, running_operator, start_pods
 
 LABELS = {names.OPERATOR_NAME_LABEL: names.OPERATOR_NAME, names.JOB_NAME_LABEL: "pi"}
@@ -127,3 +134,62 @@ async def test_an_mpijob_over_the_size_bound_is_cached_cut_and_fails_naming_the_
         cached = operator.manager.caches.mpijobs.get(f"{cluster.ns}/big")
         assert cached is not None and len(orjson.dumps(cached)) < 4096
         assert not [p for p in await cluster.pods() if p.startswith("big-")]
+
+
+def eight_gpus(name: str) -> JSON:
+    return claim_template(name, request("gpus", exactly(NVIDIA, 8)))
+
+
+async def make_templates(cluster: Cluster, prefix: str, count: int) -> None:
+    """`count` small ResourceClaimTemplates no job names, 100 creations at a time."""
+    for start in range(0, count, 100):
+        await asyncio.gather(*(cluster.kube.create(RESOURCE_CLAIM_TEMPLATES, cluster.ns, eight_gpus(f"{prefix}-{n}"))
+                               for n in range(start, min(start + 100, count))))
+
+
+async def slots_in_hostfile(cluster: Cluster, job: str) -> list[str] | None:
+    config = await cluster.kube.get_or_none(CONFIGMAPS, cluster.ns, f"{job}-config")
+    text = ((config or {}).get("data") or {}).get(names.HOSTFILE_NAME)
+    return text.splitlines() if text else None
+
+
+async def running_reason(cluster: Cluster, job: str) -> str | None:
+    """The reason of the job's Running condition, True or False; None without one."""
+    found = ((await cluster.job(job)) or {}).get("status") or {}
+    return next((str(c["reason"]) for c in found.get("conditions") or [] if c["type"] == "Running"), None)
+
+
+async def test_claim_templates_no_job_names_are_never_cached_and_jobs_get_theirs_made_before_or_after_them(
+        control_plane: ControlPlane, kube: KubeClient, cluster: Cluster) -> None:
+    """2,000 templates no job names, half listed at the start and half watched: none cached. Three jobs get 8 slots
+    a worker from theirs: one listed with its template at the start, one whose template was made before it (fetched
+    by name when the job came, the job never taken for one waiting), one made before its template (waits
+    ResourceClaimTemplateMissing, goes on when it is made)."""
+    async with device_class_made(kube, NVIDIA):
+        await make_templates(cluster, "early", 1_000)
+        await cluster.kube.create(RESOURCE_CLAIM_TEMPLATES, cluster.ns, eight_gpus("listed-gpus"))
+        await cluster.create_job(make_mpijob("listed").workers(2).claim("gpus", "listed-gpus").manifest())
+        async with running_operator(str(control_plane.kubeconfig), cluster.ns) as operator:
+            templates = operator.manager.caches.claim_templates
+            assert templates is not None
+            await make_templates(cluster, "late", 1_000)
+            await cluster.kube.create(RESOURCE_CLAIM_TEMPLATES, cluster.ns, eight_gpus("before-gpus"))
+            await operator.settle()  # its watch event went by, dropped: no job named it yet
+            assert templates.get(f"{cluster.ns}/before-gpus") is None
+            await cluster.create_job(make_mpijob("before").workers(2).claim("gpus", "before-gpus").manifest())
+            await cluster.create_job(make_mpijob("after").workers(2).claim("gpus", "after-gpus").manifest())
+            assert await eventually(functools.partial(running_reason, cluster, "after"),
+                                    what="after waiting for its template") == WAITING
+            await cluster.kube.create(RESOURCE_CLAIM_TEMPLATES, cluster.ns, eight_gpus("after-gpus"))
+            for job in ("listed", "before", "after"):
+                hostfile = await eventually(functools.partial(slots_in_hostfile, cluster, job),
+                                            what=f"{job}'s hostfile")
+                assert hostfile == [f"{job}-worker-{i}.{job}.{cluster.ns}.svc slots=8" for i in range(2)], hostfile
+            await operator.settle()
+            cached = sorted(templates.cached_keys())
+            print(f"\n2,003 templates in {cluster.ns}: the informer keeps {templates.count()}: {cached}")
+            assert cached == [f"{cluster.ns}/{n}-gpus" for n in ("after", "before", "listed")]
+            assert templates.count() == 3
+            assert await running_reason(cluster, "after") == FOUND
+            for job in ("listed", "before"):  # never taken for one whose template is missing
+                assert await running_reason(cluster, job) is None, job

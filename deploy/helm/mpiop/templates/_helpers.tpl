@@ -94,10 +94,11 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
   resources: [roles, rolebindings]
   verbs: [list, watch]
 # ResourceClaimTemplates: the GPUs (slots) of workers that claim them through DRA (--gpu-device-classes);
-# create: the <job>-gpus template of a job laid out through DRA (spec.gpuDeviceClassName).
+# create: the <job>-gpus template of a job laid out through DRA (spec.gpuDeviceClassName); get: one made before the
+# job that names it, read by name (only the templates jobs name are kept).
 - apiGroups: [resource.k8s.io]
   resources: [resourceclaimtemplates]
-  verbs: [list, watch, create]
+  verbs: [get, list, watch, create]
 # A worker evicted for a NoExecute taint on one of its DRA devices: its ResourceClaims (one list of its namespace's)
 # and its node's ResourceSlices say which device was tainted how (status.nodeExclusions).
 - apiGroups: [resource.k8s.io]
