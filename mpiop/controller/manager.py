@@ -112,6 +112,7 @@ class Manager:
         self.synced = asyncio.Event()
         self.working = False  # workers running: this process reconciles (leads, or has no election)
         self._ids = itertools.count(1)
+        self._reconciled_once = False  # the first reconcile's end is logged at info (a start's time to working)
         metrics.observe_queue(self.queue)
         metrics.MPIJOB_GAUGES.source = metrics.MPIJobSource(
             mpijobs=lambda: self.caches.mpijobs.cached_objects(),
@@ -344,6 +345,9 @@ class Manager:
                 seconds = time.monotonic() - started
                 metrics.RECONCILE_SECONDS.labels("ok").observe(seconds)
                 log.debug("reconciled", seconds=round(seconds, 4), requeue_after=requeue_after)
+                if not self._reconciled_once:
+                    self._reconciled_once = True
+                    log.info("first reconcile done", seconds=round(seconds, 4))
                 self.queue.forget(key)
                 if requeue_after is not None:
                     self.queue.add_after(key, requeue_after)
