@@ -288,6 +288,8 @@ async def restart(cluster: SimulatedCluster, opts: Options, report: Report, logs
     add("restart_sync_s", round(synced, 3), f"restart: exec to caches synced, {total_jobs} jobs (s)", "<= 5 s")
     add("restart_sync_in_manager_s", round(inside, 3), "restart: of which list+sync in the manager (s)")
     add("restart_ready_s", round(started["ready_s"], 3), "restart: exec to ready (/readyz 200, polled 20 ms) (s)")
+    if "synced_cpu_s" in started:
+        add("restart_sync_cpu_s", round(started["synced_cpu_s"], 2), "restart: the operator's CPU to caches synced (s)")
     if "first_reconcile_s" in started:
         add("restart_first_reconcile_s", round(started["first_reconcile_s"], 3),
             "restart: exec to the first reconcile's end (s)")

@@ -287,7 +287,8 @@ class Manager:
                 return
             self.synced.set()
             log.info("caches synced", seconds=round(time.monotonic() - started, 3),
-                     jobs=self.caches.mpijobs.count(), pods=self.caches.pods.count())
+                     jobs=self.caches.mpijobs.count(), pods=self.caches.pods.count(),
+                     process_cpu_s=round(time.process_time(), 3))  # the CPU a start took, its imports included
             if leading is not None and not leading.is_set():
                 log.info("standing by until elected leader")
                 if not await _until(asyncio.ensure_future(leading.wait()), stop):
@@ -347,7 +348,8 @@ class Manager:
                 log.debug("reconciled", seconds=round(seconds, 4), requeue_after=requeue_after)
                 if not self._reconciled_once:
                     self._reconciled_once = True
-                    log.info("first reconcile done", seconds=round(seconds, 4))
+                    log.info("first reconcile done", seconds=round(seconds, 4),
+                             process_cpu_s=round(time.process_time(), 3))
                 self.queue.forget(key)
                 if requeue_after is not None:
                     self.queue.add_after(key, requeue_after)

@@ -29,5 +29,6 @@ async def test_only_the_first_successful_reconcile_is_logged_at_info() -> None:
     manager.queue.shut_down()
     firsts = [line for line in logs if line["event"] == "first reconcile done"]
     assert [line["log_level"] for line in firsts] == ["info"]
+    assert 0 < firsts[0]["process_cpu_s"] < 3600  # this process's CPU seconds so far
     assert [line["event"] for line in logs] == ["reconcile failed; retrying with backoff", "reconciled",
                                                 "first reconcile done", "reconciled"]
