@@ -326,9 +326,11 @@ class Manager:
                 key = await self.queue.get()
             except QueueShutDownError:
                 return
-            await self._process(key)
+            await self.process(key)
 
-    async def _process(self, key: str) -> None:
+    async def process(self, key: str) -> None:
+        """One worker's turn with `key`, taken off the queue: reconcile it, then requeue it (later, or rate limited
+        after an error) or forget it, and mark it done."""
         reconcile_id = next(self._ids)
         started = time.monotonic()
         with structlog.contextvars.bound_contextvars(job=key, reconcile_id=reconcile_id):

@@ -25,7 +25,7 @@ async def test_only_the_first_successful_reconcile_is_logged_at_info() -> None:
         for _ in range(3):
             manager.queue.add("ns/pi")
             await manager.queue.get()
-            await manager._process("ns/pi")
+            await manager.process("ns/pi")
     manager.queue.shut_down()
     firsts = [line for line in logs if line["event"] == "first reconcile done"]
     assert [line["log_level"] for line in firsts] == ["info"]
