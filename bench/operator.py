@@ -20,21 +20,22 @@ from testkit.process import ROOT, OperatorProcess
 
 
 class BenchOperator(OperatorProcess):
-    """The operator process without probes, its memory and CPU, and optionally sampled by py-spy."""
+    """The operator process (without probes unless asked), its memory and CPU, and optionally sampled by py-spy."""
 
     def __init__(self, kubeconfig: str | Path, log: Path, args: Iterable[str] = (), profile: Path | None = None,
-                 source: Path | None = None) -> None:
+                 source: Path | None = None, health: bool = False) -> None:
         # `source`: another checkout's mpiop under this checkout's operator_main, run from a directory holding only
         # that (older checkouts' own operator_main took other arguments), so the first `mpiop` found is the source's.
         # In its own namespace as in a cluster (the Deployment's POD_NAMESPACE): so its status endpoint's CA is the one
         # kept in Secret default/mpiop-status-ca, and a restart finds every job's ConfigMap already carrying it.
+        # `health`: with its probes (bench/startup.py times /readyz); without, one port and server fewer.
         env = {"POD_NAMESPACE": "default"}
         if source is None:
-            super().__init__(kubeconfig, log, args, module=("bench.operator_main",), health=False, env=env)
+            super().__init__(kubeconfig, log, args, module=("bench.operator_main",), health=health, env=env)
         else:
             runner = Path(tempfile.mkdtemp(prefix="mpiop-bench-source-"))
             (runner / "operator_main.py").symlink_to(ROOT / "bench" / "operator_main.py")
-            super().__init__(kubeconfig, log, args, module=("operator_main",), health=False,
+            super().__init__(kubeconfig, log, args, module=("operator_main",), health=health,
                              env={**env, "PYTHONPATH": str(source)}, cwd=runner)
         self.profile = profile
         self.spy: subprocess.Popen[bytes] | None = None

@@ -23,8 +23,9 @@ Order and why:
 4. scale   the operator is stopped; 1,000 jobs (default 9 workers: 10,000 pods) are created with the same
            bare client and mpiop's own object builders, and KWOK runs their pods; a fresh operator adopts
            and settles them (status, hostfile). Then:
-   restart   the operator is restarted: seconds from exec to caches synced, and the writes it makes
-             while it reconciles every job once (a settled job needs none).
+   restart   the operator is restarted: seconds from exec to ready (/readyz), to caches synced and to the
+             end of its first reconcile, and the writes it makes while it reconciles every job once (a settled
+             job needs none). `python -m bench.startup` times the same on a few jobs, start after start.
    memory    the restarted operator's VmRSS, with every pod in its caches.
    latency   launchers of sampled jobs are marked Succeeded one at a time (every `--latency-interval`);
              time from sending the pod status write to the MPIJob status showing Succeeded.

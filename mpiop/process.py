@@ -20,7 +20,6 @@ import uuid
 from collections.abc import Callable
 from pathlib import Path
 
-import structlog
 import uvloop
 
 from mpiop import logging as mpiop_logging
@@ -40,7 +39,7 @@ from mpiop.serving import layout_webhook, status_ca, status_endpoint
 from mpiop.serving.status_endpoint import OwnPod
 from mpiop.serving.token_reviews import ReviewLimits
 
-log = structlog.get_logger(__name__)
+log = mpiop_logging.get_logger(__name__)
 SA_NAMESPACE_FILE = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
 # Where the flags' defaults live (the help text reads them): each once, in the value the flag fills.
 _CONFIG, _SETTINGS = ManagerConfig(), DEFAULT_SETTINGS

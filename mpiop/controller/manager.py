@@ -112,6 +112,7 @@ class Manager:
         self.synced = asyncio.Event()
         self.working = False  # workers running: this process reconciles (leads, or has no election)
         self._ids = itertools.count(1)
+        self._reconciled_once = False  # the first reconcile's end is logged at info (a start's time to working)
         metrics.observe_queue(self.queue)
         metrics.MPIJOB_GAUGES.source = metrics.MPIJobSource(
             mpijobs=lambda: self.caches.mpijobs.cached_objects(),
@@ -288,7 +289,8 @@ class Manager:
                 return
             self.synced.set()
             log.info("caches synced", seconds=round(time.monotonic() - started, 3),
-                     jobs=self.caches.mpijobs.count(), pods=self.caches.pods.count())
+                     jobs=self.caches.mpijobs.count(), pods=self.caches.pods.count(),
+                     process_cpu_s=round(time.process_time(), 3))  # the CPU a start took, its imports included
             if leading is not None and not leading.is_set():
                 log.info("standing by until elected leader")
                 if not await _until(asyncio.ensure_future(leading.wait()), stop):
@@ -326,9 +328,11 @@ class Manager:
                 key = await self.queue.get()
             except QueueShutDownError:
                 return
-            await self._process(key)
+            await self.process(key)
 
-    async def _process(self, key: str) -> None:
+    async def process(self, key: str) -> None:
+        """One worker's turn with `key`, taken off the queue: reconcile it, then requeue it (later, or rate limited
+        after an error) or forget it, and mark it done."""
         reconcile_id = next(self._ids)
         started = time.monotonic()
         with structlog.contextvars.bound_contextvars(job=key, reconcile_id=reconcile_id):
@@ -346,6 +350,10 @@ class Manager:
                 seconds = time.monotonic() - started
                 metrics.RECONCILE_SECONDS.labels("ok").observe(seconds)
                 log.debug("reconciled", seconds=round(seconds, 4), requeue_after=requeue_after)
+                if not self._reconciled_once:
+                    self._reconciled_once = True
+                    log.info("first reconcile done", seconds=round(seconds, 4),
+                             process_cpu_s=round(time.process_time(), 3))
                 self.queue.forget(key)
                 if requeue_after is not None:
                     self.queue.add_after(key, requeue_after)

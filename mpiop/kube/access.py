@@ -21,7 +21,6 @@ from pathlib import Path
 from typing import Any, cast
 
 import aiohttp
-import yaml
 from aiohttp.helpers import get_env_proxy_for_url
 from yarl import URL
 
@@ -116,6 +115,8 @@ def _named(entries: Any, name: str | None, kind: str) -> dict[str, Any]:
 
 def load_kubeconfig(path: Path, context: str | None = None) -> ClusterAccess | None:
     """ClusterAccess from a kubeconfig file, or None when its user needs an exec plugin or auth-provider."""
+    import yaml  # here, not at the top: an in-cluster process reads no kubeconfig (~15 ms of its start)
+
     config = yaml.safe_load(path.read_text()) or {}
     context_name = context or config.get("current-context")
     if not context_name:
