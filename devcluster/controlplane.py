@@ -143,6 +143,10 @@ class ControlPlane:
     def __exit__(self, *exc: object) -> None:
         self.stop()
 
+    @property
+    def advertises_reachable_address(self) -> bool:
+        return any(flag.startswith("--advertise-address=") for flag in self.extra_apiserver_flags)
+
     def start(self, timeout: float = 120.0) -> None:
         wanted = ["etcd", "kube-apiserver", "kubectl"]
         wanted += ["kube-controller-manager"] if self.controller_manager else []
@@ -193,6 +197,10 @@ class ControlPlane:
         self.launch("kube-apiserver", [
             str(paths["kube-apiserver"]),
             "--advertise-address=127.0.0.1", "--bind-address=127.0.0.1",
+            # From v1.37 the endpoint reconciler refuses a loopback advertise address ("may not be in the loopback
+            # range"): the `kubernetes` Service's endpoints then name nothing, which no client on loopback reads.
+            # A plane pods reach (the e2e node) advertises its own address and keeps the reconciler.
+            *([] if self.advertises_reachable_address else ["--endpoint-reconciler-type=none"]),
             f"--secure-port={self.api_port}",
             f"--etcd-servers=http://127.0.0.1:{etcd_port}",
             f"--cert-dir={self.pki}",
