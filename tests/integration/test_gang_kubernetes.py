@@ -8,6 +8,8 @@ test_gang_simulated.py (testkit/gangs.py): the workers' scheduling gates lifted 
 * With `--gang-scheduling kubernetes`: one job runs whole and the other has no pod bound at all, and says why
   (its PodGroup's PodGroupInitiallyScheduled condition), until the first finishes; then it runs.
 * A gang that cannot fit (5 workers x 4 GPUs): every pod Pending, none bound, and the MPIJob says why.
+* Suspended, the group goes; resumed, the same attempt's group is made anew once the old one is gone.
+* WaitForWorkersReady: minCount is the workers, and the launcher made later joins the placed gang.
 * deploy/overlays/kubernetes-gang's podgroups rule is exactly what a job's life uses (as test_rbac_gang.py): created,
   patched as Worker.replicas changes, a new one for a new attempt and the old one deleted, deleted when it finished.
 """
@@ -31,6 +33,7 @@ from testkit.deploy import DEPLOY
 from testkit.gangs import (
     PODGROUP_VERBS,
     all_pods,
+    bound,
     gpu_job,
     lift_gates_alternately,
     loser_waits_then_runs,
@@ -138,6 +141,42 @@ async def test_a_gang_that_cannot_fit_binds_none_and_says_why(simulated: Simulat
         print(f"--- kubectl describe mpijob big (conditions, events) ---\n{conditions}"
               f"{described[described.index('Events:'):]}")
         assert "PodGroupUnschedulable" in conditions and "cannot be satisfied" in conditions
+
+
+async def test_suspended_the_group_goes_and_resumed_a_new_one_is_made_once_it_is_gone(
+        simulated: SimulatedCluster, sim_kube: KubeClient) -> None:
+    """The same attempt's group, made anew: its pods would join the old one for good, which its finalizer holds
+    until its pods are gone."""
+    async with new_namespace(sim_kube, "k8s-gang-suspend") as cluster, \
+            running_operator(str(simulated.kubeconfig), cluster.ns, gang_scheduler=KUBERNETES):
+        await cluster.create_job(mpijob("sus", workers=2))
+        await eventually(lambda: cluster.condition("sus", "Running"), 60, "Running")
+        first = await pod_group(cluster, "sus-0")
+        assert first is not None
+        await sim_kube.patch(MPIJOBS, cluster.ns, "sus", {"spec": {"runPolicy": {"suspend": True}}})
+        await eventually(lambda: _gone(cluster, "sus-0"), 60, "the PodGroup deleted while suspended")
+        assert await cluster.pods() == {}
+        await sim_kube.patch(MPIJOBS, cluster.ns, "sus", {"spec": {"runPolicy": {"suspend": False}}})
+        await eventually(lambda: cluster.condition("sus", "Running"), 60, "Running again")
+        again = await pod_group(cluster, "sus-0")
+        assert again is not None and again["metadata"]["uid"] != first["metadata"]["uid"]
+        conditions = again["status"]["conditions"]
+        assert [(c["type"], c["status"]) for c in conditions] == [("PodGroupInitiallyScheduled", "True")]
+        assert await bound(cluster, "sus") == ["sus-launcher", "sus-worker-0", "sus-worker-1"]
+
+
+async def test_wait_for_workers_ready_the_launcher_joins_a_placed_gang(simulated: SimulatedCluster,
+                                                                       sim_kube: KubeClient) -> None:
+    """minCount is the workers: the launcher, made once they are Ready, is placed as one more member."""
+    async with new_namespace(sim_kube, "k8s-gang-wait") as cluster, \
+            running_operator(str(simulated.kubeconfig), cluster.ns, gang_scheduler=KUBERNETES):
+        await cluster.create_job(mpijob("wait", workers=2, launcherCreationPolicy="WaitForWorkersReady"))
+        await eventually(lambda: cluster.condition("wait", "Running"), 60, "Running")
+        group = await pod_group(cluster, "wait-0")
+        assert group is not None and group["spec"]["schedulingPolicy"] == {"gang": {"minCount": 2}}
+        launcher = await cluster.pod("wait-launcher")
+        assert launcher is not None and launcher["spec"]["schedulingGroup"] == {"podGroupName": "wait-0"}
+        assert await bound(cluster, "wait") == ["wait-launcher", "wait-worker-0", "wait-worker-1"]
 
 
 async def test_the_overlays_podgroups_rule_is_exactly_what_a_jobs_life_uses(
