@@ -50,7 +50,8 @@
                     made meanwhile; Stopping=True until then (policies/graceful_stop, last: it rewrites the
                     deletions planned above). A resumed job waits for its suspended attempt's pods to go.
     gang?        -> its PodGroup made before any pod and the new pods put in it; deleted while suspended
-                    or finished; why the gang waits in Running=False (policies/gang, --gang-scheduling)
+                    or finished (kubernetes: one per attempt, the older ones deleted); why the gang waits in
+                    Running=False (policies/gang, --gang-scheduling)
     exec launch? -> the pods this pass deletes (whichever step planned it) leave the launcher's Role in the same
                     pass, sent before the deletions (desired.ensure.role_without_deleted_pods)
 

@@ -86,6 +86,13 @@ def attempt_config_map_name(job: MPIJob, attempt: int) -> str:
     return f"{job.metadata.name}-attempt-{attempt}"
 
 
+def attempt_pod_group_name(job: MPIJob, attempt: int) -> str:
+    """`<job>-<n>`: the scheduling.k8s.io PodGroup of attempt n (`--gang-scheduling kubernetes`). One per attempt: a
+    pod's spec.schedulingGroup is immutable and the group's PodGroupInitiallyScheduled condition never reverts, so a
+    new attempt's gang is a new group. n is the attempt's restartCount, as its launcher's and saved logs' names."""
+    return f"{job.metadata.name}-{attempt}"
+
+
 def ssh_secret_name(job: MPIJob) -> str:
     return f"{job.metadata.name}-ssh"
 

@@ -89,7 +89,8 @@ class Observed:
     # The last lines of a failed container's log, by pod name: read by the controller for the pod that
     # status.failure_report.log_request names (decisions never do I/O).
     log_tails: dict[str, str] = field(default_factory=dict)
-    pod_group: JSON | None = None  # only with gang scheduling on
+    # Gang scheduling only: the job's PodGroups (one, named like the job; Kubernetes' gangs: one per attempt).
+    pod_groups: list[JSON] = field(default_factory=list)
     # Nodes found NotReady or deleted, with why (e.g. "deleted"): read by the controller, one GET each, for the
     # nodes policies/node_exclusion.nodes_to_check names when an attempt fails (the Node informer keeps only GPU nodes).
     node_faults: dict[str, str] = field(default_factory=dict)
@@ -142,6 +143,9 @@ class Observed:
         """Container failures the kubelet restarted in place (restartPolicy OnFailure) in the attempt's pods that
         are not being deleted (one going for a restart, a scale-down or a suspend is no longer counted)."""
         return sum(s.in_place_failures for s in self.states if s.attempt == attempt and not s.terminating)
+
+    def pod_group(self, name: str) -> JSON | None:
+        return next((g for g in self.pod_groups if g["metadata"]["name"] == name), None)
 
     def pods_of_attempt(self, attempt: int) -> list[Pod]:
         return [p for s, p in zip(self.states, self.pods, strict=True) if s.attempt == attempt]
@@ -272,6 +276,8 @@ class Plan:
     launcher_batch_job_to_delete: JSON | None = None
     events: list[Event] = field(default_factory=list)
     pod_group: PodGroupWrite | None = None
+    # Kubernetes' gangs: the PodGroups of attempts no longer current, by name, to delete (after `pod_group`'s write).
+    stale_pod_groups: list[str] = field(default_factory=list)
     evidence: Evidence | None = None
     mpijob_patch: MPIJobPatch | None = None  # total-GPU mode: the layout, written before anything else of the job
     requeue_after: float | None = None

@@ -129,9 +129,10 @@ def add_run_arguments(parser: argparse.ArgumentParser) -> None:
                         help="host ports for the sshd (and MASTER_PORT) of hostNetwork pods, one per pod "
                              "(default %(default)s)")
     parser.add_argument("--gang-scheduling", default="", metavar="NAME",
-                        help="gang-schedule every job with a PodGroup: 'volcano', or the schedulerName of a "
-                             "scheduler-plugins Coscheduling profile (e.g. scheduler-plugins-scheduler); "
-                             "empty: off (default)")
+                        help="gang-schedule every job with a PodGroup: 'kubernetes' (the default scheduler's own "
+                             "gangs, scheduling.k8s.io/v1beta1: Kubernetes v1.37+ with the GenericWorkload gate; "
+                             "one PodGroup per attempt), 'volcano', or the schedulerName of a scheduler-plugins "
+                             "Coscheduling profile (e.g. scheduler-plugins-scheduler); empty: off (default)")
     # Both default to kubeflow's behaviour; turned off, an 8-worker job's life costs 16 requests instead of 20.
     parser.add_argument("--lifecycle-events", action=argparse.BooleanOptionalAction, default=_CONFIG.lifecycle_events,
                         help="send the Normal Events every job has (MPIJobCreated, MPIJobRunning, "

@@ -4,11 +4,11 @@ The owned informers select by kubeflow's operator-name label, which anyone who m
 selected by the label alone, twenty labelled ConfigMaps of 700 KB in a namespace with no MPIJob grew the leader
 by 134 MB, and every restart listed them again (issue 60). Now an object is kept only if its controller reference
 is to a kubeflow.org MPIJob and its name is one of that job's (names.py): its hostfile ConfigMap and saved attempts,
-its Secret, Service, pods, launcher Job, PodGroup and launcher ServiceAccount, Role and RoleBinding. A pod of
-kubeflow's launcher Job is controlled by that Job instead, and carries the job's name label. Anything else is
-dropped before it is trimmed, whatever it carries; what a tenant can still make the caches hold is one object of
-each name per MPIJob name, trimmed (controller/trims.py), for as long as the garbage collector leaves an object
-whose owner does not exist.
+its Secret, Service, pods, launcher Job, PodGroup (Kubernetes' gangs: one per attempt) and launcher ServiceAccount,
+Role and RoleBinding. A pod of kubeflow's launcher Job is controlled by that Job instead, and carries the job's name
+label. Anything else is dropped before it is trimmed, whatever it carries; what a tenant can still make the caches
+hold is one object of each name per MPIJob name, trimmed (controller/trims.py), for as long as the garbage collector
+leaves an object whose owner does not exist.
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ _NAMES_BY_KIND: dict[str, re.Pattern[str]] = {
     "Service": re.compile(r""),
     "Pod": re.compile(r"-worker-[0-9]+|-launcher(?:-[0-9]+)?"),
     "Job": re.compile(r"-launcher"),  # kubeflow's launcher batch/v1 Job
-    podgroup.KIND: re.compile(r""),
+    podgroup.KIND: re.compile(r"(?:-[0-9]+)?"),  # Kubernetes' gangs: one per attempt (names.attempt_pod_group_name)
     "ServiceAccount": _LAUNCHER_ACCOUNT,
     "Role": _LAUNCHER_ACCOUNT,
     "RoleBinding": _LAUNCHER_ACCOUNT,

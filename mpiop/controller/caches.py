@@ -179,7 +179,8 @@ def pod_group_resource(scheduler: GangScheduler) -> Resource:
 
 
 async def pod_group_api_missing(client: KubeClient, scheduler: GangScheduler) -> str | None:
-    """Why PodGroups of the chosen gang scheduler cannot be used (its CRD is not served), or None.
+    """Why PodGroups of the chosen gang scheduler cannot be used (its CRD, or Kubernetes' own API, is not served), or
+    None.
 
     Asked through discovery, which every authenticated client may read: no permission on CRDs is needed.
     """
@@ -192,6 +193,12 @@ async def pod_group_api_missing(client: KubeClient, scheduler: GangScheduler) ->
         served = {}
     if any(r.get("name") == resource.plural for r in served.get("resources") or []):
         return None
+    if scheduler.kubernetes:
+        return (f"--gang-scheduling kubernetes needs PodGroups of {resource.api_version}, and the apiserver does not "
+                f"serve them: Kubernetes v1.37 or later serves them with the GenericWorkload feature gate on "
+                f"(--feature-gates=GenericWorkload=true on kube-apiserver, kube-scheduler, whose GangScheduling "
+                f"plugin places them, and kube-controller-manager) and the API group enabled "
+                f"(kube-apiserver --runtime-config={resource.group}/{resource.version}=true)")
     return (f"--gang-scheduling {scheduler.scheduler_name} needs PodGroups of {resource.api_version}, and the "
             f"apiserver does not serve them: install the CustomResourceDefinition {scheduler.crd_name} "
             f"({'Volcano' if scheduler.volcano else 'scheduler-plugins'}) first")
@@ -347,7 +354,7 @@ class Caches:
             role=one(self.roles, names.launcher_account_name(job)),
             role_binding=one(self.role_bindings, names.launcher_account_name(job)),
             legacy_role=one(self.roles, names.legacy_launcher_account_name(job)),
-            pod_group=one(self.pod_groups, podgroup.pod_group_name(job)) if self.pod_groups is not None else None,
+            pod_groups=mine(self.pod_groups) if self.pod_groups is not None else [],
             refused=refused or [],
             claim_templates=self.claim_templates_of(job),
         )

@@ -253,6 +253,8 @@ class Reconciler:
         if not refusals and plan.pod_group is not None:  # its pods are not created without it
             refused_group = await self._write_pod_group(job, plan)
             refusals = [refused_group] if refused_group is not None else []
+        for name in plan.stale_pod_groups:  # Kubernetes' gangs: the groups of attempts before this one
+            await self._delete_pod_group(job, name)
         for obj in plan.objects_to_update:
             informer, name = self.caches.informer_for(obj["kind"]), obj["metadata"]["name"]
             key = f"{job.metadata.namespace}/{name}"
@@ -330,8 +332,7 @@ class Reconciler:
         assert write is not None and informer is not None and gang_scheduler is not None
         resource, namespace = pod_group_resource(gang_scheduler), job.metadata.namespace
         if write.verb == "delete":
-            await self.client.delete_if_present(resource, namespace, write.name)
-            informer.observe_delete(f"{namespace}/{write.name}")
+            await self._delete_pod_group(job, write.name)
             return None
         if write.verb == "create":  # a name taken by a PodGroup the job does not control is a squatter's
             return await self._create(job, write.body)
@@ -343,6 +344,13 @@ class Reconciler:
             raise
         informer.observe_write(written)
         return None
+
+    async def _delete_pod_group(self, job: MPIJob, name: str) -> None:
+        gang_scheduler, informer = self.settings.gang_scheduler, self.caches.pod_groups
+        assert gang_scheduler is not None and informer is not None
+        namespace = job.metadata.namespace
+        await self.client.delete_if_present(pod_group_resource(gang_scheduler), namespace, name)
+        informer.observe_delete(f"{namespace}/{name}")
 
     def _controls(self, job: MPIJob, kind: str, name: str) -> bool:
         cached = self.caches.informer_for(kind).get(f"{job.metadata.namespace}/{name}")

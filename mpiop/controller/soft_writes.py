@@ -55,7 +55,7 @@ def status_change(old: JobStatus, new: JobStatus) -> StatusChange:
 def only_soft_writes(plan: Plan, status: StatusChange, config_map: JSON | None = None) -> bool:
     """Whether this plan's writes are all soft (and there is at least one)."""
     if (plan.objects_to_create or plan.pods_to_delete or plan.events or plan.create_ssh_secret or plan.delete_mpijob
-            or plan.launcher_batch_job_to_delete is not None or plan.pod_group is not None
+            or plan.launcher_batch_job_to_delete is not None or plan.pod_group is not None or plan.stale_pod_groups
             or plan.mpijob_patch is not None):
         return False
     cached = (config_map or {}).get("data") or {}

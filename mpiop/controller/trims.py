@@ -12,9 +12,10 @@ import orjson
 
 from mpiop import names, podsnapshot, podstate
 from mpiop.api.raw import JSON, TrimmedMetadata
-from mpiop.desired import kubexec, ssh_config, status_report
+from mpiop.desired import kubexec, podgroup, ssh_config, status_report
 from mpiop.kube.trim import MetadataShape, shared
 from mpiop.kube.trim import metadata as trimmed_metadata
+from mpiop.plan import MESSAGE_LIMIT
 from mpiop.podsnapshot import (
     ContainerRun,
     ContainerStatus,
@@ -277,10 +278,21 @@ def _condition(condition: JSON) -> Condition:
     return kept
 
 
+# The PodGroup conditions policies/gang reads: Volcano's, and Kubernetes' (scheduling.k8s.io/v1beta1).
+_POD_GROUP_CONDITIONS = frozenset({"Unschedulable", podgroup.INITIALLY_SCHEDULED})
+
+
 def trim_pod_group(obj: JSON) -> JSON:
+    """The spec fields mpiop owns (compared to decide a patch) and the conditions that say why a gang waits, their
+    message cut to what a job's condition quotes; not the rest (a v1beta1 group's claims, its priority)."""
     status = obj.get("status") or {}
-    conditions = [_condition(c) for c in status.get("conditions") or []]
-    trimmed: TrimmedPodGroup = {"metadata": owned_metadata(obj), "spec": obj.get("spec") or {},
+    conditions = [_condition(c) for c in status.get("conditions") or [] if c.get("type") in _POD_GROUP_CONDITIONS]
+    for condition in conditions:
+        if isinstance(message := condition.get("message"), str):
+            condition["message"] = message[:MESSAGE_LIMIT]
+    spec = obj.get("spec") or {}
+    trimmed: TrimmedPodGroup = {"metadata": owned_metadata(obj),
+                                "spec": {k: spec[k] for k in podgroup.OWNED_SPEC_FIELDS if k in spec},
                                 "status": {"phase": status.get("phase"), "conditions": conditions} if status else {}}
     return _cached(trimmed)
 

@@ -29,6 +29,19 @@ Where mpiop differs, on purpose:
 * Volcano's queue is written as `default` when none is given: the value Volcano's CRD defaults it to, so
   the stored object is kubeflow's and an unchanged spec is never rewritten.
 * The PodGroup also carries the job's labels (kubeflow's has none).
+
+Kubernetes' own gangs (`--gang-scheduling kubernetes`: `scheduling.k8s.io/v1beta1`, the default kube-scheduler's
+GangScheduling plugin, Kubernetes v1.37 with the GenericWorkload gate; kubeflow has no such mode):
+
+* one PodGroup per attempt, `<job>-<attempt>` (names.attempt_pod_group_name): a pod's spec.schedulingGroup is
+  immutable and the group's PodGroupInitiallyScheduled condition never reverts, so each attempt is a new gang;
+* schedulingPolicy.gang.minCount: minMember as above (at least 1, which the API requires); it is the one mutable
+  field, patched as Worker.replicas changes. No minResources or timeout: the API has neither (the scheduler's
+  Permit wait is a constant 5 minutes);
+* disruptionMode `{all: {}}`: a preemption takes the gang as one;
+* priorityClassName: the pods' one class. The scheduler fails a group whose pods' priority is not the group's, or
+  whose pods name different schedulers, with SchedulerError; such a job is refused (a ValueError) instead;
+* pods keep their schedulerName and get `spec.schedulingGroup.podGroupName`, never in the MPIJob's templates.
 """
 
 from __future__ import annotations
@@ -43,6 +56,9 @@ from mpiop.desired.quantity import Quantity
 KIND = "PodGroup"
 PLURAL = "podgroups"
 VOLCANO = "volcano"
+KUBERNETES = "kubernetes"
+KUBERNETES_GROUP = "scheduling.k8s.io"
+KUBERNETES_VERSION = "v1beta1"
 SCHEDULER_PLUGINS_GROUP = "scheduling.x-k8s.io"
 SCHEDULER_PLUGINS_VERSION = "v1alpha1"
 VOLCANO_GROUP = "scheduling.volcano.sh"
@@ -51,6 +67,8 @@ POD_GROUP_LABEL = "scheduling.x-k8s.io/pod-group"
 VOLCANO_GROUP_NAME_ANNOTATION = "scheduling.k8s.io/group-name"
 VOLCANO_QUEUE_ANNOTATION = "scheduling.volcano.sh/queue-name"
 VOLCANO_DEFAULT_QUEUE = "default"
+# The condition the default scheduler writes after each of a group's scheduling cycles (True once placed, for good).
+INITIALLY_SCHEDULED = "PodGroupInitiallyScheduled"
 
 
 @dataclass(frozen=True)
@@ -64,11 +82,20 @@ class GangScheduler:
         return self.scheduler_name == VOLCANO
 
     @property
+    def kubernetes(self) -> bool:
+        """Kubernetes' own gangs: the default scheduler's, one PodGroup per attempt."""
+        return self.scheduler_name == KUBERNETES
+
+    @property
     def group(self) -> str:
+        if self.kubernetes:
+            return KUBERNETES_GROUP
         return VOLCANO_GROUP if self.volcano else SCHEDULER_PLUGINS_GROUP
 
     @property
     def version(self) -> str:
+        if self.kubernetes:
+            return KUBERNETES_VERSION
         return VOLCANO_VERSION if self.volcano else SCHEDULER_PLUGINS_VERSION
 
     @property
@@ -81,7 +108,10 @@ class GangScheduler:
 
     @property
     def spec_fields(self) -> tuple[str, ...]:
-        """The spec fields mpiop owns: compared to decide an update, and the only ones it writes."""
+        """The spec fields mpiop owns: compared to decide an update, and the only ones it writes (of Kubernetes' the one
+        that may change, minCount inside schedulingPolicy; the rest is immutable)."""
+        if self.kubernetes:
+            return ("schedulingPolicy",)
         if self.volcano:
             return ("minMember", "queue", "priorityClassName", "minResources")
         return ("minMember", "scheduleTimeoutSeconds", "minResources")
@@ -93,8 +123,14 @@ def gang_scheduler(flag: str | None) -> GangScheduler | None:
     return GangScheduler(flag) if flag else None
 
 
-def pod_group_name(job: MPIJob) -> str:
-    return job.metadata.name
+# Every mode's spec fields above: all the PodGroup informer keeps of a spec (controller.trims).
+OWNED_SPEC_FIELDS = ("minMember", "queue", "priorityClassName", "minResources", "scheduleTimeoutSeconds",
+                     "schedulingPolicy")
+
+
+def pod_group_name(job: MPIJob, scheduler: GangScheduler, attempt: int) -> str:
+    """The job's PodGroup: named like the job (kubeflow's), or Kubernetes' one of this attempt."""
+    return names.attempt_pod_group_name(job, attempt) if scheduler.kubernetes else job.metadata.name
 
 
 def counts_launcher(job: MPIJob) -> bool:
@@ -178,6 +214,32 @@ def priority_class(job: MPIJob) -> str:
     return ""
 
 
+def _template_spec(replica: ReplicaSpec | None) -> JSON:
+    return (replica.template.get("spec") or {}) if replica is not None else {}
+
+
+def pods_priority_class(job: MPIJob) -> str:
+    """Kubernetes' gangs: the one priorityClassName of the job's pods, the PodGroup's too ("" none: the cluster's
+    default). A ValueError when the launcher and workers name different classes or schedulers, or the scheduling
+    policy another class: the default scheduler would fail the group with SchedulerError, for ever."""
+    replicas = [(LAUNCHER, job.spec.launcher), (WORKER, job.spec.worker if job.spec.worker_replicas else None)]
+    specs = [(t, _template_spec(r)) for t, r in replicas if r is not None]
+    for field, default in (("priorityClassName", ""), ("schedulerName", "default-scheduler")):
+        found = {t: str(spec.get(field) or default) for t, spec in specs}
+        if len(set(found.values())) > 1:
+            told = " and ".join(f"{t} {v!r}" for t, v in found.items())
+            raise ValueError(f"--gang-scheduling kubernetes places the launcher and workers as one PodGroup, whose "
+                             f"pods must have one {field}: the templates have {told}")
+    classes = {str(spec.get("priorityClassName") or "") for _, spec in specs}
+    pods_class = classes.pop() if classes else ""
+    policy = job.spec.run_policy.scheduling_policy
+    if policy is not None and policy.priority_class and policy.priority_class != pods_class:
+        raise ValueError(f"spec.runPolicy.schedulingPolicy.priorityClass {policy.priority_class!r} is not the pods' "
+                         f"priorityClassName ({pods_class!r}): --gang-scheduling kubernetes needs the PodGroup's "
+                         f"priority to be its pods' (set priorityClassName on the templates)")
+    return pods_class
+
+
 def queue(job: MPIJob) -> str:
     policy = job.spec.run_policy.scheduling_policy
     if policy is not None and policy.queue:
@@ -185,7 +247,17 @@ def queue(job: MPIJob) -> str:
     return job.metadata.annotations.get(VOLCANO_QUEUE_ANNOTATION) or VOLCANO_DEFAULT_QUEUE
 
 
+def kubernetes_spec(job: MPIJob) -> JSON:
+    """A scheduling.k8s.io/v1beta1 PodGroup's spec (a ValueError for pods of different classes)."""
+    spec: JSON = {"schedulingPolicy": {"gang": {"minCount": max(1, min_member(job))}}, "disruptionMode": {"all": {}}}
+    if priority := pods_priority_class(job):
+        spec["priorityClassName"] = priority
+    return spec
+
+
 def pod_group_spec(job: MPIJob, scheduler: GangScheduler) -> JSON:
+    if scheduler.kubernetes:
+        return kubernetes_spec(job)
     spec: JSON = {"minMember": min_member(job)}
     if scheduler.volcano:
         spec["queue"] = queue(job)
@@ -200,11 +272,11 @@ def pod_group_spec(job: MPIJob, scheduler: GangScheduler) -> JSON:
     return spec
 
 
-def pod_group(job: MPIJob, scheduler: GangScheduler) -> JSON:
+def pod_group(job: MPIJob, scheduler: GangScheduler, attempt: int = 0) -> JSON:
     return {
         "apiVersion": scheduler.api_version,
         "kind": KIND,
-        "metadata": names.owned_metadata(job, pod_group_name(job)),
+        "metadata": names.owned_metadata(job, pod_group_name(job, scheduler, attempt)),
         "spec": pod_group_spec(job, scheduler),
     }
 
@@ -216,11 +288,16 @@ def spec_patch(scheduler: GangScheduler, wanted: JSON, observed: JSON) -> JSON |
     return {"spec": changed} if changed else None
 
 
-def join_pod(pod: JSON, job: MPIJob, scheduler: GangScheduler) -> None:
-    """Put a pod in the job's gang: the gang scheduler's name, and the PodGroup's label or annotation."""
+def join_pod(pod: JSON, job: MPIJob, scheduler: GangScheduler, attempt: int) -> None:
+    """Put a pod (of `attempt`) in the job's gang: Kubernetes' spec.schedulingGroup (its own schedulerName kept), or
+    the gang scheduler's name and the PodGroup's label or annotation."""
+    name = pod_group_name(job, scheduler, attempt)
+    if scheduler.kubernetes:
+        pod["spec"]["schedulingGroup"] = {"podGroupName": name}
+        return
     pod["spec"]["schedulerName"] = scheduler.scheduler_name
     metadata = pod["metadata"]
     if scheduler.volcano:
-        metadata.setdefault("annotations", {})[VOLCANO_GROUP_NAME_ANNOTATION] = pod_group_name(job)
+        metadata.setdefault("annotations", {})[VOLCANO_GROUP_NAME_ANNOTATION] = name
     else:
-        metadata.setdefault("labels", {})[POD_GROUP_LABEL] = pod_group_name(job)
+        metadata.setdefault("labels", {})[POD_GROUP_LABEL] = name

@@ -1,5 +1,10 @@
 """Gang scheduling (`mpiop run --gang-scheduling NAME`): one PodGroup per job, and why a gang is not placed.
 
+With `--gang-scheduling kubernetes` (the default scheduler's own gangs, scheduling.k8s.io/v1beta1) the PodGroup is
+the attempt's, `<job>-<attempt>`: a new attempt gets a new one and the older attempts' are deleted; one of the
+current name still being deleted (its finalizer waits for its pods to go, as after a suspend) holds the pods back
+until it is gone. Its PodGroupInitiallyScheduled condition, False, says why the gang waits.
+
 The PodGroup (desired/podgroup) is created before any pod: the reconciler writes it first, and a pod is never
 planned without it. It follows the spec (minMember follows Worker.replicas), is deleted while the job is
 suspended (Kueue re-admits it, maybe changed, on resume, when it is made again) and once the job finished;
@@ -37,16 +42,24 @@ def apply(plan: Plan, job: MPIJob, observed: Observed, now: dt.datetime, schedul
     """Plan the PodGroup's create/patch/delete, put new pods in the gang, and report a gang held back."""
     if scheduler is None:
         return CONTINUE
-    existing = observed.pod_group
-    name = podgroup.pod_group_name(job)
-    if plan.status.finished or suspend.is_suspended(job):
+    attempt = plan.status.attempt
+    name = podgroup.pod_group_name(job, scheduler, attempt)
+    existing = observed.pod_group(name)
+    ended = plan.status.finished or suspend.is_suspended(job)
+    if scheduler.kubernetes:
+        plan.stale_pod_groups = [n for g in observed.pod_groups if (n := g["metadata"]["name"]) != name
+                                 and _attempt_group(job, n) and not g["metadata"].get("deletionTimestamp")]
+    if ended:
         if existing is not None and not existing["metadata"].get("deletionTimestamp"):
             plan.pod_group = PodGroupWrite("delete", name)
         _clear(plan)
         return CONTINUE
+    if scheduler.kubernetes and existing is not None and existing["metadata"].get("deletionTimestamp"):
+        plan.creation_steps.drop_pods()  # a pod joins a group by name for good: the next one, once this one is gone
+        return CONTINUE
     try:
-        wanted = podgroup.pod_group(job, scheduler)
-    except ValueError as error:  # a quantity that is not one: retrying cannot help
+        wanted = podgroup.pod_group(job, scheduler, attempt)
+    except ValueError as error:  # a quantity that is not one, pods of two classes: retrying cannot help
         mark_failed(plan, c.VALIDATION_ERROR_REASON, f"MPIJob {job.key} has failed: {error}", now)
         plan.creation_steps.drop_pods()
         return CONTINUE
@@ -57,9 +70,15 @@ def apply(plan: Plan, job: MPIJob, observed: Observed, now: dt.datetime, schedul
     if plan.pod_group is not None and (warning := podgroup.min_member_warning(job)):
         plan.event("Warning", "MinAvailableLowered", warning)
     for pod in plan.creation_steps.pods():
-        podgroup.join_pod(pod, job, scheduler)
+        podgroup.join_pod(pod, job, scheduler, podstate.attempt(pod))
     _report(plan, job, observed, wanted, scheduler, now)
     return CONTINUE
+
+
+def _attempt_group(job: MPIJob, name: str) -> bool:
+    """`<job>-<n>`: an attempt's PodGroup (names.attempt_pod_group_name)."""
+    suffix = name.removeprefix(f"{job.metadata.name}-")
+    return suffix != name and suffix.isdigit()
 
 
 def _queued_for(pod_group: JSON | None, scheduler: GangScheduler, now: dt.datetime) -> float | None:
@@ -72,28 +91,51 @@ def _queued_for(pod_group: JSON | None, scheduler: GangScheduler, now: dt.dateti
     return (now - dt.datetime.fromisoformat(str(created).replace("Z", "+00:00"))).total_seconds()
 
 
+def _group_says(status: JSON, scheduler: GangScheduler) -> str | None:
+    """What the PodGroup's status says against it: Kubernetes' PodGroupInitiallyScheduled False (its reason and the
+    scheduler's message), Volcano's Unschedulable True."""
+    for cond in status.get("conditions") or []:
+        if scheduler.kubernetes and cond.get("type") == podgroup.INITIALLY_SCHEDULED and cond.get("status") == "False":
+            return ": ".join(str(part) for part in (cond.get("reason"), cond.get("message")) if part) or None
+        if not scheduler.kubernetes and cond.get("type") == "Unschedulable" and cond.get("status") == "True":
+            return str(cond.get("message") or cond.get("reason") or "") or None
+    return None
+
+
+def _described(spec: JSON) -> str:
+    """The gang's terms, as the PodGroup states them."""
+    if (gang := (spec.get("schedulingPolicy") or {}).get("gang")) is not None:
+        described = f"minCount {gang['minCount']}"
+        if spec.get("priorityClassName"):
+            described += f", priorityClassName {spec['priorityClassName']}"
+        return described
+    described = f"minMember {spec['minMember']}"
+    if spec.get("minResources"):
+        described += ", minResources " + ", ".join(f"{k}={v}" for k, v in spec["minResources"].items())
+    if spec.get("queue"):
+        described += f", queue {spec['queue']}"
+    return described
+
+
 def why_unscheduled(job: MPIJob, observed: Observed, wanted: JSON, scheduler: GangScheduler,
                     attempt: int, now: dt.datetime) -> str | None:
     """Why the gang is held back, from the PodGroup's status and the pods' PodScheduled conditions; None if not."""
     pods = sorted(observed.pods_of_attempt(attempt), key=podstate.name)
     if not pods or any(podstate.phase(p) != "Pending" for p in pods):
         return None
-    held = [(p, message) for p in pods if (message := podstate.unschedulable_message(p))]
-    status = ((observed.pod_group or {}).get("status")) or {}
-    group_says = next((cond.get("message") or cond.get("reason") for cond in status.get("conditions") or []
-                       if cond.get("type") == "Unschedulable" and cond.get("status") == "True"), None)
-    queued = _queued_for(observed.pod_group, scheduler, now)
+    name = podgroup.pod_group_name(job, scheduler, attempt)
+    group = observed.pod_group(name)
+    status = ((group or {}).get("status")) or {}
+    group_says = _group_says(status, scheduler)
+    # Kubernetes' pods repeat their group's message ("pod group is unschedulable, ..."): quoted only when it says none.
+    held = [] if scheduler.kubernetes and group_says else [
+        (p, message) for p in pods if (message := podstate.unschedulable_message(p))]
+    queued = _queued_for(group, scheduler, now)
     if group_says is None and queued is not None and queued >= QUEUE_GRACE_SECONDS:
         group_says = f"not admitted by queue {wanted['spec'].get('queue')} after {QUEUE_GRACE_SECONDS:.0f}s"
     if not held and not group_says:
         return None
-    spec = wanted["spec"]
-    described = f"minMember {spec['minMember']}"
-    if spec.get("minResources"):
-        described += ", minResources " + ", ".join(f"{k}={v}" for k, v in spec["minResources"].items())
-    if spec.get("queue"):
-        described += f", queue {spec['queue']}"
-    message = f"{scheduler.scheduler_name} has not scheduled PodGroup {podgroup.pod_group_name(job)} ({described})"
+    message = f"{scheduler.scheduler_name} has not scheduled PodGroup {name} ({_described(wanted['spec'])})"
     if status.get("phase"):
         message += f", phase {status['phase']}"
     if group_says:
@@ -110,7 +152,7 @@ def _report(plan: Plan, job: MPIJob, observed: Observed, wanted: JSON, scheduler
             now: dt.datetime) -> None:
     status = plan.status
     message = why_unscheduled(job, observed, wanted, scheduler, status.attempt, now)
-    queued = _queued_for(observed.pod_group, scheduler, now)
+    queued = _queued_for(observed.pod_group(podgroup.pod_group_name(job, scheduler, status.attempt)), scheduler, now)
     if message is None and queued is not None and queued < QUEUE_GRACE_SECONDS:
         plan.requeue_in(QUEUE_GRACE_SECONDS - queued)
     if message is None or status.is_true("Running"):

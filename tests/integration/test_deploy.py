@@ -232,6 +232,7 @@ def test_the_image_runs_as_the_uid_the_deployment_requires() -> None:
 @pytest.mark.parametrize(("overlay", "value", "group"), [
     ("scheduler-plugins", "scheduler-plugins-scheduler", "scheduling.x-k8s.io"),
     ("volcano", "volcano", "scheduling.volcano.sh"),
+    ("kubernetes-gang", "kubernetes", "scheduling.k8s.io"),
 ])
 def test_gang_scheduling_overlay_and_chart_value_agree(control_plane: ControlPlane, system_namespace: str,
                                                        helm: str, overlay: str, value: str, group: str) -> None:

@@ -217,3 +217,17 @@ async def test_scheduler_plugins_crd_keeps_every_field_mpiop_writes(kube: KubeCl
     stored = await kube.create(pod_group_resource(PLUGINS), cluster.ns, body)
     assert stored["spec"] == body["spec"] == {"minMember": 2, "scheduleTimeoutSeconds": 30,
                                               "minResources": {"cpu": "1500m", "memory": "1Gi"}}
+
+
+async def test_kubernetes_gangs_need_the_workload_api_and_say_what_enables_it(kube: KubeClient,
+                                                                              cluster: Cluster) -> None:
+    """The session's control plane runs every component with its defaults: GenericWorkload is off in v1.37."""
+    settings = Settings(gang_scheduler=GangScheduler(podgroup.KUBERNETES))
+    with pytest.raises(SystemExit) as refused:
+        await Manager(kube, ManagerConfig(namespace=cluster.ns, settings=settings)).preflight()
+    message = str(refused.value)
+    print(f"\n{message}")
+    assert message.startswith("--gang-scheduling kubernetes needs PodGroups of scheduling.k8s.io/v1beta1, and the "
+                              "apiserver does not serve them")
+    assert "--feature-gates=GenericWorkload=true" in message
+    assert "--runtime-config=scheduling.k8s.io/v1beta1=true" in message

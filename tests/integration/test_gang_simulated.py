@@ -14,24 +14,28 @@ in which two jobs submitted at once reach the scheduler, made repeatable.
 from __future__ import annotations
 
 import asyncio
-import time
-from collections.abc import AsyncIterator, Iterator
-from contextlib import asynccontextmanager
-from typing import Any
+from collections.abc import Iterator
 
 import pytest
 
 from devcluster.coscheduler import DEFAULT_SCHEDULER_NAME
-from devcluster.simulated import FINISH_LABEL, SimulatedCluster
+from devcluster.simulated import SimulatedCluster
 from mpiop.api.raw import JSON
 from mpiop.desired.podgroup import GangScheduler
-from mpiop.kube.client import PODS, KubeClient
-from testkit.namespaces import create_namespace, delete_namespace
-from testkit.operator import Cluster, eventually, mpijob, running_operator
+from mpiop.kube.client import KubeClient
+from testkit.gangs import (
+    all_pods,
+    gpu_job,
+    lift_gates_alternately,
+    loser_waits_then_runs,
+    new_namespace,
+    running_false,
+    two_jobs_without_gangs,
+    winner_and_loser,
+)
+from testkit.operator import eventually, running_operator
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
-
-GATE = "sim.mpiop.dev/arrival"
 
 
 @pytest.fixture(scope="module")
@@ -40,73 +44,10 @@ def simulated() -> Iterator[SimulatedCluster]:
         yield cluster
 
 
-@asynccontextmanager
-async def new_namespace(kube: KubeClient, name: str) -> AsyncIterator[Cluster]:
-    """A namespace for one test, deleted with its pods afterwards: the next test gets every GPU back."""
-    try:
-        yield Cluster(kube, await create_namespace(kube, name))
-    finally:
-        await delete_namespace(kube, name, wait=120)
-
-
-def gpu_job(name: str, workers: int = 4, gated: bool = True) -> JSON:
-    job = mpijob(name, workers=workers, gpus=4)
-    if gated:
-        job["spec"]["mpiReplicaSpecs"]["Worker"]["template"]["spec"]["schedulingGates"] = [{"name": GATE}]
-    return job
-
-
-def workers(name: str, count: int = 4) -> list[str]:
-    return [f"{name}-worker-{i}" for i in range(count)]
-
-
-async def bound(cluster: Cluster, job: str) -> list[str]:
-    """The job's pods a scheduler has bound to a node."""
-    return sorted(n for n, p in (await cluster.pods()).items()
-                  if n.startswith(f"{job}-") and p["spec"].get("nodeName"))
-
-
-async def all_pods(cluster: Cluster, count: int) -> bool:
-    return len(await cluster.pods()) == count
-
-
-async def lift_gates_alternately(cluster: Cluster, first: str, second: str, settle: Any = None) -> None:
-    """Lift the workers' gates in the order A0 B0 A1 B1 ...; `settle(pod)` waits after each."""
-    for a, b in zip(workers(first), workers(second), strict=True):
-        for pod in (a, b):
-            await cluster.kube.patch(PODS, cluster.ns, pod, {"spec": {"schedulingGates": None}})
-            if settle is not None:
-                await settle(pod)
-
-
-async def running_false(cluster: Cluster, name: str) -> JSON | None:
-    job = await cluster.job(name)
-    return next((c for c in ((job or {}).get("status") or {}).get("conditions") or []
-                 if c["type"] == "Running" and c["status"] == "False"), None)
-
-
 async def test_without_gang_scheduling_two_jobs_deadlock(simulated: SimulatedCluster, sim_kube: KubeClient) -> None:
     async with new_namespace(sim_kube, "gang-off") as cluster, \
             running_operator(str(simulated.kubeconfig), cluster.ns) as operator:
-        await cluster.create_job(gpu_job("a"))
-        await cluster.create_job(gpu_job("b"))
-        await eventually(lambda: all_pods(cluster, 10), what="both jobs' pods")
-
-        async def placed_or_refused(pod: str) -> bool:
-            found = await cluster.pod(pod)
-            conditions = ((found or {}).get("status") or {}).get("conditions") or []
-            return bool(found and (found["spec"].get("nodeName") or any(
-                c["type"] == "PodScheduled" and c["status"] == "False" and c.get("reason") == "Unschedulable"
-                for c in conditions)))
-
-        await lift_gates_alternately(cluster, "a", "b",
-                                     settle=lambda pod: eventually(lambda: placed_or_refused(pod), what=pod))
-        await operator.settle()  # nothing changes any more
-        placed = {job: await bound(cluster, job) for job in ("a", "b")}
-        print(f"\nwithout gang scheduling, bound: {placed}")
-        assert placed == {"a": ["a-launcher", "a-worker-0", "a-worker-1"],
-                          "b": ["b-launcher", "b-worker-0", "b-worker-1"]}
-        assert not await cluster.condition("a", "Running") and not await cluster.condition("b", "Running")
+        await two_jobs_without_gangs(cluster, operator)
 
 
 async def test_with_the_coscheduler_one_job_runs_whole_the_other_waits_unbound(
@@ -121,37 +62,13 @@ async def test_with_the_coscheduler_one_job_runs_whole_the_other_waits_unbound(
         # wait in Permit, neither placed nor refused, so there is no state of each pod to wait for.
         await lift_gates_alternately(cluster, "a", "b", settle=lambda pod: asyncio.sleep(0.2))
 
-        async def one_running() -> str | None:
-            for job in ("a", "b"):
-                if await cluster.condition(job, "Running"):
-                    return job
-            return None
-
-        winner = await eventually(one_running, 60, "one job Running")
-        loser = "b" if winner == "a" else "a"
-        assert await bound(cluster, winner) == sorted([f"{winner}-launcher", *workers(winner)])
+        winner, loser = await winner_and_loser(cluster)
         why = await eventually(lambda: running_false(cluster, loser), 30, f"{loser} saying why it waits")
         print(f"\nwith the coscheduler: {winner} runs whole; {loser}: {why['reason']}: {why['message']}")
         assert why["reason"] == "PodGroupUnschedulable"
         assert f"PodGroup {loser} (minMember 5, minResources nvidia.com/gpu=16)" in why["message"]
-        events = await sim_kube.request("GET", f"/api/v1/namespaces/{cluster.ns}/events")
-        assert any(e["reason"] == "PodGroupUnschedulable" and e["involvedObject"]["name"] == loser
-                   for e in events["items"])
-
-        # Not a single pod of the other job is bound while the first runs.
-        watched_until = time.monotonic() + 5
-        while time.monotonic() < watched_until:
-            assert await bound(cluster, loser) == []
-            await asyncio.sleep(0.25)  # poll interval, through a 5 s window in which nothing may be bound
-
-        finish = {"metadata": {"labels": {FINISH_LABEL: "Succeeded"}}}
-        await sim_kube.patch(PODS, cluster.ns, f"{winner}-launcher", finish)
-        await eventually(lambda: cluster.condition(winner, "Succeeded"), 60, f"{winner} Succeeded")
-        started = time.monotonic()
-        await eventually(lambda: cluster.condition(loser, "Running"), 90, f"{loser} Running after {winner}")
-        print(f"{loser} Running {time.monotonic() - started:.1f}s after {winner} succeeded")
-        assert await bound(cluster, loser) == sorted([f"{loser}-launcher", *workers(loser)])
-        assert await running_false(cluster, loser) is None
+        after = await loser_waits_then_runs(cluster, winner, loser)
+        print(f"{loser} Running {after:.1f}s after {winner} succeeded")
 
 
 async def test_a_gang_that_cannot_fit_leaves_every_pod_pending_and_says_why(

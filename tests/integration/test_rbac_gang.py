@@ -23,9 +23,10 @@ from mpiop.desired.podgroup import GangScheduler
 from mpiop.desired.settings import Settings
 from mpiop.kube.client import MPIJOBS, KubeClient
 from testkit.deploy import DEPLOY
+from testkit.gangs import PODGROUP_VERBS, podgroup_requests_check
 from testkit.namespaces import create_namespace, delete_namespace
 from testkit.operator import Cluster, eventually, mpijob
-from testkit.rbac import Request, allows, applied, recorder, rules, service_account_kubeconfig
+from testkit.rbac import Request, applied, recorder, service_account_kubeconfig
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(180)]
 
@@ -83,11 +84,4 @@ async def test_podgroups_rule_is_exactly_what_a_gang_job_uses(
     plugins = GangScheduler(coscheduler.DEFAULT_SCHEDULER_NAME)
     await install_custom_resource(kube, coscheduler.scheduler_plugins_crd(), pod_group_resource(plugins))
     requests = await gang_life(control_plane, kube, tmp_path)
-    granted = rules(overlay_rbac)
-    # Discovery (the start-up check that the PodGroup API is served) is open to every authenticated user.
-    ungranted = {r for r in requests if r[2] and not any(allows(rule, r) for rule in granted)}
-    assert not ungranted, f"used but not granted: {sorted(ungranted)}"
-    used = {r[0] for r in requests if r[1:3] == ("scheduling.x-k8s.io", "podgroups")}
-    podgroup_rule = next(rule for rule in granted if "podgroups" in rule["resources"])
-    assert podgroup_rule["apiGroups"] == ["scheduling.x-k8s.io"]
-    assert set(podgroup_rule["verbs"]) == used == {"list", "watch", "create", "patch", "delete"}
+    assert podgroup_requests_check(requests, overlay_rbac, "scheduling.x-k8s.io") == PODGROUP_VERBS

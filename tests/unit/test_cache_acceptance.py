@@ -14,6 +14,7 @@ from mpiop.api.raw import JSON
 from mpiop.controller import acceptance, trims
 from mpiop.controller.caches import Caches
 from mpiop.desired import evidence, launcher_rbac, objects, podgroup, pods
+from mpiop.desired.podgroup import GangScheduler
 from testkit.mpijobs import make_mpijob
 
 JOB = make_mpijob("pi").workers(2).obj()
@@ -37,7 +38,9 @@ def test_every_object_mpiop_makes_for_a_job_is_accepted() -> None:
             ("Secret", objects.ssh_secret(JOB, b"k", b"p")), ("Pod", pods.worker_pod(JOB, 1, 0)),
             ("Pod", pods.launcher_pod(JOB, 0)), ("Pod", pods.launcher_pod(JOB, 3)),
             ("ConfigMap", obj(names.attempt_config_map_name(JOB, 12), OWNER)),
-            ("PodGroup", obj(podgroup.pod_group_name(JOB), OWNER)),
+            ("PodGroup", obj(podgroup.pod_group_name(JOB, GangScheduler("volcano"), 3), OWNER)),
+            ("PodGroup", obj(podgroup.pod_group_name(JOB, GangScheduler(podgroup.KUBERNETES), 0), OWNER)),
+            ("PodGroup", obj(podgroup.pod_group_name(JOB, GangScheduler(podgroup.KUBERNETES), 12), OWNER)),
             ("ServiceAccount", launcher_rbac.service_account(JOB)), ("RoleBinding", launcher_rbac.role_binding(JOB)),
             ("Role", launcher_rbac.role(JOB, [])),
             ("Role", obj("pi-launcher", OWNER)),  # a job's from before uid-derived names (legacy_launcher_account_name)
@@ -68,6 +71,10 @@ def test_every_object_mpiop_makes_for_a_job_is_accepted() -> None:
     ("Role", obj("pi-0a1b2c3d-launcher", ref())),  # hex digits, but not those of its controller's uid ("u")
     ("ServiceAccount", obj("pi-x-launcher", ref())),
     ("Job", obj("pi", ref())),
+    ("PodGroup", obj("pi-x", ref())),
+    ("PodGroup", obj("pi-1-2", ref())),
+    ("PodGroup", obj("pi-", ref())),
+    ("PodGroup", obj("pi-worker-0", ref())),
 ])
 def test_objects_no_job_controls_under_its_names_are_dropped(kind: str, candidate: JSON) -> None:
     assert not acceptance.accepts(kind)(candidate)

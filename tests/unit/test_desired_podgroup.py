@@ -134,7 +134,7 @@ def test_join_pod_as_kubeflow_decorates_the_template() -> None:
         (PLUGINS, {"scheduling.x-k8s.io/pod-group": "test-mpijob"}, {}),
     ):
         pod: dict[str, Any] = {"metadata": {"labels": {}}, "spec": {"schedulerName": "default-scheduler"}}
-        podgroup.join_pod(pod, job, scheduler)
+        podgroup.join_pod(pod, job, scheduler, 0)
         assert pod["spec"]["schedulerName"] == scheduler.scheduler_name
         assert pod["metadata"]["labels"] == want_labels
         assert pod["metadata"].get("annotations", {}) == want_annotations

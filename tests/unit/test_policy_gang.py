@@ -27,7 +27,7 @@ def stored(job: Any, scheduler: GangScheduler = PLUGINS, status: dict[str, Any] 
 
 
 def with_group(observed: Observed, group: dict[str, Any] | None) -> Observed:
-    observed.pod_group = group
+    observed.pod_groups = [group] if group is not None else []
     return observed
 
 

@@ -120,8 +120,8 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
 {{- end }}
 {{- with .Values.gangScheduling }}
 # Gang scheduling: each job's PodGroup (created before its pods, patched as Worker.replicas changes, deleted
-# when suspended or finished).
-- apiGroups: [{{ if eq . "volcano" }}scheduling.volcano.sh{{ else }}scheduling.x-k8s.io{{ end }}]
+# when suspended or finished; kubernetes: one per attempt, the previous attempt's deleted).
+- apiGroups: [{{ if eq . "volcano" }}scheduling.volcano.sh{{ else if eq . "kubernetes" }}scheduling.k8s.io{{ else }}scheduling.x-k8s.io{{ end }}]
   resources: [podgroups]
   verbs: [list, watch, create, patch, delete]
 {{- end }}
