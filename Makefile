@@ -135,7 +135,7 @@ crds: venv
 
 # After a Kubernetes version bump: the pod template schema from the pinned apiserver's OpenAPI, then `make crds`.
 podtemplate-schema: binaries
-	$(BIN)/python hack/extract_podtemplate_schema.py
+	PYTHONPATH=$(CURDIR) $(BIN)/python hack/extract_podtemplate_schema.py
 
 # mpiop at scale on a simulated cluster (kube-scheduler + KWOK fake GPU nodes; KWOK is built on first use):
 # a table, then one JSON line with every figure. Not part of `make test`; ~15 minutes on 2 cores.

@@ -234,7 +234,7 @@ class Informer:
         """List and watch until cancelled; raises only what is not a failure of the apiserver or its data."""
         while True:
             try:
-                await self._list()
+                await self.relist()
                 await self._watch_until_gone()
             except asyncio.CancelledError:
                 raise
@@ -255,7 +255,7 @@ class Informer:
         else:
             await asyncio.sleep(seconds)
 
-    async def _list(self) -> None:
+    async def relist(self) -> None:
         """List, each object trimmed as it arrives (a big list never sits in memory whole); then make the cache
         what the list saw. The first list is served whole from the apiserver's watch cache, later ones page by
         page from etcd."""

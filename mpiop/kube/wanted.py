@@ -107,10 +107,10 @@ class WantedInformer(Informer):
                 task.cancel()
             self._fetches.clear()
 
-    async def _list(self) -> None:
+    async def relist(self) -> None:
         self._listing = True
         try:
-            await super()._list()
+            await super().relist()
         finally:
             self._listing = False
             late, self._wanted_while_listing = self._wanted_while_listing, set()

@@ -180,7 +180,11 @@ async def test_connections_are_bounded_in_number_time_and_header_size(
         print(f"\n110 connections from one address: {len(held)} served")
         assert len(held) == 100
         scraped = await op.metrics()
-        assert scraped.value("mpiop_status_posts_total", code="0", reason="too_many_source_connections") >= 10
+        # Each of the 10 over the count is refused by it, or first by the source's budget of new connections (the
+        # burst of 100 less what the test's readiness polls from the same address spent): either is counted.
+        refused = [scraped.value("mpiop_status_posts_total", code="0", reason=reason)
+                   for reason in ("too_many_source_connections", "too_fast_source_connections")]
+        assert sum(refused) >= 10, refused
         for writer in held:
             writer.close()
         held = []

@@ -212,7 +212,7 @@ async def test_a_template_named_while_the_list_runs_is_fetched_after_it(monkeypa
 
     monkeypatch.setattr(m.client, "get_or_none", gets.get_or_none)
     monkeypatch.setattr(m.client, "list_each", list_each)
-    await templates._list()
+    await templates.relist()
     assert sorted(templates.cached_keys()) == ["ns/filler"] and templates.fetching() == 2
     await templates.fetched(["ns/early", "ns/filler"])
     assert sorted(templates.cached_keys()) == ["ns/early", "ns/filler"]
