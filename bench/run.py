@@ -136,7 +136,7 @@ def parse_args(argv: list[str] | None = None) -> Options:
     parser.add_argument("--against", action="append", default=[], metavar="REV",
                         help="floor/burst: also run the burst with the operator of commit REV (e.g. HEAD~1, main), "
                              "checked out into a worktree of its own, and print each figure's ratio to it; runs take "
-                             "this checkout and each in turn (--repeat 2 or more, even: both orders with 4)")
+                             "this checkout and each in turn (at least one run each; --repeat 4: both orders)")
     parser.add_argument("--phases", default=",".join(PHASES), help=f"subset of {','.join(PHASES)}")
     parser.add_argument("--rates", default="5", help="sustained: comma-separated arrival rates, jobs/s (5)")
     parser.add_argument("--sustained-seconds", type=float, default=300.0, help="sustained: seconds per rate (300)")
@@ -171,7 +171,8 @@ def parse_args(argv: list[str] | None = None) -> Options:
                                      *(baseline.checkout(rev) for rev in args.against)),
                    apiserver_flags=args.apiserver_flag,
                    phases=tuple(p for p in args.phases.split(",") if p),
-                   keep_logs=args.keep_logs, profile=args.profile, repeat=max(args.repeat, 1),
+                   keep_logs=args.keep_logs, profile=args.profile,
+                   repeat=max(args.repeat, 1 + len(args.operator_source) + len(args.against)),  # one burst each
                    quiet_load=args.quiet_load, quiet_wait=args.quiet_wait, clean_pod_policy=args.clean_pod_policy,
                    sustained_rates=tuple(float(r) for r in args.rates.split(",") if r),
                    sustained_seconds=args.sustained_seconds, sustained_run_seconds=args.sustained_run_seconds,

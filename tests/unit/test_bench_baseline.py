@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from bench import run as bench_run
 from bench.baseline import THIS_CHECKOUT, checkout, ratios
 
 
@@ -57,3 +58,9 @@ def test_a_revision_that_is_no_commit_is_an_error_naming_it(tmp_path: Path) -> N
     git(repo, "init", "-q")
     with pytest.raises(SystemExit, match="--against nope: not a commit"):
         checkout("nope", repo)
+
+
+def test_another_operator_gets_at_least_one_burst_of_its_own(tmp_path: Path) -> None:
+    """Without --repeat, `--against`/`--operator-source` ran only this checkout's burst and printed no ratio."""
+    assert bench_run.parse_args(["--phases", "burst", "--operator-source", str(tmp_path)]).repeat == 2
+    assert bench_run.parse_args(["--phases", "burst", "--operator-source", str(tmp_path), "--repeat", "4"]).repeat == 4
