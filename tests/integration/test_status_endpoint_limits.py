@@ -168,8 +168,11 @@ async def _closed_within(reader: asyncio.StreamReader, seconds: float) -> float:
 async def test_connections_are_bounded_in_number_time_and_header_size(
         control_plane: ControlPlane, cluster: Cluster, tmp_path: Path) -> None:
     """Defaults: 100 connections from one address, 10 s to finish a handshake, send a request's headers or idle
-    between requests, 32 header lines. Before: no cap, aiohttp's 3,630 s keep-alive, 60 s handshakes, 128 headers."""
-    op = await _operator(control_plane, cluster, tmp_path)
+    between requests, 32 header lines. Before: no cap, aiohttp's 3,630 s keep-alive, 60 s handshakes, 128 headers.
+    The source's budget of new connections (burst 100, 20/s: the next test's) is raised out of the way: the 110
+    connections would spend it, and whether the slowloris connections after them got one depended on the clock."""
+    op = await _operator(control_plane, cluster, tmp_path, "--status-connections-per-source-burst=10000",
+                         "--status-connections-per-source-qps=10000")
     held: list[asyncio.StreamWriter] = []
     try:
         host, port = op.status_host, op.status_port
@@ -180,11 +183,7 @@ async def test_connections_are_bounded_in_number_time_and_header_size(
         print(f"\n110 connections from one address: {len(held)} served")
         assert len(held) == 100
         scraped = await op.metrics()
-        # Each of the 10 over the count is refused by it, or first by the source's budget of new connections (the
-        # burst of 100 less what the test's readiness polls from the same address spent): either is counted.
-        refused = [scraped.value("mpiop_status_posts_total", code="0", reason=reason)
-                   for reason in ("too_many_source_connections", "too_fast_source_connections")]
-        assert sum(refused) >= 10, refused
+        assert scraped.value("mpiop_status_posts_total", code="0", reason="too_many_source_connections") >= 10
         for writer in held:
             writer.close()
         held = []
