@@ -62,9 +62,12 @@ async def sim_kube(simulated: SimulatedCluster) -> AsyncIterator[KubeClient]:
 
 
 @pytest.fixture
-async def operator(control_plane: ControlPlane, cluster: Cluster) -> AsyncIterator[Operator]:
-    """mpiop running in-process, watching only this test's namespace."""
-    async with running_operator(str(control_plane.kubeconfig), cluster.ns) as running:
+async def operator(control_plane: ControlPlane, cluster: Cluster, request: pytest.FixtureRequest
+                   ) -> AsyncIterator[Operator]:
+    """mpiop running in-process, watching only this test's namespace; an apiserver Warning to it fails the test,
+    unless the test is marked `templates_warned` (its jobs' own templates hold what the apiserver warns of)."""
+    warned = request.node.get_closest_marker("templates_warned") is not None
+    async with running_operator(str(control_plane.kubeconfig), cluster.ns, allow_api_warnings=warned) as running:
         yield running
 
 

@@ -15,6 +15,7 @@ import time
 import uuid
 from typing import Any, get_args
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -118,6 +119,7 @@ async def _kubelet(cluster: Cluster) -> None:
                     raise
 
 
+@pytest.mark.templates_warned  # generated templates ask e.g. 500m bytes of memory: the apiserver warns of the pods
 @settings(max_examples=3, deadline=None, derandomize=False,
           suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow,
                                  HealthCheck.data_too_large])
