@@ -162,10 +162,6 @@ class Informer:
                 if len(bucket) == 1 and self.on_index_change is not None:
                     self.on_index_change(name, value, True)
 
-    def indexed(self, index: str, value: str) -> bool:
-        """Whether any cached object has `value` in `index`."""
-        return value in self._indexes[index]
-
     def _set(self, obj: JSON, notify: bool = True, key: str | None = None) -> None:
         """Cache `obj` (trimmed) under `key` (its object_key, when the caller has it already)."""
         key = object_key(obj) if key is None else key
