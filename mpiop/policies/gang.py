@@ -30,7 +30,7 @@ from mpiop.plan import MESSAGE_LIMIT, Observed, Plan, PodGroupWrite
 from mpiop.policies import suspend
 from mpiop.policies.outcome import CONTINUE, Outcome
 from mpiop.status import conditions as c
-from mpiop.status.failed import mark_failed
+from mpiop.status.failed import fail_invalid
 
 UNSCHEDULABLE_REASON = "PodGroupUnschedulable"
 # A Volcano PodGroup is Pending until a scheduling session admits it to its queue (about a second): only one
@@ -60,7 +60,7 @@ def apply(plan: Plan, job: MPIJob, observed: Observed, now: dt.datetime, schedul
     try:
         wanted = podgroup.pod_group(job, scheduler, attempt)
     except ValueError as error:  # a quantity that is not one, pods of two classes: retrying cannot help
-        mark_failed(plan, c.VALIDATION_ERROR_REASON, f"MPIJob {job.key} has failed: {error}", now)
+        fail_invalid(plan, job.key, error, now)
         plan.creation_steps.drop_pods()
         return CONTINUE
     if existing is None:

@@ -25,7 +25,7 @@ from mpiop.desired import gpus, hostfile
 from mpiop.plan import MESSAGE_LIMIT, Observed, Plan
 from mpiop.policies.outcome import CONTINUE, STOP, Outcome
 from mpiop.status import conditions as c
-from mpiop.status.failed import mark_failed
+from mpiop.status.failed import fail_invalid
 
 WAITING = "ResourceClaimTemplateMissing"
 FOUND = "ResourceClaimTemplateFound"
@@ -50,8 +50,7 @@ def apply(plan: Plan, job: MPIJob, slots: int | gpus.Unresolved, now: dt.datetim
                             f"MPIJob {job.key}: {slots} slots per worker, from its claims", now)
         return CONTINUE
     if not slots.waiting:
-        mark_failed(plan, c.VALIDATION_ERROR_REASON, f"MPIJob {job.key} has failed: {slots.message}"[:MESSAGE_LIMIT],
-                    now)
+        fail_invalid(plan, job.key, slots.message, now)
         return STOP
     message = f"MPIJob {job.key} waits: {slots.message}"[:MESSAGE_LIMIT]
     c.set_condition(plan.status, "Running", "False", WAITING, message, now)

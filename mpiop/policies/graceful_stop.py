@@ -38,7 +38,7 @@ from mpiop.desired.settings import Settings
 from mpiop.plan import Event, Observed, Plan
 from mpiop.policies.outcome import CONTINUE, STOP, Outcome
 from mpiop.status import conditions as c
-from mpiop.status.failed import mark_failed
+from mpiop.status.failed import fail_invalid
 
 FLAG = "--stop-grace-seconds"
 MAX_FLAG = "--max-stop-grace-seconds"
@@ -85,7 +85,7 @@ def refuse_bad_annotation(plan: Plan, job: MPIJob, now: dt.datetime) -> Outcome:
     try:
         annotation_seconds(job)
     except ValueError as error:
-        mark_failed(plan, c.VALIDATION_ERROR_REASON, f"MPIJob {job.key} has failed: {error}", now)
+        fail_invalid(plan, job.key, error, now)
         return STOP
     return CONTINUE
 

@@ -11,10 +11,9 @@ import datetime as dt
 
 from mpiop.api.v2beta1 import MPIJob
 from mpiop.desired import launch
-from mpiop.plan import MESSAGE_LIMIT, Plan
+from mpiop.plan import Plan
 from mpiop.policies.outcome import CONTINUE, STOP, Outcome
-from mpiop.status import conditions as c
-from mpiop.status.failed import mark_failed
+from mpiop.status.failed import fail_invalid
 
 
 def apply(plan: Plan, job: MPIJob, now: dt.datetime, default: launch.LaunchMode = launch.DEFAULT_LAUNCH) -> Outcome:
@@ -23,5 +22,5 @@ def apply(plan: Plan, job: MPIJob, now: dt.datetime, default: launch.LaunchMode 
     error = launch.annotation_error(job) or launch.exec_template_error(job, default)
     if error is None:
         return CONTINUE
-    mark_failed(plan, c.VALIDATION_ERROR_REASON, f"MPIJob {job.key} has failed: {error}"[:MESSAGE_LIMIT], now)
+    fail_invalid(plan, job.key, error, now)
     return STOP

@@ -16,10 +16,9 @@ from __future__ import annotations
 import datetime as dt
 
 from mpiop.api.v2beta1 import LAUNCHER, WORKER, MPIJob
-from mpiop.plan import MESSAGE_LIMIT, Plan
+from mpiop.plan import Plan
 from mpiop.policies.outcome import CONTINUE, STOP, Outcome
-from mpiop.status import conditions as c
-from mpiop.status.failed import mark_failed
+from mpiop.status.failed import fail_invalid
 
 # names.launcher_account_name(job) ends so, as did its earlier `<job>-launcher`: every exec launcher's account.
 SUFFIX = "-launcher"
@@ -47,5 +46,5 @@ def apply(plan: Plan, job: MPIJob, now: dt.datetime) -> Outcome:
     why = error(job)
     if why is None:
         return CONTINUE
-    mark_failed(plan, c.VALIDATION_ERROR_REASON, f"MPIJob {job.key} has failed: {why}"[:MESSAGE_LIMIT], now)
+    fail_invalid(plan, job.key, why, now)
     return STOP

@@ -21,7 +21,7 @@ from mpiop.policies.failure import attempt_failed
 from mpiop.policies.outcome import CONTINUE, STOP, Outcome
 from mpiop.status import conditions as c
 from mpiop.status import failure_report
-from mpiop.status.failed import mark_failed
+from mpiop.status.failed import fail_invalid
 
 MAX_DEADLINE = 2**31 - 1
 
@@ -48,7 +48,7 @@ def refuse_bad_annotation(plan: Plan, job: MPIJob, now: dt.datetime) -> Outcome:
             raise ValueError(f"metadata.annotations[{names.REPORT_PROGRESS_ANNOTATION}]: {reports[:100]!r} is not "
                              '"true" or "false"')
     except ValueError as error:
-        mark_failed(plan, c.VALIDATION_ERROR_REASON, f"MPIJob {job.key} has failed: {error}", now)
+        fail_invalid(plan, job.key, error, now)
         return STOP
     return CONTINUE
 

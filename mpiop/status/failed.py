@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import datetime as dt
 
-from mpiop.plan import Plan
+from mpiop.plan import MESSAGE_LIMIT, Plan
 from mpiop.status import conditions as c
 
 
@@ -17,3 +17,8 @@ def mark_failed(plan: Plan, reason: str, message: str, now: dt.datetime, event_m
     c.set_false_if_true(status, "Restarting", reason, message, now)
     if status.completion_time is None:
         status.completion_time = now
+
+
+def fail_invalid(plan: Plan, job_key: str, why: object, now: dt.datetime) -> None:
+    """A spec or annotation that retrying cannot fix: the one wording, reason and cap for every validation."""
+    mark_failed(plan, c.VALIDATION_ERROR_REASON, f"MPIJob {job_key} has failed: {why}"[:MESSAGE_LIMIT], now)

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from mpiop.plan import Plan
+from mpiop.plan import MESSAGE_LIMIT, Plan
 from mpiop.status import conditions as c
-from mpiop.status.failed import mark_failed
+from mpiop.status.failed import fail_invalid, mark_failed
 from testkit.mpijobs import at, make_mpijob
 
 
@@ -20,3 +20,13 @@ def test_failed_is_final_and_told_once() -> None:
     mark_failed(plan, c.BACKOFF_LIMIT_EXCEEDED_REASON, "MPIJob ns/pi has failed", at(9))
     assert plan.status.completion_time == at(5), "completionTime is the first failure's"
     assert len(plan.events) == 1, "no second Event for the same Failed condition"
+
+
+def test_fail_invalid_words_and_caps_every_validation() -> None:
+    job = make_mpijob("big").obj()
+    plan = Plan(status=job.status.model_copy(deep=True))
+    fail_invalid(plan, job.key, ValueError("x" * 5000), at(0))
+    failed = next(cond for cond in plan.status.conditions if cond.type == "Failed")
+    assert failed.reason == c.VALIDATION_ERROR_REASON
+    assert failed.message is not None and len(failed.message) == MESSAGE_LIMIT
+    assert failed.message.startswith(f"MPIJob {job.key} has failed: xxx")
