@@ -1,6 +1,7 @@
 """Graceful stops on the real node (issue 52): a job that checkpoints to a volume outliving its pods (a hostPath
 directory) is suspended at 30 % or later and resumed, then has a worker evicted through the Eviction API at 60 % or
-later (a disruption restart); each stop ends with the launcher (the ranks saved within the stop grace), and each
+later (a disruption restart); each stop ends with the launcher (the ranks saved within the stop grace; under exec
+launch mpirun's teardown may outlive it, the ranks having saved: EXEC_LAUNCH_ENDINGS), and each
 next run's first progress report is at its checkpoint, not back at 0, its ranks saying they resumed from step N.
 
 PyTorch DDP (e2e/images/train_checkpoint.py, progress_client's stop handler and stop notice shared by an all_reduce)
@@ -14,7 +15,14 @@ import time
 
 from testkit.e2e.exec_launch import add_passwd, restricted_exec
 from testkit.e2e.session import E2E, operator_process
-from testkit.e2e.stopping import Stop, checkpoint_dir, ddp_stop_job, intel_stop_job, suspend_resume_evict
+from testkit.e2e.stopping import (
+    EXEC_LAUNCH_ENDINGS,
+    Stop,
+    checkpoint_dir,
+    ddp_stop_job,
+    intel_stop_job,
+    suspend_resume_evict,
+)
 from testkit.e2e.training import SSH_MPIRUN
 
 FLAGS = ("--status-write-seconds=1",)  # progress written within a second, so the test sees each run's first
@@ -47,7 +55,7 @@ def test_ddp_under_exec_launch_resumes_from_its_checkpoint(bare: E2E, exec_image
         manifest = ddp_stop_job("ddp-exec", image, host_dir, ("mpirun.openmpi",), worker_command=(),
                                 shape=restricted_exec)
         started = time.monotonic()
-        stops, log = suspend_resume_evict(bare, "ddp-exec", manifest, host_dir)
+        stops, log = suspend_resume_evict(bare, "ddp-exec", manifest, host_dir, EXEC_LAUNCH_ENDINGS)
     show(bare, "ddp-stop-exec", stops, log, started)
 
 

@@ -22,6 +22,7 @@ from mpiop.api.raw import JSON
 from mpiop.names import STOP_GRACE_ANNOTATION
 from mpiop.policies.graceful_stop import (
     DISRUPTED,
+    GRACE_EXPIRED,
     GRACEFUL_STOP_EVENT,
     LAUNCHER_ENDED,
     STOPPING,
@@ -38,6 +39,10 @@ GRACE = 25  # the stop grace: below the pods' terminationGracePeriodSeconds (30 
 # Open MPI's daemons SIGKILL the ranks this long after SIGTERM (default 1 s: no time to save). Not more than the
 # checkpoint needs: with 20, mpirun outlived the 25 s grace though the ranks had saved and exited (GraceExpired).
 SIGKILL_AFTER = 8
+# Under exec launch, mpirun.openmpi has outlived the grace after an eviction though every rank had saved on the stop
+# notice and the next run resumed from it (1 run in ~10, stop 67's CI): its teardown of the `kubectl exec` streams,
+# not mpiop's stop. There the stop may also end by the grace; the checkpoint assertions still hold.
+EXEC_LAUNCH_ENDINGS = frozenset({LAUNCHER_ENDED, GRACE_EXPIRED})
 OPENMPI_STOP_ARGS = ("--mca", "odls_base_sigkill_timeout", str(SIGKILL_AFTER))
 HOLD = ["sh", f"{MOUNT}/hold-ranks.sh"]
 TOOK = re.compile(r" in (\d+)s: ")
@@ -166,10 +171,12 @@ def read_checkpoint(host_dir: Path) -> JSON:
     return summary
 
 
-def suspend_resume_evict(e2e: E2E, name: str, manifest: JSON, host_dir: Path) -> tuple[list[Stop], str]:
+def suspend_resume_evict(e2e: E2E, name: str, manifest: JSON, host_dir: Path,
+                         endings: frozenset[str] = frozenset({LAUNCHER_ENDED})) -> tuple[list[Stop], str]:
     """Run `manifest`; suspend it at >= 30 %, resume; evict worker 1 at >= 60 %; run to the end. Returns both stops
-    and the last launcher's log; asserts each stop ended with the launcher (the ranks saved in time), the checkpoint
-    is where the job was stopped, and the next run's first report is at the checkpoint, not back at 0."""
+    and the last launcher's log; asserts each stop ended as `endings` allow (by default with the launcher: the ranks
+    saved in time), the ranks saved on the stop, the checkpoint is where the job was stopped, and the next run's
+    first report is at the checkpoint, not back at 0."""
     e2e.api.create(f"/api/v1/namespaces/{e2e.ns}/configmaps", config_map())
     e2e.create_job(manifest)
     path = f"{MPIJOBS.format(ns=e2e.ns)}/{name}"
@@ -208,7 +215,8 @@ def suspend_resume_evict(e2e: E2E, name: str, manifest: JSON, host_dir: Path) ->
     print("GracefulStop Events:\n  " + "\n  ".join(messages))
     assert len(messages) == 2, messages  # one per stop
     for stop in stops:
-        assert stop.result == LAUNCHER_ENDED, stop.line()
+        assert stop.result in endings, stop.line()
+        assert stop.checkpoint["why"] in ("stop notice", "SIGTERM"), stop.line()
         assert stop.checkpoint["percent"] >= stop.at_percent, stop.line()
         assert stop.resumed_percent >= stop.checkpoint["percent"] > 0, stop.line()
     step = stops[-1].checkpoint["step"]
