@@ -14,8 +14,7 @@ import datetime as dt
 from mpiop.api.v2beta1 import MPIJob
 from mpiop.plan import Plan
 from mpiop.policies.outcome import CONTINUE, STOP, Outcome
-from mpiop.status import conditions as c
-from mpiop.status.failed import mark_failed
+from mpiop.status.failed import fail_invalid
 
 # Set on the cached copy only (never written): the bytes of JSON of the job, when over the bound. The trim removes
 # one its tenant wrote.
@@ -27,8 +26,6 @@ def apply(plan: Plan, job: MPIJob, now: dt.datetime, max_kib: int) -> Outcome:
     size = job.metadata.annotations.get(CUT_ANNOTATION)
     if size is None:
         return CONTINUE
-    message = (f"MPIJob {job.key} has failed: it is {size} bytes of JSON (managedFields and kubectl's "
-               f"last-applied-configuration aside), more than the {max_kib} KiB mpiop takes of an MPIJob "
-               "(--max-mpijob-kib)")
-    mark_failed(plan, c.VALIDATION_ERROR_REASON, message, now)
+    fail_invalid(plan, job.key, f"it is {size} bytes of JSON (managedFields and kubectl's last-applied-configuration "
+                 f"aside), more than the {max_kib} KiB mpiop takes of an MPIJob (--max-mpijob-kib)", now)
     return STOP

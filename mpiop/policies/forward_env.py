@@ -11,10 +11,9 @@ import datetime as dt
 from mpiop import names
 from mpiop.api.v2beta1 import MPIJob
 from mpiop.desired import env
-from mpiop.plan import MESSAGE_LIMIT, Plan
+from mpiop.plan import Plan
 from mpiop.policies.outcome import CONTINUE, STOP, Outcome
-from mpiop.status import conditions as c
-from mpiop.status.failed import mark_failed
+from mpiop.status.failed import fail_invalid
 
 
 def apply(plan: Plan, job: MPIJob, now: dt.datetime) -> Outcome:
@@ -22,7 +21,6 @@ def apply(plan: Plan, job: MPIJob, now: dt.datetime) -> Outcome:
     if not bad:
         return CONTINUE
     entries = ", ".join(repr(e) for e in bad)
-    message = (f"MPIJob {job.key} has failed: metadata.annotations[{names.FORWARD_ENV_ANNOTATION}]: {entries} "
-               "is not an environment variable name or NAME_PREFIX*")
-    mark_failed(plan, c.VALIDATION_ERROR_REASON, message[:MESSAGE_LIMIT], now)
+    fail_invalid(plan, job.key, f"metadata.annotations[{names.FORWARD_ENV_ANNOTATION}]: {entries} is not an "
+                 "environment variable name or NAME_PREFIX*", now)
     return STOP

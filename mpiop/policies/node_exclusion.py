@@ -30,7 +30,7 @@ from mpiop.desired.settings import Settings
 from mpiop.plan import DeviceFault, Observed, Plan
 from mpiop.policies.outcome import CONTINUE, STOP, Outcome
 from mpiop.status import conditions as c
-from mpiop.status.failed import mark_failed
+from mpiop.status.failed import fail_invalid
 
 DEVICE_TAINT_EVICTION = "DeletionByDeviceTaintManager"  # kube-controller-manager's device-taint-eviction-controller
 NODE_DISRUPTIONS = frozenset({"TerminationByKubelet", "DeletionByTaintManager", "DeletionByPodGC",
@@ -48,9 +48,8 @@ def refuse_bad_annotation(plan: Plan, job: MPIJob, now: dt.datetime) -> Outcome:
     value = job.metadata.annotations.get(names.EXCLUDE_FAILED_NODES_ANNOTATION)
     if value is None or value in ("true", "false"):
         return CONTINUE
-    mark_failed(plan, c.VALIDATION_ERROR_REASON,
-                f"MPIJob {job.key} has failed: metadata.annotations[{names.EXCLUDE_FAILED_NODES_ANNOTATION}]: "
-                f'{value[:100]!r} is not "true" or "false"', now)
+    fail_invalid(plan, job.key, f"metadata.annotations[{names.EXCLUDE_FAILED_NODES_ANNOTATION}]: {value[:100]!r} "
+                 'is not "true" or "false"', now)
     return STOP
 
 

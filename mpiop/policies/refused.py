@@ -17,7 +17,7 @@ from mpiop.plan import MESSAGE_LIMIT, Observed, Plan, Refusal
 from mpiop.policies.outcome import CONTINUE, STOP, Outcome
 from mpiop.status import conditions as c
 from mpiop.status import replica_failure
-from mpiop.status.failed import mark_failed
+from mpiop.status.failed import fail_invalid
 
 # (text in the apiserver's message, pod spec field, permanent): the admission plugins' 403s, checked in order.
 ADMISSION_REFUSALS: tuple[tuple[str, str, bool], ...] = (
@@ -69,5 +69,4 @@ def apply(plan: Plan, job: MPIJob, observed: Observed, now: dt.datetime) -> Outc
 
 
 def fail(plan: Plan, job: MPIJob, refusal: Refusal, now: dt.datetime) -> None:
-    text = f"MPIJob {job.key} has failed: {describe(job, refusal)}"
-    mark_failed(plan, c.VALIDATION_ERROR_REASON, text[:MESSAGE_LIMIT], now)
+    fail_invalid(plan, job.key, describe(job, refusal), now)

@@ -11,8 +11,7 @@ import datetime as dt
 from mpiop.api.v2beta1 import MAX_WORKER_REPLICAS, MPIJob
 from mpiop.plan import Plan
 from mpiop.policies.outcome import CONTINUE, STOP, Outcome
-from mpiop.status import conditions as c
-from mpiop.status.failed import mark_failed
+from mpiop.status.failed import fail_invalid
 
 
 def apply(plan: Plan, job: MPIJob, now: dt.datetime) -> Outcome:
@@ -20,7 +19,6 @@ def apply(plan: Plan, job: MPIJob, now: dt.datetime) -> Outcome:
     replicas = job.spec.worker_replicas
     if replicas <= MAX_WORKER_REPLICAS:
         return CONTINUE
-    message = (f"MPIJob {job.key} has failed: spec.mpiReplicaSpecs.Worker.replicas: {replicas} is more than "
-               f"the {MAX_WORKER_REPLICAS} workers mpiop supports")
-    mark_failed(plan, c.VALIDATION_ERROR_REASON, message, now)
+    fail_invalid(plan, job.key, f"spec.mpiReplicaSpecs.Worker.replicas: {replicas} is more than the "
+                 f"{MAX_WORKER_REPLICAS} workers mpiop supports", now)
     return STOP
