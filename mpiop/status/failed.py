@@ -19,6 +19,6 @@ def mark_failed(plan: Plan, reason: str, message: str, now: dt.datetime, event_m
         status.completion_time = now
 
 
-def fail_invalid(plan: Plan, job_key: str, why: object, now: dt.datetime) -> None:
+def fail_invalid(plan: Plan, job_key: str, why: str | Exception, now: dt.datetime) -> None:
     """A spec or annotation that retrying cannot fix: the one wording, reason and cap for every validation."""
     mark_failed(plan, c.VALIDATION_ERROR_REASON, f"MPIJob {job_key} has failed: {why}"[:MESSAGE_LIMIT], now)
