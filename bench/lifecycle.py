@@ -44,7 +44,7 @@ from mpiop.controller.trims import trim_config_map, trim_pod, trim_secret, trim_
 from mpiop.decide import decide
 from mpiop.kube.client import CONFIGMAPS, MPIJOBS, PODS, KubeClient
 from mpiop.plan import Observed, Plan
-from mpiop.process import add_run_arguments, config_from_args
+from mpiop.run_flags import add_run_arguments, config_from_args
 
 NAMESPACE = "bench-lifecycle"
 

@@ -14,7 +14,7 @@ import sys
 from prometheus_client import start_http_server
 
 from mpiop.cli import main as mpiop_main
-from mpiop.process import add_run_arguments
+from mpiop.run_flags import add_run_arguments
 
 
 def _run_flags() -> set[str]:

@@ -28,8 +28,8 @@ from mpiop import names
 from mpiop.api.v2beta1 import JobCondition, JobStatus, MPIJob
 from mpiop.cli import main as cli_main
 from mpiop.kube.client import MPIJOBS, PODS, KubeClient
-from mpiop.process import add_run_arguments
 from mpiop.process import run as run_operator
+from mpiop.run_flags import add_run_arguments
 
 PI_JOB = "pi"
 PI_NAMESPACE = "default"

@@ -19,7 +19,7 @@ def _build_parser() -> argparse.ArgumentParser:
     commands.add_parser("version", help="print mpiop's version and the Kubernetes version it is tested against")
     commands.add_parser("crd", help="print the MPIJob CustomResourceDefinition (YAML), as committed in crds/")
 
-    from mpiop.process import add_run_arguments
+    from mpiop.run_flags import add_run_arguments
 
     add_run_arguments(commands.add_parser("run", help="run the operator"))
     return parser

@@ -22,7 +22,7 @@ from mpiop.controller.manager import ManagerConfig
 from mpiop.desired.launch import DEFAULT_KUBECTL_IMAGE
 from mpiop.desired.settings import DEFAULT_SETTINGS
 from mpiop.kube.client import PODS, ApiError, KubeClient
-from mpiop.process import add_run_arguments, config_from_args
+from mpiop.run_flags import add_run_arguments, config_from_args
 from mpiop.server import Limits
 from mpiop.serving.layout_webhook import WebhookLimits
 from mpiop.serving.token_reviews import ReviewLimits

@@ -193,7 +193,7 @@ async def test_the_guarded_client_sends_no_write_while_not_leading() -> None:
 def test_leader_election_flags_take_client_go_durations_and_refuse_impossible_timings() -> None:
     import argparse
 
-    from mpiop.process import add_run_arguments, duration, election_from_args
+    from mpiop.run_flags import add_run_arguments, duration, election_from_args
     from mpiop.server import parse_address
 
     assert [duration(t) for t in ("15s", "500ms", "1m", "2", "1.5s")] == [15.0, 0.5, 60.0, 2.0, 1.5]

@@ -7,7 +7,7 @@ import asyncio
 
 import pytest
 
-from mpiop import process
+from mpiop import run_flags
 from mpiop.controller.caches import Caches
 from mpiop.controller.manager import ManagerConfig
 from mpiop.desired.hostnetwork import PortRange
@@ -15,7 +15,7 @@ from mpiop.desired.launch import DEFAULT_KUBECTL_IMAGE
 from mpiop.desired.settings import Settings
 from mpiop.kube.client import KubeClient
 from mpiop.kube.ratelimit import TokenBucket
-from mpiop.process import add_run_arguments, config_from_args
+from mpiop.run_flags import add_run_arguments, config_from_args
 from mpiop.server import Limits
 from mpiop.serving.layout_webhook import WebhookLimits
 from mpiop.serving.token_reviews import ReviewLimits
@@ -182,8 +182,8 @@ def test_no_flags_give_the_config_and_settings_defaults() -> None:
 
 def test_help_text_reads_the_default_where_it_lives(monkeypatch: pytest.MonkeyPatch) -> None:
     """Change a default in Settings or ManagerConfig and both the flag and its help text follow."""
-    monkeypatch.setattr(process, "_SETTINGS", Settings(max_disruption_restarts=7, kept_attempts=5))
-    monkeypatch.setattr(process, "_CONFIG", ManagerConfig(workers=9, lifecycle_events=False))
+    monkeypatch.setattr(run_flags, "_SETTINGS", Settings(max_disruption_restarts=7, kept_attempts=5))
+    monkeypatch.setattr(run_flags, "_CONFIG", ManagerConfig(workers=9, lifecycle_events=False))
     parser = argparse.ArgumentParser(formatter_class=lambda prog: argparse.HelpFormatter(prog, width=1000))
     add_run_arguments(parser)
     text = parser.format_help()
