@@ -22,10 +22,11 @@ session fixture, and watches MPIJobs), so no other test shares the apiserver wit
 
 
 OLDEST_MINOR = ("test_crd.py", "test_crd_defaults.py", "test_crd_roundtrip.py", "test_deploy.py", "test_rbac.py",
-                "test_exec_launch_rbac.py", "test_dra_slots.py", "test_gpu_layout.py")
+                "test_exec_launch_rbac.py", "test_exec_websocket_authz.py", "test_dra_slots.py", "test_gpu_layout.py")
 """Modules marked `oldest_minor`: what a cluster of the oldest supported Kubernetes minor must take from mpiop (the
 CRD and its CEL rules, the kustomize and Helm installs, RBAC both ways, the exec Role, DRA v1 slots, the layout
-webhook). `make test` runs them again with MPIOP_KUBERNETES_VERSION=oldest (tests/conftest.py)."""
+webhook, a WebSocket exec's two verbs). `make test` runs them again with MPIOP_KUBERNETES_VERSION=oldest
+(tests/conftest.py)."""
 NOT_ON_OLDEST = frozenset({
     # The committed PodTemplateSpec schema is the pinned apiserver's by definition (`make podtemplate-schema`).
     "test_podtemplate_snapshot_is_what_the_apiserver_serves",
