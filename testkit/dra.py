@@ -1,6 +1,6 @@
-"""Dynamic Resource Allocation objects (resource.k8s.io/v1) for tests: DeviceClasses, ResourceClaimTemplates and
-the ResourceSlices a driver would publish (with device taints, KEP-5055), as plain JSON, in the v1 schema (a
-request is `exactly` one device class's devices, or `firstAvailable` of alternatives)."""
+"""Dynamic Resource Allocation objects (resource.k8s.io/v1) for tests: DeviceClasses, ResourceClaimTemplates, the
+ResourceSlices a driver would publish (with device taints, KEP-5055) and DeviceTaintRules, as plain JSON, in the v1
+schema (a request is `exactly` one device class's devices, or `firstAvailable` of alternatives)."""
 
 from __future__ import annotations
 
@@ -80,6 +80,15 @@ def request(name: str, one: JSON | None = None, first_available: list[JSON] | No
 
 
 DEVICE_TAINT_RULES = Resource("resource.k8s.io", "v1", "devicetaintrules", "DeviceTaintRule", namespaced=False)
+
+
+def device_taint_rule(name: str, device_taint: JSON, selector: JSON | None = None) -> JSON:
+    """A DeviceTaintRule (cluster-scoped; resource.k8s.io/v1 from v1.37) putting `device_taint` on the devices
+    `selector` names (`driver`, `pool`, `device`: each optional, all must match). No selector writes no
+    `deviceSelector`: that matches no device from v1.37.1 (#141998; `{}` matches every device)."""
+    spec: JSON = {"taint": device_taint, **({"deviceSelector": selector} if selector is not None else {})}
+    return {"apiVersion": DEVICE_TAINT_RULES.api_version, "kind": DEVICE_TAINT_RULES.kind,
+            "metadata": {"name": name}, "spec": spec}
 
 
 def gpu(name: str, index: int, memory: str = "80Gi", taints: list[JSON] | None = None) -> JSON:

@@ -3,7 +3,8 @@ ResourceSlices this module publishes for its KWOK nodes (no driver runs; Dynamic
 default, its scheduler plugin in the default profile), KWOK runs the pods, and mpiop's slots follow the
 claims. A NoExecute device taint (KEP-5055, DRADeviceTaints: GA in v1.37) on a worker's GPU makes
 kube-controller-manager's device-taint-eviction-controller evict it: a disruption, not a failure against
-backoffLimit, and the next attempt avoids its node. A job asking `nvidia.com/gpu` of nodes that have none, whose
+backoffLimit, and the next attempt avoids its node. So does a resource.k8s.io/v1 DeviceTaintRule naming the device;
+one with no deviceSelector taints no device (v1.37.1). A job asking `nvidia.com/gpu` of nodes that have none, whose
 DeviceClass provides it from DRA devices (KEP-5004, DRAExtendedResource: GA in v1.37), keeps its slots from the limit.
 Jobs asking MIG devices or Intel GPUs (extended resources the test adds to the nodes) get their slots from the
 limit, and a claim the workers share (`resourceClaimName`) adds none to those of their own claims.
@@ -15,8 +16,10 @@ waited for a v1alpha3 DeviceTaintRule informer; docs/kubernetes-1.37.md §2.2).
 
 from __future__ import annotations
 
+import contextlib
 import json
-from collections.abc import Iterator
+from collections.abc import Awaitable, Callable, Iterator
+from dataclasses import dataclass
 from typing import Any
 
 import pytest
@@ -31,13 +34,16 @@ from mpiop.kube.client import (
     PODS,
     RESOURCE_CLAIMS,
     RESOURCE_SLICES,
+    ApiError,
     KubeClient,
 )
 from mpiop.kube.client import NODES as NODE_OBJECTS
 from testkit.dra import (
+    DEVICE_TAINT_RULES,
     allocated_devices,
     claim_template,
     device_class,
+    device_taint_rule,
     exactly,
     fabric_slice,
     node_gpus,
@@ -133,61 +139,173 @@ async def test_four_workers_claiming_8_gpus_each_get_8_slots_and_32_ranks(simula
             await delete_and_wait(cluster, "dra4")
 
 
+Taint = Callable[[str, str], Awaitable[None]]  # (node, device): taint that device of the node's pool, or undo it
+
+
+@dataclass(frozen=True)
+class Eviction:
+    """A job restarted after one of its worker's devices was tainted NoExecute: that node and device, the job's
+    status once restarted and its NodeExcluded Events' messages."""
+
+    node: str
+    device: str
+    status: JSON
+    told: list[str]
+
+
+async def restarted_off_a_tainted_device(cluster: Cluster, name: str, taint: Taint, untaint: Taint) -> Eviction:
+    """Job `name` (2 workers of 8 GPUs, backoffLimit 0) Running, then `taint` one of worker-1's devices: the
+    device taint manager evicts the worker, the job restarts once as a disruption (not Failed: backoffLimit 0 is
+    not spent), its node excluded, and attempt 2 runs on other nodes. The device untainted and the job gone
+    afterwards."""
+    launcher, workers = f"{name}-launcher", [f"{name}-worker-0", f"{name}-worker-1"]
+    victim = workers[1]
+    bad = device = ""
+    await cluster.create_job(make_mpijob(name).workers(2).claim("gpus", TEMPLATE).run_policy(backoffLimit=0)
+                             .manifest())
+    try:
+        first = await eventually(lambda: running(cluster, [launcher, *workers]), 90, "attempt 1 Running")
+        bad = first[victim]["spec"]["nodeName"]
+        device = (await devices_by_pod(cluster))[victim][3].rsplit("/", 1)[1]
+        print(f"\nattempt 1: { {n: p['spec']['nodeName'] for n, p in first.items()} }; tainting {device} on {bad}")
+        # KWOK removes a deleted pod at once; a kubelet would take the pod's grace period to stop it, and
+        # mpiop sees it terminating with its DisruptionTarget meanwhile. The finalizer stands for that.
+        await cluster.kube.patch(PODS, cluster.ns, victim, {"metadata": {"finalizers": [HOLD]}})
+        await taint(bad, device)
+
+        async def restarted() -> JSON | None:
+            status = ((await cluster.job(name)) or {}).get("status") or {}
+            return status if status.get("restartCount") == 1 else None
+
+        status = await eventually(restarted, 90, f"{name} restarted")
+        evicted = await cluster.pod(victim)
+        assert evicted is not None
+        print(f"{victim}'s conditions:", [c for c in evicted["status"]["conditions"]
+                                          if c["type"] == "DisruptionTarget"])
+        await cluster.kube.patch(PODS, cluster.ns, victim, {"metadata": {"finalizers": None}})
+        print("excludedNodes:", status.get("excludedNodes"), "disruptionRestarts:",
+              status.get("disruptionRestarts"), "lastFailure:", status.get("lastFailure"))
+        assert (status.get("excludedNodes"), status.get("disruptionRestarts")) == ([bad], 1)
+        print("nodeExclusions:", status.get("nodeExclusions"))
+        assert not any(c["type"] == "Failed" and c["status"] == "True" for c in status["conditions"])
+        events = await cluster.kube.list(EVENTS, cluster.ns,
+                                         fieldSelector=f"reason=NodeExcluded,involvedObject.name={name}")
+        told = [e["message"] for e in events["items"]]
+        print("NodeExcluded:", told)
+
+        second = await eventually(lambda: running(cluster, [f"{launcher}-1", *workers], 1), 90, "attempt 2 Running")
+        placed = {n: p["spec"]["nodeName"] for n, p in second.items()}
+        print("attempt 2:", placed)
+        assert bad not in placed.values()
+        return Eviction(bad, device, status, told)
+    finally:
+        with contextlib.suppress(ApiError):  # a failure above may leave the evicted pod held
+            await cluster.kube.patch(PODS, cluster.ns, victim, {"metadata": {"finalizers": None}})
+        if bad:
+            await untaint(bad, device)
+        await delete_and_wait(cluster, name)
+
+
+def exclusions(eviction: Eviction) -> list[tuple[str, Any]]:
+    return [(e["node"], e.get("devices")) for e in eviction.status.get("nodeExclusions") or []]
+
+
 async def test_a_no_execute_device_taint_restarts_the_job_off_its_node_without_spending_backoff_limit(
         simulated: SimulatedCluster, sim_kube: KubeClient) -> None:
-    cluster = Cluster(sim_kube, "default")
-    job = make_mpijob("dt").workers(2).claim("gpus", TEMPLATE).run_policy(backoffLimit=0).manifest()
-    names = ["dt-launcher", "dt-worker-0", "dt-worker-1"]
-    bad = ""
+    async def taint(node: str, device: str) -> None:
+        await sim_kube.patch(RESOURCE_SLICES, None, f"{node}-{DRIVER}", [
+            {"op": "add", "path": f"/spec/devices/{int(device.split('-')[1])}/taints", "value": [TAINT]}],
+            patch_type="json")
+
+    async def untaint(node: str, device: str) -> None:  # a merge patch replaces the list
+        await sim_kube.patch(RESOURCE_SLICES, None, f"{node}-{DRIVER}",
+                             {"spec": {"devices": node_gpus(DRIVER, node)["spec"]["devices"]}})
+
     async with operator(simulated):
-        await cluster.create_job(job)
+        seen = await restarted_off_a_tainted_device(Cluster(sim_kube, "default"), "dt", taint, untaint)
+    assert exclusions(seen) == [(seen.node, [{"driver": DRIVER, "pool": seen.node, "device": seen.device,
+                                              "taints": ["example.com/unhealthy=true:NoExecute"]}])]
+    assert len(seen.told) == 1 and (f"dt-worker-1 failed there (DisruptionTarget DeletionByDeviceTaintManager: "
+                                    f"device {seen.device} of driver {DRIVER} tainted example.com/unhealthy=true:"
+                                    "NoExecute)") in seen.told[0]
+
+
+async def test_a_device_taint_rule_naming_a_workers_device_restarts_the_job_off_its_node(
+        simulated: SimulatedCluster, sim_kube: KubeClient) -> None:
+    """The same NoExecute taint through a resource.k8s.io/v1 DeviceTaintRule (GA in v1.37) whose deviceSelector
+    names the device (driver, pool, device), the slice untouched. mpiop reads slices, not rules, so the node is
+    excluded without naming the device (node_exclusion.tainted_devices finds no taint)."""
+    resources = json.loads(simulated.kubectl("get", "--raw", f"/apis/{DEVICE_TAINT_RULES.api_version}"))["resources"]
+    served = sorted(r["name"] for r in resources if r["name"].startswith("devicetaintrules"))
+    print(f"\n{DEVICE_TAINT_RULES.api_version} serves {served}", end="")
+    assert served == ["devicetaintrules", "devicetaintrules/status"]
+    rule = "dtr-unhealthy"
+
+    async def taint(node: str, device: str) -> None:
+        await sim_kube.create(DEVICE_TAINT_RULES, None, device_taint_rule(
+            rule, TAINT, {"driver": DRIVER, "pool": node, "device": device}))
+
+    async def untaint(node: str, device: str) -> None:
+        found = await sim_kube.get_or_none(DEVICE_TAINT_RULES, None, rule)
+        print(f"{rule}'s status:", (found or {}).get("status"))
+        await sim_kube.delete_if_present(DEVICE_TAINT_RULES, None, rule)
+
+    async with operator(simulated):
+        seen = await restarted_off_a_tainted_device(Cluster(sim_kube, "default"), "dtr", taint, untaint)
+    assert exclusions(seen) == [(seen.node, None)]
+    assert len(seen.told) == 1 and ("dtr-worker-1 failed there (DisruptionTarget DeletionByDeviceTaintManager); "
+                                    "excluded: ") in seen.told[0]
+
+
+async def eviction_condition(kube: KubeClient, rule: str) -> JSON | None:
+    """The rule's EvictionInProgress condition, once written for its current generation."""
+    found = await kube.get(DEVICE_TAINT_RULES, None, rule)
+    return next((c for c in (found.get("status") or {}).get("conditions") or []
+                 if c["type"] == "EvictionInProgress"
+                 and c.get("observedGeneration") == found["metadata"].get("generation")), None)
+
+
+async def test_a_device_taint_rule_without_a_device_selector_taints_no_device(
+        simulated: SimulatedCluster, sim_kube: KubeClient) -> None:
+    """v1.37.1 (#141998): a DeviceTaintRule with no deviceSelector matches no device. Before, the slices as the
+    scheduler sees them (resourceslice/tracker) carried its taint on every device: a NoExecute one left new
+    claims unallocatable cluster-wide (`deviceSelector: {}` is how to say every device). The eviction controller
+    never matched it (ruleMatchesDevice: nil selector, false, already in v1.36)."""
+    cluster = Cluster(sim_kube, "default")
+    rule, names = "no-selector", ["ns-launcher", "ns-worker-0", "ns-worker-1"]
+    async with operator(simulated):
+        await cluster.create_job(make_mpijob("ns").workers(2).claim("gpus", TEMPLATE).manifest())
         try:
-            first = await eventually(lambda: running(cluster, names), 90, "attempt 1 Running")
-            bad = first["dt-worker-1"]["spec"]["nodeName"]
-            device = (await devices_by_pod(cluster))["dt-worker-1"][3].rsplit("/", 1)[1]
-            print(f"\nattempt 1: { {n: p['spec']['nodeName'] for n, p in first.items()} }; tainting {device} on {bad}")
-            # KWOK removes a deleted pod at once; a kubelet would take the pod's grace period to stop it, and
-            # mpiop sees it terminating with its DisruptionTarget meanwhile. The finalizer stands for that.
-            await sim_kube.patch(PODS, cluster.ns, "dt-worker-1", {"metadata": {"finalizers": [HOLD]}})
-            index = int(device.split("-")[1])
-            await sim_kube.patch(RESOURCE_SLICES, None, f"{bad}-{DRIVER}", [
-                {"op": "add", "path": f"/spec/devices/{index}/taints", "value": [TAINT]}], patch_type="json")
-
-            async def restarted() -> JSON | None:
-                status = ((await cluster.job("dt")) or {}).get("status") or {}
-                return status if status.get("restartCount") == 1 else None
-
-            status = await eventually(restarted, 90, "dt restarted")
-            evicted = await cluster.pod("dt-worker-1")
-            assert evicted is not None
-            print("dt-worker-1's conditions:", [c for c in evicted["status"]["conditions"]
-                                                if c["type"] == "DisruptionTarget"])
-            await sim_kube.patch(PODS, cluster.ns, "dt-worker-1", {"metadata": {"finalizers": None}})
-            print("excludedNodes:", status.get("excludedNodes"), "disruptionRestarts:",
-                  status.get("disruptionRestarts"), "lastFailure:", status.get("lastFailure"))
-            assert (status.get("excludedNodes"), status.get("disruptionRestarts")) == ([bad], 1)
-            print("nodeExclusions:", status.get("nodeExclusions"))
-            assert [(e["node"], e.get("devices")) for e in status.get("nodeExclusions") or []] == [
-                (bad, [{"driver": DRIVER, "pool": bad, "device": device,
-                        "taints": ["example.com/unhealthy=true:NoExecute"]}])]
-            assert not any(c["type"] == "Failed" and c["status"] == "True" for c in status["conditions"])
-            events = await sim_kube.list(EVENTS, cluster.ns, fieldSelector="reason=NodeExcluded,involvedObject.name=dt")
-            told = [e["message"] for e in events["items"]]
-            print("NodeExcluded:", told)
-            assert len(told) == 1 and (f"dt-worker-1 failed there (DisruptionTarget DeletionByDeviceTaintManager: "
-                                       f"device {device} of driver {DRIVER} tainted example.com/unhealthy=true:"
-                                       "NoExecute)") in told[0]
-
-            second = await eventually(lambda: running(cluster, ["dt-launcher-1", "dt-worker-0", "dt-worker-1"], 1),
-                                      90, "attempt 2 Running")
-            placed = {n: p["spec"]["nodeName"] for n, p in second.items()}
-            print("attempt 2:", placed)
-            assert bad not in placed.values()
+            before = await eventually(lambda: running(cluster, names), 90, "ns's pods Running")
+            await eventually(lambda: cluster.condition("ns", "Running"), 30, "ns Running")
+            await sim_kube.create(DEVICE_TAINT_RULES, None, device_taint_rule(rule, TAINT))
+            # The eviction controller writes this condition once for a new rule, having matched it against every
+            # allocated claim under the same lock (device_taint_eviction.go: handleRuleChange queues it,
+            # maybeUpdateRuleStatus counts): a rule matching ns's devices shows PodsPendingEviction (Completed
+            # once they are gone), not NotStarted.
+            condition = await eventually(lambda: eviction_condition(sim_kube, rule), 60, f"{rule} processed")
+            print(f"\n{rule}'s EvictionInProgress:", condition)
+            assert (condition["status"], condition["reason"]) == ("False", "NotStarted")
+            # The scheduler: a job made while the rule stands gets the other two nodes' GPUs (claims of devices
+            # all tainted NoExecute would leave its workers Pending). Meanwhile ns's pods stay.
+            await cluster.create_job(make_mpijob("ns2").workers(2).claim("gpus", TEMPLATE).manifest())
+            second = await eventually(lambda: running(cluster, ["ns2-launcher", "ns2-worker-0", "ns2-worker-1"]),
+                                      90, "ns2 Running while the rule stands")
+            print("ns2:", {n: p["spec"]["nodeName"] for n, p in second.items()})
+            after = await running(cluster, names)
+            assert after is not None, "ns's pods gone or not Running"
+            assert {n: p["metadata"]["uid"] for n, p in after.items()} == {
+                n: p["metadata"]["uid"] for n, p in before.items()}
+            assert not any(c["type"] == "DisruptionTarget" for p in after.values()
+                           for c in p["status"].get("conditions") or [])
+            status = ((await cluster.job("ns")) or {}).get("status") or {}
+            print("ns: restartCount", status.get("restartCount"), "conditions:",
+                  [(c["type"], c["status"]) for c in status.get("conditions") or []])
+            assert not status.get("restartCount") and await cluster.condition("ns", "Running") is not None
         finally:
-            if bad:  # its devices untainted again (a merge patch replaces the list)
-                await sim_kube.patch(RESOURCE_SLICES, None, f"{bad}-{DRIVER}",
-                                     {"spec": {"devices": node_gpus(DRIVER, bad)["spec"]["devices"]}})
-            await delete_and_wait(cluster, "dt")
+            await sim_kube.delete_if_present(DEVICE_TAINT_RULES, None, rule)
+            await delete_and_wait(cluster, "ns")
+            await delete_and_wait(cluster, "ns2")
 
 
 async def test_an_extended_resource_served_from_dra_devices_keeps_slots_from_the_limit(
