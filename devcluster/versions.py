@@ -25,7 +25,9 @@ KWOK_VERSION = "v0.8.0"
 # Gang scheduling: scheduler-plugins' kube-scheduler with the Coscheduling plugin (and its PodGroup CRD). Its
 # newest release the Go module proxy serves is v0.34.7, for Kubernetes v1.34 (v0.35.7's zip refused; there is no
 # v0.36 or v0.37): pinned to v1.37.2 it does not compile (1.37 moved the scheduler framework's types), so it is
-# built on the v1.34.4 modules (devcluster/coscheduler.py): a second compile of what it shares with Kubernetes,
+# built on the v1.34.4 modules (devcluster/coscheduler.py): a second compile of what it shares with Kubernetes
+# (on the oldest minor's v1.35.4 modules, to share theirs, it does not compile either: `undefined: framework.Handle`,
+# `framework.SharedLister`, ... in pkg/coscheduling and pkg/capacityscheduling, tried 2026-12-02),
 # and a scheduler three minors older than its apiserver, outside kube-scheduler's one-minor skew policy (its
 # tests pass on it: test_gang_simulated.py). Kubernetes' own gang scheduling (the Workload API) needs none.
 # Volcano's PodGroup API, whose CRD controller-gen generates from the module's Go types (the module ships none).
