@@ -79,6 +79,10 @@ class Observed:
     """
 
     pods: list[Pod] = field(default_factory=list)
+    # The job's pods someone else deleted with a DisruptionTarget that were gone before a pass saw them going (as
+    # the cache last held them; the controller keeps them until the job's attempt moves past theirs): a preempted
+    # gang's pods can be removed within a few milliseconds, and an unbound pod's deletion is immediate.
+    disrupted_gone: list[Pod] = field(default_factory=list)
     config_map: JSON | None = None
     secret: JSON | None = None
     service: JSON | None = None

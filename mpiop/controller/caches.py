@@ -20,13 +20,14 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from mpiop import names, podstate
 from mpiop.api.raw import JSON
 from mpiop.api.v2beta1 import KIND, MPIJob
 from mpiop.controller import acceptance
+from mpiop.controller.gone_pods import DisruptedGone
 from mpiop.controller.trims import (
     ConfigMapShape,
     PodShape,
@@ -230,6 +231,8 @@ class Caches:
     # DRA node's GPUs are in its slices, not its allocatable.
     resource_slices: Informer | None = None
     device_classes: Informer | None = None
+    # Pods deleted with a DisruptionTarget that went before a pass saw them going (gone_pods), fed by the pod informer.
+    disrupted_gone: DisruptedGone = field(default_factory=DisruptedGone)
 
     @classmethod
     def build(cls, client: KubeClient, namespace: str | None, watch_timeout_seconds: int = 300,
@@ -278,6 +281,7 @@ class Caches:
             resource_slices=cluster_wide(RESOURCE_SLICES, trim_resource_slice) if dra else None,
             device_classes=cluster_wide(DEVICE_CLASSES, trim_device_class) if dra else None,
         )
+        caches.pods.handlers.append(caches.disrupted_gone.note)
         if caches.nodes is not None:
             caches.nodes.accept = caches.keeps_node
         if caches.claim_templates is not None:
@@ -342,6 +346,7 @@ class Caches:
 
         return Observed(
             pods=mine(self.pods),
+            disrupted_gone=self.disrupted_gone.of(job),
             config_map=one(self.config_maps, names.config_map_name(job)),
             attempt_config_maps=[m for m in mine(self.config_maps)
                                  if names.ATTEMPT_LABEL in (m["metadata"].get("labels") or {})],

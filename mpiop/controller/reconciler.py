@@ -104,6 +104,7 @@ class Reconciler:
         if raw is None:
             self.soft_writes.forget(key)
             self.refusals.forget(key)
+            self.caches.disrupted_gone.forget(key)
             return None  # deleted: the garbage collector removes what it owned
         job = MPIJob.model_validate(raw)
         if job.metadata.deletion_timestamp is not None or not managed_by.is_ours(job):

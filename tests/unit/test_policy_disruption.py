@@ -6,6 +6,9 @@ import pytest
 
 from mpiop import podstate
 from mpiop.api.v2beta1 import MPIJob
+from mpiop.decide import decide
+from mpiop.desired.podgroup import GangScheduler
+from mpiop.desired.settings import Settings
 from mpiop.plan import Observed, Plan
 from mpiop.policies import disruption, failure
 from mpiop.policies.outcome import STOP
@@ -135,3 +138,61 @@ def test_disruptions_leave_the_backoff_budget_to_failures() -> None:
     restarting = plan.status.condition("Restarting")
     assert restarting is not None and restarting.message is not None
     assert "(restart 3, failure 1 of backoffLimit 1)" in restarting.message
+
+
+PREEMPTED = ("PreemptionByScheduler", "default-scheduler: preempting to accommodate a higher priority podgroup")
+GANG = Settings(gang_scheduler=GangScheduler("kubernetes"), stop_grace_seconds=20)
+
+
+def preempted(job: MPIJob, which: str, attempt: int = 0) -> PodBuilder:
+    """One of the attempt's running pods as the cache last held it when the scheduler's preemption took it."""
+    return attempt_pods(job, attempt)[which].disrupted(*PREEMPTED).terminating()
+
+
+RUNNING = base(backoff=0).condition("Running", when=at(50)).obj()
+RESTARTED = base(backoff=0, restarts=1, disruptions=1).condition("Running", when=at(50)).obj()
+
+
+@pytest.mark.parametrize(
+    ("job", "live", "gone", "blamed", "deleted", "created"),
+    [
+        # The scheduler's preemption of a gang on nodes no kubelet runs: every pod gone before a pass saw it going.
+        (RUNNING, [], [preempted(RUNNING, w) for w in ("launcher", "worker-0", "worker-1")], "pi-launcher", [], []),
+        # Some gone, some still going: the one still seen is blamed, what is left is deleted.
+        (RUNNING, [preempted(RUNNING, "worker-1")], [preempted(RUNNING, "launcher"), preempted(RUNNING, "worker-0")],
+         "pi-worker-1", [], []),
+        # The launcher gone, the workers not reached yet: they go (at once: no mpirun is left to tell).
+        (RUNNING, [attempt_pods(RUNNING)["worker-0"], attempt_pods(RUNNING)["worker-1"]],
+         [preempted(RUNNING, "launcher")], "pi-launcher", ["pi-worker-0", "pi-worker-1"], []),
+        # An earlier attempt's, counted at its time: the next attempt's pods are made.
+        (RESTARTED, [], [preempted(RESTARTED, "launcher")], None, [], ["pi-worker-0", "pi-worker-1", "pi-launcher-1"]),
+        # Nothing remembered (deleted by someone else without DisruptionTarget, or while no operator ran): made again
+        # into the same attempt, as before.
+        (RUNNING, [], [], None, [], ["pi-worker-0", "pi-worker-1", "pi-launcher"]),
+    ],
+    ids=["all-gone", "some-gone", "launcher-gone", "earlier-attempt", "nothing-remembered"],
+)
+def test_a_disrupted_pod_gone_before_a_pass_saw_it_going_restarts_the_job(
+        job: MPIJob, live: list[PodBuilder], gone: list[PodBuilder], blamed: str | None, deleted: list[str],
+        created: list[str]) -> None:
+    observed = Observed(pods=[p.obj() for p in live], disrupted_gone=[p.obj() for p in gone])
+    plan = decide(job, observed, at(100), GANG)
+    assert sorted(podstate.name(p) for p in plan.pods_to_delete) == deleted
+    assert plan.pod_grace_seconds == {}
+    assert [p["metadata"]["name"] for p in plan.creation_steps.pods()] == created
+    if blamed is None:
+        assert plan.status.restart_count == job.status.restart_count
+        return
+    assert (plan.status.restart_count, plan.status.disruption_restarts) == (1, 1)
+    assert not plan.status.finished  # backoffLimit 0: a failure counted would have failed the job
+    assert plan.status.last_failure is not None
+    assert (plan.status.last_failure.reason, plan.status.last_failure.pod) == ("PreemptionByScheduler", blamed)
+    running, stopping = plan.status.condition("Running"), plan.status.condition("Stopping")
+    assert running is not None and (running.status, running.reason) == ("False", "MPIJobRestarting")
+    assert stopping is None  # no launcher left to tell: nothing to hold
+    restarting = plan.status.condition("Restarting")
+    assert restarting is not None and restarting.message is not None
+    assert restarting.message.startswith(
+        "MPIJob ns/pi is restarting after a disruption (restart 1, disruption 1; not counted against backoffLimit 0): "
+        f"{blamed}")
+    assert "DisruptionTarget PreemptionByScheduler: default-scheduler: preempting" in restarting.message
