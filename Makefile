@@ -155,8 +155,11 @@ clean:
 
 # End to end on a real single node (root on Debian: containerd, runc, CNI plugins, CoreDNS, kubelet, kube-proxy),
 # real MPI jobs through mpiop. Installs the e2e packages, builds binaries and images once into .cache/, runs e2e/.
+# E2E_WORKERS xdist workers share the one node (brought up by pytest's controller; docs/e2e.md): node-wide scenarios
+# (marker node_wide) run alone, host-network ones one after another on one worker. E2E_WORKERS=0: one process, serial.
+E2E_WORKERS ?= 2
 .PHONY: e2e
 e2e: binaries
 	bash hack/install-e2e-deps.sh
 	$(BIN)/python -m devcluster.node prepare
-	$(BIN)/pytest -q -p no:cacheprovider -rfExX e2e  # f, E: what failed, named at the end
+	$(BIN)/pytest -q -p no:cacheprovider -rfExX -n $(E2E_WORKERS) --dist loadgroup e2e  # f, E: what failed, at the end

@@ -23,6 +23,7 @@ are built in, so nothing is loaded; every image is built locally and imported (s
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import shutil
@@ -33,7 +34,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO
+from typing import IO, Any
 
 import yaml
 
@@ -82,7 +83,25 @@ class Node:
     control_plane: ControlPlane | None = None
     components: list[Component] = field(default_factory=list)
     timings: dict[str, float] = field(default_factory=dict)
+    # Another process's running node (Node.attach): this object starts and stops nothing.
+    attached: bool = False
     _lock: IO[str] | None = None
+
+    @classmethod
+    def attach(cls, record: dict[str, Any]) -> Node:
+        """The node another process runs, from its `attach_record()`: its workdir, control plane (kubeconfig, the
+        apiserver's port, the PKI beside them) and containerd (the fixed socket); `stop()` leaves it running."""
+        plane = ControlPlane(workdir=Path(record["control_plane"]), api_port=int(record["api_port"]))
+        return cls(workdir=Path(record["workdir"]), keep_images=bool(record["keep_images"]), control_plane=plane,
+                   attached=True)
+
+    def attach_record(self) -> dict[str, Any]:
+        """What another process needs to use this running node (`Node.attach`), as JSON-able values."""
+        assert self.workdir is not None and self.control_plane is not None
+        return {"workdir": str(self.workdir), "control_plane": str(self.control_plane.workdir),
+                "api_port": self.control_plane.api_port, "server": self.control_plane.server,
+                "kubeconfig": str(self.kubeconfig), "ca": str(self.control_plane.pki / "ca.crt"),
+                "keep_images": self.keep_images}
 
     @property
     def kubeconfig(self) -> Path:
@@ -106,6 +125,8 @@ class Node:
 
     # -- bring-up ---------------------------------------------------------------------------------------
     def start(self, timeout: float = 300.0) -> None:
+        if self.attached:
+            raise NodeError("an attached node is another process's to start")
         begin = time.monotonic()
         diskspace.require_free(cache_dir() / "e2e", diskspace.NODE_START_BYTES, "starting the e2e node")
         self._take_lock()
@@ -237,6 +258,15 @@ class Node:
             self.cri("rm-all")
 
     def import_images(self, wanted: Sequence[oci.Image]) -> None:
+        """Import what of `wanted` (and their bases) containerd does not hold at the same digest. Under a lock in the
+        workdir: processes sharing the node (e2e's xdist workers) import one at a time, each deciding by what
+        containerd holds by then."""
+        assert self.workdir is not None
+        with (self.workdir / "import.lock").open("a") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            self._import_images(wanted)
+
+    def _import_images(self, wanted: Sequence[oci.Image]) -> None:
         present = {}
         for line in self.ctr("images", "ls").splitlines()[1:]:
             fields = line.split()
@@ -304,7 +334,10 @@ class Node:
 
     # -- teardown ---------------------------------------------------------------------------------------
     def stop(self) -> None:
-        """Stop everything and undo every change to the host; safe to call more than once."""
+        """Stop everything and undo every change to the host; safe to call more than once. An attached node's
+        owner stops it: here nothing."""
+        if self.attached:
+            return
         errors: list[str] = []
         by_name = {c.name: c for c in self.components}
         for name in ("kube-proxy", "kubelet", "coredns"):

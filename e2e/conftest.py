@@ -7,20 +7,104 @@ test asks for it. Open MPI 5's scenarios are selectable with `-k openmpi5`, MPIC
 
 Timings go to `.cache/e2e/report.json` and the terminal summary: node bring-up, and for each scenario the
 seconds from creating the MPIJob to its final condition.
+
+Under pytest-xdist (`make e2e`: `-n 2 --dist loadgroup`) the workers share one node: the controller brings it up
+in pytest_configure and stops it in pytest_unconfigure, each worker's `e2e_session` attaches to it
+(testkit.e2e.session.attach_node), scenarios marked `node_wide` run alone on it (testkit.e2e.nodelock), and each
+worker's REPORT reaches the controller when the worker ends (its `workeroutput`), merged there. With `-n 0` (or
+without xdist) the one process brings the node up in `e2e_session`, as before.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
-from collections.abc import Iterator
+from collections.abc import Generator, Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from devcluster import exec_images, images
 from testkit.e2e.exec_launch import import_exec_images, import_once, restrict_namespace
-from testkit.e2e.session import E2E, REPORT, REPORT_PATH, fresh_namespace, node_session, operator_process
+from testkit.e2e.nodelock import node_lock
+from testkit.e2e.session import (
+    E2E,
+    REPORT,
+    REPORT_PATH,
+    attach_node,
+    fresh_namespace,
+    merge_report,
+    node_session,
+    operator_process,
+    share_node,
+)
+
+SHARED_KEY = "mpiop_e2e_node"  # workerinput: the controller's shared node (share_node's file)
+REPORT_KEY = "mpiop_e2e_report"  # workeroutput: the worker's REPORT, as JSON
+_NODE = pytest.StashKey[contextlib.ExitStack]()
+_SHARED = pytest.StashKey[str]()
+
+
+def _worker(config: pytest.Config) -> bool:
+    return hasattr(config, "workerinput")
+
+
+def _shared(config: pytest.Config) -> str | None:
+    """On an xdist worker, the file of the node the controller shares."""
+    shared: str | None = getattr(config, "workerinput", {}).get(SHARED_KEY)
+    return shared
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("markers", "node_wide: changes what every namespace on the node sees, or its timing "
+                                       "bounds would not hold beside another scenario: runs alone on the node")
+    # The xdist controller (workers to come, none yet): the one node, up before the workers start.
+    if _worker(config) or not getattr(config.option, "numprocesses", None) or config.option.collectonly:
+        return
+    if os.geteuid() != 0:
+        return  # each worker's e2e_session fails, saying why
+    stack = contextlib.ExitStack()
+    config.stash[_NODE] = stack
+    config.stash[_SHARED] = str(share_node(stack.enter_context(node_session())))
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    if (stack := config.stash.get(_NODE, None)) is not None:
+        stack.close()
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_configure_node(node: Any) -> None:
+    """The controller tells each xdist worker where the shared node's record is."""
+    if (shared := node.config.stash.get(_SHARED, None)) is not None:
+        node.workerinput[SHARED_KEY] = shared
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node: Any, error: object) -> None:
+    """A worker ended: its REPORT (timings, launcher logs) into the controller's."""
+    if report := getattr(node, "workeroutput", {}).get(REPORT_KEY):
+        merge_report(REPORT, json.loads(report))
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    if _worker(session.config):
+        session.config.workeroutput[REPORT_KEY] = json.dumps(REPORT)  # type: ignore[attr-defined]
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_protocol(item: pytest.Item) -> Generator[None, object, object]:
+    """On a worker sharing the node: a `node_wide` scenario (setup and teardown included) alone on the node, any
+    other beside other shared ones."""
+    shared = _shared(item.config)
+    if shared is None:
+        return (yield)
+    with node_lock(Path(shared).parent, exclusive=item.get_closest_marker("node_wide") is not None) as waited:
+        if waited >= 1:
+            REPORT.setdefault("node_lock_waits", {})[item.nodeid] = round(waited, 1)
+        return (yield)
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
@@ -30,6 +114,8 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 
 
 def pytest_terminal_summary(terminalreporter: Any) -> None:
+    if _worker(terminalreporter.config):  # the controller prints (and writes) the merged report
+        return
     if not REPORT["node"] and not REPORT["scenarios"]:  # nothing ran (e.g. collection only)
         return
     REPORT_PATH.parent.mkdir(parents=True, exist_ok=True)
@@ -45,6 +131,9 @@ def pytest_terminal_summary(terminalreporter: Any) -> None:
               f"{' '.join(plane.get('apiserver_flags', []))}")
     for name, seconds in REPORT["scenarios"].items():
         write(f"{name:<44} {seconds:6.1f}s")
+    if waits := REPORT.get("node_lock_waits"):  # xdist workers sharing the node: who waited for whom, how long
+        each = ", ".join(f"{test.rsplit('::', 1)[-1]} {seconds:.1f}s" for test, seconds in waits.items())
+        write(f"waited for the node-wide lock: {sum(waits.values()):.1f}s in all ({each})")
     for key, log in REPORT.items():  # openmpi_pi_launcher_log, pytorch_ddp_launcher_log, ...
         if key.endswith("_log") and isinstance(log, str):
             write(f"{key.removesuffix('_log').replace('_', ' ')}:")
@@ -63,11 +152,16 @@ def pytest_terminal_summary(terminalreporter: Any) -> None:
 
 
 @pytest.fixture(scope="session")
-def e2e_session() -> Iterator[E2E]:
+def e2e_session(request: pytest.FixtureRequest) -> Iterator[E2E]:
     if os.geteuid() != 0:
         pytest.fail("the e2e node needs root (containerd, mounts, cgroups, a bridge); run `make e2e` as root")
-    with node_session() as session:
-        yield session
+    if (shared := _shared(request.config)) is not None:
+        yield attach_node(Path(shared))  # the controller's node: it stops it
+    elif _worker(request.config):
+        pytest.fail("an xdist worker without the controller's node (did its pytest_configure start none?)")
+    else:
+        with node_session() as session:
+            yield session
 
 
 @pytest.fixture

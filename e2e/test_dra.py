@@ -20,6 +20,9 @@ from testkit.e2e.kube import MPIJOBS, wait_for
 from testkit.e2e.mpi import PI_LINE, RANK_LINE, assert_pi, assert_succeeded
 from testkit.e2e.session import E2E, operator_process
 
+# Node-wide: a DRA driver's kubelet plugin, its node's ResourceSlice and a cluster-scoped DeviceClass.
+pytestmark = pytest.mark.node_wide
+
 COUNT = 2  # devices each worker claims
 WORKERS = 2
 

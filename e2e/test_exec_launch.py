@@ -201,6 +201,7 @@ def test_worker_deleted_mid_run_restarts_the_job(restricted: E2E, exec_images_im
     print(describe(e2e, "restart"))
 
 
+@pytest.mark.xdist_group("host-network")  # on the node's network: test_hostnetwork.py says why
 def test_host_network_pi_without_sshd(bare: E2E, exec_images_imported: tuple[str, str]) -> None:
     """Both templates on the host network under exec (in a namespace that allows it: the baseline and restricted
     standards forbid the host network). Every pod has the node's hostname there, so each rank prints the

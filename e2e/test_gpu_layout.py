@@ -15,6 +15,9 @@ from testkit.e2e.gpus import GPU, fake_gpus, total_gpus_pi_job
 from testkit.e2e.mpi import assert_pi, assert_succeeded
 from testkit.e2e.session import E2E
 
+# Node-wide: the node's status says it has 4 GPUs while it runs (test_operator_in_cluster patches them too).
+pytestmark = pytest.mark.node_wide
+
 
 @pytest.fixture
 def four_fake_gpus(e2e: E2E) -> Iterator[None]:

@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import time
 
+import pytest
+
 from testkit.e2e.exec_launch import add_passwd, restricted_exec
 from testkit.e2e.session import E2E, operator_process
 from testkit.e2e.stopping import (
@@ -24,6 +26,10 @@ from testkit.e2e.stopping import (
     suspend_resume_evict,
 )
 from testkit.e2e.training import SSH_MPIRUN
+
+# Alone on the node: each stop must end within the 25 s grace (the ranks' checkpoint saved, mpirun gone), which a
+# neighbour's ranks on the node's 2 CPUs would eat into; not a looser bound.
+pytestmark = pytest.mark.node_wide
 
 FLAGS = ("--status-write-seconds=1",)  # progress written within a second, so the test sees each run's first
 

@@ -22,6 +22,12 @@ from testkit.e2e.session import E2E, OPENMPI, REPORT
 from testkit.e2e.training import IDENTITY, RANKS, ddp_job, script_config_map
 from testkit.pods import env_of
 
+# On the node's own network: host ports (mpiop's 20000-30000, outside the ephemeral range every other process's
+# ports come from) that another host-network scenario's jobs would take, and the port-conflict scenario's count of
+# what the scheduler refused. Every host-network scenario (test_exec_launch's too) in one xdist group: one worker,
+# one after another; beside any other scenario, which binds nothing on the host.
+pytestmark = pytest.mark.xdist_group("host-network")
+
 ACCEPTED = "Accepted publickey"
 
 

@@ -9,6 +9,7 @@ import os
 import time
 from pathlib import Path
 
+import pytest
 import yaml
 
 from devcluster import images, oci
@@ -19,6 +20,10 @@ from testkit.e2e.gpus import fake_gpus, total_gpus_pi_job
 from testkit.e2e.kube import MPIJOBS, is_true, wait_for
 from testkit.e2e.mpi import assert_pi, assert_succeeded
 from testkit.e2e.session import E2E
+
+# Node-wide: cluster-scoped RBAC, a MutatingWebhookConfiguration for every MPIJob, fake GPUs in the node's status,
+# and an operator that is no test's `mpiop run`: alone on the node (e2e/conftest.py).
+pytestmark = pytest.mark.node_wide
 
 NAMESPACE = "mpiop-system"
 

@@ -27,11 +27,13 @@ POD_SECURITY = {"runAsUser": UID, "runAsGroup": UID, "runAsNonRoot": True,
 PASSWD = f"root:x:0:0:root:/root:/bin/sh\nmpi:x:{UID}:{UID}:mpi:/tmp:/bin/sh\n"
 
 
-_imported: set[str] = set()  # derived images (exec launch's) imported into this process's node
+_imported: set[str] = set()  # derived images (exec launch's) this process had imported: no second look at the node
 
 
 def import_once(session: E2E, image: oci.Image) -> str:
-    """`image` (built and cached on first use) imported into the session's node once; its ref."""
+    """`image` (built and cached on first use) imported into the session's node once; its ref. Another process
+    sharing the node (an xdist worker) may import it too: Node.import_images takes the node's lock and imports only
+    what containerd does not hold."""
     if image.ref not in _imported:
         session.node.import_images([image])
         _imported.add(image.ref)

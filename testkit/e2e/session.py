@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import re
 import secrets
@@ -28,6 +29,7 @@ from testkit.process import ROOT, OperatorProcess
 
 REPORT: dict[str, Any] = {"node": {}, "scenarios": {}}
 REPORT_PATH = cache_dir() / "e2e" / "report.json"
+SHARED_FILE = "shared-node.json"  # in the node's workdir: what processes attaching to the node need (share_node)
 # `suite` parameters: an Open MPI scenario on each MPI image (images.MPI_SUITES), named by its Open MPI.
 OPENMPI = [pytest.param(images.BOOKWORM.name, id="openmpi4"), pytest.param(images.TRIXIE.name, id="openmpi5")]
 
@@ -144,8 +146,37 @@ def node_session() -> Iterator[E2E]:
         node.stop()
 
 
+def share_node(session: E2E) -> Path:
+    """Write what another process needs to use `session`'s node (attach_node): the node's record (workdir,
+    kubeconfig, apiserver, CA), and the MPI images imported so far. Returns the file."""
+    assert session.node.workdir is not None
+    path = session.node.workdir / SHARED_FILE
+    path.write_text(json.dumps({"node": session.node.attach_record(), "image": session.image,
+                                "mpi_images": session.mpi_images}, indent=2))
+    return path
+
+
+def attach_node(path: Path) -> E2E:
+    """The session of a node another process runs and shared (share_node): nothing is started, nothing stopped."""
+    shared = json.loads(path.read_text())
+    node = Node.attach(shared["node"])
+    assert node.control_plane is not None
+    api = Api(node.control_plane.server, node.control_plane.ssl_context())
+    return E2E(node, api, shared["image"], mpi_images=dict(shared["mpi_images"]))
+
+
+def merge_report(into: dict[str, Any], other: dict[str, Any]) -> None:
+    """`other` (a worker's REPORT) into `into`: nested dicts merged key by key, anything else replaced."""
+    for key, value in other.items():
+        if isinstance(value, dict) and isinstance(into.get(key), dict):
+            merge_report(into[key], value)
+        else:
+            into[key] = value
+
+
 def suite_image(session: E2E, suite: str) -> str:
-    """The ref of `suite`'s MPI image, built (cached) and imported into the node the first time it is asked for."""
+    """The ref of `suite`'s MPI image, built (cached) and imported into the node the first time this process asks
+    for it (whether it is imported already, the node decides: Node.import_images, under its lock)."""
     if suite not in session.mpi_images:
         image = images.mpi_image(images.MPI_SUITES[suite])
         begin = time.monotonic()
