@@ -41,14 +41,14 @@ binaries: venv
 # Tests render the Helm chart (helm, devcluster/helm.py through hack/helm.sh), check and unit-test the alerting
 # rules with promtool, and have a real Prometheus scrape mpiop: both binaries are taken out of Debian's prometheus
 # package into .cache/ (hack/prometheus.sh, hack/promtool.sh); run a simulated cluster (KWOK and its Stages,
-# devcluster/kwok.py); gang-schedule on it: scheduler-plugins' kube-scheduler and controller-gen (for Volcano's
-# PodGroup CRD) are built once from theirs (devcluster/coscheduler.py); and compare the CRD with
+# devcluster/kwok.py); install the gang schedulers' PodGroup CRDs: scheduler-plugins' from its module, Volcano's made by
+# controller-gen, built once (devcluster/gang_crds.py); and compare the CRD with
 # kubeflow/mpi-operator's, read from its Go module (testkit/kubeflow.py). Each step is a no-op once its output is
 # there, and each is its own step, so that `make` runs them side by side (JOBS above). The Go tools are built
 # after Kubernetes' binaries, on the same modules (devcluster/pinned.py): what they share with Kubernetes
 # (client-go, api, grpc, ...) compiles once, out of Go's cache; Kueue's controller manager (test_kueue.py,
 # test_kueue_dra.py) is one of them.
-TEST_BINARY_STEPS := binaries build-oldest build-coscheduler build-kwok build-helm build-kueue build-prometheus fetch-kubeflow
+TEST_BINARY_STEPS := binaries build-oldest build-gang-crds build-kwok build-helm build-kueue build-prometheus fetch-kubeflow
 .PHONY: $(TEST_BINARY_STEPS)
 test-binaries: $(TEST_BINARY_STEPS)
 
@@ -56,8 +56,8 @@ test-binaries: $(TEST_BINARY_STEPS)
 build-oldest: binaries
 	$(BIN)/python -m devcluster.binaries --oldest
 
-build-coscheduler: binaries
-	$(BIN)/python -m devcluster.coscheduler >/dev/null
+build-gang-crds: binaries
+	$(BIN)/python -m devcluster.gang_crds >/dev/null
 
 build-kwok: binaries
 	$(BIN)/python -m devcluster.kwok >/dev/null

@@ -15,9 +15,8 @@ What KWOK runs (written to ``<workdir>/kwok.yaml``):
   ``sim.mpiop.dev/exit-code`` (default 0, or 1 when Failed). Put the label on a replica template to make
   a job's launcher finish on its own; or write the pod status directly with :func:`finished_pod_status`.
 
-With ``coscheduler`` set to a scheduler name, scheduler-plugins' kube-scheduler (the Coscheduling plugin, built
-by devcluster/coscheduler.py) runs too, as a second scheduler of that name, after its PodGroup CRD is installed:
-pods with that schedulerName are gang-scheduled by PodGroup.
+Gang scheduling is Kubernetes' own: ``feature_gates={"GenericWorkload": True}`` and the scheduling.k8s.io/v1beta1
+API in ``runtime_config`` turn on the stock kube-scheduler's GangScheduling plugin (test_gang_kubernetes.py).
 
 kube-scheduler runs with a raised client QPS (``scheduler_qps``): it stands in for a cluster of real
 nodes, and its stock 50 QPS would make scheduling, not the operator under test, the bottleneck.
@@ -35,7 +34,7 @@ from typing import Any
 
 import yaml
 
-from devcluster import binaries, coscheduler, kwok
+from devcluster import binaries, kwok
 from devcluster.controlplane import ControlPlane, ControlPlaneError, free_port
 
 KWOK_NODE_ANNOTATION = "kwok.x-k8s.io/node"
@@ -148,8 +147,6 @@ class SimulatedCluster:
     scheduler_qps: float = 1000.0
     scheduler_burst: int = 2000
     kwok_parallelism: int = 16
-    coscheduler: str = ""
-    coscheduler_permit_wait_seconds: int = 10
     # Opt-in, for the tests of alpha features (DRA device taints, DRA extended resources): on every component.
     feature_gates: Mapping[str, bool] = field(default_factory=dict)
     runtime_config: Sequence[str] = ()
@@ -189,15 +186,12 @@ class SimulatedCluster:
         kwok_binary = kwok.kwok_binary()
         stages = kwok.kwok_stages_dir()
         scheduler = binaries.kube_binary("kube-scheduler")
-        gang = coscheduler.coscheduler_binary() if self.coscheduler else None
         deadline = time.monotonic() + timeout
         self.control_plane.start(timeout=timeout)
         try:
             workdir = self.control_plane.workdir
             assert workdir is not None
             self._launch_scheduler(scheduler, workdir)
-            if gang is not None:
-                self._launch_coscheduler(gang, workdir)
             self._launch_kwok(kwok_binary, stages, workdir)
             self.add_nodes(self.nodes, deadline=deadline)
         except BaseException:
@@ -216,33 +210,13 @@ class SimulatedCluster:
                                  "burst": self.scheduler_burst},
             "leaderElection": {"leaderElect": False},
         }
-        self._launch_scheduler_binary("kube-scheduler", binary, workdir, config, verbosity=1)
-
-    def _launch_scheduler_binary(self, name: str, binary: Path, workdir: Path, config: dict[str, Any], *,
-                                 verbosity: int, more: tuple[str, ...] = ()) -> None:
-        """A kube-scheduler build (stock or scheduler-plugins') with this configuration, serving on a free port."""
-        path = workdir / f"{name}.yaml"
+        path = workdir / "kube-scheduler.yaml"
         path.write_text(yaml.safe_dump(config))
-        self.control_plane.launch(name, [
+        self.control_plane.launch("kube-scheduler", [
             str(binary), f"--config={path}",
             f"--authentication-kubeconfig={self.kubeconfig}", f"--authorization-kubeconfig={self.kubeconfig}",
-            "--bind-address=127.0.0.1", f"--secure-port={free_port()}", f"--v={verbosity}", *more,
-            *self.control_plane.gate_flags(),
+            "--bind-address=127.0.0.1", f"--secure-port={free_port()}", "--v=1", *self.control_plane.gate_flags(),
         ])
-
-    def _launch_coscheduler(self, binary: Path, workdir: Path) -> None:
-        """Its PodGroup CRD first (the plugin's informer needs it), then the scheduler under its own name."""
-        crd = yaml.safe_dump(coscheduler.scheduler_plugins_crd())
-        self.kubectl("apply", "--server-side", "-f", "-", input_text=crd)
-        self.kubectl("wait", "--for=condition=Established", "--timeout=60s", "crd/podgroups.scheduling.x-k8s.io")
-        config = coscheduler.coscheduler_config(self.kubeconfig, self.coscheduler,
-                                                permit_waiting_seconds=self.coscheduler_permit_wait_seconds,
-                                                qps=self.scheduler_qps, burst=self.scheduler_burst)
-        # Pods the Coscheduling plugin turned away (a gang that cannot fit yet) are retried only on the
-        # events it registers (pod added, PodGroup changed), not when capacity frees up; this is the
-        # stock fallback (every 30 s, after 5 min by default), shortened.
-        self._launch_scheduler_binary("coscheduler", binary, workdir, config, verbosity=2,
-                                      more=("--pod-max-in-unschedulable-pods-duration=5s",))
 
     def _launch_kwok(self, binary: Path, stages: Path, workdir: Path) -> None:
         documents: list[Any] = [{

@@ -1,5 +1,5 @@
-"""Gang scheduling on a simulated cluster with room for one job: what tests/integration/test_gang_simulated.py
-(scheduler-plugins' Coscheduling) and test_gang_kubernetes.py (Kubernetes' own gangs) share.
+"""Gang scheduling on a simulated cluster with room for one job: the helpers of
+tests/integration/test_gang_kubernetes.py (Kubernetes' own gangs).
 
 Two KWOK nodes of 8 GPUs and jobs of 4 workers x 4 GPUs: the workers' template holds a scheduling gate that a test
 lifts worker by worker, alternating between two jobs, the order in which two jobs submitted at once reach the

@@ -1,8 +1,8 @@
 """Kubernetes' own gangs for real: the stock v1.37 kube-scheduler (GenericWorkload on: its GangScheduling plugin and
 workload-aware preemption) and scheduling.k8s.io/v1beta1 PodGroups on a simulated cluster with room for one job.
 
-Two KWOK nodes with 8 GPUs each (16 GPUs) and two MPIJobs of 4 workers x 4 GPUs (16 GPUs each), as
-test_gang_simulated.py (testkit/gangs.py): the workers' scheduling gates lifted alternately between the jobs.
+Two KWOK nodes with 8 GPUs each (16 GPUs) and two MPIJobs of 4 workers x 4 GPUs (16 GPUs each)
+(testkit/gangs.py): the workers' scheduling gates lifted alternately between the jobs.
 
 * Without gang scheduling (the same scheduler, the same cluster): each job gets 2 of its 4 workers, neither runs.
 * With `--gang-scheduling kubernetes`: one job runs whole and the other has no pod bound at all, and says why
@@ -97,7 +97,7 @@ async def test_with_kubernetes_gangs_one_job_runs_whole_the_other_waits_unbound(
         job = await cluster.job("a")
         assert job is not None and all("schedulingGroup" not in r["template"]["spec"]
                                        for r in job["spec"]["mpiReplicaSpecs"].values())
-        # Paced, as test_gang_simulated.py: a gang's pods wait in PreEnqueue or Permit, neither placed nor refused.
+        # Paced: a gang's pods wait in PreEnqueue or Permit, neither placed nor refused.
         await lift_gates_alternately(cluster, "a", "b", settle=lambda pod: asyncio.sleep(0.2))
 
         winner, loser = await winner_and_loser(cluster)

@@ -2,8 +2,8 @@
 with a --node-fault-exit-codes code sends every pod of the next attempt to other nodes; once the exclusions
 leave too few nodes, the job says it waits for that reason. A worker's node that went NotReady, or was deleted,
 when the attempt failed (the launcher failing first, as mpirun does when it loses a worker) is excluded too. Under
-gang scheduling (scheduler-plugins' Coscheduling, running beside the default scheduler) the next attempt's gang is
-placed whole off the excluded node.
+gang scheduling (Kubernetes' own: the stock kube-scheduler with GenericWorkload on, scheduling.k8s.io/v1beta1
+PodGroups) the next attempt's gang is placed whole off the excluded node.
 
 Own cluster of 3 fake 8-GPU nodes; each worker asks for 8 GPUs, so a node holds one worker and the two workers
 of an attempt need two nodes: after one exclusion they just fit, after two they cannot.
@@ -16,7 +16,6 @@ from typing import Any
 
 import pytest
 
-from devcluster.coscheduler import DEFAULT_SCHEDULER_NAME
 from devcluster.simulated import EXIT_CODE_ANNOTATION, FINISH_LABEL, KWOK_NODE_ANNOTATION, SimulatedCluster
 from mpiop.controller.caches import pod_group_resource
 from mpiop.desired.podgroup import GangScheduler
@@ -29,7 +28,8 @@ NODE_FAULT = 74
 
 @pytest.fixture(scope="module")
 def simulated() -> Iterator[SimulatedCluster]:
-    with SimulatedCluster(nodes=3, coscheduler=DEFAULT_SCHEDULER_NAME, coscheduler_permit_wait_seconds=5) as cluster:
+    with SimulatedCluster(nodes=3, feature_gates={"GenericWorkload": True},
+                          runtime_config=("scheduling.k8s.io/v1beta1=true",)) as cluster:
         yield cluster
 
 
@@ -60,17 +60,17 @@ async def _fail_on_its_node(sim_kube: KubeClient, cluster: Cluster, pod: str, re
 
 
 async def test_a_gang_restarts_whole_off_the_faulty_node(simulated: SimulatedCluster, sim_kube: KubeClient) -> None:
-    """Coscheduling places the next attempt's gang (launcher and both 8-GPU workers) on the two other nodes: the
-    PodGroup is the job's and stays, the pods carry the exclusion."""
+    """The scheduler's GangScheduling plugin places the next attempt's gang (launcher and both 8-GPU workers) on
+    the two other nodes: a PodGroup of its own (`<job>-<attempt>`), the pods carry the exclusion."""
     cluster = Cluster(sim_kube, "default")
-    gang = GangScheduler(DEFAULT_SCHEDULER_NAME)
+    gang = GangScheduler("kubernetes")
     async with running_operator(str(simulated.kubeconfig), "default", gang_scheduler=gang,
                                 node_fault_exit_codes=frozenset({NODE_FAULT})):
         await cluster.create_job(mpijob("gx", workers=2, gpus=8, run_policy={"backoffLimit": 5}))
         try:
             first = await eventually(lambda: _placed(cluster, 0, "gx-launcher", "gx"), 60, "attempt 1 Running")
-            group = await sim_kube.get(pod_group_resource(gang), cluster.ns, "gx")
-            print("\ngang attempt 1:", first, f"(PodGroup gx minMember {group['spec']['minMember']})")
+            group = await sim_kube.get(pod_group_resource(gang), cluster.ns, "gx-0")
+            print("\ngang attempt 1:", first, f"(PodGroup gx-0: {group['spec']})")
             bad = first["gx-worker-1"]
             await _fail_on_its_node(sim_kube, cluster, "gx-worker-1", 1, "gx")
             second = await eventually(lambda: _placed(cluster, 1, "gx-launcher-1", "gx"), 60, "attempt 2 Running")
@@ -78,9 +78,9 @@ async def test_a_gang_restarts_whole_off_the_faulty_node(simulated: SimulatedClu
             assert bad not in second.values(), f"attempt 2 ran on the excluded node {bad}"
             assert len({second["gx-worker-0"], second["gx-worker-1"]}) == 2
             pods = await cluster.pods()
-            assert {pods[n]["spec"]["schedulerName"] for n in second} == {DEFAULT_SCHEDULER_NAME}
-            again = await sim_kube.get(pod_group_resource(gang), cluster.ns, "gx")
-            assert again["metadata"]["uid"] == group["metadata"]["uid"]
+            assert {pods[n]["spec"]["schedulingGroup"]["podGroupName"] for n in second} == {"gx-1"}
+            assert {pods[n]["spec"]["schedulerName"] for n in second} == {"default-scheduler"}
+            await sim_kube.get(pod_group_resource(gang), cluster.ns, "gx-1")
         finally:
             await sim_kube.delete_if_present(MPIJOBS, cluster.ns, "gx")
 

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from devcluster import coscheduler
+from devcluster import gang_crds
 from devcluster.controlplane import ControlPlane
 from mpiop.api.raw import JSON
 from mpiop.controller.manager import Manager, ManagerConfig
@@ -47,7 +47,7 @@ async def gang_life(control_plane: ControlPlane, kube: KubeClient, tmp: Path) ->
     try:
         cluster = Cluster(kube, namespace)
         manager = Manager(client, ManagerConfig(namespace=namespace, workers=2, settings=Settings(
-            gang_scheduler=GangScheduler(coscheduler.DEFAULT_SCHEDULER_NAME))))
+            gang_scheduler=GangScheduler(gang_crds.DEFAULT_SCHEDULER_NAME))))
         await manager.preflight()
         stop = asyncio.Event()
         task = asyncio.create_task(manager.run(stop))
@@ -81,7 +81,7 @@ async def test_podgroups_rule_is_exactly_what_a_gang_job_uses(
     from devcluster.install import install_custom_resource
     from mpiop.controller.caches import pod_group_resource
 
-    plugins = GangScheduler(coscheduler.DEFAULT_SCHEDULER_NAME)
-    await install_custom_resource(kube, coscheduler.scheduler_plugins_crd(), pod_group_resource(plugins))
+    plugins = GangScheduler(gang_crds.DEFAULT_SCHEDULER_NAME)
+    await install_custom_resource(kube, gang_crds.scheduler_plugins_crd(), pod_group_resource(plugins))
     requests = await gang_life(control_plane, kube, tmp_path)
     assert podgroup_requests_check(requests, overlay_rbac, "scheduling.x-k8s.io") == PODGROUP_VERBS

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from devcluster import binaries, coscheduler, kueue, kwok
+from devcluster import binaries, kueue, kwok
 from devcluster.versions import ETCD_VERSION, HELM_VERSION, KUEUE_VERSION
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -30,13 +30,12 @@ def empty_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     ("resolve", "named", "made_by"),
     [
         (kwok.kwok_binary, "kwok (kwok v0.8.0): not in", "run `make test-binaries` first"),
-        (coscheduler.coscheduler_binary, "kube-scheduler (scheduler-plugins", "run `make test-binaries` first"),
         (binaries.etcd_binary, f"etcd (etcd {ETCD_VERSION}", "run `make test-binaries` first"),
         (lambda: binaries.kube_binary("kubectl"), "kube-apiserver, kube-controller-manager, kube-scheduler, kubectl",
          "run `make test-binaries` first"),
         (kueue.kueue_binary, f"kueue (Kueue {KUEUE_VERSION})", "run `make test-binaries` first"),
     ],
-    ids=["kwok", "coscheduler", "etcd", "kubernetes", "kueue"],
+    ids=["kwok", "etcd", "kubernetes", "kueue"],
 )
 def test_a_missing_binary_is_refused_naming_it_and_what_makes_it(empty_cache: Path, resolve: Callable[[], Path],
                                                                   named: str, made_by: str) -> None:

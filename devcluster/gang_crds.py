@@ -1,15 +1,16 @@
-"""Gang schedulers for the simulated cluster: scheduler-plugins' Coscheduling, and Volcano's PodGroup API.
+"""The PodGroup CRDs of the gang schedulers mpiop can name besides Kubernetes' own: scheduler-plugins' and Volcano's.
 
-* ``coscheduler_binary()``: scheduler-plugins' ``kube-scheduler`` (``cmd/scheduler``, Coscheduling compiled in),
-  built once into ``.cache/scheduler-plugins/<version>/bin`` in a wrapper module that pins every module to the
-  versions of the Kubernetes its release is for (devcluster/versions.py: no release is on v1.37's modules,
-  whose scheduler framework it does not compile against; devcluster/pinned.py).
-* ``scheduler_plugins_crd()``: the PodGroup CRD (``scheduling.x-k8s.io``) shipped in that module.
+* ``scheduler_plugins_crd()``: the PodGroup CRD (``scheduling.x-k8s.io``) shipped in scheduler-plugins' module.
 * ``volcano_podgroup_crd()``: Volcano's ``scheduling.volcano.sh`` PodGroup CRD of ``volcano.sh/apis``. That
-  module ships Go types (with kubebuilder markers) but no CRD, so controller-gen (controller-tools, pinned the
-  same way) generates it from them, as Volcano's own release does.
-* ``coscheduler_config()``: a KubeSchedulerConfiguration with one profile, Coscheduling enabled, as
-  scheduler-plugins' ``manifests/coscheduling/scheduler-config.yaml`` has it.
+  module ships Go types (with kubebuilder markers) but no CRD, so controller-gen (controller-tools, pinned to the
+  project's Kubernetes modules, devcluster/pinned.py) generates it from them, as Volcano's own release does.
+
+Neither scheduler runs in the suite: Volcano's cannot be built here (the Go module proxy refuses volcano.sh/volcano),
+and scheduler-plugins' newest release served (v0.34.7) is for Kubernetes 1.34, end of life, and compiles on none
+of 1.35, 1.36 or 1.37's modules; a fourth set of Kubernetes modules compiled for it alone cost a cold CI run
+minutes (devcluster/versions.py). Kubernetes' own gang scheduling (1.37's stock kube-scheduler) is what the real
+scheduler tests run (test_gang_kubernetes.py, test_node_exclusion_simulated.py); these two modes are checked at
+the apiserver: every field mpiop writes kept by the CRD, the RBAC a job's life uses (test_gang.py, test_rbac_gang.py).
 """
 
 from __future__ import annotations
@@ -25,13 +26,11 @@ import yaml
 from devcluster import binaries, pinned
 from devcluster.versions import (
     CONTROLLER_TOOLS_VERSION,
-    SCHEDULER_PLUGINS_KUBERNETES_VERSION,
     SCHEDULER_PLUGINS_VERSION,
     VOLCANO_APIS_VERSION,
 )
 
 SCHEDULER_PLUGINS_MODULE = "sigs.k8s.io/scheduler-plugins"
-SCHEDULER_COMMAND = "sigs.k8s.io/scheduler-plugins/cmd/scheduler"
 VOLCANO_APIS_MODULE = "volcano.sh/apis"
 SCHEDULER_PLUGINS_CRD = "config/crd/bases/scheduling.x-k8s.io_podgroups.yaml"
 VOLCANO_PODGROUP_CRD = "scheduling.volcano.sh_podgroups.yaml"
@@ -47,25 +46,9 @@ def _go_env() -> dict[str, str]:
     return {**os.environ, "GOWORK": "off", "GOFLAGS": "-mod=readonly -buildvcs=false"}
 
 
-def build_coscheduler(version: str = SCHEDULER_PLUGINS_VERSION) -> Path:
-    """scheduler-plugins' kube-scheduler (Coscheduling compiled in), built once into the cache on the very
-    Kubernetes (and every other module) the project's own binaries are built from."""
-    # The version it reports is the Kubernetes it is built on: a v0.x would fail the emulation-version check.
-    bin_dir = pinned.build_pinned(_root(version), {"kube-scheduler": SCHEDULER_COMMAND},
-                                  require=f"{SCHEDULER_PLUGINS_MODULE} {version}",
-                                  what=f"scheduler-plugins {version}",
-                                  ldflags=binaries.version_ldflags(SCHEDULER_PLUGINS_KUBERNETES_VERSION),
-                                  kubernetes_version=SCHEDULER_PLUGINS_KUBERNETES_VERSION)
-    return bin_dir / "kube-scheduler"
-
-
-def coscheduler_binary(version: str = SCHEDULER_PLUGINS_VERSION) -> Path:
-    return build_coscheduler(version)
-
-
 def scheduler_plugins_crd(version: str = SCHEDULER_PLUGINS_VERSION) -> dict[str, Any]:
     """The podgroups.scheduling.x-k8s.io CRD exactly as the module ships it."""
-    crds = _root(version) / "crds"  # its own lock: not held up by a build of the scheduler
+    crds = _root(version) / "crds"
     copy = crds / Path(SCHEDULER_PLUGINS_CRD).name
     with binaries.build_lock(crds):
         if not copy.is_file():
@@ -107,26 +90,6 @@ def volcano_podgroup_crd(version: str = VOLCANO_APIS_VERSION) -> dict[str, Any]:
     return loaded
 
 
-def coscheduler_config(kubeconfig: Path, scheduler_name: str = DEFAULT_SCHEDULER_NAME, *,
-                       permit_waiting_seconds: int = 10, qps: float = 1000.0, burst: int = 2000) -> dict[str, Any]:
-    """One profile named `scheduler_name`: Coscheduling at every extension point and as the queue sort."""
-    return {
-        "apiVersion": "kubescheduler.config.k8s.io/v1",
-        "kind": "KubeSchedulerConfiguration",
-        "leaderElection": {"leaderElect": False},
-        "clientConnection": {"kubeconfig": str(kubeconfig), "qps": qps, "burst": burst},
-        "profiles": [{
-            "schedulerName": scheduler_name,
-            "plugins": {
-                "multiPoint": {"enabled": [{"name": "Coscheduling"}]},
-                "queueSort": {"enabled": [{"name": "Coscheduling"}], "disabled": [{"name": "*"}]},
-            },
-            "pluginConfig": [{"name": "Coscheduling", "args": {"permitWaitingTimeSeconds": permit_waiting_seconds}}],
-        }],
-    }
-
-
 if __name__ == "__main__":
-    print(coscheduler_binary())
     print(scheduler_plugins_crd()["metadata"]["name"])
     print(volcano_podgroup_crd()["metadata"]["name"])
