@@ -22,6 +22,11 @@ operator's --max-stop-grace-seconds, since a tenant writes both the annotation a
 holds its quota and GPUs while it stops. A Warning names the setting and the cap. A cap rather than a refusal: a refusal
 would fail a running job at its preemption, the worst time to. A failure restart (a rank already died) sets no stop
 reason: not delayed.
+
+A gang the scheduler preempted whole (or the Eviction API, or the taint manager, took every pod) leaves mpiop nothing
+to order: every pod is going, each with its own grace, the launcher carrying DisruptionTarget. The stop is still
+begun, as above, so the ranks are told (Stopping, Checkpointing, the notice) and the next attempt waits for the old
+launcher; a launcher with no DisruptionTarget among pods all going was mpiop's own stop, told already.
 """
 
 from __future__ import annotations
@@ -164,20 +169,45 @@ def _begin(plan: Plan, job: MPIJob, observed: Observed, now: dt.datetime, reason
     stop_grace = grace(job, settings)
     if stop_grace.seconds == 0 or not launchers:
         return  # nothing runs mpirun: nothing to tell
-    if all(podstate.is_terminating(p) for p in observed.pods):
-        return  # a stop ended (its grace passed) and deleted every pod: a launcher still going was told already
-    _hold(plan, launchers, stop_grace.seconds)
-    until = now + dt.timedelta(seconds=stop_grace.seconds)
     capped = f"; {stop_grace.note()}" if stop_grace.asked is not None else ""
-    message = (f"MPIJob {job.key} is stopping gracefully ({reason}): launcher "
-               f"{', '.join(podstate.name(p) for p in launchers)} was sent SIGTERM; the workers are deleted once it "
-               f"has ended, or at {format_time(until)} (stop grace {stop_grace.seconds}s, {stop_grace.source}"
-               f"{capped})")
+    if all(podstate.is_terminating(p) for p in observed.pods):
+        preempted = _deleted_by_another(launchers)
+        if preempted is None:
+            return  # a stop ended (its grace passed) and deleted every pod: a launcher still going was told already
+        message = _whole_gang_message(job, reason, preempted, stop_grace, capped)
+    else:
+        until = now + dt.timedelta(seconds=stop_grace.seconds)
+        message = (f"MPIJob {job.key} is stopping gracefully ({reason}): launcher "
+                   f"{', '.join(podstate.name(p) for p in launchers)} was sent SIGTERM; the workers are deleted once "
+                   f"it has ended, or at {format_time(until)} (stop grace {stop_grace.seconds}s, {stop_grace.source}"
+                   f"{capped})")
+    _hold(plan, launchers, stop_grace.seconds)
     c.set_condition(plan.status, STOPPING, "True", reason, message, now)
     told = [Event("Normal", CHECKPOINTING_EVENT, message)]
     if stop_grace.asked is not None:
         told.append(Event("Warning", CAPPED_EVENT, f"MPIJob {job.key}: {stop_grace.note()}"))
     plan.events[:0] = told  # before the stop's own Suspended or Restarting
+
+
+def _deleted_by_another(launchers: list[podstate.Pod]) -> tuple[podstate.Pod, str, str] | None:
+    """A launcher that carries DisruptionTarget and is going: the scheduler (whole-gang preemption), the Eviction
+    API or the taint manager deleted it, with every other pod of the job, not mpiop."""
+    for pod in launchers:
+        if podstate.is_terminating(pod) and (why := podstate.disruption(pod)) is not None:
+            return pod, *why
+    return None
+
+
+def _whole_gang_message(job: MPIJob, stop: str, preempted: tuple[podstate.Pod, str, str], stop_grace: Grace,
+                        capped: str) -> str:
+    """What a stop says when every pod was deleted at once by another: nothing is left for mpiop to order, but the
+    ranks are told (Stopping, the Checkpointing Event, the status endpoint's notice) and the next attempt waits."""
+    pod, reason, message = preempted
+    ends = pod["metadata"].get("deletionTimestamp", "")
+    return (f"MPIJob {job.key} is stopping gracefully ({stop}): {reason} deleted launcher {podstate.name(pod)} "
+            f"and every worker at once ({message[:podstate.DISRUPTION_MESSAGE_KEPT]}); the kubelet sends them SIGTERM "
+            f"together and kills them at {ends} (their own grace); the next attempt waits for them, at most "
+            f"{stop_grace.seconds}s (stop grace, {stop_grace.source}{capped})")
 
 
 def _carry_on(plan: Plan, job: MPIJob, observed: Observed, now: dt.datetime, under_way: JobCondition,

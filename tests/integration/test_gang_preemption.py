@@ -6,9 +6,13 @@ workers x 4 GPUs under `--gang-scheduling kubernetes`: low runs whole, then high
 scheduler finds no room for high's PodGroup and takes low's (disruptionMode all) as one victim: it puts DisruptionTarget
 PreemptionByScheduler on every pod of it and deletes each with the pod's own terminationGracePeriodSeconds; KWOK, as
 a kubelet, removes them at once, before mpiop's next pass. mpiop counts a disruption restart (not backoffLimit: low's
-is 0), with no graceful stop to run (the scheduler deleted every pod itself: low's stop grace is not what the pods
-get), and makes the next attempt with its own PodGroup, which waits while high runs whole; once high has finished,
-low's new attempt is placed whole and succeeds. The test prints what it saw, with the seconds.
+is 0), with no graceful stop to run (the scheduler deleted every pod itself, and KWOK removed them: low's stop grace
+is not what the pods get), and makes the next attempt with its own PodGroup, which waits while high runs whole;
+once high has finished, low's new attempt is placed whole and succeeds. The test prints what it saw, with the seconds.
+
+With low's preempted launcher kept going (a finalizer of the test, as a kubelet's grace keeps mpirun), mpiop runs its
+graceful stop on it: Stopping=True Disrupted, Checkpointing, no pod of the next attempt until it is gone, then
+Stopping=False LauncherEnded.
 """
 
 from __future__ import annotations
@@ -180,6 +184,60 @@ async def preempted_then_resumed(cluster: Cluster, timeline: Timeline, low: str,
           f"{timeline.at('job', 'high', 'Running=True'):.2f}s and Succeeded at {high_done:.2f}s, low Running again "
           f"at {again:.2f}s"
           f"; low's Stopping transitions: {stopping}; lastFailure {status['lastFailure']}")
+
+
+async def stop_condition(cluster: Cluster, status: str) -> JSON | None:
+    """low's Stopping condition once it has `status`."""
+    job = await cluster.job("low")
+    found = [c for c in ((job or {}).get("status") or {}).get("conditions") or []
+             if c["type"] == graceful_stop.STOPPING and c["status"] == status]
+    return found[0] if found else None
+
+
+HELD = "test.mpiop.dev/kubelet-grace"  # a finalizer: the launcher lingers while going, as under a kubelet's grace
+
+
+async def test_a_preempted_gang_whose_launcher_lingers_stops_gracefully_before_the_next_attempt(
+        simulated: SimulatedCluster, sim_kube: KubeClient) -> None:
+    """As a kubelet gives mpirun its grace, the test's finalizer keeps low's preempted launcher going (KWOK would
+    remove it at once): mpiop records a graceful stop of reason Disrupted (Stopping=True, the Checkpointing Event,
+    the status endpoint's notice), makes no pod of the next attempt while it goes, and ends the stop LauncherEnded
+    once it is gone."""
+    async with new_namespace(sim_kube, "k8s-gang-preempt-held") as cluster, \
+            priority_classes(sim_kube, cluster.ns) as (low, high), \
+            running_operator(str(simulated.kubeconfig), cluster.ns, gang_scheduler=KUBERNETES), \
+            watching(sim_kube, cluster.ns) as timeline:
+        kube = cluster.kube
+        try:
+            await cluster.create_job(prioritized_job("low", low, **{names.STOP_GRACE_ANNOTATION: str(STOP_GRACE)}))
+            await eventually(lambda: cluster.condition("low", "Running"), 60, "low Running")
+            await kube.patch(PODS, cluster.ns, "low-launcher", {"metadata": {"finalizers": [HELD]}})
+            timeline.mark("high created")
+            await cluster.create_job(prioritized_job("high", high))
+
+            condition = await eventually(lambda: stop_condition(cluster, "True"), 60, "low Stopping")
+            print(f"\nlow: Stopping=True {condition['reason']}: {condition['message']}")
+            assert condition["reason"] == graceful_stop.DISRUPTED
+            launcher = await kube.get(PODS, cluster.ns, "low-launcher")
+            assert launcher["metadata"].get("deletionTimestamp"), "the launcher is going"
+            assert not await attempt_pods(cluster, "low", 1), "the next attempt waits for the old launcher"
+            events = [f.what for f in timeline.facts if f.kind == "event" and f.name == "low"]
+            assert any(e.startswith("Normal Checkpointing: ") for e in events), events
+
+            timeline.mark("the launcher's grace ends")
+            await kube.patch(PODS, cluster.ns, "low-launcher", {"metadata": {"finalizers": None}})
+
+            ended = await eventually(lambda: stop_condition(cluster, "False"), 60, "low's stop ended")
+            print(f"low: Stopping=False {ended['reason']}: {ended['message']}")
+            assert ended["reason"] == graceful_stop.LAUNCHER_ENDED
+            await eventually(lambda: kube.get_or_none(POD_GROUPS, cluster.ns, "low-1"), 60, "the next attempt's group")
+            job = await cluster.job("low")
+            assert job is not None
+            assert (job["status"].get("restartCount"), job["status"].get("disruptionRestarts")) == (1, 1)
+        finally:
+            with contextlib.suppress(ApiError):
+                await kube.patch(PODS, cluster.ns, "low-launcher", {"metadata": {"finalizers": None}})
+            print("--- what the test saw ---\n" + "\n".join(timeline.lines()))
 
 
 async def _gone(cluster: Cluster, name: str) -> bool:

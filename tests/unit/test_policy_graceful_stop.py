@@ -294,3 +294,37 @@ def test_a_stop_reason_no_policy_writes_is_counted_as_other() -> None:
                                      {"reason": "Other", "result": "launcher_ended"}) == before + 1
     assert REGISTRY.get_sample_value("mpiop_graceful_stops_total",
                                      {"reason": "Made\x1bUp", "result": "launcher_ended"}) is None
+
+
+def test_a_gang_the_scheduler_preempted_whole_is_told_and_its_next_attempt_waits() -> None:
+    """Workload-aware preemption deletes every pod of the gang itself, each with its own grace: nothing is left
+    for mpiop to order, but the stop is recorded (Stopping, Checkpointing, the status endpoint's notice) and no pod
+    of the next attempt is made while the old ones go."""
+    job = DISRUPTED
+    why = "Preempted by a workload with higher priority"
+    builders = [make_pod(job, role, i).running().disrupted("PreemptionByScheduler", why).terminating(at(130))
+                for role, i in (("launcher", 0), ("worker", 0), ("worker", 1))]
+    plan = run(job, builders, now=100)
+    assert deleted(plan) == {}  # all going already
+    assert not plan.creation_steps.pods()
+    assert plan.status.restart_count == 1 and plan.status.disruptions == 1
+    stopping = plan.status.condition("Stopping")
+    assert stopping is not None and (stopping.status, stopping.reason) == ("True", "Disrupted")
+    assert stopping.message is not None and stopping.message.startswith(
+        "MPIJob ns/pi is stopping gracefully (Disrupted): PreemptionByScheduler deleted launcher pi-launcher and "
+        f"every worker at once ({why}); the kubelet sends them SIGTERM together and kills them at ")
+    assert stopping.message.endswith(f"the next attempt waits for them, at most {GRACE}s (stop grace, "
+                                     "--stop-grace-seconds)")
+    assert [e.reason for e in plan.events][:1] == ["Checkpointing"]
+    assert plan.requeue_after == GRACE
+
+
+def test_every_pod_deleted_with_no_disruption_on_the_launcher_begins_no_stop() -> None:
+    """A worker preempted alone while mpiop's own stop already deletes every pod: the launcher carries no
+    DisruptionTarget, so it was told already and no second stop begins."""
+    job = DISRUPTED
+    builders = [going_launcher(job), make_pod(job, "worker", 0).running().terminating(at(130)),
+                make_pod(job, "worker", 1).running().disrupted("PreemptionByScheduler").terminating(at(130))]
+    plan = run(job, builders, now=100)
+    assert plan.status.condition("Stopping") is None
+    assert "Checkpointing" not in [e.reason for e in plan.events]
