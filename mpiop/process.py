@@ -97,6 +97,7 @@ async def run(args: argparse.Namespace) -> int:
         loop.add_signal_handler(signum, stop.set)
     election = election_from_args(args)
     config = config_from_args(args)
+    serving = status_serving.ServingConfig.from_args(args)
     # Its own client, outside the QPS bucket: a backlog of reconcile writes must never delay a renewal.
     lease_client = None if election is None else await KubeClient.connect(
         args.kubeconfig, qps=0, burst=10, observer=metrics.observe_request, field_manager=args.field_manager)
@@ -109,23 +110,23 @@ async def run(args: argparse.Namespace) -> int:
     trimmer = asyncio.create_task(process_resources.trim_every(garbage=request_errors), name="malloc-trim")
     try:
         # Unguarded (a standby may not write through `client`): the CA's Secret, made by whoever starts first.
-        certificates = await status_serving.status_certificates(args, lease_client or client, own_namespace())
+        certificates = await status_serving.status_certificates(serving, lease_client or client, own_namespace())
         if certificates is not None:
             config.settings = dataclasses.replace(config.settings,
-                                                  status_endpoint=StatusEndpoint(args.status_url, certificates.ca_pem))
+                                                  status_endpoint=StatusEndpoint(serving.url, certificates.ca_pem))
         manager = Manager(client, config, Supervisor())
         await manager.preflight()
         metrics.IS_LEADER.set(0 if elector is not None else 1)
         await servers.start(health_app(health_checks(manager, elector)), args.health_addr, "health probes",
-                            limits=status_serving.server_limits(args))
-        await servers.start(metrics_app(), args.metrics_addr, "metrics", limits=status_serving.server_limits(args))
+                            limits=serving.limits)
+        await servers.start(metrics_app(), args.metrics_addr, "metrics", limits=serving.limits)
         # Unguarded (the standby may not write through `client`): this one label, on the process's own pod.
         own_pod = None if certificates is None else OwnPod.from_env()
         labelled = None if own_pod is None else (own_pod, lease_client or client)
         if labelled is not None:
             await labelled[0].mark(labelled[1], serving=False)
         status_server = None if certificates is None else asyncio.create_task(status_serving.serve_status(
-            servers, manager, client, args, certificates, elector.leading if elector is not None else None,
+            servers, manager, client, serving, certificates, elector.leading if elector is not None else None,
             labelled, own_namespace()), name="status-endpoint")
         if status_server is not None:  # a port it cannot bind stops the process, as a dead informer does
             status_server.add_done_callback(

@@ -325,10 +325,9 @@ def test_stop_grace_gpu_and_status_limit_chart_values_reach_the_operator(
     """Unset, each is the operator's own default (no flag); set, its flag, through the operator's own parser: every
     key of statusEndpoint.limits is a --status-* flag."""
     args = chart_args(helm, *values)
-    settings = config_from_args(args).settings
+    settings, serving = config_from_args(args).settings, status_serving.ServingConfig.from_args(args)
     assert ((settings.stop_grace_seconds, settings.max_stop_grace_seconds), settings.gpu_device_classes,
-            settings.gpu_layout_max_entries,
-            status_serving.server_limits(args), status_serving.review_limits(args)) == expected
+            settings.gpu_layout_max_entries, serving.limits, serving.reviews) == expected
 
 
 @pytest.mark.parametrize(("values", "expected"),
@@ -340,11 +339,12 @@ def test_the_mpijob_size_bound_chart_value_reaches_the_operator(helm: str, value
 
 
 def test_the_webhook_chart_values_reach_the_operator_and_mount_the_client_ca(helm: str) -> None:
-    assert status_serving.webhook_limits(chart_args(helm)) == WebhookLimits()
+    assert status_serving.ServingConfig.from_args(chart_args(helm)).webhook_limits == WebhookLimits()
     assert chart_args(helm).gpu_layout_client_ca == ""
     values = ("gpuLayoutPerSourceQps=2.5", "gpuLayoutPerSourceBurst=3", "gpuLayoutClientCA.secretName=webhook-ca")
     args = chart_args(helm, *values)
-    assert status_serving.webhook_limits(args) == WebhookLimits(per_source_qps=2.5, per_source_burst=3)
+    assert status_serving.ServingConfig.from_args(args).webhook_limits == WebhookLimits(per_source_qps=2.5,
+                                                                                        per_source_burst=3)
     assert args.gpu_layout_client_ca == "/etc/mpiop/gpu-layout-client-ca/ca.crt"
     pod = by_kind(docs(render(helm, *values, crds=False)))["Deployment"]["spec"]["template"]["spec"]
     assert {"name": "gpu-layout-client-ca", "secret": {"secretName": "webhook-ca", "items": [

@@ -19,7 +19,7 @@ from mpiop.run_flags import add_run_arguments, config_from_args
 from mpiop.server import Limits
 from mpiop.serving.layout_webhook import WebhookLimits
 from mpiop.serving.token_reviews import ReviewLimits
-from mpiop.status_serving import review_limits, server_limits, webhook_limits
+from mpiop.status_serving import ServingConfig
 
 
 def parse(*argv: str) -> argparse.Namespace:
@@ -207,24 +207,34 @@ def test_gpu_layout_flag_decides_whether_nodes_are_watched(argv: tuple[str, ...]
 
 
 def test_status_endpoint_limits_default_to_their_dataclasses_and_reach_them() -> None:
-    assert server_limits(parse()) == Limits()
-    assert review_limits(parse()) == ReviewLimits()
-    assert webhook_limits(parse()) == WebhookLimits()
-    assert webhook_limits(parse("--gpu-layout-per-source-qps=2.5", "--gpu-layout-per-source-burst=3")) == \
-        WebhookLimits(per_source_qps=2.5, per_source_burst=3)
+    defaults = ServingConfig.from_args(parse())
+    assert (defaults.limits, defaults.reviews, defaults.webhook_limits) == (Limits(), ReviewLimits(), WebhookLimits())
+    webhook = parse("--gpu-layout-per-source-qps=2.5", "--gpu-layout-per-source-burst=3")
+    assert ServingConfig.from_args(webhook).webhook_limits == WebhookLimits(per_source_qps=2.5, per_source_burst=3)
     args = parse("--status-max-connections=50", "--status-max-connections-per-source=4", "--status-idle-seconds=2.5",
                  "--status-max-headers=16", "--status-max-header-bytes=4096", "--status-review-in-flight=2",
                  "--status-review-per-source-qps=0.5", "--status-review-per-source-burst=3",
                  "--status-token-cache-size=100", "--status-request-seconds=3", "--status-review-queue=7",
                  "--status-body-bytes-in-flight=2000000", "--status-connections-per-source-qps=2.5",
                  "--status-connections-per-source-burst=6")
-    assert server_limits(args) == Limits(max_connections=50, max_connections_per_source=4,
-                                         connections_per_source_qps=2.5, connections_per_source_burst=6,
-                                         idle_seconds=2.5,
-                                         max_headers=16, max_header_bytes=4096, request_seconds=3,
-                                         body_bytes_in_flight=2_000_000)
-    assert review_limits(args) == ReviewLimits(in_flight=2, per_source_qps=0.5, per_source_burst=3, cache_size=100,
-                                               queue=7)
+    serving = ServingConfig.from_args(args)
+    assert serving.limits == Limits(max_connections=50, max_connections_per_source=4, connections_per_source_qps=2.5,
+                                    connections_per_source_burst=6, idle_seconds=2.5, max_headers=16,
+                                    max_header_bytes=4096, request_seconds=3, body_bytes_in_flight=2_000_000)
+    assert serving.reviews == ReviewLimits(in_flight=2, per_source_qps=0.5, per_source_burst=3, cache_size=100,
+                                           queue=7)
+
+
+@pytest.mark.parametrize(("argv", "webhook", "client_ca"), [
+    ((), "mpiop-gpu-layout", ""),
+    (("--gpu-layout-client-ca=/ca.pem",), "mpiop-gpu-layout", "/ca.pem"),
+    (("--no-gpu-layout", "--gpu-layout-client-ca=/ca.pem"), "", ""),
+    (("--gpu-layout-webhook=", "--gpu-layout-client-ca=/ca.pem"), "", ""),
+], ids=["default", "client-ca", "no-gpu-layout", "no-webhook"])
+def test_the_webhook_and_its_client_ca_are_served_only_with_the_gpu_layout(argv: tuple[str, ...], webhook: str,
+                                                                           client_ca: str) -> None:
+    serving = ServingConfig.from_args(parse(*argv))
+    assert (serving.webhook, serving.client_ca) == (webhook, client_ca)
 
 
 @pytest.mark.parametrize("argv", ["--status-max-connections=0", "--status-idle-seconds=0",
