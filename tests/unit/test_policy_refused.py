@@ -86,16 +86,6 @@ def test_a_refusal_that_may_heal_is_shown_and_retried_with_backoff() -> None:
     assert waits == [1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 60.0, 60.0]
 
 
-def test_the_failed_message_is_capped() -> None:
-    job = make_mpijob("pi").obj()
-    plan = Plan(status=job.status.model_copy(deep=True))
-    refused.apply(plan, job, Observed(refused=[Refusal("Pod", "pi-launcher", 422, "Invalid", "x" * 5000)]), at(0))
-    failed = plan.status.condition("Failed")
-    assert failed is not None and failed.message is not None
-    assert len(failed.message) == 1024
-    assert failed.message.startswith("MPIJob default/pi has failed: the apiserver refused Pod pi-launcher: xxx")
-
-
 def test_a_taken_name_is_not_this_policys() -> None:
     job = make_mpijob("pi").obj()
     plan = Plan(status=job.status.model_copy(deep=True))
