@@ -13,7 +13,7 @@ from mpiop.decide import decide
 from mpiop.desired.settings import Settings
 from mpiop.plan import DeviceFault, Observed
 from mpiop.policies import node_exclusion
-from testkit.dra import node_gpus, taint
+from testkit.dra import device_slice, gpu, node_gpus, taint
 from testkit.mpijobs import MPIJobBuilder, at, make_mpijob
 from testkit.pods import make_pod, observe
 
@@ -117,6 +117,17 @@ def test_no_device_read_for_other_disruptions_or_with_exclusion_off(reason: str,
 def test_which_device_is_tainted_how(claims: list[JSON], slices: list[JSON], told: str) -> None:
     fault = node_exclusion.tainted_devices(claims, slices)
     assert (fault.describe() if fault is not None else "") == told
+
+
+def test_a_device_with_sixteen_taints_names_the_first_few() -> None:
+    """v1.37 allows 16 taints on a device (v1.34 allowed 4): the status names MAX_TAINTS_TOLD of them, in order."""
+    taints = [taint(f"example.com/fault-{i}", "true") for i in range(16)]
+    slices = [device_slice(DRIVER, "n2", [gpu("gpu-0", 0, taints=taints)])]
+    fault = node_exclusion.tainted_devices([claim("u1", ("n2", "gpu-0"))], slices)
+    assert fault is not None and len(fault.devices) == 1
+    assert len(fault.devices[0].taints) == node_exclusion.MAX_TAINTS_TOLD == 4
+    assert fault.describe() == ("device gpu-0 of driver gpu.example.com tainted " + ", ".join(
+        f"example.com/fault-{i}=true:NoExecute" for i in range(4)))
 
 
 def test_a_node_tainting_hundreds_of_devices_names_a_few_and_counts_the_rest() -> None:
