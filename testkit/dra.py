@@ -11,15 +11,16 @@ from typing import Any
 from mpiop.api.raw import JSON
 from mpiop.kube.client import (
     DEVICE_CLASSES,
+    DEVICE_TAINT_RULES,
     RESOURCE_CLAIM_TEMPLATES,
     RESOURCE_CLAIMS,
     RESOURCE_SLICES,
     ApiError,
     KubeClient,
-    Resource,
 )
 
-__all__ = ["DEVICE_CLASSES", "RESOURCE_SLICES", "claim_template", "device_class", "device_class_made", "exactly",
+__all__ = ["DEVICE_CLASSES", "DEVICE_TAINT_RULES", "RESOURCE_SLICES",
+           "claim_template", "device_class", "device_class_made", "exactly",
            "request", "resource_slice"]
 NVIDIA = "gpu.nvidia.com"  # NVIDIA's DRA driver's class of whole GPUs, one of --gpu-device-classes' defaults
 
@@ -79,7 +80,6 @@ def request(name: str, one: JSON | None = None, first_available: list[JSON] | No
     return {"name": name, "exactly": one or {}}
 
 
-DEVICE_TAINT_RULES = Resource("resource.k8s.io", "v1", "devicetaintrules", "DeviceTaintRule", namespaced=False)
 
 
 def device_taint_rule(name: str, device_taint: JSON, selector: JSON | None = None) -> JSON:

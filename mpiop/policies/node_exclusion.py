@@ -115,27 +115,50 @@ def device_to_check(plan: Plan, job: MPIJob, observed: Observed, settings: Setti
     return DeviceCheck(failure.pod, podstate.uid(pod), failure.node)
 
 
+def _rule_taint(rule: JSON, device: tuple[str, str, str]) -> str | None:
+    """`key=value:NoExecute (DeviceTaintRule <name>)` when the rule taints this (driver, pool, device) NoExecute: each
+    field its deviceSelector sets must match; a rule with no deviceSelector matches no device (v1.37.1, #141998)."""
+    spec = rule.get("spec") or {}
+    selector, taint = spec.get("deviceSelector"), spec.get("taint") or {}
+    if not isinstance(selector, dict) or taint.get("effect") != "NoExecute":
+        return None
+    if any(selector.get(field) not in (None, value) for field, value in zip(("driver", "pool", "device"), device,
+                                                                               strict=True)):
+        return None
+    name = (rule.get("metadata") or {}).get("name")  # admin-written, a valid object name
+    return f"{_taint(taint)} (DeviceTaintRule {name})"
+
+
+def _taint(taint: JSON) -> str:
+    return f"{taint.get('key')}{'=' + taint['value'] if taint.get('value') else ''}:{taint.get('effect')}"
+
+
 def _taints(device: JSON) -> list[str]:
     """`key=value:NoExecute` of each NoExecute taint on a slice's device."""
-    return [f"{t.get('key')}{'=' + t['value'] if t.get('value') else ''}:{t.get('effect')}"
-            for t in device.get("taints") or [] if t.get("effect") == "NoExecute"]
+    return [_taint(t) for t in device.get("taints") or [] if t.get("effect") == "NoExecute"]
 
 
-def tainted_devices(claims: list[JSON], slices: list[JSON]) -> DeviceFault | None:
-    """Each device allocated to `claims` that a slice of `slices` taints NoExecute; the claims gone (the pod went
-    first) or none matching, every NoExecute-tainted device of the slices (the node's), `on_node`; None when no
-    taint is seen (a DeviceTaintRule's, which mpiop does not read, or one removed since)."""
+def tainted_devices(claims: list[JSON], slices: list[JSON], rules: list[JSON] | None = None) -> DeviceFault | None:
+    """Each device allocated to `claims` that a slice of `slices` or a DeviceTaintRule of `rules` taints NoExecute;
+    the claims gone (the pod went first) or none matching, every NoExecute-tainted device of the slices (the
+    node's), `on_node`; None when no taint is seen (one removed since)."""
     tainted: dict[tuple[str, str, str], list[str]] = {}
+    published: list[tuple[str, str, str]] = []
     for found in slices:
         spec = found.get("spec") or {}
+        pool = str((spec.get("pool") or {}).get("name"))
         for device in spec.get("devices") or []:
+            published.append(key := (str(spec.get("driver")), pool, str(device.get("name"))))
             if taints := _taints(device):
-                pool = str((spec.get("pool") or {}).get("name"))
-                tainted[(str(spec.get("driver")), pool, str(device.get("name")))] = taints
+                tainted[key] = taints
     allocated = [(str(r.get("driver")), str(r.get("pool")), str(r.get("device")))
                  for claim in claims
                  for r in ((((claim.get("status") or {}).get("allocation") or {}).get("devices") or {}).get("results")
                            or [])]
+    for rule in rules or []:
+        for key in dict.fromkeys([*allocated, *published]):
+            if (told := _rule_taint(rule, key)) is not None:
+                tainted.setdefault(key, []).append(told)
     mine = [d for d in dict.fromkeys(allocated) if d in tainted]
     keys = mine or list(tainted)
     if not keys:

@@ -233,8 +233,8 @@ async def test_a_no_execute_device_taint_restarts_the_job_off_its_node_without_s
 async def test_a_device_taint_rule_naming_a_workers_device_restarts_the_job_off_its_node(
         simulated: SimulatedCluster, sim_kube: KubeClient) -> None:
     """The same NoExecute taint through a resource.k8s.io/v1 DeviceTaintRule (GA in v1.37) whose deviceSelector
-    names the device (driver, pool, device), the slice untouched. mpiop reads slices, not rules, so the node is
-    excluded without naming the device (node_exclusion.tainted_devices finds no taint)."""
+    names the device (driver, pool, device), the slice untouched. mpiop reads the rules too (controller/devices.py),
+    so the exclusion names the device and the rule."""
     resources = json.loads(simulated.kubectl("get", "--raw", f"/apis/{DEVICE_TAINT_RULES.api_version}"))["resources"]
     served = sorted(r["name"] for r in resources if r["name"].startswith("devicetaintrules"))
     print(f"\n{DEVICE_TAINT_RULES.api_version} serves {served}", end="")
@@ -252,9 +252,11 @@ async def test_a_device_taint_rule_naming_a_workers_device_restarts_the_job_off_
 
     async with operator(simulated):
         seen = await restarted_off_a_tainted_device(Cluster(sim_kube, "default"), "dtr", taint, untaint)
-    assert exclusions(seen) == [(seen.node, None)]
-    assert len(seen.told) == 1 and ("dtr-worker-1 failed there (DisruptionTarget DeletionByDeviceTaintManager); "
-                                    "excluded: ") in seen.told[0]
+    told = f"example.com/unhealthy=true:NoExecute (DeviceTaintRule {rule})"
+    assert exclusions(seen) == [(seen.node, [{"driver": DRIVER, "pool": seen.node, "device": seen.device,
+                                              "taints": [told]}])]
+    assert len(seen.told) == 1 and (f"dtr-worker-1 failed there (DisruptionTarget DeletionByDeviceTaintManager: "
+                                    f"device {seen.device} of driver {DRIVER} tainted {told})") in seen.told[0]
 
 
 async def eviction_condition(kube: KubeClient, rule: str) -> JSON | None:

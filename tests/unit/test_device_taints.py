@@ -119,6 +119,48 @@ def test_which_device_is_tainted_how(claims: list[JSON], slices: list[JSON], tol
     assert (fault.describe() if fault is not None else "") == told
 
 
+def rule(name: str, selector: JSON | None, effect: str = "NoExecute") -> JSON:
+    spec: JSON = {"taint": {"key": "example.com/bad", "value": "true", "effect": effect}}
+    if selector is not None:
+        spec["deviceSelector"] = selector
+    return {"metadata": {"name": name}, "spec": spec}
+
+
+@pytest.mark.parametrize(
+    ("rules", "told"),
+    [
+        ([rule("r1", {"driver": DRIVER, "pool": "n2", "device": "gpu-1"})],
+         "device gpu-1 of driver gpu.example.com tainted example.com/bad=true:NoExecute (DeviceTaintRule r1)"),
+        ([rule("r1", {"device": "gpu-1"})],
+         "device gpu-1 of driver gpu.example.com tainted example.com/bad=true:NoExecute (DeviceTaintRule r1)"),
+        ([rule("every", {})],
+         "device gpu-0 of driver gpu.example.com tainted example.com/bad=true:NoExecute (DeviceTaintRule every); "
+         "device gpu-1 of driver gpu.example.com tainted example.com/bad=true:NoExecute (DeviceTaintRule every)"),
+        ([rule("none", None)], ""),
+        ([rule("soft", {"device": "gpu-1"}, effect="NoSchedule")], ""),
+        ([rule("other", {"driver": "other.example.com", "device": "gpu-1"})], ""),
+        ([], ""),
+    ],
+    ids=["names-the-device", "device-only", "empty-selector-every-device", "no-selector-none", "no-schedule",
+         "another-driver", "no-rule"],
+)
+def test_a_device_taint_rule_names_the_device_it_taints(rules: list[JSON], told: str) -> None:
+    """DeviceTaintRules (resource.k8s.io/v1, 1.37) taint the devices their deviceSelector names: each field set
+    must match; `{}` is every device, no selector none (v1.37.1)."""
+    claims = [claim("u1", ("n2", "gpu-0"), ("n2", "gpu-1"))]
+    fault = node_exclusion.tainted_devices(claims, [node_gpus(DRIVER, "n2", 4)], rules)
+    assert (fault.describe() if fault is not None else "") == told
+    assert fault is None or not fault.on_node
+
+
+def test_a_rule_and_a_slice_taint_on_one_device_are_both_told() -> None:
+    slices = [node_gpus(DRIVER, "n2", 2, tainted={"gpu-0": UNHEALTHY})]
+    fault = node_exclusion.tainted_devices([claim("u1", ("n2", "gpu-0"))], slices, [rule("r1", {"device": "gpu-0"})])
+    assert fault is not None and fault.describe() == (
+        "device gpu-0 of driver gpu.example.com tainted example.com/unhealthy=true:NoExecute, "
+        "example.com/bad=true:NoExecute (DeviceTaintRule r1)")
+
+
 def test_a_device_with_sixteen_taints_names_the_first_few() -> None:
     """v1.37 allows 16 taints on a device (v1.34 allowed 4): the status names MAX_TAINTS_TOLD of them, in order."""
     taints = [taint(f"example.com/fault-{i}", "true") for i in range(16)]

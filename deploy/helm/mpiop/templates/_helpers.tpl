@@ -73,6 +73,10 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
 - apiGroups: [resource.k8s.io]
   resources: [resourceslices, deviceclasses]
   verbs: [list, watch]
+# A worker evicted by a DeviceTaintRule (an admin's taint on devices): the rules name the device (cluster-scoped).
+- apiGroups: [resource.k8s.io]
+  resources: [devicetaintrules]
+  verbs: [list]
 {{- end }}
 # configmaps: the hostfile is patched; all three: labelled when a job is taken over from kubeflow's operator.
 - apiGroups: [""]
@@ -99,8 +103,9 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
 - apiGroups: [resource.k8s.io]
   resources: [resourceclaimtemplates]
   verbs: [get, list, watch, create]
-# A worker evicted for a NoExecute taint on one of its DRA devices: its ResourceClaims (one list of its namespace's)
-# and its node's ResourceSlices say which device was tainted how (status.nodeExclusions).
+# A worker evicted for a NoExecute taint on one of its DRA devices: its ResourceClaims (one list of its namespace's),
+# its node's ResourceSlices and the DeviceTaintRules (cluster-wide only, above) say which device was tainted how
+# (status.nodeExclusions).
 - apiGroups: [resource.k8s.io]
   resources: [resourceclaims]
   verbs: [list]
