@@ -187,6 +187,15 @@ def _where(job: MPIJob, pod: podstate.Pod) -> str:
     return f" ({', '.join(parts)})" if parts else ""
 
 
+def _gone_where(job: MPIJob, observed: Observed, name: str) -> tuple[str, str | None]:
+    """` (ranks 2-3, gone)` of a worker pod no longer there (its ranks are known, its node no longer), and the
+    ranks' text."""
+    index = observed.worker_index(job, name)
+    found = ranks.worker_ranks(job, index) if index is not None else None
+    text = ranks.ranks_text(found) if found else None
+    return (f" (ranks {text}, gone)" if text else " (gone)"), text
+
+
 def _describe(job: MPIJob, pod: podstate.Pod, detail_told: str = "") -> str:
     """`pod (ranks, node) container c Reason exit N`, with the kubelet's message's last line, if any (and not in
     `detail_told`, already said); on one line, escaped (a container writes its termination message)."""
@@ -263,7 +272,9 @@ def lost_worker_report(job: MPIJob, observed: Observed, attempt: int) -> Report 
         return None
     name, pod, how = found
     if pod is None:
-        what, info = f"worker {name} {how}", FailureInfo(reason=WORKER_LOST, pod=name, attempt=attempt)
+        where, text = _gone_where(job, observed, name)
+        what, info = f"worker {name}{where} {how}", FailureInfo(reason=WORKER_LOST, pod=name, ranks=text,
+                                                                attempt=attempt)
     elif how == "failed":
         what, info = f"worker {_describe(job, pod)}", _info(job, pod, _reason(pod), attempt)
     else:
@@ -290,10 +301,8 @@ def report(job: MPIJob, observed: Observed, attempt: int) -> Report | None:
         if (named := named_worker(job, observed, attempt, _termination_message(launcher) + tail)) is not None:
             pod, reason, line = named
             if isinstance(pod, str):  # gone: its ranks are known, its node no longer
-                index = observed.worker_index(job, pod)
-                found = ranks.worker_ranks(job, index) if index is not None else None
-                text = ranks.ranks_text(found) if found else None
-                name, where = pod, f" (ranks {text}, gone)" if text else " (gone)"
+                where, text = _gone_where(job, observed, pod)
+                name = pod
                 info = FailureInfo(reason=reason, pod=name, ranks=text, attempt=attempt)
             else:
                 name, where, info = podstate.name(pod), _where(job, pod), _info(job, pod, reason, attempt)

@@ -80,7 +80,8 @@ LOST_WORKER_CASES = {
         2, {0: _running, 1: _deleted}, False, "Restarting",
         "worker pi-worker-1 (rank 1, node n1) was deleted while the launcher ran; "
         "the launcher pi-launcher exited 0 without all its ranks"),
-    "worker 0 gone": (2, {0: None, 1: _running}, False, "Restarting", "worker pi-worker-0 was gone while"),
+    "worker 0 gone": (2, {0: None, 1: _running}, False, "Restarting",
+                      "worker pi-worker-0 (ranks 0, gone) was gone while the launcher ran"),
     "worker 1 failed": (2, {0: _running, 1: _failed}, False, "Restarting",
                         "worker pi-worker-1 (rank 1, node n1) container main Error exit 137 while the launcher ran"),
     "worker 1 made again under the launcher (the deleted one gone)": (
